@@ -1,0 +1,313 @@
+package appliance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"kvtier/api/kvtierpb"
+	"kvtier/client"
+	"kvtier/dram"
+	"kvtier/internal/kverr"
+	"kvtier/internal/transfer"
+	"kvtier/ssd"
+)
+
+// Config configures an appliance. Zero values mean defaults.
+type Config struct {
+	Name        string // node identity (client id); required, stable across restarts
+	MasterAddr  string // master gRPC address; required
+	DRAM        uint64 // bytes of DRAM to serve; default 256 MiB
+	SegmentSize uint64 // default: DRAM (one segment)
+	Hugepages   dram.HugepageMode
+	DataAddr    string // transfer-engine listener; default 127.0.0.1:0
+
+	SSDDir        string // empty: no SSD tier
+	SSDCapacity   uint64 // default 4 GiB
+	SSDPolicy     ssd.Policy
+	SSDBucketSize uint64 // default from package ssd
+
+	HeartbeatInterval time.Duration // default 1s
+	OffloadWorkers    int           // default 2
+	OffloadQueue      int           // default 256 tasks
+	DrainGrace        time.Duration // reads served this long after SIGTERM before unmount
+
+	Transfer transfer.Config
+	Logger   *slog.Logger
+}
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	if c.Name == "" {
+		return kverr.New(kverr.InvalidParams, "", "appliance: a name is required")
+	}
+	if c.MasterAddr == "" {
+		return kverr.New(kverr.InvalidParams, "", "appliance: --master is required")
+	}
+	if c.SegmentSize > 0 && c.DRAM > 0 && c.SegmentSize > c.DRAM {
+		return kverr.New(kverr.InvalidParams, "", "appliance: segment size %d exceeds DRAM %d", c.SegmentSize, c.DRAM)
+	}
+	if c.OffloadWorkers < 0 || c.OffloadQueue < 0 || c.DrainGrace < 0 {
+		return kverr.New(kverr.InvalidParams, "", "appliance: negative worker, queue or grace setting")
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.DRAM == 0 {
+		c.DRAM = 256 << 20
+	}
+	if c.SegmentSize == 0 {
+		c.SegmentSize = c.DRAM
+	}
+	if c.DataAddr == "" {
+		c.DataAddr = "127.0.0.1:0"
+	}
+	if c.SSDCapacity == 0 {
+		c.SSDCapacity = 4 << 30
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = time.Second
+	}
+	if c.OffloadWorkers == 0 {
+		c.OffloadWorkers = 2
+	}
+	if c.OffloadQueue == 0 {
+		c.OffloadQueue = 256
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Appliance is one running storage box.
+type Appliance struct {
+	cfg    Config
+	log    *slog.Logger
+	region *dram.Region
+	engine *transfer.Engine
+	addr   net.Addr
+	tier   *ssd.Tier // nil without SSD
+	client *client.Client
+
+	segMu    sync.RWMutex
+	segments map[string][]byte // guarded by segMu: segment name -> memory
+
+	offload     chan *kvtierpb.OffloadTask
+	offloadBusy atomic.Int64
+	skipped     atomic.Uint64
+	failed      atomic.Uint64
+
+	settingsMu sync.Mutex
+	settings   *kvtierpb.TierSettings // guarded by settingsMu: last applied
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	closed atomic.Bool
+}
+
+// Start brings an appliance up and joins it to the cluster.
+func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	a := &Appliance{cfg: cfg, log: cfg.Logger, segments: map[string][]byte{},
+		offload: make(chan *kvtierpb.OffloadTask, cfg.OffloadQueue)}
+	defer func() {
+		if err != nil {
+			a.teardown()
+		}
+	}()
+
+	a.region, err = dram.Map(cfg.DRAM, cfg.Hugepages)
+	if err != nil {
+		return nil, fmt.Errorf("appliance: map %d bytes of DRAM: %w", cfg.DRAM, err)
+	}
+	for _, w := range a.region.Warnings() {
+		a.log.Warn("dram", "warning", w)
+	}
+	start := time.Now()
+	if err := a.region.Prefault(ctx); err != nil {
+		return nil, fmt.Errorf("appliance: pre-fault DRAM: %w", err)
+	}
+	a.log.Info("dram mapped", "bytes", cfg.DRAM, "pages", a.region.Kind(), "locked", a.region.Locked(), "prefault", time.Since(start).Round(time.Millisecond))
+
+	a.engine, err = transfer.New(cfg.Transfer)
+	if err != nil {
+		return nil, err
+	}
+	a.addr, err = a.engine.Listen(cfg.DataAddr)
+	if err != nil {
+		return nil, fmt.Errorf("appliance: listen %s: %w", cfg.DataAddr, err)
+	}
+
+	if cfg.SSDDir != "" {
+		a.tier, err = ssd.Open(ctx, ssd.Config{
+			Dir: cfg.SSDDir, Capacity: cfg.SSDCapacity, Policy: cfg.SSDPolicy,
+			BucketSize: cfg.SSDBucketSize, Notifier: notifier{a},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("appliance: SSD tier in %s: %w", cfg.SSDDir, err)
+		}
+		for _, q := range a.tier.Quarantined() {
+			a.log.Warn("ssd bucket quarantined", "reason", q)
+		}
+		if err := a.engine.RegisterSource(a.diskSegment(), a.tier); err != nil {
+			return nil, err
+		}
+	}
+
+	a.client, err = client.New(ctx, client.Config{
+		MasterAddr: cfg.MasterAddr, ClientID: cfg.Name, Engine: a.engine,
+		HeartbeatInterval: cfg.HeartbeatInterval, Logger: cfg.Logger,
+		OnHeartbeat: a.fillHeartbeat, OnHeartbeatReply: a.onHeartbeatReply,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.client.SetEndpoint(a.addr.String())
+	for i, mem := range dram.Split(a.region.Bytes(), cfg.SegmentSize) {
+		name := fmt.Sprintf("%s/mem%d", cfg.Name, i)
+		a.segMu.Lock()
+		a.segments[name] = mem
+		a.segMu.Unlock()
+		if err := a.client.ServeSegment(ctx, name, mem); err != nil {
+			return nil, fmt.Errorf("appliance: mount segment %s: %w", name, err)
+		}
+	}
+	if a.tier != nil {
+		if err := a.registerDisk(ctx); err != nil {
+			return nil, err
+		}
+	}
+
+	runCtx, cancel := context.WithCancel(context.Background())
+	a.cancel = cancel
+	for range cfg.OffloadWorkers {
+		a.wg.Go(func() { a.offloadWorker(runCtx) })
+	}
+	if a.tier != nil {
+		a.wg.Go(func() { a.tier.Run(runCtx) })
+	}
+	a.client.Heartbeat(ctx) // report SSD figures and take offload slots now
+	return a, nil
+}
+
+// DataAddr is the transfer-engine address the appliance serves on.
+func (a *Appliance) DataAddr() net.Addr { return a.addr }
+
+// Name is the appliance's node identity.
+func (a *Appliance) Name() string { return a.cfg.Name }
+
+// Client is the appliance's own connection to the cluster.
+func (a *Appliance) Client() *client.Client { return a.client }
+
+// Tier is the SSD tier (nil without one).
+func (a *Appliance) Tier() *ssd.Tier { return a.tier }
+
+// Region is the DRAM region the segments live in.
+func (a *Appliance) Region() *dram.Region { return a.region }
+
+// Segments lists the names of the DRAM segments this appliance serves.
+func (a *Appliance) Segments() []string {
+	a.segMu.RLock()
+	defer a.segMu.RUnlock()
+	out := make([]string, 0, len(a.segments))
+	for n := range a.segments {
+		out = append(out, n)
+	}
+	return out
+}
+
+func (a *Appliance) diskSegment() string { return a.cfg.Name + "/ssd" }
+
+// registerDisk re-announces every object recovered from SSD, in chunks.
+func (a *Appliance) registerDisk(ctx context.Context) error {
+	objs := a.tier.Objects()
+	const chunk = 1024
+	registered := 0
+	for len(objs) > 0 {
+		n := min(chunk, len(objs))
+		req := &kvtierpb.RegisterDiskObjectsRequest{ClientId: a.cfg.Name}
+		for _, e := range objs[:n] {
+			req.Objects = append(req.Objects, &kvtierpb.DiskObject{
+				Tenant: e.Tenant, Key: []byte(e.Key), Size: e.Size, Crc32C: e.CRC32C,
+				Bucket: e.Loc.Bucket, Offset: e.Loc.Offset, Length: e.Loc.Length})
+		}
+		resp, err := a.client.Master().RegisterDiskObjects(ctx, req)
+		if err != nil {
+			return fmt.Errorf("appliance: re-register SSD objects: %w", kverr.FromGRPC(err))
+		}
+		for i, r := range resp.Results {
+			if r.Code == kvtierpb.ErrorCode_OK {
+				registered++
+			} else {
+				a.log.Warn("ssd object not re-registered", "key", string(req.Objects[i].Key), "code", r.Code, "msg", r.Message)
+			}
+		}
+		objs = objs[n:]
+	}
+	a.log.Info("ssd index loaded", "objects_registered", registered)
+	return nil
+}
+
+// Close drains and shuts the appliance down. Safe to call twice.
+func (a *Appliance) Close(ctx context.Context) error {
+	if !a.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	var err error
+	if a.client != nil {
+		for _, name := range a.Segments() {
+			if e := a.client.UnmountSegment(ctx, name, a.cfg.DrainGrace); e != nil && !kverr.Is(e, kverr.SegmentNotFound) {
+				err = errors.Join(err, fmt.Errorf("unmount %s: %w", name, e))
+			}
+		}
+		if a.cfg.DrainGrace > 0 {
+			select {
+			case <-time.After(a.cfg.DrainGrace):
+			case <-ctx.Done():
+			}
+		}
+	}
+	return errors.Join(err, a.teardown())
+}
+
+func (a *Appliance) teardown() error {
+	if a.cancel != nil {
+		a.cancel()
+	}
+	a.wg.Wait()
+	var err error
+	if a.client != nil {
+		err = errors.Join(err, a.client.Close())
+	}
+	if a.engine != nil {
+		err = errors.Join(err, a.engine.Close())
+	}
+	if a.tier != nil {
+		err = errors.Join(err, a.tier.Close())
+	}
+	if a.region != nil {
+		err = errors.Join(err, a.region.Close())
+	}
+	return err
+}
+
+// notifier lets the SSD tier ask the master before deleting a bucket.
+type notifier struct{ a *Appliance }
+
+func (n notifier) DropBucket(ctx context.Context, bucket uint64) error {
+	if n.a.client == nil {
+		return kverr.New(kverr.RPCFail, "", "not joined to a master yet")
+	}
+	_, err := n.a.client.Master().DropBucket(ctx, &kvtierpb.DropBucketRequest{ClientId: n.a.cfg.Name, Bucket: bucket})
+	return kverr.FromGRPC(err)
+}

@@ -1,0 +1,25 @@
+// Package appliance composes one kvtier storage box: hugepage DRAM segments,
+// the SSD tier, the offload mover and the transfer-engine server, joined to
+// the cluster through the client SDK.
+//
+// Start maps the configured DRAM once and touches every page (first touch of
+// fresh memory is ~60x slower than reuse on these VMs, so segments are
+// pre-faulted once and never given back), splits it into segments of
+// SegmentSize, serves them over the transfer engine and mounts them on the
+// master. With an SSD directory it opens the SSD tier (rebuilding its index
+// from the bucket metadata after a restart), serves bucket extents to readers
+// through the same engine (extent source "<name>/ssd") and re-registers every
+// recovered object with the master as a LOCAL_DISK replica.
+//
+// The offload mover takes the tasks the master hands out in heartbeat answers
+// (copy this MEMORY replica to SSD), writes them to the SSD tier and reports
+// each with OffloadDone; a full queue refuses the task for this round (the
+// master keeps the DRAM copy and counts the skip). Bucket eviction asks the
+// master to drop a bucket's LOCAL_DISK replicas before deleting it.
+//
+// Close drains: it stops taking offload work, unmounts every segment on the
+// master (after DrainGrace, during which reads are still served), stops the
+// engine, seals the SSD tier and unmaps the memory.
+//
+// Importers: cmd/kvtier and tests. The appliance never imports package master.
+package appliance

@@ -1,0 +1,120 @@
+package appliance
+
+import (
+	"context"
+	"time"
+
+	"kvtier/api/kvtierpb"
+	"kvtier/internal/kverr"
+	"kvtier/ssd"
+)
+
+// fillHeartbeat adds the SSD tier's figures and the free offload slots.
+func (a *Appliance) fillHeartbeat(req *kvtierpb.HeartbeatRequest) {
+	if a.tier == nil {
+		return
+	}
+	s := a.tier.Stats()
+	req.Disk = &kvtierpb.DiskTierStats{
+		Capacity: s.Capacity, Used: s.Used, Buckets: s.Buckets, Objects: s.Objects,
+		OffloadQueue:   uint64(len(a.offload)) + uint64(a.offloadBusy.Load()),
+		EvictedBuckets: s.EvictedBuckets, BytesWritten: s.BytesWritten, BytesRead: s.BytesRead,
+		QuarantinedBuckets: s.QuarantinedBuckets, IndexLoaded: true,
+		OffloadSkipped: a.skipped.Load(), OffloadFailed: a.failed.Load(),
+	}
+	req.OffloadSlots = uint32(cap(a.offload) - len(a.offload))
+}
+
+// onHeartbeatReply queues offload tasks and applies relayed tier settings.
+func (a *Appliance) onHeartbeatReply(resp *kvtierpb.HeartbeatResponse) {
+	for _, t := range resp.Offload {
+		select {
+		case a.offload <- t:
+		default:
+			// Full queue: the object keeps its DRAM copy; tell the master
+			// so it releases the pin and may offer it again later.
+			a.skipped.Add(1)
+			go a.done(context.Background(), t, ssd.Location{}, kverr.New(kverr.NoAvailableHandle, string(t.Key), "offload queue full"))
+		}
+	}
+	if resp.Settings != nil && a.tier != nil {
+		a.applySettings(resp.Settings)
+	}
+}
+
+func (a *Appliance) applySettings(s *kvtierpb.TierSettings) {
+	a.settingsMu.Lock()
+	defer a.settingsMu.Unlock()
+	prev := a.settings
+	if s.SsdPolicy != "" && (prev == nil || prev.SsdPolicy != s.SsdPolicy) {
+		if p, err := ssd.ParsePolicy(s.SsdPolicy); err == nil {
+			a.tier.SetPolicy(p)
+			a.log.Info("ssd policy set", "policy", s.SsdPolicy)
+		}
+	}
+	if s.SsdCapacity > 0 && (prev == nil || prev.SsdCapacity != s.SsdCapacity) {
+		a.tier.SetCapacity(s.SsdCapacity)
+		a.log.Info("ssd capacity set", "bytes", s.SsdCapacity)
+	}
+	if s.SsdHighWatermark > 0 && (prev == nil || prev.SsdHighWatermark != s.SsdHighWatermark) {
+		if err := a.tier.SetHighWatermark(s.SsdHighWatermark); err != nil {
+			a.log.Warn("ssd high watermark refused", "err", err)
+		}
+	}
+	a.settings = s
+}
+
+func (a *Appliance) offloadWorker(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case t := <-a.offload:
+			a.offloadBusy.Add(1)
+			loc, err := a.offloadOne(ctx, t)
+			a.done(ctx, t, loc, err)
+			a.offloadBusy.Add(-1)
+		}
+	}
+}
+
+// offloadOne writes the object's MEMORY replica (in this appliance's own
+// segment, pinned by the master until OffloadDone) to the SSD tier.
+func (a *Appliance) offloadOne(ctx context.Context, t *kvtierpb.OffloadTask) (ssd.Location, error) {
+	src := t.Source
+	if src == nil || src.Type != kvtierpb.ReplicaType_MEMORY {
+		return ssd.Location{}, kverr.New(kverr.InvalidParams, string(t.Key), "offload task without a MEMORY source")
+	}
+	a.segMu.RLock()
+	mem, ok := a.segments[src.Segment]
+	a.segMu.RUnlock()
+	if !ok {
+		return ssd.Location{}, kverr.New(kverr.SegmentNotFound, string(t.Key), "segment %s is not served here", src.Segment)
+	}
+	end := src.Offset + src.Length
+	if end < src.Offset || end > uint64(len(mem)) || src.Length != t.Size {
+		return ssd.Location{}, kverr.New(kverr.InvalidParams, string(t.Key), "offload source [%d,+%d) outside segment %s", src.Offset, src.Length, src.Segment)
+	}
+	value := mem[src.Offset:end]
+	if t.Crc32C != 0 && ssd.Checksum(value) != t.Crc32C {
+		return ssd.Location{}, kverr.New(kverr.ChecksumMismatch, string(t.Key), "DRAM copy fails its checksum; not offloaded")
+	}
+	return a.tier.Put(ctx, t.Tenant, string(t.Key), value, t.Crc32C)
+}
+
+func (a *Appliance) done(ctx context.Context, t *kvtierpb.OffloadTask, loc ssd.Location, err error) {
+	req := &kvtierpb.OffloadDoneRequest{ClientId: a.cfg.Name, Tenant: t.Tenant, Key: t.Key, Ok: err == nil,
+		Bucket: loc.Bucket, Offset: loc.Offset, Length: loc.Length}
+	if err != nil {
+		if !kverr.Is(err, kverr.NoAvailableHandle) {
+			a.failed.Add(1)
+		}
+		req.Error = err.Error()
+		a.log.Debug("offload failed", "key", string(t.Key), "err", err)
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if _, e := a.client.Master().OffloadDone(cctx, req); e != nil {
+		a.log.Warn("offload report failed", "key", string(t.Key), "err", kverr.FromGRPC(e))
+	}
+}

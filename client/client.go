@@ -1,0 +1,389 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"kvtier/api/kvtierpb"
+	"kvtier/dram"
+	"kvtier/internal/kverr"
+	"kvtier/internal/transfer"
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Checksum returns the CRC32C of b, the checksum kvtier stores with objects.
+func Checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
+// Config configures a Client. The zero value (plus MasterAddr) is a pure
+// caller with defaults.
+type Config struct {
+	MasterAddr string // host:port of the master's gRPC listener (required)
+	ClientID   string // stable node identity; default hostname-pid-random
+	Tenant     string // default "default"
+
+	HeartbeatInterval time.Duration // default 1s
+	RPCTimeout        time.Duration // per master call; default 10s
+
+	// GlobalSegmentSize > 0 maps that much memory and mounts it as MEMORY
+	// segments of SegmentSize each (default: one segment).
+	GlobalSegmentSize uint64
+	SegmentSize       uint64
+	Hugepages         dram.HugepageMode
+	// LocalBufferSize > 0 keeps a registered staging buffer (LocalBuffer()).
+	LocalBufferSize uint64
+
+	// DataAddr is where the transfer engine listens when this client serves
+	// segments (default 127.0.0.1:0).
+	DataAddr string
+	// Engine, when set, is used instead of a private transfer engine (the
+	// appliance shares one engine between its segments and its client).
+	Engine   *transfer.Engine
+	Transfer transfer.Config
+
+	// OnHeartbeat may add node figures to each beat; OnHeartbeatReply sees
+	// each answer (offload tasks, tier settings). Both run on the heartbeat
+	// goroutine.
+	OnHeartbeat      func(*kvtierpb.HeartbeatRequest)
+	OnHeartbeatReply func(*kvtierpb.HeartbeatResponse)
+
+	Logger *slog.Logger
+}
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	if c.MasterAddr == "" {
+		return kverr.New(kverr.InvalidParams, "", "client: master address is required")
+	}
+	if _, _, err := net.SplitHostPort(c.MasterAddr); err != nil {
+		return kverr.New(kverr.InvalidParams, "", "client: master address %q: %v", c.MasterAddr, err)
+	}
+	if c.HeartbeatInterval < 0 || c.RPCTimeout < 0 {
+		return kverr.New(kverr.InvalidParams, "", "client: negative interval")
+	}
+	return nil
+}
+
+func (c *Config) withDefaults() Config {
+	out := *c
+	if out.ClientID == "" {
+		host, _ := os.Hostname()
+		out.ClientID = fmt.Sprintf("%s-%d-%04x", host, os.Getpid(), rand.IntN(1<<16))
+	}
+	if out.Tenant == "" {
+		out.Tenant = "default"
+	}
+	if out.HeartbeatInterval == 0 {
+		out.HeartbeatInterval = time.Second
+	}
+	if out.RPCTimeout == 0 {
+		out.RPCTimeout = 10 * time.Second
+	}
+	if out.SegmentSize == 0 {
+		out.SegmentSize = out.GlobalSegmentSize
+	}
+	if out.DataAddr == "" {
+		out.DataAddr = "127.0.0.1:0"
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	return out
+}
+
+// Client is a connection to a kvtier cluster. Safe for concurrent use.
+type Client struct {
+	cfg        Config
+	conn       *grpc.ClientConn
+	master     kvtierpb.MasterClient
+	engine     *transfer.Engine
+	ownsEngine bool
+	endpoint   string // our transfer endpoint when we serve segments
+
+	region      *dram.Region // GlobalSegmentSize memory, nil if none
+	localBuffer *dram.Region
+
+	mu       sync.Mutex
+	segments map[string]*kvtierpb.Segment // guarded by mu: announced on every beat
+	local    map[string]bool              // guarded by mu: segment names served by our engine
+
+	stop     context.CancelFunc
+	done     chan struct{}
+	closeOne sync.Once
+}
+
+// New connects to the master, maps and mounts this client's own memory when
+// configured, and starts heartbeating.
+func New(ctx context.Context, cfg Config) (*Client, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	conn, err := grpc.NewClient(cfg.MasterAddr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+	if err != nil {
+		return nil, kverr.New(kverr.RPCFail, "", "client: connect master %s: %v", cfg.MasterAddr, err)
+	}
+	c := &Client{
+		cfg:      cfg,
+		conn:     conn,
+		master:   kvtierpb.NewMasterClient(conn),
+		segments: map[string]*kvtierpb.Segment{},
+		local:    map[string]bool{},
+		done:     make(chan struct{}),
+	}
+	if err := c.setup(ctx); err != nil {
+		c.release()
+		return nil, err
+	}
+	hbCtx, cancel := context.WithCancel(context.Background())
+	c.stop = cancel
+	go c.heartbeatLoop(hbCtx)
+	return c, nil
+}
+
+func (c *Client) setup(ctx context.Context) error {
+	cfg := c.cfg
+	if cfg.Engine != nil {
+		c.engine = cfg.Engine
+	} else {
+		e, err := transfer.New(cfg.Transfer)
+		if err != nil {
+			return err
+		}
+		c.engine, c.ownsEngine = e, true
+	}
+	if cfg.LocalBufferSize > 0 {
+		r, err := dram.Map(cfg.LocalBufferSize, cfg.Hugepages)
+		if err != nil {
+			return fmt.Errorf("client: local buffer: %w", err)
+		}
+		c.localBuffer = r
+		if err := c.engine.RegisterSegment(cfg.ClientID+"/buffer", r.Bytes()); err != nil {
+			return err
+		}
+	}
+	if cfg.GlobalSegmentSize == 0 {
+		return nil
+	}
+	if c.ownsEngine {
+		addr, err := c.engine.Listen(cfg.DataAddr)
+		if err != nil {
+			return kverr.New(kverr.TransferFail, "", "client: listen %s: %v", cfg.DataAddr, err)
+		}
+		c.endpoint = addr.String()
+	}
+	r, err := dram.Map(cfg.GlobalSegmentSize, cfg.Hugepages)
+	if err != nil {
+		return fmt.Errorf("client: global segment: %w", err)
+	}
+	c.region = r
+	if err := r.Prefault(ctx); err != nil {
+		return err
+	}
+	for i, mem := range dram.Split(r.Bytes(), cfg.SegmentSize) {
+		name := fmt.Sprintf("%s/mem%d", cfg.ClientID, i)
+		if err := c.ServeSegment(ctx, name, mem); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SetEndpoint records the transfer endpoint peers use to reach segments this
+// client serves (used when Config.Engine is shared and listens elsewhere).
+func (c *Client) SetEndpoint(ep string) {
+	c.mu.Lock()
+	c.endpoint = ep
+	c.mu.Unlock()
+}
+
+// ID returns the client's node identity.
+func (c *Client) ID() string { return c.cfg.ClientID }
+
+// Tenant returns the tenant the client's calls carry.
+func (c *Client) Tenant() string { return c.cfg.Tenant }
+
+// Engine returns the transfer engine the client moves bytes with.
+func (c *Client) Engine() *transfer.Engine { return c.engine }
+
+// Master returns the raw gRPC stub, for node-level calls (offload, disk
+// registration) made by the appliance.
+func (c *Client) Master() kvtierpb.MasterClient { return c.master }
+
+// LocalBuffer returns the registered staging buffer (nil when not configured).
+func (c *Client) LocalBuffer() []byte {
+	if c.localBuffer == nil {
+		return nil
+	}
+	return c.localBuffer.Bytes()
+}
+
+// ServeSegment registers mem with the transfer engine under name and mounts it
+// on the master as a MEMORY segment owned by this client.
+func (c *Client) ServeSegment(ctx context.Context, name string, mem []byte) error {
+	if err := c.engine.RegisterSegment(name, mem); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	seg := &kvtierpb.Segment{
+		Name: name, Type: kvtierpb.ReplicaType_MEMORY, Node: c.cfg.ClientID,
+		Endpoint: c.endpoint, Size: uint64(len(mem)),
+	}
+	c.segments[name] = seg
+	c.local[name] = true
+	c.mu.Unlock()
+	return c.MountSegment(ctx, seg)
+}
+
+// MountSegment mounts seg on the master and re-announces it on every
+// heartbeat (so it is remounted after a master restart or a grace period).
+func (c *Client) MountSegment(ctx context.Context, seg *kvtierpb.Segment) error {
+	seg.Node = c.cfg.ClientID
+	c.mu.Lock()
+	c.segments[seg.Name] = seg
+	c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout)
+	defer cancel()
+	_, err := c.master.MountSegment(ctx, &kvtierpb.MountSegmentRequest{ClientId: c.cfg.ClientID, Segment: seg})
+	return kverr.FromGRPC(err)
+}
+
+// UnmountSegment stops announcing the segment and unmounts it on the master
+// after grace (reads are served until then).
+func (c *Client) UnmountSegment(ctx context.Context, name string, grace time.Duration) error {
+	c.mu.Lock()
+	delete(c.segments, name)
+	c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout+grace)
+	defer cancel()
+	_, err := c.master.UnmountSegment(ctx, &kvtierpb.UnmountSegmentRequest{
+		ClientId: c.cfg.ClientID, Name: name, GraceMs: grace.Milliseconds()})
+	return kverr.FromGRPC(err)
+}
+
+func (c *Client) heartbeatLoop(ctx context.Context) {
+	defer close(c.done)
+	t := time.NewTicker(c.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		c.Heartbeat(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Heartbeat sends one beat now. Errors are logged, not returned: the next beat
+// retries, and the master's grace state covers short outages.
+func (c *Client) Heartbeat(ctx context.Context) {
+	c.mu.Lock()
+	req := &kvtierpb.HeartbeatRequest{ClientId: c.cfg.ClientID, Endpoint: c.endpoint}
+	for _, s := range c.segments {
+		req.Segments = append(req.Segments, s)
+	}
+	c.mu.Unlock()
+	if c.cfg.OnHeartbeat != nil {
+		c.cfg.OnHeartbeat(req)
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout)
+	defer cancel()
+	resp, err := c.master.Heartbeat(cctx, req)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.cfg.Logger.Warn("heartbeat failed", "master", c.cfg.MasterAddr, "err", kverr.FromGRPC(err))
+		}
+		return
+	}
+	if c.cfg.OnHeartbeatReply != nil {
+		c.cfg.OnHeartbeatReply(resp)
+	}
+}
+
+// Close stops heartbeating, unmounts this client's own segments and releases
+// its memory. It does not unmount segments added by an embedding appliance
+// unless they were mounted through ServeSegment.
+func (c *Client) Close() error {
+	var err error
+	c.closeOne.Do(func() {
+		if c.stop != nil {
+			c.stop()
+			<-c.done
+		}
+		if c.region != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RPCTimeout)
+			c.mu.Lock()
+			names := make([]string, 0, len(c.local))
+			for n := range c.local {
+				names = append(names, n)
+			}
+			c.mu.Unlock()
+			for _, n := range names {
+				if e := c.UnmountSegment(ctx, n, 0); e != nil && !kverr.Is(e, kverr.SegmentNotFound) {
+					err = errors.Join(err, e)
+				}
+			}
+			cancel()
+		}
+		err = errors.Join(err, c.release())
+	})
+	return err
+}
+
+func (c *Client) release() error {
+	var err error
+	c.mu.Lock()
+	locals := make([]string, 0, len(c.local))
+	for n := range c.local {
+		locals = append(locals, n)
+	}
+	c.mu.Unlock()
+	if c.engine != nil {
+		for _, n := range locals {
+			_ = c.engine.UnregisterSegment(n)
+		}
+		if c.localBuffer != nil {
+			_ = c.engine.UnregisterSegment(c.cfg.ClientID + "/buffer")
+		}
+		if c.ownsEngine {
+			err = errors.Join(err, c.engine.Close())
+		}
+	}
+	if c.region != nil {
+		err = errors.Join(err, c.region.Close())
+	}
+	if c.localBuffer != nil {
+		err = errors.Join(err, c.localBuffer.Close())
+	}
+	if c.conn != nil {
+		err = errors.Join(err, c.conn.Close())
+	}
+	return err
+}
+
+func (c *Client) rpcCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.cfg.RPCTimeout)
+}
+
+func (c *Client) isLocal(r *kvtierpb.Replica) bool {
+	if r.Node == c.cfg.ClientID {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.local[r.Segment]
+}

@@ -1,0 +1,180 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"kvtier/api/kvtierpb"
+	"kvtier/internal/kverr"
+	"kvtier/internal/transfer"
+)
+
+// ReplicaList is what GetReplicaList answered: the object's size, checksum,
+// read-lease deadline and COMPLETE replicas.
+type ReplicaList struct {
+	Size          uint64
+	CRC32C        uint32
+	HasChecksum   bool
+	LeaseDeadline time.Time
+	Replicas      []*kvtierpb.Replica
+}
+
+// Query asks the master where key's replicas are. It grants or extends the
+// read lease, as a read does.
+func (c *Client) Query(ctx context.Context, key string) (*ReplicaList, error) {
+	rctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	resp, err := c.master.GetReplicaList(rctx, &kvtierpb.KeyRequest{ClientId: c.cfg.ClientID, Tenant: c.cfg.Tenant, Key: []byte(key)})
+	if err != nil {
+		return nil, kverr.FromGRPC(err)
+	}
+	return replicaList(resp), nil
+}
+
+func replicaList(r *kvtierpb.GetReplicaListResponse) *ReplicaList {
+	return &ReplicaList{Size: r.Size, CRC32C: r.Crc32C, HasChecksum: r.HasChecksum,
+		LeaseDeadline: time.UnixMilli(r.LeaseDeadlineMs), Replicas: r.Replicas}
+}
+
+// Get returns the value stored under key.
+func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
+	rl, err := c.Query(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	buf := make([]byte, rl.Size)
+	if err := c.read(ctx, key, rl, buf); err != nil {
+		return nil, err
+	}
+	return buf, nil
+}
+
+// GetInto reads key's value into buf and returns its size. buf must be at
+// least as large as the object (INVALID_PARAMS otherwise, nothing read).
+func (c *Client) GetInto(ctx context.Context, key string, buf []byte) (int, error) {
+	rl, err := c.Query(ctx, key)
+	if err != nil {
+		return 0, err
+	}
+	if uint64(len(buf)) < rl.Size {
+		return 0, kverr.New(kverr.InvalidParams, key, "buffer of %d bytes is smaller than the object (%d bytes)", len(buf), rl.Size)
+	}
+	if err := c.read(ctx, key, rl, buf[:rl.Size]); err != nil {
+		return 0, err
+	}
+	return int(rl.Size), nil
+}
+
+// priority ranks a replica by the design's fixed order: local MEMORY, any
+// MEMORY, local NOF, any NOF, LOCAL_DISK. Lower is better.
+func (c *Client) priority(r *kvtierpb.Replica) int {
+	local := c.isLocal(r)
+	switch r.Type {
+	case kvtierpb.ReplicaType_MEMORY:
+		if local {
+			return 0
+		}
+		return 1
+	case kvtierpb.ReplicaType_NOF:
+		if local {
+			return 2
+		}
+		return 3
+	case kvtierpb.ReplicaType_LOCAL_DISK:
+		return 4
+	}
+	return 5
+}
+
+func (c *Client) ordered(rs []*kvtierpb.Replica) []*kvtierpb.Replica {
+	out := slices.Clone(rs)
+	// Stable: the master lists replicas on grace segments last; keep that
+	// order within one priority class.
+	slices.SortStableFunc(out, func(a, b *kvtierpb.Replica) int { return c.priority(a) - c.priority(b) })
+	return out
+}
+
+// read fills dst (len = object size) from the best replica that works.
+func (c *Client) read(ctx context.Context, key string, rl *ReplicaList, dst []byte) error {
+	if len(rl.Replicas) == 0 {
+		return kverr.New(kverr.ObjectNotFound, key, "no complete replica")
+	}
+	var errs error
+	for _, r := range c.ordered(rl.Replicas) {
+		err := c.readReplica(ctx, r, dst)
+		if err == nil && rl.HasChecksum && Checksum(dst) != rl.CRC32C {
+			err = kverr.New(kverr.ChecksumMismatch, key, "replica %s on %s: checksum mismatch", r.Type, r.Segment)
+		}
+		if err == nil {
+			if time.Now().After(rl.LeaseDeadline) {
+				return kverr.New(kverr.LeaseExpired, key, "read lease ended at %s during the transfer; query again", rl.LeaseDeadline.Format(time.RFC3339Nano))
+			}
+			return nil
+		}
+		errs = errors.Join(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	code := kverr.TransferFail
+	if kverr.Is(errs, kverr.ChecksumMismatch) {
+		code = kverr.ChecksumMismatch
+	}
+	return kverr.New(code, key, "every replica failed: %v", errs)
+}
+
+func (c *Client) readReplica(ctx context.Context, r *kvtierpb.Replica, dst []byte) error {
+	if r.Length != uint64(len(dst)) {
+		return kverr.New(kverr.InternalError, "", "replica length %d differs from object size %d", r.Length, len(dst))
+	}
+	switch r.Type {
+	case kvtierpb.ReplicaType_MEMORY:
+		return c.engine.Do(ctx, []transfer.Request{{Op: transfer.Read, Endpoint: r.Endpoint, Segment: r.Segment, Offset: r.Offset, Buf: dst}})[0]
+	case kvtierpb.ReplicaType_LOCAL_DISK:
+		return c.engine.Do(ctx, []transfer.Request{{Op: transfer.Read, Endpoint: r.Endpoint, Segment: r.Segment, Bucket: r.Bucket, Offset: r.Offset, Buf: dst}})[0]
+	case kvtierpb.ReplicaType_NOF:
+		return c.readNOF(ctx, r, dst)
+	}
+	return kverr.New(kverr.InternalError, "", "unknown replica type %v", r.Type)
+}
+
+// Exist reports whether key is stored and readable. It never extends a lease.
+func (c *Client) Exist(ctx context.Context, key string) (bool, error) {
+	rctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	resp, err := c.master.Exist(rctx, &kvtierpb.KeyRequest{ClientId: c.cfg.ClientID, Tenant: c.cfg.Tenant, Key: []byte(key)})
+	if err != nil {
+		return false, kverr.FromGRPC(err)
+	}
+	return resp.Exists, nil
+}
+
+// Stat returns the object's metadata without taking a lease.
+func (c *Client) Stat(ctx context.Context, key string) (*kvtierpb.ObjectInfo, error) {
+	rctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	info, err := c.master.GetObject(rctx, &kvtierpb.KeyRequest{ClientId: c.cfg.ClientID, Tenant: c.cfg.Tenant, Key: []byte(key)})
+	return info, kverr.FromGRPC(err)
+}
+
+// Remove deletes key. A leased object is refused (OBJECT_HAS_LEASE) unless
+// force; an object still being written is always refused.
+func (c *Client) Remove(ctx context.Context, key string, force bool) error {
+	rctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	_, err := c.master.Remove(rctx, &kvtierpb.KeyRequest{ClientId: c.cfg.ClientID, Tenant: c.cfg.Tenant, Key: []byte(key), Force: force})
+	return kverr.FromGRPC(err)
+}
+
+// List returns up to limit objects whose key starts with prefix, after cursor.
+func (c *Client) List(ctx context.Context, prefix, cursor string, limit int) ([]*kvtierpb.ObjectInfo, string, error) {
+	rctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	resp, err := c.master.ListObjects(rctx, &kvtierpb.ListObjectsRequest{Tenant: c.cfg.Tenant, Prefix: []byte(prefix), Cursor: []byte(cursor), Limit: uint32(max(limit, 0))})
+	if err != nil {
+		return nil, "", kverr.FromGRPC(err)
+	}
+	return resp.Objects, string(resp.NextCursor), nil
+}

@@ -1,0 +1,168 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"kvtier/api/kvtierpb"
+	"kvtier/internal/kverr"
+	"kvtier/internal/transfer"
+)
+
+// PutOptions are the per-put settings. The zero value means one replica, no
+// pin, any segment.
+type PutOptions struct {
+	Replicas         int // MEMORY replicas, best-effort; 0 means 1
+	NOFReplicas      int // NVMe-oF replicas
+	PreferredSegment string
+	SoftPin          bool
+	HardPin          bool
+	SoftPinTTL       time.Duration // 0 = master default
+}
+
+// PutOption sets one field of PutOptions.
+type PutOption func(*PutOptions)
+
+// WithReplicas asks for n MEMORY replicas (best-effort, on distinct segments).
+func WithReplicas(n int) PutOption { return func(o *PutOptions) { o.Replicas = n } }
+
+// WithPreferredSegment places the first replica on the named segment when it has room.
+func WithPreferredSegment(s string) PutOption { return func(o *PutOptions) { o.PreferredSegment = s } }
+
+// WithSoftPin keeps the object through the first eviction pass for ttl (0 = default).
+func WithSoftPin(ttl time.Duration) PutOption {
+	return func(o *PutOptions) { o.SoftPin, o.SoftPinTTL = true, ttl }
+}
+
+// WithHardPin makes the object unevictable (only Remove deletes it).
+func WithHardPin() PutOption { return func(o *PutOptions) { o.HardPin = true } }
+
+// WithOptions applies a whole PutOptions value.
+func WithOptions(p PutOptions) PutOption { return func(o *PutOptions) { *o = p } }
+
+func (o PutOptions) proto() *kvtierpb.PutConfig {
+	return &kvtierpb.PutConfig{
+		ReplicaNum: uint32(max(o.Replicas, 0)), PreferredSegment: o.PreferredSegment,
+		SoftPin: o.SoftPin, HardPin: o.HardPin, SoftPinTtlMs: uint64(o.SoftPinTTL.Milliseconds()),
+		NofReplicaNum: uint32(max(o.NOFReplicas, 0)),
+	}
+}
+
+// PutResult says what a put did.
+type PutResult struct {
+	// AlreadyStored: the key was already stored (or being stored) with the
+	// same size by another writer; this put wrote nothing.
+	AlreadyStored bool
+	Replicas      int // replicas written
+}
+
+// Put stores value under key. A key already stored with the same size is
+// success (first writer wins); NO_AVAILABLE_HANDLE means the store is full.
+func (c *Client) Put(ctx context.Context, key string, value []byte, opts ...PutOption) error {
+	_, err := c.PutWithResult(ctx, key, value, opts...)
+	return err
+}
+
+// PutWithResult is Put that also reports whether anything was written.
+func (c *Client) PutWithResult(ctx context.Context, key string, value []byte, opts ...PutOption) (PutResult, error) {
+	var o PutOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	rctx, cancel := c.rpcCtx(ctx)
+	resp, err := c.master.PutStart(rctx, c.putStartReq(key, value, o))
+	cancel()
+	if err != nil {
+		err = kverr.FromGRPC(err)
+		if kverr.Is(err, kverr.ObjectAlreadyExists) {
+			return c.alreadyStored(ctx, key, uint64(len(value)), err)
+		}
+		return PutResult{}, err
+	}
+	if err := c.writeReplicas(ctx, resp.Replicas, value); err != nil {
+		c.revoke(key)
+		return PutResult{}, err
+	}
+	rctx, cancel = c.rpcCtx(ctx)
+	_, err = c.master.PutEnd(rctx, &kvtierpb.KeyRequest{ClientId: c.cfg.ClientID, Tenant: c.cfg.Tenant, Key: []byte(key)})
+	cancel()
+	if err != nil {
+		err = kverr.FromGRPC(err)
+		c.revoke(key)
+		return PutResult{}, err
+	}
+	return PutResult{Replicas: len(resp.Replicas)}, nil
+}
+
+func (c *Client) putStartReq(key string, value []byte, o PutOptions) *kvtierpb.PutStartRequest {
+	return &kvtierpb.PutStartRequest{
+		ClientId: c.cfg.ClientID, Tenant: c.cfg.Tenant, Key: []byte(key),
+		Size: uint64(len(value)), Crc32C: Checksum(value), HasChecksum: true, Config: o.proto(),
+	}
+}
+
+// alreadyStored turns OBJECT_ALREADY_EXISTS into success when the stored
+// object has the same size; a different size is a real conflict.
+func (c *Client) alreadyStored(ctx context.Context, key string, size uint64, orig error) (PutResult, error) {
+	rctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	info, err := c.master.GetObject(rctx, &kvtierpb.KeyRequest{Tenant: c.cfg.Tenant, Key: []byte(key)})
+	if err != nil {
+		if kverr.Is(kverr.FromGRPC(err), kverr.ObjectNotFound) {
+			// The other writer revoked meanwhile: report the original refusal;
+			// the caller may retry.
+			return PutResult{}, orig
+		}
+		return PutResult{}, orig
+	}
+	if info.Size != size {
+		return PutResult{}, kverr.New(kverr.ObjectAlreadyExists, key, "stored with size %d, put has size %d", info.Size, size)
+	}
+	return PutResult{AlreadyStored: true}, nil
+}
+
+// revoke gives the reservation back. It uses a fresh context: the caller's
+// may be the reason the put failed.
+func (c *Client) revoke(key string) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RPCTimeout)
+	defer cancel()
+	if _, err := c.master.PutRevoke(ctx, &kvtierpb.KeyRequest{ClientId: c.cfg.ClientID, Tenant: c.cfg.Tenant, Key: []byte(key)}); err != nil {
+		c.cfg.Logger.Warn("put revoke failed; the master reclaims it after its timeout", "key", key, "err", kverr.FromGRPC(err))
+	}
+}
+
+// writeReplicas writes value to every replica in parallel (one transfer batch).
+func (c *Client) writeReplicas(ctx context.Context, replicas []*kvtierpb.Replica, value []byte) error {
+	if len(replicas) == 0 {
+		return kverr.New(kverr.NoAvailableHandle, "", "master allocated no replica")
+	}
+	reqs := make([]transfer.Request, 0, len(replicas))
+	var nofs []*kvtierpb.Replica
+	for _, r := range replicas {
+		switch r.Type {
+		case kvtierpb.ReplicaType_MEMORY:
+			reqs = append(reqs, transfer.Request{Op: transfer.Write, Endpoint: r.Endpoint, Segment: r.Segment, Offset: r.Offset, Buf: value})
+		case kvtierpb.ReplicaType_NOF:
+			nofs = append(nofs, r)
+		default:
+			return kverr.New(kverr.InternalError, "", "master allocated a %s replica for a put", r.Type)
+		}
+	}
+	var wg sync.WaitGroup
+	var nofErr error
+	if len(nofs) > 0 {
+		wg.Go(func() { nofErr = c.writeNOF(ctx, nofs, value) })
+	}
+	var err error
+	if len(reqs) > 0 {
+		for i, e := range c.engine.Do(ctx, reqs) {
+			if e != nil {
+				err = errors.Join(err, kverr.New(kverr.TransferFail, "", "write replica %s@%s: %v", reqs[i].Segment, reqs[i].Endpoint, e))
+			}
+		}
+	}
+	wg.Wait()
+	return errors.Join(err, nofErr)
+}

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"gopkg.in/yaml.v3"
+)
+
+// applyConfigFile sets every flag named in the --config YAML file that was not
+// given on the command line. Unknown names are an error: a typo in a config
+// file must not silently fall back to a default.
+func applyConfigFile(cmd *cobra.Command) error {
+	path, _ := cmd.Flags().GetString("config")
+	if path == "" {
+		return nil
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("--config: %w", err)
+	}
+	var values map[string]any
+	if err := yaml.Unmarshal(raw, &values); err != nil {
+		return fmt.Errorf("--config %s: not a YAML mapping: %w", path, err)
+	}
+	for name, v := range values {
+		f := cmd.Flags().Lookup(name)
+		if f == nil {
+			return fmt.Errorf("--config %s: unknown setting %q for %q", path, name, cmd.Name())
+		}
+		if f.Changed {
+			continue
+		}
+		var s string
+		switch x := v.(type) {
+		case []any:
+			parts := make([]string, len(x))
+			for i, p := range x {
+				parts[i] = fmt.Sprint(p)
+			}
+			s = strings.Join(parts, ",")
+		default:
+			s = fmt.Sprint(x)
+		}
+		if err := cmd.Flags().Set(name, s); err != nil {
+			return fmt.Errorf("--config %s: %s: %w", path, name, err)
+		}
+	}
+	return nil
+}
+
+// sizeValue is a byte size flag accepting 1GiB, 512MiB, 4KiB, 1G, 100M, 123.
+type sizeValue uint64
+
+var _ pflag.Value = (*sizeValue)(nil)
+
+func (s *sizeValue) String() string { return formatSize(uint64(*s)) }
+func (s *sizeValue) Type() string   { return "size" }
+func (s *sizeValue) Set(v string) error {
+	n, err := parseSize(v)
+	if err != nil {
+		return err
+	}
+	*s = sizeValue(n)
+	return nil
+}
+
+func parseSize(v string) (uint64, error) {
+	s := strings.TrimSpace(v)
+	units := []struct {
+		suffix string
+		mult   uint64
+	}{
+		{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+		{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"T", 1 << 40}, {"B", 1},
+	}
+	mult := uint64(1)
+	for _, u := range units {
+		if strings.HasSuffix(s, u.suffix) {
+			mult = u.mult
+			s = strings.TrimSpace(strings.TrimSuffix(s, u.suffix))
+			break
+		}
+	}
+	if s == "" {
+		return 0, fmt.Errorf("size %q: no number", v)
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f < 0 {
+		return 0, fmt.Errorf("size %q: want a number with an optional unit (KiB, MiB, GiB, TiB, KB, MB, GB)", v)
+	}
+	out := f * float64(mult)
+	if out > 1<<62 {
+		return 0, fmt.Errorf("size %q is too large", v)
+	}
+	return uint64(out), nil
+}
+
+func formatSize(n uint64) string {
+	switch {
+	case n >= 1<<40 && n%(1<<40) == 0:
+		return fmt.Sprintf("%dTiB", n>>40)
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%dGiB", n>>30)
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", n>>10)
+	}
+	return strconv.FormatUint(n, 10)
+}

@@ -1,0 +1,331 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+
+	"kvtier/api/kvtierpb"
+	"kvtier/appliance"
+	"kvtier/dram"
+	"kvtier/master"
+	"kvtier/ssd"
+)
+
+// masterFlags are the master's settings shared by `master` and `standalone`.
+type masterFlags struct {
+	grpcAddr, httpAddr string
+	leaseTTL           time.Duration
+	highWatermark      float64
+	evictionRatio      float64
+	etcd               []string
+	leasePolicy        string
+	clientTTL          time.Duration
+	clientGrace        time.Duration
+	putDiscard         time.Duration
+	putRelease         time.Duration
+	maxObjects         int
+	httpToken          string
+	offload            string
+}
+
+func (f *masterFlags) register(cmd *cobra.Command, standalone bool) {
+	fs := cmd.Flags()
+	fs.StringVar(&f.grpcAddr, "grpc-addr", "127.0.0.1:7070", "master gRPC listen address (port 0 picks a free port)")
+	fs.StringVar(&f.httpAddr, "http-addr", "127.0.0.1:8080", "REST API, metrics and web UI listen address (loopback by default; port 0 picks a free port)")
+	fs.DurationVar(&f.leaseTTL, "lease-ttl", master.DefaultLeaseTTL, "read lease granted by each read")
+	fs.Float64Var(&f.highWatermark, "high-watermark", master.DefaultHighWatermark, "DRAM use fraction that triggers eviction, in (0,1]")
+	fs.Float64Var(&f.evictionRatio, "eviction-ratio", master.DefaultEvictionRatio, "fraction of DRAM capacity one eviction pass frees, in (0,1]")
+	fs.StringSliceVar(&f.etcd, "etcd", nil, "etcd endpoints for HA mode (leader + standbys)")
+	fs.StringVar(&f.leasePolicy, "lease-policy", master.DefaultLeasePolicy, "eviction order policy: plain | frequency")
+	fs.DurationVar(&f.clientTTL, "client-ttl", master.DefaultClientTTL, "a client silent this long enters the grace state")
+	fs.DurationVar(&f.clientGrace, "client-grace", master.DefaultClientGrace, "a client in grace this long is gone: its segments are unmounted")
+	fs.DurationVar(&f.putDiscard, "put-discard-timeout", master.DefaultPutDiscardTimeout, "an unfinished put older than this may be taken over by a new writer")
+	fs.DurationVar(&f.putRelease, "put-release-timeout", master.DefaultPutReleaseTimeout, "an abandoned put's space is freed this long after its start")
+	fs.IntVar(&f.maxObjects, "max-objects", master.DefaultMaxObjects, "maximum number of objects")
+	fs.StringVar(&f.httpToken, "http-token", "", "bearer token required by mutating REST calls and UI actions (default: none)")
+	if !standalone {
+		fs.StringVar(&f.offload, "offload", master.DefaultOffloadMode, "SSD offload mode: off | immediate | on-evict")
+	}
+}
+
+func (f *masterFlags) config() master.Config {
+	return master.Config{
+		LeaseTTL: f.leaseTTL, HighWatermark: f.highWatermark, EvictionRatio: f.evictionRatio,
+		LeasePolicy: f.leasePolicy, ClientTTL: f.clientTTL, ClientGrace: f.clientGrace,
+		PutDiscardTimeout: f.putDiscard, PutReleaseTimeout: f.putRelease, MaxObjects: f.maxObjects,
+		OffloadMode: f.offload,
+	}
+}
+
+// applianceFlags are the storage-box settings shared by `appliance` and `standalone`.
+type applianceFlags struct {
+	name        string
+	master      string
+	dramSize    sizeValue
+	segmentSize sizeValue
+	hugepages   string
+	ssdDir      string
+	ssdCapacity sizeValue
+	ssdPolicy   string
+	offload     string
+	dataAddr    string
+	drainGrace  time.Duration
+	nvme        nvmeFlags
+}
+
+func (f *applianceFlags) register(cmd *cobra.Command, standalone bool) {
+	fs := cmd.Flags()
+	host, _ := os.Hostname()
+	f.dramSize = 256 << 20
+	f.ssdCapacity = 1 << 30
+	fs.StringVar(&f.name, "name", host, "appliance name (node identity; keep it stable across restarts so SSD data is re-registered)")
+	if !standalone {
+		fs.StringVar(&f.master, "master", envOr("KVTIER_MASTER", "127.0.0.1:7070"), "master gRPC address (or KVTIER_MASTER)")
+	}
+	fs.Var(&f.dramSize, "dram", "DRAM to serve, e.g. 1GiB (pre-faulted once at start)")
+	fs.Var(&f.segmentSize, "segment-size", "split DRAM into segments of this size (default: one segment)")
+	fs.StringVar(&f.hugepages, "hugepages", "auto", "hugepages: auto | on | off (on fails when none are reserved)")
+	defaultSSD := ""
+	if standalone {
+		if d, err := os.UserCacheDir(); err == nil {
+			defaultSSD = filepath.Join(d, "kvtier", "ssd")
+		}
+	}
+	fs.StringVar(&f.ssdDir, "ssd-dir", defaultSSD, "SSD tier directory (empty: no SSD tier)")
+	fs.Var(&f.ssdCapacity, "ssd-capacity", "SSD tier capacity, e.g. 100GiB")
+	fs.StringVar(&f.ssdPolicy, "ssd-policy", "fifo", "SSD bucket eviction: fifo | lru")
+	fs.StringVar(&f.offload, "offload", master.DefaultOffloadMode, "SSD offload mode: off | immediate | on-evict")
+	fs.StringVar(&f.dataAddr, "data-addr", "127.0.0.1:0", "transfer-engine listen address")
+	fs.DurationVar(&f.drainGrace, "drain-grace", 0, "on SIGTERM, keep serving reads this long after marking segments draining")
+	f.nvme.register(cmd)
+}
+
+func (f *applianceFlags) config(masterAddr string, log *slog.Logger) (appliance.Config, error) {
+	hp, err := dram.ParseHugepageMode(f.hugepages)
+	if err != nil {
+		return appliance.Config{}, fmt.Errorf("--hugepages: %w", err)
+	}
+	pol, err := ssd.ParsePolicy(f.ssdPolicy)
+	if err != nil {
+		return appliance.Config{}, fmt.Errorf("--ssd-policy: %w", err)
+	}
+	switch f.offload {
+	case master.OffloadImmediate, master.OffloadOnEvict, master.OffloadOff:
+	default:
+		return appliance.Config{}, fmt.Errorf("--offload %q: want off, immediate or on-evict", f.offload)
+	}
+	return appliance.Config{
+		Name: f.name, MasterAddr: masterAddr, DRAM: uint64(f.dramSize), SegmentSize: uint64(f.segmentSize),
+		Hugepages: hp, DataAddr: f.dataAddr, SSDDir: f.ssdDir, SSDCapacity: uint64(f.ssdCapacity),
+		SSDPolicy: pol, DrainGrace: f.drainGrace, Logger: log,
+	}, nil
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func newLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+// runningMaster is a master with its gRPC and HTTP servers.
+type runningMaster struct {
+	m        *master.Master
+	grpc     *grpc.Server
+	grpcAddr net.Addr
+	http     *http.Server
+	httpAddr net.Addr
+	cancel   context.CancelFunc
+	done     chan struct{}
+}
+
+func startMaster(f *masterFlags, log *slog.Logger) (*runningMaster, error) {
+	if len(f.etcd) > 0 {
+		return nil, fmt.Errorf("--etcd: HA mode (leader + standbys through etcd) is not available in this build yet; run a single master without --etcd")
+	}
+	cfg := f.config()
+	m, err := master.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	lis, err := net.Listen("tcp", f.grpcAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--grpc-addr %s: %w", f.grpcAddr, err)
+	}
+	rm := &runningMaster{m: m, grpcAddr: lis.Addr(), done: make(chan struct{})}
+	rm.grpc = grpc.NewServer(grpcServerOptions()...)
+	kvtierpb.RegisterMasterServer(rm.grpc, master.NewGRPCServer(m))
+	ctx, cancel := context.WithCancel(context.Background())
+	rm.cancel = cancel
+	go func() { defer close(rm.done); m.Run(ctx) }()
+	go func() { _ = rm.grpc.Serve(lis) }()
+
+	hl, err := net.Listen("tcp", f.httpAddr)
+	if err != nil {
+		rm.stop()
+		return nil, fmt.Errorf("--http-addr %s: %w", f.httpAddr, err)
+	}
+	rm.httpAddr = hl.Addr()
+	handler, err := httpHandler(rm, f, log)
+	if err != nil {
+		hl.Close()
+		rm.stop()
+		return nil, err
+	}
+	rm.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = rm.http.Serve(hl) }()
+	return rm, nil
+}
+
+func (rm *runningMaster) stop() {
+	if rm.http != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = rm.http.Shutdown(ctx)
+		cancel()
+	}
+	rm.grpc.GracefulStop()
+	rm.cancel()
+	<-rm.done
+}
+
+func newMasterCmd() *cobra.Command {
+	var f masterFlags
+	cmd := &cobra.Command{
+		Use:   "master",
+		Short: "Run the control plane: metadata, allocation, leases, eviction (gRPC + REST + web UI)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := newLogger()
+			rm, err := startMaster(&f, log)
+			if err != nil {
+				return err
+			}
+			log.Info(fmt.Sprintf("listening grpc=%s http=%s", rm.grpcAddr, rm.httpAddr))
+			fmt.Printf("listening grpc=%s http=%s\n", rm.grpcAddr, rm.httpAddr)
+			ctx, cancel := signalContext()
+			defer cancel()
+			<-ctx.Done()
+			log.Info("shutting down")
+			rm.stop()
+			return nil
+		},
+	}
+	f.register(cmd, false)
+	return cmd
+}
+
+func newApplianceCmd() *cobra.Command {
+	var f applianceFlags
+	cmd := &cobra.Command{
+		Use:   "appliance",
+		Short: "Run a storage box: DRAM segments, SSD tier, transfer engine, joined to a master",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := newLogger()
+			ctx, cancel := signalContext()
+			defer cancel()
+			cfg, err := f.config(f.master, log)
+			if err != nil {
+				return err
+			}
+			a, err := appliance.Start(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			if cmd.Flags().Changed("offload") {
+				if err := setOffloadMode(ctx, a, f.offload); err != nil {
+					_ = a.Close(context.Background())
+					return err
+				}
+			}
+			nv, err := startNVMe(ctx, &f.nvme, a, log)
+			if err != nil {
+				_ = a.Close(context.Background())
+				return err
+			}
+			log.Info(fmt.Sprintf("listening data=%s%s name=%s", a.DataAddr(), nv.describe(), a.Name()))
+			fmt.Printf("listening data=%s%s name=%s\n", a.DataAddr(), nv.describe(), a.Name())
+			<-ctx.Done()
+			log.Info("draining and unmounting")
+			nv.stop()
+			return a.Close(context.Background())
+		},
+	}
+	f.register(cmd, false)
+	return cmd
+}
+
+func setOffloadMode(ctx context.Context, a *appliance.Appliance, mode string) error {
+	_, err := a.Client().Master().UpdateTiers(ctx, &kvtierpb.UpdateTiersRequest{OffloadMode: &mode})
+	if err != nil {
+		return fmt.Errorf("--offload: %w", err)
+	}
+	return nil
+}
+
+func newStandaloneCmd() *cobra.Command {
+	var mf masterFlags
+	var af applianceFlags
+	cmd := &cobra.Command{
+		Use:   "standalone",
+		Short: "Run master + appliance in one process with embedded defaults (the one-command start)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := newLogger()
+			mf.offload = af.offload
+			rm, err := startMaster(&mf, log)
+			if err != nil {
+				return err
+			}
+			defer rm.stop()
+			ctx, cancel := signalContext()
+			defer cancel()
+			if af.name == "" {
+				af.name = "standalone"
+			}
+			cfg, err := af.config(rm.grpcAddr.String(), log)
+			if err != nil {
+				return err
+			}
+			a, err := appliance.Start(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			nv, err := startNVMe(ctx, &af.nvme, a, log)
+			if err != nil {
+				_ = a.Close(context.Background())
+				return err
+			}
+			line := fmt.Sprintf("listening grpc=%s http=%s data=%s%s", rm.grpcAddr, rm.httpAddr, a.DataAddr(), nv.describe())
+			log.Info(line)
+			fmt.Println(line)
+			fmt.Printf("web UI: http://%s/\n", rm.httpAddr)
+			<-ctx.Done()
+			log.Info("draining and unmounting")
+			nv.stop()
+			return a.Close(context.Background())
+		},
+	}
+	mf.register(cmd, true)
+	af.register(cmd, true)
+	return cmd
+}

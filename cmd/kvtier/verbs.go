@@ -1,0 +1,331 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"kvtier/api/kvtierpb"
+	"kvtier/client"
+)
+
+// clientFlags are shared by the client verbs.
+type clientFlags struct {
+	master  string
+	tenant  string
+	json    bool
+	timeout time.Duration
+}
+
+func (f *clientFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.master, "master", envOr("KVTIER_MASTER", "127.0.0.1:7070"), "master gRPC address (or KVTIER_MASTER)")
+	cmd.Flags().StringVar(&f.tenant, "tenant", "default", "tenant")
+	cmd.Flags().BoolVar(&f.json, "json", false, "print JSON")
+	cmd.Flags().DurationVar(&f.timeout, "timeout", 60*time.Second, "give up after this long")
+}
+
+// open connects a pure caller: no segment, no listener.
+func (f *clientFlags) open() (*client.Client, context.Context, context.CancelFunc, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
+	c, err := client.New(ctx, client.Config{MasterAddr: f.master, Tenant: f.tenant, HeartbeatInterval: time.Hour})
+	if err != nil {
+		cancel()
+		return nil, nil, nil, err
+	}
+	return c, ctx, func() { c.Close(); cancel() }, nil
+}
+
+func newPutCmd() *cobra.Command {
+	var f clientFlags
+	var replicas int
+	var softPin, hardPin bool
+	var preferred string
+	cmd := &cobra.Command{
+		Use:   "put KEY FILE|-",
+		Short: "Store the contents of FILE (or standard input) under KEY",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var value []byte
+			var err error
+			if args[1] == "-" {
+				value, err = io.ReadAll(os.Stdin)
+			} else {
+				value, err = os.ReadFile(args[1])
+			}
+			if err != nil {
+				return fmt.Errorf("read value: %w", err)
+			}
+			c, ctx, done, err := f.open()
+			if err != nil {
+				return err
+			}
+			defer done()
+			opts := []client.PutOption{client.WithReplicas(replicas), client.WithPreferredSegment(preferred)}
+			if softPin {
+				opts = append(opts, client.WithSoftPin(0))
+			}
+			if hardPin {
+				opts = append(opts, client.WithHardPin())
+			}
+			res, err := c.PutWithResult(ctx, args[0], value, opts...)
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return printJSON(map[string]any{"key": args[0], "size": len(value), "already_stored": res.AlreadyStored, "replicas": res.Replicas})
+			}
+			if res.AlreadyStored {
+				fmt.Printf("already stored %q (%d bytes)\n", args[0], len(value))
+			} else {
+				fmt.Printf("stored %q (%d bytes, %d replicas)\n", args[0], len(value), res.Replicas)
+			}
+			return nil
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().IntVar(&replicas, "replicas", 1, "number of DRAM replicas (best-effort, on distinct segments)")
+	cmd.Flags().BoolVar(&softPin, "soft-pin", false, "survive the first eviction pass for the soft-pin TTL")
+	cmd.Flags().BoolVar(&hardPin, "hard-pin", false, "never evict (only rm deletes it)")
+	cmd.Flags().StringVar(&preferred, "preferred-segment", "", "put the first replica on this segment when it has room")
+	return cmd
+}
+
+func newGetCmd() *cobra.Command {
+	var f clientFlags
+	var out string
+	cmd := &cobra.Command{
+		Use:   "get KEY [-o FILE]",
+		Short: "Read the object stored under KEY to standard output or FILE",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, ctx, done, err := f.open()
+			if err != nil {
+				return err
+			}
+			defer done()
+			v, err := c.Get(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			if out == "" || out == "-" {
+				_, err = os.Stdout.Write(v)
+				return err
+			}
+			return os.WriteFile(out, v, 0o644)
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().StringVarP(&out, "output", "o", "", "write to FILE instead of standard output")
+	return cmd
+}
+
+func newExistCmd() *cobra.Command {
+	var f clientFlags
+	cmd := &cobra.Command{
+		Use:   "exist KEY",
+		Short: "Exit 0 when KEY is stored, 1 when it is not (never extends a lease)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, ctx, done, err := f.open()
+			if err != nil {
+				return err
+			}
+			defer done()
+			ok, err := c.Exist(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			if f.json {
+				if err := printJSON(map[string]any{"key": args[0], "exists": ok}); err != nil {
+					return err
+				}
+			} else if ok {
+				fmt.Println("exists")
+			} else {
+				fmt.Println("absent")
+			}
+			if !ok {
+				return exitError{code: 1}
+			}
+			return nil
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+// objectJSON is the stable JSON shape of an object for `stat --json` and `ls --json`.
+type objectJSON struct {
+	Key           string        `json:"key"`
+	Tenant        string        `json:"tenant"`
+	Size          uint64        `json:"size"`
+	CRC32C        *uint32       `json:"crc32c,omitempty"`
+	Writer        string        `json:"writer,omitempty"`
+	Created       string        `json:"created,omitempty"`
+	LeaseDeadline string        `json:"lease_deadline"`
+	SoftPin       bool          `json:"soft_pin"`
+	HardPin       bool          `json:"hard_pin"`
+	ReadCount     uint64        `json:"read_count"`
+	Replicas      []replicaJSON `json:"replicas"`
+}
+
+type replicaJSON struct {
+	Type     string `json:"type"`
+	State    string `json:"state"`
+	Segment  string `json:"segment"`
+	Node     string `json:"node,omitempty"`
+	Endpoint string `json:"endpoint,omitempty"`
+	Offset   uint64 `json:"offset"`
+	Length   uint64 `json:"length"`
+	Bucket   uint64 `json:"bucket,omitempty"`
+	NQN      string `json:"nqn,omitempty"`
+	NSID     uint32 `json:"nsid,omitempty"`
+}
+
+func msTime(ms int64) string {
+	if ms <= 0 {
+		return ""
+	}
+	return time.UnixMilli(ms).UTC().Format(time.RFC3339Nano)
+}
+
+func toObjectJSON(o *kvtierpb.ObjectInfo) objectJSON {
+	j := objectJSON{Key: string(o.Key), Tenant: o.Tenant, Size: o.Size, Writer: o.Writer, Created: msTime(o.CreatedMs),
+		LeaseDeadline: msTime(o.LeaseDeadlineMs), SoftPin: o.SoftPin, HardPin: o.HardPin, ReadCount: o.ReadCount,
+		Replicas: []replicaJSON{}}
+	if o.HasChecksum {
+		c := o.Crc32C
+		j.CRC32C = &c
+	}
+	for _, r := range o.Replicas {
+		j.Replicas = append(j.Replicas, replicaJSON{Type: r.Type.String(), State: r.State.String(), Segment: r.Segment,
+			Node: r.Node, Endpoint: r.Endpoint, Offset: r.Offset, Length: r.Length, Bucket: r.Bucket, NQN: r.Nqn, NSID: r.Nsid})
+	}
+	return j
+}
+
+func printJSON(v any) error {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func newStatCmd() *cobra.Command {
+	var f clientFlags
+	cmd := &cobra.Command{
+		Use:   "stat KEY",
+		Short: "Show an object's size, replicas, lease and pins (takes no lease)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, ctx, done, err := f.open()
+			if err != nil {
+				return err
+			}
+			defer done()
+			info, err := c.Stat(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			j := toObjectJSON(info)
+			if f.json {
+				return printJSON(j)
+			}
+			fmt.Printf("key:       %s\nsize:      %d\n", strconv.Quote(j.Key), j.Size)
+			if j.LeaseDeadline != "" {
+				fmt.Printf("lease:     until %s\n", j.LeaseDeadline)
+			} else {
+				fmt.Printf("lease:     none\n")
+			}
+			fmt.Printf("pins:      soft=%v hard=%v\nreads:     %d\nreplicas:\n", j.SoftPin, j.HardPin, j.ReadCount)
+			for _, r := range j.Replicas {
+				fmt.Printf("  %-10s %-10s %s offset=%d length=%d\n", r.Type, r.State, r.Segment, r.Offset, r.Length)
+			}
+			return nil
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+func newLsCmd() *cobra.Command {
+	var f clientFlags
+	var prefix string
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "ls [--prefix P]",
+		Short: "List objects by key prefix",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, ctx, done, err := f.open()
+			if err != nil {
+				return err
+			}
+			defer done()
+			cursor := ""
+			var all []objectJSON
+			for {
+				page, next, err := c.List(ctx, prefix, cursor, min(limit-len(all), 1000))
+				if err != nil {
+					return err
+				}
+				for _, o := range page {
+					j := toObjectJSON(o)
+					if f.json {
+						all = append(all, j)
+					} else {
+						fmt.Printf("%12d  %d replicas  %s\n", j.Size, len(j.Replicas), strconv.Quote(j.Key))
+						all = append(all, objectJSON{})
+					}
+				}
+				if next == "" || len(all) >= limit {
+					break
+				}
+				cursor = next
+			}
+			if f.json {
+				if all == nil {
+					all = []objectJSON{}
+				}
+				return printJSON(all)
+			}
+			return nil
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().StringVar(&prefix, "prefix", "", "only keys starting with P")
+	cmd.Flags().IntVar(&limit, "limit", 100000, "list at most this many objects")
+	return cmd
+}
+
+func newRmCmd() *cobra.Command {
+	var f clientFlags
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "rm KEY [--force]",
+		Short: "Remove an object (refused while it is read-leased unless --force)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, ctx, done, err := f.open()
+			if err != nil {
+				return err
+			}
+			defer done()
+			if err := c.Remove(ctx, args[0], force); err != nil {
+				return err
+			}
+			if !f.json {
+				fmt.Printf("removed %q\n", args[0])
+			}
+			return nil
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().BoolVar(&force, "force", false, "remove even while read-leased")
+	return cmd
+}

@@ -1,0 +1,80 @@
+package tests
+
+import (
+	"encoding/json"
+	"io"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+type goPackage struct {
+	ImportPath string
+	Doc        string
+	Deps       []string
+	Name       string
+}
+
+func listPackages(t *testing.T) []goPackage {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-json", "kvtier/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	var pkgs []goPackage
+	for {
+		var p goPackage
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	return pkgs
+}
+
+// forbidden lists, per package prefix, the kvtier packages it must never
+// import (directly or not): imports point down the layers of ARCHITECTURE.md.
+var forbidden = map[string][]string{
+	"kvtier/master":            {"kvtier/dram", "kvtier/ssd", "kvtier/internal/transfer", "kvtier/rdma", "kvtier/nof", "kvtier/client", "kvtier/appliance", "kvtier/rest", "kvtier/webui"},
+	"kvtier/client":            {"kvtier/master", "kvtier/appliance", "kvtier/ssd", "kvtier/rest"},
+	"kvtier/appliance":         {"kvtier/master", "kvtier/rest"},
+	"kvtier/dram":              {"kvtier/master", "kvtier/client", "kvtier/appliance", "kvtier/ssd", "kvtier/internal/transfer"},
+	"kvtier/ssd":               {"kvtier/master", "kvtier/client", "kvtier/appliance", "kvtier/api"},
+	"kvtier/internal/transfer": {"kvtier/master", "kvtier/client", "kvtier/appliance", "kvtier/ssd", "kvtier/api"},
+	"kvtier/nof":               {"kvtier/master", "kvtier/client", "kvtier/appliance", "kvtier/rest"},
+	"kvtier/internal/kverr":    {"kvtier/master", "kvtier/client"},
+}
+
+func TestLayering(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Deps \" \"}}", "kvtier/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		pkg, deps := fields[0], fields[1:]
+		for prefix, bad := range forbidden {
+			if pkg != prefix && !strings.HasPrefix(pkg, prefix+"/") {
+				continue
+			}
+			for _, d := range deps {
+				for _, b := range bad {
+					if d == b || strings.HasPrefix(d, b+"/") {
+						t.Errorf("%s imports %s: imports must point down the layers (ARCHITECTURE.md)", pkg, d)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestEveryPackageHasADocComment(t *testing.T) {
+	for _, p := range listPackages(t) {
+		if p.Doc == "" {
+			t.Errorf("package %s has no package doc comment", p.ImportPath)
+		}
+	}
+}
