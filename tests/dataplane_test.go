@@ -128,9 +128,20 @@ func TestKilledWriterNeverVisible(t *testing.T) {
 	}
 	// The reservation holds 12 of 16 MiB until the release timeout: a second
 	// large object does not fit yet, then does.
+	// Until the discard timeout the key is in flight (a same-size put is
+	// "already stored" without writing); after it, the key may be taken over,
+	// but the stalled writer's 12 MiB stay reserved until the release timeout.
+	var sawNoSpace bool
 	eventually(t, 20*time.Second, "abandoned space reclaimed and key writable", func() bool {
-		return cl.Put(ctx, "abandoned", randomBytes(3, 12<<20)) == nil
+		res, err := cl.PutWithResult(ctx, "abandoned", randomBytes(3, 12<<20))
+		if kverr.Is(err, kverr.NoAvailableHandle) {
+			sawNoSpace = true
+		}
+		return err == nil && !res.AlreadyStored
 	})
+	if !sawNoSpace {
+		t.Error("the abandoned reservation was freed before the release timeout")
+	}
 	got, err := cl.Get(ctx, "abandoned")
 	if err != nil || !bytes.Equal(got, randomBytes(3, 12<<20)) {
 		t.Fatalf("rewritten key: err=%v", err)

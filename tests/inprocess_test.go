@@ -1,0 +1,162 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"kvtier/api/kvtierpb"
+	"kvtier/appliance"
+	"kvtier/client"
+	"kvtier/dram"
+	"kvtier/internal/kverr"
+	"kvtier/master"
+)
+
+// inproc is a master and appliances in this test process: the same code as
+// the real binary, with access to segment memory for faults no process
+// boundary lets us cause (a flipped bit in DRAM).
+type inproc struct {
+	m    *master.Master
+	addr string
+}
+
+func startInproc(t *testing.T, cfg master.Config) *inproc {
+	t.Helper()
+	m, err := master.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	kvtierpb.RegisterMasterServer(s, master.NewGRPCServer(m))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(ctx) }()
+	go func() { _ = s.Serve(lis) }()
+	t.Cleanup(func() { s.Stop(); cancel(); <-done })
+	return &inproc{m: m, addr: lis.Addr().String()}
+}
+
+func (ip *inproc) appliance(t *testing.T, cfg appliance.Config) *appliance.Appliance {
+	t.Helper()
+	cfg.MasterAddr = ip.addr
+	if cfg.DRAM == 0 {
+		cfg.DRAM = 32 << 20
+	}
+	cfg.Hugepages = dram.HugepageOff
+	cfg.HeartbeatInterval = 100 * time.Millisecond
+	a, err := appliance.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close(context.Background()) })
+	return a
+}
+
+func (ip *inproc) client(t *testing.T) *client.Client {
+	t.Helper()
+	c, err := client.New(context.Background(), client.Config{MasterAddr: ip.addr, HeartbeatInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// corrupt flips one byte of key's replica on appliance a.
+func corrupt(t *testing.T, c *client.Client, a *appliance.Appliance, key string) {
+	t.Helper()
+	info, err := c.Stat(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range info.Replicas {
+		if r.Node == a.Name() && r.Type == kvtierpb.ReplicaType_MEMORY {
+			// Segment memory is the region split by segment size; the
+			// appliance here has one segment, so offsets are region offsets.
+			a.Region().Bytes()[r.Offset] ^= 0xff
+			return
+		}
+	}
+	t.Fatalf("no MEMORY replica of %s on %s", key, a.Name())
+}
+
+// TestChecksumMismatchIsAMissNeverWrongBytes: a corrupted only replica gives
+// CHECKSUM_MISMATCH; with a second good replica the read falls back to it.
+func TestChecksumMismatchIsAMissNeverWrongBytes(t *testing.T) {
+	ip := startInproc(t, master.Config{})
+	a1 := ip.appliance(t, appliance.Config{Name: "a1"})
+	a2 := ip.appliance(t, appliance.Config{Name: "a2"})
+	c := ip.client(t)
+	ctx := context.Background()
+	val := bytes.Repeat([]byte("kv-cache-block "), 1000)
+
+	if err := c.Put(ctx, "single", val, client.WithPreferredSegment("a1/mem0")); err != nil {
+		t.Fatal(err)
+	}
+	corrupt(t, c, a1, "single")
+	if got, err := c.Get(ctx, "single"); !kverr.Is(err, kverr.ChecksumMismatch) || got != nil {
+		t.Fatalf("corrupted single replica: got %d bytes, err %v; want CHECKSUM_MISMATCH and no bytes", len(got), err)
+	}
+
+	if err := c.Put(ctx, "double", val, client.WithReplicas(2)); err != nil {
+		t.Fatal(err)
+	}
+	corrupt(t, c, a2, "double")
+	for range 4 { // whichever replica is tried first, the answer is the good bytes
+		got, err := c.Get(ctx, "double")
+		if err != nil || !bytes.Equal(got, val) {
+			t.Fatalf("fallback to the good replica: err %v", err)
+		}
+	}
+	_ = a2
+}
+
+// TestLeaseExpiredDuringTransfer: with a 1 ms lease a 32 MiB read outlives its
+// lease and is failed with LEASE_EXPIRED rather than returned.
+func TestLeaseExpiredDuringTransfer(t *testing.T) {
+	ip := startInproc(t, master.Config{LeaseTTL: time.Millisecond})
+	ip.appliance(t, appliance.Config{Name: "box", DRAM: 64 << 20})
+	c := ip.client(t)
+	ctx := context.Background()
+	if err := c.Put(ctx, "big", make([]byte, 32<<20)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.Get(ctx, "big")
+	if !kverr.Is(err, kverr.LeaseExpired) {
+		t.Fatalf("get with a 1ms lease: %v, want LEASE_EXPIRED", err)
+	}
+}
+
+// TestSameProcessReadIsLocal: a client that mounts its own memory and puts
+// there reads it back through the same-process path.
+func TestSameProcessReadIsLocal(t *testing.T) {
+	ip := startInproc(t, master.Config{})
+	c, err := client.New(context.Background(), client.Config{MasterAddr: ip.addr, GlobalSegmentSize: 16 << 20, Hugepages: dram.HugepageOff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	val := bytes.Repeat([]byte{7}, 1<<20)
+	if err := c.Put(ctx, "mine", val); err != nil {
+		t.Fatal(err)
+	}
+	before := c.Engine().Stats()
+	got, err := c.Get(ctx, "mine")
+	if err != nil || !bytes.Equal(got, val) {
+		t.Fatalf("get: %v", err)
+	}
+	after := c.Engine().Stats()
+	if after.LocalBytes-before.LocalBytes < uint64(len(val)) {
+		t.Fatalf("same-process read did not use the local path: stats before %+v after %+v", before, after)
+	}
+}
