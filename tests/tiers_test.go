@@ -1,0 +1,100 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"kvtier/api/kvtierpb"
+	"kvtier/internal/kverr"
+)
+
+func hasReplica(info *kvtierpb.ObjectInfo, typ kvtierpb.ReplicaType) bool {
+	for _, r := range info.Replicas {
+		if r.Type == typ && r.State == kvtierpb.ReplicaState_COMPLETE {
+			return true
+		}
+	}
+	return false
+}
+
+// TestOffloadEvictionAndRestart: with offload immediate, every object gets an
+// SSD copy; filling DRAM past the watermark evicts DRAM replicas while the
+// objects stay readable from SSD with the same bytes; after the appliance is
+// killed and restarted on the same SSD directory, every object is registered
+// again and readable.
+func TestOffloadEvictionAndRestart(t *testing.T) {
+	c := startCluster(t, "--offload", "immediate", "--high-watermark", "0.8", "--eviction-ratio", "0.2")
+	ssdDir := t.TempDir()
+	box := c.appliance("ssd-box", "--dram", "32MiB", "--ssd-dir", ssdDir, "--ssd-capacity", "1GiB")
+	cl := c.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	const n = 48 // 48 MiB of objects into 32 MiB of DRAM
+	vals := map[string][]byte{}
+	for i := range n {
+		key := fmt.Sprintf("block/%03d", i)
+		v := randomBytes(uint64(100+i), 1<<20)
+		vals[key] = v
+		var err error
+		// A full DRAM is not a write error once eviction has freed room:
+		// retry while the evictor and the offload mover catch up.
+		for try := 0; try < 100; try++ {
+			if err = cl.Put(ctx, key, v); !kverr.Is(err, kverr.NoAvailableHandle) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err != nil {
+			t.Fatalf("put %s: %v", key, err)
+		}
+	}
+	eventually(t, 30*time.Second, "every object has a COMPLETE LOCAL_DISK replica", func() bool {
+		for key := range vals {
+			info, err := cl.Stat(ctx, key)
+			if err != nil || !hasReplica(info, kvtierpb.ReplicaType_LOCAL_DISK) {
+				return false
+			}
+		}
+		return true
+	})
+	evicted := 0
+	for key, v := range vals {
+		info, err := cl.Stat(ctx, key)
+		if err != nil {
+			t.Fatalf("stat %s: %v", key, err)
+		}
+		if !hasReplica(info, kvtierpb.ReplicaType_MEMORY) {
+			evicted++
+		}
+		got, err := cl.Get(ctx, key)
+		if err != nil || !bytes.Equal(got, v) {
+			t.Fatalf("get %s: err %v, equal %v", key, err, bytes.Equal(got, v))
+		}
+	}
+	if evicted == 0 {
+		t.Fatal("48 MiB into 32 MiB of DRAM evicted nothing")
+	}
+	t.Logf("%d of %d objects evicted from DRAM, all read back from SSD", evicted, n)
+
+	// Kill the box; restart it on the same SSD directory.
+	box.kill()
+	eventually(t, 20*time.Second, "objects gone while the box is down", func() bool {
+		ok, err := cl.Exist(ctx, "block/000")
+		return err == nil && !ok
+	})
+	c.appliance("ssd-box", "--dram", "32MiB", "--ssd-dir", ssdDir, "--ssd-capacity", "1GiB")
+	eventually(t, 20*time.Second, "objects re-registered after restart", func() bool {
+		ok, err := cl.Exist(ctx, "block/047")
+		return err == nil && ok
+	})
+	for key, v := range vals {
+		got, err := cl.Get(ctx, key)
+		if err != nil || !bytes.Equal(got, v) {
+			t.Fatalf("after restart, get %s: err %v", key, err)
+		}
+	}
+}
