@@ -1,0 +1,98 @@
+package tests
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"os/exec"
+	"regexp"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"kvtier/api/kvtierpb"
+	"kvtier/client"
+	"kvtier/master"
+)
+
+// benchCluster is a master and one appliance as separate processes, for
+// benchmarks (testing.B has no t.Cleanup ordering issues here: b.Cleanup).
+type benchCluster struct{ grpc string }
+
+func startBenchCluster(b *testing.B) *benchCluster {
+	b.Helper()
+	m := startProcB(b, "master", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0")
+	startProcB(b, "appliance", "--master", m["grpc"], "--name", "bench-box", "--dram", "512MiB", "--ssd-dir", "", "--offload", "off")
+	return &benchCluster{grpc: m["grpc"]}
+}
+
+func (c *benchCluster) newClient(b *testing.B) *client.Client {
+	cl, err := client.New(context.Background(), client.Config{MasterAddr: c.grpc})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+var benchListen = regexp.MustCompile(`^listening (.*)$`)
+
+func startProcB(b *testing.B, args ...string) map[string]string {
+	b.Helper()
+	cmd := exec.Command(kvtierBin, args...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	sc := bufio.NewScanner(out)
+	addrs := map[string]string{}
+	deadline := time.AfterFunc(60*time.Second, func() { _ = cmd.Process.Kill() })
+	defer deadline.Stop()
+	for sc.Scan() {
+		if m := benchListen.FindStringSubmatch(sc.Text()); m != nil {
+			for _, kv := range regexpFields(m[1]) {
+				addrs[kv[0]] = kv[1]
+			}
+			go func() { _, _ = bufio.NewReader(out).WriteTo(discard{}) }()
+			return addrs
+		}
+	}
+	b.Fatalf("%v: no listening line", args)
+	return nil
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+func regexpFields(s string) [][2]string {
+	var out [][2]string
+	for _, f := range regexp.MustCompile(`(\S+)=(\S+)`).FindAllStringSubmatch(s, -1) {
+		out = append(out, [2]string{f[1], f[2]})
+	}
+	return out
+}
+
+// startInprocB runs a master in this process and returns its gRPC address.
+func startInprocB(b *testing.B) string {
+	m, err := master.New(master.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := grpc.NewServer()
+	kvtierpb.RegisterMasterServer(s, master.NewGRPCServer(m))
+	ctx, cancel := context.WithCancel(context.Background())
+	go m.Run(ctx)
+	go func() { _ = s.Serve(lis) }()
+	b.Cleanup(func() { s.Stop(); cancel() })
+	return lis.Addr().String()
+}
