@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -91,11 +92,11 @@ func parseSize(v string) (uint64, error) {
 		return 0, fmt.Errorf("size %q: no number", v)
 	}
 	f, err := strconv.ParseFloat(s, 64)
-	if err != nil || f < 0 {
+	if err != nil || !(f >= 0) || math.IsInf(f, 0) {
 		return 0, fmt.Errorf("size %q: want a number with an optional unit (KiB, MiB, GiB, TiB, KB, MB, GB)", v)
 	}
 	out := f * float64(mult)
-	if out > 1<<62 {
+	if !(out <= 1<<62) {
 		return 0, fmt.Errorf("size %q is too large", v)
 	}
 	return uint64(out), nil

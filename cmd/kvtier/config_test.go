@@ -51,3 +51,22 @@ func TestConfigFileFillsUnsetFlagsOnly(t *testing.T) {
 		t.Error("an unknown setting in the config file was accepted")
 	}
 }
+
+func FuzzParseSize(f *testing.F) {
+	for _, s := range []string{"1GiB", "0", "1.5MiB", "12KB", "", "-3", "9e99G", "NaN", "Inf"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := parseSize(s)
+		if err != nil {
+			return
+		}
+		if n > 1<<62 {
+			t.Fatalf("parseSize(%q) = %d beyond the documented limit", s, n)
+		}
+		// A formatted size parses back to itself.
+		if back, err := parseSize(formatSize(n)); err != nil || back != n {
+			t.Fatalf("formatSize(%d)=%q parses to %d, %v", n, formatSize(n), back, err)
+		}
+	})
+}
