@@ -1,22 +1,123 @@
 package main
 
 import (
+	"context"
 	"log/slog"
-	"net/http"
+	"sync"
+	"time"
 
 	"google.golang.org/grpc"
+
+	"kvtier/api/kvtierpb"
+	"kvtier/client"
+	"kvtier/metrics"
+	"kvtier/rest"
 )
 
-func grpcServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20)}
+// dataPlane lets the REST API move object bytes the way every other client
+// does: through the SDK, one pure-caller client per tenant, connected to this
+// master's own gRPC listener.
+type dataPlane struct {
+	masterAddr string
+	metrics    *metrics.Metrics
+
+	mu      sync.Mutex
+	clients map[string]*client.Client // guarded by mu: tenant -> client
 }
 
-// httpHandler serves the REST API, metrics and web UI.
-func httpHandler(rm *runningMaster, f *masterFlags, log *slog.Logger) (http.Handler, error) {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /api/v1/health", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"status":"ok"}`))
-	})
-	return mux, nil
+var _ rest.DataPlane = (*dataPlane)(nil)
+
+func (d *dataPlane) client(ctx context.Context, tenant string) (*client.Client, error) {
+	if tenant == "" {
+		tenant = "default"
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if c, ok := d.clients[tenant]; ok {
+		return c, nil
+	}
+	c, err := client.New(ctx, client.Config{MasterAddr: d.masterAddr, Tenant: tenant, ClientID: "rest-" + tenant, HeartbeatInterval: 5 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	d.clients[tenant] = c
+	return c, nil
+}
+
+func (d *dataPlane) Put(ctx context.Context, key string, value []byte, o rest.PutOptions) error {
+	c, err := d.client(ctx, o.Tenant)
+	if err != nil {
+		return err
+	}
+	opts := client.PutOptions{Replicas: o.Replicas, SoftPin: o.SoftPin, HardPin: o.HardPin, PreferredSegment: o.PreferredSegment}
+	if err := c.Put(ctx, key, value, client.WithOptions(opts)); err != nil {
+		return err
+	}
+	d.metrics.AddTransferBytes("put", len(value))
+	return nil
+}
+
+func (d *dataPlane) Get(ctx context.Context, tenant, key string) ([]byte, error) {
+	c, err := d.client(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	v, err := c.Get(ctx, key)
+	if err == nil {
+		d.metrics.AddTransferBytes("get", len(v))
+	}
+	return v, err
+}
+
+func (d *dataPlane) close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, c := range d.clients {
+		c.Close()
+	}
+	d.clients = map[string]*client.Client{}
+}
+
+// frontEnd is the master's REST API, metrics and web UI.
+type frontEnd struct {
+	metrics *metrics.Metrics
+	rest    *rest.Server
+	dp      *dataPlane
+}
+
+func newFrontEnd(ms kvtierpb.MasterServer, f *masterFlags, log *slog.Logger) (*frontEnd, error) {
+	m, err := metrics.New(metrics.Config{Source: ms})
+	if err != nil {
+		return nil, err
+	}
+	return &frontEnd{metrics: m}, nil
+}
+
+// grpcOptions instruments the master's gRPC server.
+func (fe *frontEnd) grpcOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(64 << 20),
+		grpc.UnaryInterceptor(fe.metrics.UnaryServerInterceptor()),
+		grpc.StreamInterceptor(fe.metrics.StreamServerInterceptor()),
+	}
+}
+
+// start builds the REST server once the gRPC address is known.
+func (fe *frontEnd) start(ms kvtierpb.MasterServer, grpcAddr string, f *masterFlags, log *slog.Logger) error {
+	fe.dp = &dataPlane{masterAddr: grpcAddr, metrics: fe.metrics, clients: map[string]*client.Client{}}
+	cfg := f.config()
+	effective := map[string]any{
+		"grpc_addr": grpcAddr, "http_addr": f.httpAddr, "lease_ttl": cfg.LeaseTTL.String(),
+		"high_watermark": cfg.HighWatermark, "eviction_ratio": cfg.EvictionRatio, "lease_policy": cfg.LeasePolicy,
+		"client_ttl": cfg.ClientTTL.String(), "client_grace": cfg.ClientGrace.String(),
+		"put_discard_timeout": cfg.PutDiscardTimeout.String(), "put_release_timeout": cfg.PutReleaseTimeout.String(),
+		"max_objects": cfg.MaxObjects, "offload": cfg.OffloadMode, "http_token_set": f.httpToken != "",
+	}
+	s, err := rest.New(rest.Config{Token: f.httpToken, Metrics: fe.metrics, Logger: log,
+		EffectiveConfig: func() any { return effective }}, ms, fe.dp)
+	if err != nil {
+		return err
+	}
+	fe.rest = s
+	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -152,18 +151,23 @@ type runningMaster struct {
 	m        *master.Master
 	grpc     *grpc.Server
 	grpcAddr net.Addr
-	http     *http.Server
 	httpAddr net.Addr
+	fe       *frontEnd
 	cancel   context.CancelFunc
 	done     chan struct{}
+	httpDone chan struct{}
 }
 
 func startMaster(f *masterFlags, log *slog.Logger) (*runningMaster, error) {
 	if len(f.etcd) > 0 {
 		return nil, fmt.Errorf("--etcd: HA mode (leader + standbys through etcd) is not available in this build yet; run a single master without --etcd")
 	}
-	cfg := f.config()
-	m, err := master.New(cfg)
+	m, err := master.New(f.config())
+	if err != nil {
+		return nil, err
+	}
+	ms := master.NewGRPCServer(m)
+	fe, err := newFrontEnd(ms, f, log)
 	if err != nil {
 		return nil, err
 	}
@@ -171,39 +175,44 @@ func startMaster(f *masterFlags, log *slog.Logger) (*runningMaster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--grpc-addr %s: %w", f.grpcAddr, err)
 	}
-	rm := &runningMaster{m: m, grpcAddr: lis.Addr(), done: make(chan struct{})}
-	rm.grpc = grpc.NewServer(grpcServerOptions()...)
-	kvtierpb.RegisterMasterServer(rm.grpc, master.NewGRPCServer(m))
+	hl, err := net.Listen("tcp", f.httpAddr)
+	if err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("--http-addr %s: %w", f.httpAddr, err)
+	}
+	if err := fe.start(ms, lis.Addr().String(), f, log); err != nil {
+		lis.Close()
+		hl.Close()
+		return nil, err
+	}
+	rm := &runningMaster{m: m, grpcAddr: lis.Addr(), httpAddr: hl.Addr(), fe: fe,
+		done: make(chan struct{}), httpDone: make(chan struct{})}
+	rm.grpc = grpc.NewServer(fe.grpcOptions()...)
+	kvtierpb.RegisterMasterServer(rm.grpc, ms)
 	ctx, cancel := context.WithCancel(context.Background())
 	rm.cancel = cancel
 	go func() { defer close(rm.done); m.Run(ctx) }()
 	go func() { _ = rm.grpc.Serve(lis) }()
-
-	hl, err := net.Listen("tcp", f.httpAddr)
-	if err != nil {
-		rm.stop()
-		return nil, fmt.Errorf("--http-addr %s: %w", f.httpAddr, err)
-	}
-	rm.httpAddr = hl.Addr()
-	handler, err := httpHandler(rm, f, log)
-	if err != nil {
-		hl.Close()
-		rm.stop()
-		return nil, err
-	}
-	rm.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = rm.http.Serve(hl) }()
+	go func() {
+		defer close(rm.httpDone)
+		if err := fe.rest.Serve(ctx, hl); err != nil {
+			log.Error("http server", "err", err)
+		}
+	}()
 	return rm, nil
 }
 
 func (rm *runningMaster) stop() {
-	if rm.http != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_ = rm.http.Shutdown(ctx)
-		cancel()
-	}
-	rm.grpc.GracefulStop()
+	rm.fe.dp.close()
 	rm.cancel()
+	<-rm.httpDone
+	stopped := make(chan struct{})
+	go func() { rm.grpc.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(3 * time.Second):
+		rm.grpc.Stop() // open WatchEvents streams must not hold shutdown
+	}
 	<-rm.done
 }
 

@@ -1,0 +1,185 @@
+package rest
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+)
+
+// apiOp documents one endpoint. The table below is written by hand, apart
+// from the routes in Server.routes; a test checks that the two agree.
+type apiOp struct {
+	method, path, summary, description string
+	params                             []apiParam
+	body                               map[string]any // request body, nil if none
+	ok                                 int
+	okSchema                           map[string]any
+	errors                             []int
+	mutating                           bool
+}
+
+type apiParam struct{ name, in, typ, desc string }
+
+const keyEncodingDoc = "Keys are bytes. {key} is one path segment: either the key percent-encoded " +
+	"(as by encodeURIComponent / url.PathEscape; every '/' in the key MUST be %2F, any byte may be %XX), " +
+	"or \"~b64:\" followed by the key in unpadded base64url (for binary keys, and for keys that themselves " +
+	"start with \"~b64:\"). Object JSON carries key_path, the ready-made segment."
+
+var (
+	pTenant = apiParam{"tenant", "query", "string", "Tenant; default \"default\"."}
+	pKey    = apiParam{"key", "path", "string", keyEncodingDoc}
+	pSeg    = apiParam{"name", "path", "string", "Segment name, percent-encoded (name_path in the listing)."}
+)
+
+func obj(props map[string]any) map[string]any {
+	return map[string]any{"type": "object", "properties": props}
+}
+func ref(name string) map[string]any          { return map[string]any{"$ref": "#/components/schemas/" + name} }
+func str() map[string]any                     { return map[string]any{"type": "string"} }
+func num() map[string]any                     { return map[string]any{"type": "number"} }
+func integer() map[string]any                 { return map[string]any{"type": "integer"} }
+func boolean() map[string]any                 { return map[string]any{"type": "boolean"} }
+func arr(items map[string]any) map[string]any { return map[string]any{"type": "array", "items": items} }
+
+var apiOps = []apiOp{
+	{method: "GET", path: "/api/v1/health", summary: "Liveness", ok: 200, okSchema: obj(map[string]any{"status": str(), "time": str()})},
+	{method: "GET", path: "/api/v1/ready", summary: "Readiness",
+		description: "200 when this master is the leader, at least one segment is mounted and every SSD index is loaded; 503 with the reason otherwise.",
+		ok:          200, okSchema: ref("Ready"), errors: []int{503}},
+	{method: "GET", path: "/api/v1/cluster", summary: "Capacity, use, hit rates, rates, evictions, offloads, rejected puts",
+		description: "Rates are per second over the last up-to-10 s between calls (valid=false on the first call).",
+		ok:          200, okSchema: ref("Cluster")},
+	{method: "GET", path: "/api/v1/segments", summary: "Mounted segments", ok: 200, okSchema: obj(map[string]any{"segments": arr(ref("Segment"))})},
+	{method: "POST", path: "/api/v1/segments/{name}/drain", summary: "Drain a segment",
+		description: "No new allocations; reads are served for grace_ms (1 ms to 24 h, default 30000), then the segment is unmounted. The body is optional.",
+		params:      []apiParam{pSeg}, body: obj(map[string]any{"grace_ms": integer()}), ok: 202, errors: []int{400, 401, 404, 409}, mutating: true},
+	{method: "DELETE", path: "/api/v1/segments/{name}", summary: "Unmount a segment at once", params: []apiParam{pSeg},
+		ok: 204, errors: []int{400, 401, 404, 409}, mutating: true},
+	{method: "GET", path: "/api/v1/objects", summary: "List objects",
+		params: []apiParam{pTenant,
+			{"prefix", "query", "string", "Only keys starting with these bytes (percent-decoded)."},
+			{"limit", "query", "integer", "1 to 1000; default 100."},
+			{"cursor", "query", "string", "next_cursor of the previous page, unchanged."},
+			{"all_tenants", "query", "boolean", "List every tenant."}},
+		ok: 200, okSchema: obj(map[string]any{"objects": arr(ref("Object")), "next_cursor": str()}), errors: []int{400}},
+	{method: "GET", path: "/api/v1/objects/{key}", summary: "Object metadata: replicas, lease and pin state",
+		params: []apiParam{pKey, pTenant}, ok: 200, okSchema: ref("Object"), errors: []int{400, 404}},
+	{method: "GET", path: "/api/v1/objects/{key}/data", summary: "Object bytes",
+		params: []apiParam{pKey, pTenant}, ok: 200, okSchema: map[string]any{"type": "string", "format": "binary"}, errors: []int{400, 404, 409}},
+	{method: "PUT", path: "/api/v1/objects/{key}", summary: "Store an object (body = value)",
+		description: "Objects are write-once: a second PUT of the key is OBJECT_ALREADY_EXISTS (409). The body must be 1 byte to the configured maximum.",
+		params: []apiParam{pKey, pTenant,
+			{"replicas", "query", "integer", "1 to 16; default 1."},
+			{"soft_pin", "query", "boolean", "Evict only after unpinned objects."},
+			{"hard_pin", "query", "boolean", "Never evict."},
+			{"preferred_segment", "query", "string", "Place the first replica here if it fits."}},
+		body: map[string]any{"type": "string", "format": "binary"}, ok: 201, okSchema: ref("Object"),
+		errors: []int{400, 401, 409, 413, 507}, mutating: true},
+	{method: "DELETE", path: "/api/v1/objects/{key}", summary: "Remove an object",
+		params: []apiParam{pKey, pTenant, {"force", "query", "boolean", "Remove even while leased."}},
+		ok:     204, errors: []int{400, 401, 404, 423}, mutating: true},
+	{method: "GET", path: "/api/v1/tiers", summary: "Tier settings and figures", ok: 200, okSchema: ref("Tiers")},
+	{method: "PATCH", path: "/api/v1/tiers/dram", summary: "Change DRAM settings (at once)",
+		body: obj(map[string]any{"high_watermark": num(), "eviction_ratio": num(), "lease_policy": map[string]any{"type": "string", "enum": []string{"plain", "frequency"}}}),
+		ok:   200, okSchema: ref("Tiers"), errors: []int{400, 401}, mutating: true},
+	{method: "PATCH", path: "/api/v1/tiers/ssd", summary: "Change SSD settings (at once)",
+		description: "capacity is bytes or a size string such as \"512GiB\".",
+		body: obj(map[string]any{"capacity": map[string]any{"oneOf": []any{integer(), str()}}, "high_watermark": num(),
+			"policy":       map[string]any{"type": "string", "enum": []string{"fifo", "lru"}},
+			"offload_mode": map[string]any{"type": "string", "enum": []string{"off", "immediate", "on-evict"}}}),
+		ok: 200, okSchema: ref("Tiers"), errors: []int{400, 401}, mutating: true},
+	{method: "GET", path: "/api/v1/clients", summary: "Clients, their segments, last heartbeat and state (live, grace, gone)", ok: 200,
+		okSchema: obj(map[string]any{"clients": arr(obj(map[string]any{"id": str(), "endpoint": str(), "segments": arr(str()),
+			"last_heartbeat": str(), "seconds_since_heartbeat": num(), "state": str(), "disk": map[string]any{"type": "object"}}))})},
+	{method: "GET", path: "/api/v1/config", summary: "Effective configuration", ok: 200, okSchema: map[string]any{"type": "object"}},
+	{method: "GET", path: "/api/v1/system", summary: "Host figures: CPU, memory, hugepages, disks, NICs", ok: 200, okSchema: map[string]any{"type": "object"}},
+	{method: "GET", path: "/api/v1/events", summary: "Server-sent events",
+		description: "text/event-stream; event names: put (sampled), remove, evict, offload, bucket_delete, segment, client; data is one JSON Event. A ': keep-alive' comment every 15 s.",
+		ok:          200, okSchema: map[string]any{"type": "string"}},
+	{method: "GET", path: "/api/v1/openapi.json", summary: "This document", ok: 200, okSchema: map[string]any{"type": "object"}},
+}
+
+func schemas() map[string]any {
+	tier := obj(map[string]any{"tier": str(), "capacity": integer(), "used": integer(), "objects": integer(), "hits": integer(),
+		"misses": integer(), "used_fraction": num()})
+	return map[string]any{
+		"Error": obj(map[string]any{"code": map[string]any{"type": "string", "example": "OBJECT_NOT_FOUND"}, "message": str(), "status": integer()}),
+		"Ready": obj(map[string]any{"ready": boolean(), "reason": str(), "mounted_segments": integer(), "leader": boolean()}),
+		"Tier":  tier,
+		"Cluster": obj(map[string]any{"time": str(), "leader": boolean(), "objects": integer(), "heap_bytes": integer(),
+			"tiers": arr(ref("Tier")), "rates": map[string]any{"type": "object"}, "puts": map[string]any{"type": "object"},
+			"gets": map[string]any{"type": "object"}, "evictions": map[string]any{"type": "object"},
+			"offloads": map[string]any{"type": "object"}, "counters": map[string]any{"type": "object"}}),
+		"Segment": obj(map[string]any{"name": str(), "name_path": str(), "type": str(), "owner": str(), "state": str(),
+			"capacity": integer(), "used": integer(), "largest_free": integer(), "replicas": integer(), "drain_deadline": str()}),
+		"Replica": obj(map[string]any{"type": str(), "state": str(), "segment": str(), "node": str(), "offset": integer(), "length": integer(), "bucket": integer()}),
+		"Object": obj(map[string]any{"key": str(), "key_b64": str(), "key_path": str(), "tenant": str(), "size": integer(),
+			"lease": obj(map[string]any{"active": boolean(), "deadline": str()}), "soft_pin": boolean(), "hard_pin": boolean(),
+			"complete": boolean(), "tiers": arr(str()), "replicas": arr(ref("Replica"))}),
+		"Tiers": obj(map[string]any{"dram": obj(map[string]any{"high_watermark": num(), "eviction_ratio": num(), "lease_policy": str()}),
+			"ssd":   obj(map[string]any{"offload_mode": str(), "policy": str(), "capacity": integer(), "high_watermark": num()}),
+			"stats": arr(ref("Tier"))}),
+	}
+}
+
+// OpenAPI returns the OpenAPI 3 document of the API.
+func OpenAPI() map[string]any {
+	paths := map[string]any{}
+	errResp := map[string]any{"description": "Refused", "content": map[string]any{"application/json": map[string]any{"schema": ref("Error")}}}
+	for _, op := range apiOps {
+		item, _ := paths[op.path].(map[string]any)
+		if item == nil {
+			item = map[string]any{}
+			paths[op.path] = item
+		}
+		o := map[string]any{"summary": op.summary, "operationId": op.method + " " + op.path}
+		if op.description != "" {
+			o["description"] = op.description
+		}
+		var params []any
+		for _, p := range op.params {
+			params = append(params, map[string]any{"name": p.name, "in": p.in, "required": p.in == "path",
+				"description": p.desc, "schema": map[string]any{"type": p.typ}})
+		}
+		if params != nil {
+			o["parameters"] = params
+		}
+		if op.body != nil {
+			ct := "application/json"
+			if op.body["format"] == "binary" {
+				ct = "application/octet-stream"
+			}
+			o["requestBody"] = map[string]any{"required": ct != "application/json" || op.method == "PATCH",
+				"content": map[string]any{ct: map[string]any{"schema": op.body}}}
+		}
+		resps := map[string]any{}
+		okDesc := map[string]any{"description": http.StatusText(op.ok)}
+		if op.okSchema != nil {
+			okDesc["content"] = map[string]any{"application/json": map[string]any{"schema": op.okSchema}}
+		}
+		resps[strconv.Itoa(op.ok)] = okDesc
+		for _, e := range op.errors {
+			resps[strconv.Itoa(e)] = errResp
+		}
+		resps["default"] = errResp
+		o["responses"] = resps
+		if op.mutating {
+			o["security"] = []any{map[string]any{"bearer": []string{}}}
+		}
+		item[strings.ToLower(op.method)] = o
+	}
+	return map[string]any{
+		"openapi": "3.0.3",
+		"info": map[string]any{"title": "kvtier operator API", "version": "1",
+			"description": "Control and inspect a kvtier cluster. Errors are {code, message, status}. " + keyEncodingDoc +
+				" When a token is configured, mutating requests need Authorization: Bearer TOKEN."},
+		"servers": []any{map[string]any{"url": "/"}},
+		"paths":   paths,
+		"components": map[string]any{"schemas": schemas(),
+			"securitySchemes": map[string]any{"bearer": map[string]any{"type": "http", "scheme": "bearer"}}},
+	}
+}
+
+func (s *Server) openapi(c echo.Context) error { return c.JSON(http.StatusOK, OpenAPI()) }

@@ -1,0 +1,348 @@
+package rest
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"kvtier/api/kvtierpb"
+	"kvtier/internal/clock"
+	"kvtier/internal/kverr"
+	"kvtier/metrics"
+	"kvtier/webui"
+)
+
+// PutOptions are the placement options of a PUT through the data plane.
+type PutOptions struct {
+	Tenant           string
+	Replicas         int
+	SoftPin          bool
+	HardPin          bool
+	PreferredSegment string
+}
+
+// DataPlane moves object bytes for GET objects/{key}/data and PUT
+// objects/{key}. The lead adapts the client SDK to it. Errors should be kverr
+// errors (or gRPC status errors, which are translated).
+type DataPlane interface {
+	Put(ctx context.Context, key string, value []byte, opts PutOptions) error
+	Get(ctx context.Context, tenant, key string) ([]byte, error)
+}
+
+// Config configures a Server. The zero value means defaults.
+type Config struct {
+	// Token, when set, guards every mutating request (bearer token).
+	Token string
+	// MaxPutBytes bounds a PUT body; 0 means 64 MiB.
+	MaxPutBytes int64
+	// EffectiveConfig returns what GET /api/v1/config shows; nil shows {}.
+	EffectiveConfig func() any
+	// Ready, when set, is asked by GET /api/v1/ready after the built-in
+	// checks; a non-nil error makes ready answer 503 with its text.
+	Ready func(ctx context.Context) error
+	// Metrics serves /metrics and counts requests; nil creates one whose
+	// cluster collector asks the master.
+	Metrics *metrics.Metrics
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// Clock for rates and event timestamps; nil is the real clock.
+	Clock clock.Clock
+	// KeepAlive is the SSE keep-alive period; 0 means 15 s.
+	KeepAlive time.Duration
+	// RequestTimeout bounds each control-plane call; 0 means 10 s.
+	RequestTimeout time.Duration
+}
+
+// DefaultMaxPutBytes is the PUT body limit when Config.MaxPutBytes is 0.
+const DefaultMaxPutBytes = 64 << 20
+
+// Validate reports settings that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.MaxPutBytes < 0:
+		return kverr.New(kverr.InvalidParams, "", "rest: negative MaxPutBytes %d", c.MaxPutBytes)
+	case c.KeepAlive < 0:
+		return kverr.New(kverr.InvalidParams, "", "rest: negative KeepAlive %v", c.KeepAlive)
+	case c.RequestTimeout < 0:
+		return kverr.New(kverr.InvalidParams, "", "rest: negative RequestTimeout %v", c.RequestTimeout)
+	case strings.ContainsAny(c.Token, " \t\r\n"):
+		return kverr.New(kverr.InvalidParams, "", "rest: token must not contain white space")
+	}
+	return nil
+}
+
+// Route is one registered endpoint (for the OpenAPI check and docs).
+type Route struct {
+	Method string
+	Path   string // echo form, e.g. /api/v1/objects/:key
+}
+
+// Server is the HTTP front end. Safe for concurrent use.
+type Server struct {
+	cfg  Config
+	ms   kvtierpb.MasterServer
+	dp   DataPlane
+	e    *echo.Echo
+	log  *slog.Logger
+	clk  clock.Clock
+	met  *metrics.Metrics
+	root http.Handler
+
+	rates rateTracker
+}
+
+// New builds a Server. dp may be nil: the data endpoints then answer
+// UNAVAILABLE_IN_CURRENT_STATUS.
+func New(cfg Config, ms kvtierpb.MasterServer, dp DataPlane) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if ms == nil {
+		return nil, kverr.New(kverr.InvalidParams, "", "rest: nil master")
+	}
+	if cfg.MaxPutBytes == 0 {
+		cfg.MaxPutBytes = DefaultMaxPutBytes
+	}
+	if cfg.KeepAlive == 0 {
+		cfg.KeepAlive = 15 * time.Second
+	}
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = 10 * time.Second
+	}
+	s := &Server{cfg: cfg, ms: ms, dp: dp, log: cfg.Logger, clk: cfg.Clock, met: cfg.Metrics}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.clk == nil {
+		s.clk = clock.Real{}
+	}
+	if s.met == nil {
+		m, err := metrics.New(metrics.Config{Source: ms})
+		if err != nil {
+			return nil, err
+		}
+		s.met = m
+	}
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = s.errorHandler
+	e.Use(s.met.EchoMiddleware())
+	e.Use(s.authMiddleware)
+	s.routes(e)
+	s.e = e
+	ui := webui.Handler()
+	mh := s.met.Handler()
+	s.root = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/metrics":
+			mh.ServeHTTP(w, r)
+		case strings.HasPrefix(r.URL.Path, "/api/"):
+			e.ServeHTTP(w, r)
+		default:
+			ui.ServeHTTP(w, r)
+		}
+	})
+	return s, nil
+}
+
+// Handler serves /api/v1/..., /metrics and the web UI at /.
+func (s *Server) Handler() http.Handler { return s.root }
+
+// Metrics returns the metrics the server serves at /metrics.
+func (s *Server) Metrics() *metrics.Metrics { return s.met }
+
+// Routes lists the registered API routes.
+func (s *Server) Routes() []Route {
+	var out []Route
+	for _, r := range s.e.Routes() {
+		if strings.HasPrefix(r.Name, "github.com/labstack/echo") {
+			continue // echo's own not-found placeholders
+		}
+		out = append(out, Route{Method: r.Method, Path: r.Path})
+	}
+	return out
+}
+
+func (s *Server) routes(e *echo.Echo) {
+	g := e.Group("/api/v1")
+	g.GET("/health", s.health)
+	g.GET("/ready", s.ready)
+	g.GET("/cluster", s.cluster)
+	g.GET("/segments", s.listSegments)
+	g.POST("/segments/:name/drain", s.drainSegment)
+	g.DELETE("/segments/:name", s.unmountSegment)
+	g.GET("/objects", s.listObjects)
+	g.GET("/objects/:key", s.getObject)
+	g.GET("/objects/:key/data", s.getObjectData)
+	g.PUT("/objects/:key", s.putObject)
+	g.DELETE("/objects/:key", s.deleteObject)
+	g.GET("/tiers", s.getTiers)
+	g.PATCH("/tiers/dram", s.patchDram)
+	g.PATCH("/tiers/ssd", s.patchSSD)
+	g.GET("/clients", s.listClients)
+	g.GET("/config", s.getConfig)
+	g.GET("/system", s.system)
+	g.GET("/events", s.events)
+	g.GET("/openapi.json", s.openapi)
+}
+
+// ErrorBody is the JSON of every refusal.
+type ErrorBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Status  int    `json:"status"`
+}
+
+// errorHandler writes every error as ErrorBody. kverr errors (and gRPC status
+// errors carrying one) keep their code; echo's own errors (unknown route,
+// method not allowed) get the closest code.
+func (s *Server) errorHandler(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	body := errorBody(err, c.Request())
+	if body.Status >= 500 {
+		s.log.Warn("rest: request failed", "method", c.Request().Method, "path", c.Request().URL.Path, "err", err)
+	}
+	_ = c.JSON(body.Status, body)
+}
+
+func errorBody(err error, r *http.Request) ErrorBody {
+	var he *echo.HTTPError
+	if errors.As(err, &he) {
+		msg := http.StatusText(he.Code)
+		if m, ok := he.Message.(string); ok {
+			msg = m
+		}
+		code := kverr.InvalidParams
+		switch he.Code {
+		case http.StatusNotFound:
+			msg = "no such endpoint: " + r.Method + " " + r.URL.EscapedPath()
+			if strings.HasPrefix(r.URL.Path, "/api/v1/objects/") {
+				msg += " (a '/' inside a key must be escaped as %2F, or use the ~b64: form)"
+			}
+		case http.StatusMethodNotAllowed:
+			msg = "method " + r.Method + " not allowed on " + r.URL.EscapedPath()
+		case http.StatusUnauthorized:
+			code = kverr.Unauthorized
+		case http.StatusRequestEntityTooLarge:
+			code = kverr.PayloadTooLarge
+		default:
+			if he.Code >= 500 {
+				code = kverr.InternalError
+			}
+		}
+		return ErrorBody{Code: code.String(), Message: msg, Status: he.Code}
+	}
+	err = kverr.FromGRPC(err)
+	code := kverr.CodeOf(err)
+	msg := err.Error()
+	var ke *kverr.Error
+	if errors.As(err, &ke) && ke.Msg != "" {
+		msg = ke.Msg
+		if ke.Key != "" {
+			msg = ke.Msg + " (key " + printable(ke.Key) + ")"
+		}
+	}
+	return ErrorBody{Code: code.String(), Message: msg, Status: code.HTTP()}
+}
+
+func printable(k string) string {
+	if len(k) > 80 {
+		k = k[:80] + "..."
+	}
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r == 0xfffd {
+			return '?'
+		}
+		return r
+	}, k)
+}
+
+// authMiddleware refuses mutating requests without the bearer token.
+func (s *Server) authMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if s.cfg.Token == "" {
+			return next(c)
+		}
+		switch c.Request().Method {
+		case http.MethodGet, http.MethodHead, http.MethodOptions:
+			return next(c)
+		}
+		got, ok := strings.CutPrefix(c.Request().Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Token)) != 1 {
+			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="kvtier"`)
+			return kverr.New(kverr.Unauthorized, "", "this request changes state: send Authorization: Bearer <token> (the --http-token)")
+		}
+		return next(c)
+	}
+}
+
+// ctx returns a request context bounded by the request timeout.
+func (s *Server) ctx(c echo.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(c.Request().Context(), s.cfg.RequestTimeout)
+}
+
+// rateTracker turns monotonically growing counters into per-second rates.
+type rateTracker struct {
+	mu      sync.Mutex
+	samples []rateSample // guarded by mu; oldest first, within rateWindow
+}
+
+type rateSample struct {
+	at time.Time
+	c  map[string]uint64
+}
+
+// rateWindow is how far back rates look; rateMinSpan the least span used.
+const (
+	rateWindow  = 10 * time.Second
+	rateMinSpan = 500 * time.Millisecond
+)
+
+// observe records counters seen at now and returns per-second rates against
+// the oldest sample within the window (nil until two samples span
+// rateMinSpan). A counter that went down (master restart) reports 0.
+func (t *rateTracker) observe(now time.Time, c map[string]uint64) (map[string]float64, float64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	keep := t.samples[:0]
+	for _, s := range t.samples {
+		if now.Sub(s.at) <= rateWindow && !s.at.After(now) {
+			keep = append(keep, s)
+		}
+	}
+	t.samples = keep
+	var rates map[string]float64
+	var span float64
+	if len(t.samples) > 0 {
+		old := t.samples[0]
+		if d := now.Sub(old.at); d >= rateMinSpan {
+			span = d.Seconds()
+			rates = make(map[string]float64, len(c))
+			for k, v := range c {
+				if p := old.c[k]; v >= p {
+					rates[k] = float64(v-p) / span
+				} else {
+					rates[k] = 0
+				}
+			}
+		}
+	}
+	cp := make(map[string]uint64, len(c))
+	for k, v := range c {
+		cp[k] = v
+	}
+	// Keep at most one sample per 500 ms so a busy UI does not grow the slice.
+	if n := len(t.samples); n == 0 || now.Sub(t.samples[n-1].at) >= rateMinSpan {
+		t.samples = append(t.samples, rateSample{at: now, c: cp})
+	}
+	return rates, span
+}
