@@ -1,0 +1,162 @@
+package transfer
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"testing"
+	"time"
+)
+
+var benchSizes = []int{64 << 10, 1 << 20, 16 << 20}
+
+func sizeName(n int) string {
+	if n >= 1<<20 {
+		return fmt.Sprintf("%dMiB", n>>20)
+	}
+	return fmt.Sprintf("%dKiB", n>>10)
+}
+
+// rawClient is the baseline: plain Go TCP moving the same bytes to/from the
+// helper process's raw server (see serveRaw).
+type rawClient struct {
+	c   net.Conn
+	cmd [9]byte
+}
+
+func (r *rawClient) do(op byte, buf []byte) error {
+	r.cmd[0] = op
+	binary.BigEndian.PutUint64(r.cmd[1:], uint64(len(buf)))
+	if op == 'R' {
+		if _, err := r.c.Write(r.cmd[:]); err != nil {
+			return err
+		}
+		_, err := io.ReadFull(r.c, buf)
+		return err
+	}
+	bufs := net.Buffers{r.cmd[:], buf}
+	if _, err := bufs.WriteTo(r.c); err != nil {
+		return err
+	}
+	_, err := io.ReadFull(r.c, r.cmd[:1])
+	return err
+}
+
+// BenchmarkTCP moves READs and WRITEs between this process and a re-exec'd
+// server process, beside plain Go TCP moving the same bytes; ratio =
+// engine throughput / raw throughput.
+func BenchmarkTCP(b *testing.B) {
+	h := startHelper(b, 16<<20)
+	cli := newEngine(b, Config{})
+	nc, err := net.Dial("tcp", h.rawAddr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	raw := &rawClient{c: nc}
+	for _, op := range []Op{Read, Write} {
+		for _, n := range benchSizes {
+			b.Run(fmt.Sprintf("%s/%s", op, sizeName(n)), func(b *testing.B) {
+				buf := make([]byte, n)
+				req := []Request{{Op: op, Endpoint: h.addr, Segment: helperSegment, Buf: buf}}
+				rop := byte('R')
+				if op == Write {
+					rop = 'W'
+				}
+				// Warm up both paths (connections, page faults).
+				for range 3 {
+					if err := cli.Do(context.Background(), req)[0]; err != nil {
+						b.Fatal(err)
+					}
+					if err := raw.do(rop, buf); err != nil {
+						b.Fatal(err)
+					}
+				}
+				// Interleave engine and raw operations so both see the same
+				// machine load; time each separately.
+				b.SetBytes(int64(n))
+				b.ResetTimer()
+				var eng, rawT time.Duration
+				for i := range b.N {
+					// Alternate which goes first so neither always finds
+					// the caches (or the socket buffers) warm.
+					var d [2]time.Duration
+					for k := range 2 {
+						t0 := time.Now()
+						if (i+k)%2 == 0 {
+							if err := cli.Do(context.Background(), req)[0]; err != nil {
+								b.Fatal(err)
+							}
+							d[0] = time.Since(t0)
+						} else {
+							if err := raw.do(rop, buf); err != nil {
+								b.Fatal(err)
+							}
+							d[1] = time.Since(t0)
+						}
+					}
+					eng += d[0]
+					rawT += d[1]
+				}
+				b.StopTimer()
+				total := float64(n) * float64(b.N)
+				b.ReportMetric(total/eng.Seconds()/1e9, "GB/s")
+				b.ReportMetric(total/rawT.Seconds()/1e9, "raw-GB/s")
+				b.ReportMetric(rawT.Seconds()/eng.Seconds(), "ratio")
+			})
+		}
+	}
+}
+
+// BenchmarkLocal is the same-process path beside copy().
+func BenchmarkLocal(b *testing.B) {
+	e := newEngine(b, Config{})
+	seg := make([]byte, 16<<20)
+	fillPattern(seg, 0)
+	if err := e.RegisterSegment("local", seg); err != nil {
+		b.Fatal(err)
+	}
+	for _, op := range []Op{Read, Write} {
+		for _, n := range benchSizes {
+			b.Run(fmt.Sprintf("%s/%s", op, sizeName(n)), func(b *testing.B) {
+				buf := make([]byte, n)
+				fillPattern(buf, 1)
+				req := []Request{{Op: op, Segment: "local", Buf: buf}}
+				if err := e.Do(context.Background(), req)[0]; err != nil {
+					b.Fatal(err)
+				}
+				b.SetBytes(int64(n))
+				b.ResetTimer()
+				var eng, cp time.Duration
+				for i := range b.N {
+					var d [2]time.Duration
+					for k := range 2 {
+						t0 := time.Now()
+						if (i+k)%2 == 0 {
+							if err := e.Do(context.Background(), req)[0]; err != nil {
+								b.Fatal(err)
+							}
+							d[0] = time.Since(t0)
+						} else {
+							if op == Read {
+								copy(buf, seg[:n])
+							} else {
+								copy(seg[:n], buf)
+							}
+							d[1] = time.Since(t0)
+						}
+					}
+					eng += d[0]
+					cp += d[1]
+				}
+				b.StopTimer()
+				total := float64(n) * float64(b.N)
+				b.ReportMetric(total/eng.Seconds()/1e9, "GB/s")
+				b.ReportMetric(total/cp.Seconds()/1e9, "copy-GB/s")
+				b.ReportMetric(cp.Seconds()/eng.Seconds(), "ratio")
+			})
+		}
+	}
+}

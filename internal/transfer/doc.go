@@ -1,0 +1,158 @@
+// Package transfer is kvtier's transfer engine: one-sided READ and WRITE of
+// (segment, offset, length) between a caller's buffer and registered memory
+// of a node, batched, sliced and completed asynchronously.
+//
+// # Contract
+//
+// An Engine serves the segments (memory) and extent sources (read-only, e.g.
+// SSD buckets) registered in it, on every address passed to Listen, and moves
+// its callers' Requests:
+//
+//   - Local: a request whose Segment is registered in the same Engine is one
+//     copy() (or one ReadExtent straight into Buf), whatever its Endpoint.
+//     Submit performs it before returning.
+//   - TCP: otherwise, over the framed protocol below, to Endpoint. Each peer
+//     gets Config.ConnsPerPeer connections; a request larger than
+//     Config.SliceSize is cut into frames spread over them; each connection
+//     pipelines up to Config.PipelineDepth frames. Payload bytes go from the
+//     source memory to the socket in one writev with their header and from the
+//     socket straight into the destination (the server's segment memory for
+//     WRITE, the caller's Buf for READ): no intermediate copy on either side.
+//     Extent-source reads go through a pooled buffer on the serving side, and
+//     are never sliced (a request with Bucket != 0 travels as one frame of at
+//     most 64 MiB) so a source always sees whole extents and can verify their
+//     checksums.
+//   - Config.MaxInflightBytes bounds the caller's bytes in flight and,
+//     separately, the serving side's extent buffers. Segment traffic needs no
+//     server buffers at all, so many clients cannot exhaust the server's memory.
+//   - Batch.Wait returns one error per request, in order. Errors carry kverr
+//     codes: TRANSFER_FAIL (peer unreachable, connection or I/O failure,
+//     engine closed, context cancelled before the request started),
+//     SEGMENT_NOT_FOUND, INVALID_PARAMS (out of bounds, bad op, write to an
+//     extent source), and whatever code an ExtentSource returned (e.g.
+//     CHECKSUM_MISMATCH), always with the segment and the reason in the
+//     message. A Request's Buf is not touched after Wait returns.
+//   - The serving side bounds-checks every frame against the segment
+//     (overflow-safe) and refuses a bad one with an error frame; the connection
+//     and every other client continue. A malformed frame (bad magic or
+//     version, unknown op, absurd name or payload length) closes only that
+//     connection.
+//   - UnregisterSegment waits until no frame uses the segment's memory, so the
+//     caller may unmap it afterwards. Close stops everything and waits.
+//   - A cancelled ctx fails requests not yet handed to a connection; a frame
+//     already on the wire completes or fails within Config.IOTimeout.
+//   - READ and WRITE are idempotent (one-sided, same range, same bytes), so a
+//     frame whose connection breaks is retried once on a fresh connection;
+//     this hides pooled connections gone stale (peer restarted). A refusal
+//     (error frame) is never retried.
+//   - Submit writes frames on idle connections from the caller's goroutine
+//     (READ frames, WRITE frames up to 64 KiB, and the first frame of the
+//     call whatever its size), hands the rest to per-connection lanes, and
+//     only starts a dispatch goroutine when it would have to wait (all
+//     connections busy, MaxInflightBytes reached). So a WRITE of one slice
+//     has been written to the socket when Submit returns. One receive
+//     goroutine per connection reads responses straight into the callers'
+//     buffers.
+//
+// There is no package-level state: several Engines may live in one process.
+//
+// # Caveats
+//
+//   - The engine moves bytes; it does not order them. A READ overlapping a
+//     WRITE in flight to the same range sees some mix of old and new bytes;
+//     the master's replica states (PROCESSING until PutEnd) keep readers away.
+//   - A frame stuck on a silent peer fails after IOTimeout, and again after
+//     its one retry: a caller may wait up to about 2 x IOTimeout.
+//   - UnregisterSegment has no context (its signature is the SDK's): it
+//     waits for frames in progress, each bounded by IOTimeout.
+//
+// # Wire protocol (version 1)
+//
+// A client opens TCP connections to the serving Engine and sends request
+// frames; the server answers each with exactly one response frame, in the
+// order the requests arrived on that connection (so a client may pipeline).
+// All integers are big-endian.
+//
+// Request frame:
+//
+//	offset size field
+//	0      4    magic 0x4B565451 ("KVTQ")
+//	4      1    version = 1
+//	5      1    op: 1 = READ (server -> client), 2 = WRITE (client -> server)
+//	6      2    N = name length, 1..255
+//	8      8    request id (chosen by the client, echoed in the response;
+//	            this implementation counts 1, 2, 3, ... per connection)
+//	16     8    bucket (extent sources; must be 0 for memory segments)
+//	24     8    offset in the segment (or in the bucket)
+//	32     8    L = length, 1..67108864 (64 MiB)
+//	40     N    segment or extent source name (bytes, not NUL-terminated)
+//	40+N   L    WRITE only: the payload
+//
+// Response frame:
+//
+//	offset size field
+//	0      4    magic 0x4B565453 ("KVTS")
+//	4      1    version = 1
+//	5      1    op, echoed
+//	6      2    status: 0 = OK, else a kverr code number (api/kvtierpb
+//	            ErrorCode), e.g. 2 INVALID_PARAMS, 9 SEGMENT_NOT_FOUND,
+//	            14 CHECKSUM_MISMATCH, 22 FILE_READ_FAIL
+//	8      8    request id, echoed
+//	16     8    P = payload length: L for an OK READ, else 0
+//	24     4    M = message length, 0..1024 (0 when status is OK)
+//	28     4    reserved, 0
+//	32     M    error message (UTF-8): the reason, naming the segment
+//	32+M   P    READ only: the payload
+//
+// A refused WRITE's payload is still read (and discarded) by the server so
+// the stream stays in step. A server that cannot parse a request header
+// closes the connection without answering; a client that gets a response it
+// cannot parse, or whose id or op does not match the oldest outstanding
+// request, closes the connection and fails every request outstanding on it
+// with TRANSFER_FAIL.
+//
+// # Performance
+//
+// bench_test.go measures every size beside a baseline in the same run,
+// interleaving the two operation by operation (alternating which goes first)
+// so both see the same machine load: TCP against plain Go TCP moving the
+// same bytes between the same two processes (the server is the re-executed
+// test binary; the baseline sends a 9-byte command and reads or writes the
+// bytes, then a 1-byte ack for writes), and the local path against copy().
+//
+//	go test -run '^$' -bench . -benchtime 1s -count 3 ./internal/transfer/
+//
+// Medians of 3 on the 2-core VM at load average 8-10 (other builds running),
+// default Config (4 connections per peer, 1 MiB slices, pipeline depth 4):
+//
+//	                 kvtier GB/s  baseline GB/s  ratio
+//	TCP  READ  64KiB     1.59        2.11 raw     0.75
+//	TCP  READ   1MiB     1.83        2.14 raw     0.86
+//	TCP  READ  16MiB     1.22        1.08 raw     0.97
+//	TCP  WRITE 64KiB     1.38        1.64 raw     0.81
+//	TCP  WRITE  1MiB     1.89        1.25 raw     1.51
+//	TCP  WRITE 16MiB     1.00        1.02 raw     0.92
+//	local READ  64KiB   11.9        12.8 copy()   0.94
+//	local READ   1MiB   15.9        14.5 copy()   1.04
+//	local READ  16MiB    4.5         4.9 copy()   0.92
+//	local WRITE 64KiB    5.6         6.9 copy()   0.81-1.28 (noisy)
+//	local WRITE  1MiB    7.5         7.4 copy()   1.01
+//	local WRITE 16MiB    4.0         4.1 copy()   0.99
+//
+// Single runs on this loaded machine scatter by about ±25%, hence the
+// medians. What got the TCP path there: callers write READ frames (and the
+// first frame of each Submit) on an idle connection themselves instead of
+// handing them to a lane goroutine, and the receive goroutine sits in Read
+// with a deadline armed only while requests are outstanding (one wake-up per
+// response instead of two); together they lifted READ 1 MiB from about
+// 0.4-0.7 to 0.8-0.9 of raw. Explicit socket buffer sizes (SocketBuffer)
+// and 1-4 connections per peer made no difference beyond the noise, so the
+// kernel's autotuning stays the default. Below 1 MiB a request pays a fixed
+// cost of a few microseconds (one more goroutine wake-up than the raw
+// client: the receive goroutine), visible at 64 KiB.
+//
+// # Imports
+//
+// transfer is a mechanism: the client SDK and the appliance import it. It
+// imports only internal/kverr.
+package transfer

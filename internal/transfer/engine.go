@@ -1,0 +1,617 @@
+package transfer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"kvtier/internal/kverr"
+)
+
+// Op is the direction of a request, seen from the caller.
+type Op uint8
+
+// The operations. The values are on the wire.
+const (
+	Read  Op = 1 // remote segment -> Buf
+	Write Op = 2 // Buf -> remote segment
+)
+
+func (o Op) String() string {
+	switch o {
+	case Read:
+		return "READ"
+	case Write:
+		return "WRITE"
+	}
+	return fmt.Sprintf("Op(%d)", uint8(o))
+}
+
+// Request is one one-sided transfer between the caller's Buf and a segment
+// (or an extent source) on the node at Endpoint.
+type Request struct {
+	Op       Op
+	Endpoint string // host:port of the node serving Segment
+	Segment  string // segment name on that node, or a registered extent source name
+	Bucket   uint64 // only for extent sources (SSD buckets); 0 for segments
+	Offset   uint64 // byte offset in the segment (or in the bucket)
+	Buf      []byte // Write: source bytes; Read: destination; length = len(Buf)
+}
+
+// ExtentSource serves read-only extents, e.g. SSD buckets (package ssd). An
+// error carrying a kverr code (e.g. CHECKSUM_MISMATCH) reaches the remote
+// caller with that code.
+type ExtentSource interface {
+	ReadExtent(ctx context.Context, bucket, offset uint64, dst []byte) error
+}
+
+// Config tunes an Engine. The zero value means defaults.
+type Config struct {
+	ConnsPerPeer     int           // TCP connections per peer (default 4)
+	SliceSize        int           // bytes per frame for large requests (default 1 MiB, max 64 MiB)
+	PipelineDepth    int           // requests in flight per connection (default 4)
+	MaxInflightBytes int64         // client bytes in flight, and server extent buffer bytes (default 256 MiB)
+	DialTimeout      time.Duration // default 5s
+	IOTimeout        time.Duration // deadline for one frame's I/O (default 30s)
+	SocketBuffer     int           // SO_SNDBUF/SO_RCVBUF; 0 keeps kernel autotuning
+}
+
+// Defaults.
+const (
+	DefaultConnsPerPeer     = 4
+	DefaultSliceSize        = 1 << 20
+	DefaultPipelineDepth    = 4
+	DefaultMaxInflightBytes = 256 << 20
+	DefaultDialTimeout      = 5 * time.Second
+	DefaultIOTimeout        = 30 * time.Second
+)
+
+// Validate reports a configuration that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.ConnsPerPeer < 0 || c.ConnsPerPeer > 256:
+		return kverr.New(kverr.InvalidParams, "", "transfer: ConnsPerPeer %d outside 0..256", c.ConnsPerPeer)
+	case c.SliceSize < 0 || (c.SliceSize > 0 && c.SliceSize < 4096) || c.SliceSize > MaxFrameLength:
+		return kverr.New(kverr.InvalidParams, "", "transfer: SliceSize %d outside 4KiB..64MiB", c.SliceSize)
+	case c.PipelineDepth < 0 || c.PipelineDepth > 1024:
+		return kverr.New(kverr.InvalidParams, "", "transfer: PipelineDepth %d outside 0..1024", c.PipelineDepth)
+	case c.MaxInflightBytes < 0:
+		return kverr.New(kverr.InvalidParams, "", "transfer: MaxInflightBytes %d < 0", c.MaxInflightBytes)
+	case c.DialTimeout < 0 || c.IOTimeout < 0:
+		return kverr.New(kverr.InvalidParams, "", "transfer: negative timeout")
+	case c.SocketBuffer < 0:
+		return kverr.New(kverr.InvalidParams, "", "transfer: SocketBuffer %d < 0", c.SocketBuffer)
+	}
+	d := c.withDefaults()
+	if d.MaxInflightBytes < int64(d.SliceSize) {
+		return kverr.New(kverr.InvalidParams, "", "transfer: MaxInflightBytes %d < SliceSize %d", d.MaxInflightBytes, d.SliceSize)
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.ConnsPerPeer == 0 {
+		c.ConnsPerPeer = DefaultConnsPerPeer
+	}
+	if c.SliceSize == 0 {
+		c.SliceSize = DefaultSliceSize
+	}
+	if c.PipelineDepth == 0 {
+		c.PipelineDepth = DefaultPipelineDepth
+	}
+	if c.MaxInflightBytes == 0 {
+		c.MaxInflightBytes = DefaultMaxInflightBytes
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = DefaultDialTimeout
+	}
+	if c.IOTimeout == 0 {
+		c.IOTimeout = DefaultIOTimeout
+	}
+	return c
+}
+
+// Stats are cumulative counters of one Engine.
+type Stats struct {
+	Requests      uint64 // requests completed as a caller
+	Errors        uint64 // of which failed
+	BytesRead     uint64 // caller READ bytes (successful requests)
+	BytesWritten  uint64 // caller WRITE bytes (successful requests)
+	LocalRequests uint64 // successful requests served by local memcpy
+	LocalBytes    uint64
+	TCPRequests   uint64 // successful requests carried over TCP
+	TCPBytes      uint64
+
+	ServedFrames       uint64 // frames served to peers
+	ServedErrors       uint64 // frames refused with an error response
+	ServedBytesRead    uint64 // bytes sent to peers (their READs)
+	ServedBytesWritten uint64 // bytes received from peers (their WRITEs)
+	MalformedFrames    uint64 // connections closed for a malformed frame
+	ConnsAccepted      uint64
+	ConnsDialed        uint64
+
+	ClientConns int // open connections to peers, now
+	ServerConns int // open connections from peers, now
+}
+
+type counters struct {
+	requests, errors, bytesRead, bytesWritten        atomic.Uint64
+	localRequests, localBytes, tcpRequests, tcpBytes atomic.Uint64
+	servedFrames, servedErrors, servedRead           atomic.Uint64
+	servedWritten, malformed, accepted, dialed       atomic.Uint64
+}
+
+// segment is registered memory; refs counts requests using mem.
+type segment struct {
+	name string
+	mem  []byte
+	refs sync.WaitGroup
+}
+
+// transport moves the requests of one batch. Implementations: localTransport
+// (memcpy within this Engine) and tcpTransport (framed TCP to a peer).
+type transport interface {
+	start(ctx context.Context, r *reqState)
+}
+
+// Engine is a transfer engine: it serves its registered segments and sources
+// to peers and moves callers' requests to local or remote segments.
+type Engine struct {
+	cfg     Config
+	stats   counters
+	clisem  *byteSem // client bytes in flight
+	srvsem  *byteSem // server extent buffer bytes
+	bufs    *bufPool // serving side's extent buffers
+	local   *localTransport
+	tcp     *tcpTransport
+	ctx     context.Context // cancelled by Close
+	cancel  context.CancelFunc
+	closing chan struct{}
+	wg      sync.WaitGroup
+
+	mu sync.RWMutex
+	// guarded by mu:
+	segments  map[string]*segment
+	sources   map[string]ExtentSource
+	peers     map[string]*peer
+	listeners []net.Listener
+	srvConns  map[net.Conn]struct{}
+	cliConns  map[*clientConn]struct{}
+	closed    bool
+}
+
+// New returns an Engine with cfg (zero fields take defaults).
+func New(cfg Config) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	e := &Engine{
+		cfg:      cfg,
+		clisem:   newByteSem(cfg.MaxInflightBytes),
+		srvsem:   newByteSem(cfg.MaxInflightBytes),
+		bufs:     &bufPool{limit: cfg.MaxInflightBytes, min: cfg.SliceSize},
+		ctx:      ctx,
+		cancel:   cancel,
+		closing:  make(chan struct{}),
+		segments: map[string]*segment{},
+		sources:  map[string]ExtentSource{},
+		peers:    map[string]*peer{},
+		srvConns: map[net.Conn]struct{}{},
+		cliConns: map[*clientConn]struct{}{},
+	}
+	e.local = &localTransport{e: e}
+	e.tcp = &tcpTransport{e: e}
+	return e, nil
+}
+
+func validName(name string) error {
+	if len(name) < 1 || len(name) > MaxNameLen {
+		return kverr.New(kverr.InvalidParams, "", "transfer: segment name length %d outside 1..%d", len(name), MaxNameLen)
+	}
+	return nil
+}
+
+// RegisterSegment makes mem reachable as name, to peers and to local callers.
+func (e *Engine) RegisterSegment(name string, mem []byte) error {
+	if err := validName(name); err != nil {
+		return err
+	}
+	if len(mem) == 0 {
+		return kverr.New(kverr.InvalidParams, "", "transfer: segment %q has no memory", name)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return errClosed()
+	}
+	if _, ok := e.segments[name]; ok {
+		return kverr.New(kverr.SegmentAlreadyExists, "", "transfer: segment %q already registered", name)
+	}
+	if _, ok := e.sources[name]; ok {
+		return kverr.New(kverr.SegmentAlreadyExists, "", "transfer: %q already registered as an extent source", name)
+	}
+	e.segments[name] = &segment{name: name, mem: mem}
+	return nil
+}
+
+// UnregisterSegment stops serving name and waits until no request uses its
+// memory any more; afterwards the caller may unmap it. Requests that arrive
+// meanwhile get SEGMENT_NOT_FOUND. Waits are bounded by IOTimeout per frame.
+func (e *Engine) UnregisterSegment(name string) error {
+	e.mu.Lock()
+	s, ok := e.segments[name]
+	if ok {
+		delete(e.segments, name)
+	}
+	e.mu.Unlock()
+	if !ok {
+		return kverr.New(kverr.SegmentNotFound, "", "transfer: segment %q not registered", name)
+	}
+	s.refs.Wait()
+	return nil
+}
+
+// RegisterSource makes src reachable as name for READ requests.
+func (e *Engine) RegisterSource(name string, src ExtentSource) error {
+	if err := validName(name); err != nil {
+		return err
+	}
+	if src == nil {
+		return kverr.New(kverr.InvalidParams, "", "transfer: nil extent source %q", name)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return errClosed()
+	}
+	if _, ok := e.segments[name]; ok {
+		return kverr.New(kverr.SegmentAlreadyExists, "", "transfer: %q already registered as a segment", name)
+	}
+	if _, ok := e.sources[name]; ok {
+		return kverr.New(kverr.SegmentAlreadyExists, "", "transfer: extent source %q already registered", name)
+	}
+	e.sources[name] = src
+	return nil
+}
+
+// acquire looks name up and pins a segment (release with s.refs.Done()) or
+// returns a source.
+func (e *Engine) acquire(name string) (*segment, ExtentSource) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if s, ok := e.segments[name]; ok {
+		s.refs.Add(1)
+		return s, nil
+	}
+	return nil, e.sources[name]
+}
+
+// spawn runs f on a goroutine that Close waits for, unless the engine is
+// closed (then it returns false and f does not run). Adding to the wait
+// group under the lock orders every Add before Close's Wait.
+func (e *Engine) spawn(f func()) bool {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.closed {
+		return false
+	}
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		f()
+	}()
+	return true
+}
+
+func errClosed() error { return kverr.New(kverr.TransferFail, "", "transfer: engine closed") }
+
+// checkRange is the overflow-safe bounds check of [off, off+n) in a segment
+// of size bytes.
+func checkRange(name string, size, off, n uint64) error {
+	if off > size || n > size-off {
+		return kverr.New(kverr.InvalidParams, "", "segment %q: range offset=%d length=%d outside segment of %d bytes", name, off, n, size)
+	}
+	return nil
+}
+
+// Batch is a set of submitted requests completing asynchronously.
+type Batch struct {
+	e       *Engine
+	errs    []error
+	states  []reqState
+	pending atomic.Int64
+	done    chan struct{} // nil when every request completed inside Submit
+
+	// inline storage for the common one-request batch (one allocation)
+	err1 [1]error
+	st1  [1]reqState
+}
+
+// reqState tracks one request of a batch across its slices.
+type reqState struct {
+	b      *Batch
+	idx    int
+	req    Request
+	viaTCP bool
+	seg    *segment     // local segment, pinned by classify
+	src    ExtentSource // local extent source
+	left   atomic.Int32
+	first  atomic.Pointer[error]
+}
+
+func (r *reqState) sliceDone(err error) {
+	if err != nil {
+		r.first.CompareAndSwap(nil, &err)
+	}
+	if r.left.Add(-1) == 0 {
+		var final error
+		if p := r.first.Load(); p != nil {
+			final = *p
+		}
+		r.b.finish(r.idx, r.req, r.viaTCP, final)
+	}
+}
+
+func (b *Batch) finish(i int, req Request, viaTCP bool, err error) {
+	c := &b.e.stats
+	c.requests.Add(1)
+	if err != nil {
+		c.errors.Add(1)
+	} else {
+		n := uint64(len(req.Buf))
+		if req.Op == Read {
+			c.bytesRead.Add(n)
+		} else {
+			c.bytesWritten.Add(n)
+		}
+		if viaTCP {
+			c.tcpRequests.Add(1)
+			c.tcpBytes.Add(n)
+		} else {
+			c.localRequests.Add(1)
+			c.localBytes.Add(n)
+		}
+	}
+	b.errs[i] = err
+	if b.pending.Add(-1) == 0 && b.done != nil {
+		close(b.done)
+	}
+}
+
+// Done is closed when every request of the batch has completed.
+func (b *Batch) Done() <-chan struct{} {
+	if b.done == nil {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return b.done
+}
+
+// Wait blocks until every request completed and returns one error per
+// request, in order (nil = ok). A request's Buf is not touched by the engine
+// after Wait returns.
+func (b *Batch) Wait() []error {
+	if b.done != nil {
+		<-b.done
+	}
+	return b.errs
+}
+
+// Submit starts reqs and returns at once (requests to local segments are
+// copied before it returns). ctx bounds waiting for dispatch; a frame already
+// on the wire completes or fails within IOTimeout.
+func (e *Engine) Submit(ctx context.Context, reqs []Request) *Batch {
+	b := &Batch{e: e}
+	if len(reqs) == 1 {
+		b.errs, b.states = b.err1[:], b.st1[:]
+	} else {
+		b.errs, b.states = make([]error, len(reqs)), make([]reqState, len(reqs))
+	}
+	b.pending.Store(int64(len(reqs)))
+	var remote []*slice
+	for i := range reqs {
+		r := &b.states[i]
+		r.b, r.idx, r.req = b, i, reqs[i]
+		r.left.Store(1)
+		err := e.classify(ctx, r)
+		switch {
+		case err != nil:
+			r.sliceDone(err)
+		case len(reqs[i].Buf) == 0: // nothing to move
+			if r.seg != nil {
+				r.seg.refs.Done()
+			}
+			r.sliceDone(nil)
+		case r.seg != nil || r.src != nil:
+			e.local.start(ctx, r)
+		default:
+			r.viaTCP = true
+			remote = e.tcp.slices(r, remote)
+		}
+	}
+	if len(remote) > 0 {
+		// Slices may complete (and the batch with them) as soon as they are
+		// handed over, so done must exist first.
+		b.done = make(chan struct{})
+		b.pending.Add(1) // held until dispatch is set up
+		e.tcp.dispatchFast(ctx, remote)
+		if b.pending.Add(-1) == 0 {
+			close(b.done)
+		}
+	}
+	return b
+}
+
+// classify validates rs.req and, when its segment is registered here, pins
+// it in rs.seg (or sets rs.src) for the local transport.
+func (e *Engine) classify(ctx context.Context, rs *reqState) error {
+	r := &rs.req
+	if r.Op != Read && r.Op != Write {
+		return kverr.New(kverr.InvalidParams, "", "transfer: unknown op %d", uint8(r.Op))
+	}
+	if err := validName(r.Segment); err != nil {
+		return err
+	}
+	if r.Offset > ^uint64(0)-uint64(len(r.Buf)) {
+		return kverr.New(kverr.InvalidParams, "", "transfer: segment %q: offset %d + length %d overflows", r.Segment, r.Offset, len(r.Buf))
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", kverr.New(kverr.TransferFail, "", "transfer: %s segment %q not started", r.Op, r.Segment), err)
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.closed {
+		return errClosed()
+	}
+	if s, ok := e.segments[r.Segment]; ok {
+		s.refs.Add(1)
+		rs.seg = s
+		return nil
+	}
+	rs.src = e.sources[r.Segment]
+	return nil
+}
+
+// Do submits reqs and waits for them.
+func (e *Engine) Do(ctx context.Context, reqs []Request) []error {
+	return e.Submit(ctx, reqs).Wait()
+}
+
+// Stats returns the counters.
+func (e *Engine) Stats() Stats {
+	c := &e.stats
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return Stats{
+		Requests: c.requests.Load(), Errors: c.errors.Load(),
+		BytesRead: c.bytesRead.Load(), BytesWritten: c.bytesWritten.Load(),
+		LocalRequests: c.localRequests.Load(), LocalBytes: c.localBytes.Load(),
+		TCPRequests: c.tcpRequests.Load(), TCPBytes: c.tcpBytes.Load(),
+		ServedFrames: c.servedFrames.Load(), ServedErrors: c.servedErrors.Load(),
+		ServedBytesRead: c.servedRead.Load(), ServedBytesWritten: c.servedWritten.Load(),
+		MalformedFrames: c.malformed.Load(), ConnsAccepted: c.accepted.Load(), ConnsDialed: c.dialed.Load(),
+		ClientConns: len(e.cliConns), ServerConns: len(e.srvConns),
+	}
+}
+
+// Close stops serving, fails queued requests, closes every connection and
+// waits for the engine's goroutines. Registered memory is no longer touched
+// when Close returns.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return errors.New("transfer: engine already closed")
+	}
+	e.closed = true
+	ls := e.listeners
+	e.listeners = nil
+	conns := make([]net.Conn, 0, len(e.srvConns))
+	for c := range e.srvConns {
+		conns = append(conns, c)
+	}
+	clis := make([]*clientConn, 0, len(e.cliConns))
+	for c := range e.cliConns {
+		clis = append(clis, c)
+	}
+	e.mu.Unlock()
+	for _, c := range clis {
+		c.fail(errClosed())
+	}
+
+	close(e.closing)
+	e.cancel()
+	for _, l := range ls {
+		l.Close()
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	e.wg.Wait()
+	return nil
+}
+
+// byteSem is a FIFO weighted semaphore counting bytes.
+type byteSem struct {
+	size int64
+
+	mu sync.Mutex
+	// guarded by mu:
+	avail   int64
+	waiters []*semWaiter
+}
+
+type semWaiter struct {
+	n     int64
+	ready chan struct{}
+}
+
+func newByteSem(n int64) *byteSem { return &byteSem{size: n, avail: n} }
+
+// clamp keeps a single acquisition satisfiable.
+func (s *byteSem) clamp(n int64) int64 { return min(n, s.size) }
+
+func (s *byteSem) acquire(ctx context.Context, n int64) error {
+	s.mu.Lock()
+	if len(s.waiters) == 0 && s.avail >= n {
+		s.avail -= n
+		s.mu.Unlock()
+		return nil
+	}
+	w := &semWaiter{n: n, ready: make(chan struct{})}
+	s.waiters = append(s.waiters, w)
+	s.mu.Unlock()
+	select {
+	case <-w.ready:
+		return nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		select {
+		case <-w.ready: // granted meanwhile: give it back
+			s.avail += n
+		default:
+			for i, x := range s.waiters {
+				if x == w {
+					s.waiters = append(s.waiters[:i], s.waiters[i+1:]...)
+					break
+				}
+			}
+		}
+		s.notifyLocked()
+		return ctx.Err()
+	}
+}
+
+func (s *byteSem) tryAcquire(n int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.waiters) == 0 && s.avail >= n {
+		s.avail -= n
+		return true
+	}
+	return false
+}
+
+func (s *byteSem) release(n int64) {
+	s.mu.Lock()
+	s.avail += n
+	s.notifyLocked()
+	s.mu.Unlock()
+}
+
+func (s *byteSem) notifyLocked() {
+	for len(s.waiters) > 0 && s.avail >= s.waiters[0].n {
+		w := s.waiters[0]
+		s.avail -= w.n
+		close(w.ready)
+		s.waiters = s.waiters[1:]
+	}
+}

@@ -1,0 +1,201 @@
+package transfer
+
+import (
+	"context"
+	"io"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"kvtier/internal/kverr"
+)
+
+// silentServer accepts connections and reads requests but never answers.
+func silentServer(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				io.Copy(io.Discard, c)
+			}()
+		}
+	}()
+	return l.Addr().String()
+}
+
+func TestIOTimeout(t *testing.T) {
+	addr := silentServer(t)
+	cli := newEngine(t, Config{IOTimeout: 200 * time.Millisecond})
+	err := do1(t, cli, Request{Op: Read, Endpoint: addr, Segment: "s", Buf: make([]byte, 10)})
+	wantCode(t, err, kverr.TransferFail, "timeout")
+}
+
+func TestCloseFailsInflight(t *testing.T) {
+	addr := silentServer(t)
+	cli, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := cli.Submit(context.Background(), []Request{
+		{Op: Read, Endpoint: addr, Segment: "s", Buf: make([]byte, 10)},
+		{Op: Write, Endpoint: addr, Segment: "s", Buf: make([]byte, 3<<20)},
+	})
+	for cli.Stats().ConnsDialed == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if err := cli.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-b.Done():
+	default:
+		t.Fatal("batch still pending after Close returned")
+	}
+	for _, err := range b.Wait() {
+		wantCode(t, err, kverr.TransferFail, "")
+	}
+}
+
+// countingSource records the most bytes its ReadExtent held at once.
+type countingSource struct {
+	cur, max atomic.Int64
+}
+
+func (c *countingSource) ReadExtent(ctx context.Context, bucket, offset uint64, dst []byte) error {
+	n := c.cur.Add(int64(len(dst)))
+	for {
+		m := c.max.Load()
+		if n <= m || c.max.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	time.Sleep(2 * time.Millisecond) // hold the buffer a little, like a disk read
+	fillPattern(dst, bucket<<32+offset)
+	c.cur.Add(-int64(len(dst)))
+	return nil
+}
+
+// Many clients reading extents cannot make the server hold more than
+// MaxInflightBytes of extent buffers.
+func TestServerExtentBuffersBounded(t *testing.T) {
+	const bound = 256 << 10
+	srv := newEngine(t, Config{MaxInflightBytes: bound, SliceSize: 64 << 10})
+	src := &countingSource{}
+	if err := srv.RegisterSource("ssd", src); err != nil {
+		t.Fatal(err)
+	}
+	a, err := srv.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errc := make(chan error, 64)
+	for c := range 6 {
+		cli := newEngine(t, Config{})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reqs := make([]Request, 8)
+			for i := range reqs {
+				reqs[i] = Request{Op: Read, Endpoint: a.String(), Segment: "ssd", Bucket: uint64(c + 1), Offset: uint64(i) << 20, Buf: make([]byte, 100<<10)}
+			}
+			for _, err := range cli.Do(context.Background(), reqs) {
+				if err != nil {
+					errc <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	if m := src.max.Load(); m > bound || m < 100<<10 {
+		t.Fatalf("server held %d extent bytes at once, bound %d", m, bound)
+	}
+}
+
+// Submits racing with Close all complete (ok or TRANSFER_FAIL), nothing
+// panics, and Close waits for every goroutine.
+func TestSubmitRacingClose(t *testing.T) {
+	_, _, addr := serverEngine(t, "s", 4<<20)
+	for round := range 5 {
+		cli, err := New(Config{ConnsPerPeer: 2, SliceSize: 64 << 10, MaxInflightBytes: 128 << 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 20 {
+					op := Read
+					if (g+i)%2 == 0 {
+						op = Write
+					}
+					errs := cli.Do(context.Background(), []Request{{Op: op, Endpoint: addr, Segment: "s", Offset: uint64(g) << 20, Buf: make([]byte, 200<<10)}})
+					if errs[0] != nil && !kverr.Is(errs[0], kverr.TransferFail) {
+						t.Errorf("round %d: %v", round, errs[0])
+					}
+				}
+			}()
+		}
+		time.Sleep(time.Duration(round) * time.Millisecond)
+		if err := cli.Close(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+	}
+}
+
+// Payload bytes go from the socket straight into the destination and from the
+// source memory straight to the socket: moving 1 MiB frames allocates only
+// bookkeeping, on both sides (here one process), and extent reads reuse
+// pooled buffers.
+func TestNoPayloadCopies(t *testing.T) {
+	srv, _, addr := serverEngine(t, "s", 4<<20)
+	if err := srv.RegisterSource("ssd", patternSource{}); err != nil {
+		t.Fatal(err)
+	}
+	cli := newEngine(t, Config{})
+	buf := make([]byte, 1<<20)
+	reqs := []Request{
+		{Op: Read, Endpoint: addr, Segment: "s", Buf: buf},
+		{Op: Write, Endpoint: addr, Segment: "s", Offset: 1 << 20, Buf: buf},
+		{Op: Read, Endpoint: addr, Segment: "ssd", Bucket: 1, Buf: buf},
+	}
+	for _, r := range reqs {
+		for range 5 { // warm up connections and the buffer pool
+			if err := do1(t, cli, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		const n = 40
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for range n {
+			if err := do1(t, cli, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		runtime.ReadMemStats(&after)
+		if per := (after.TotalAlloc - before.TotalAlloc) / n; per > 64<<10 {
+			t.Errorf("%s %q: %d bytes allocated per 1 MiB request", r.Op, r.Segment, per)
+		}
+	}
+}

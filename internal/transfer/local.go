@@ -1,0 +1,63 @@
+package transfer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"kvtier/internal/kverr"
+)
+
+// localTransport serves requests whose segment is registered in the same
+// Engine with one copy() (or one ReadExtent straight into Buf), whatever the
+// request's Endpoint says.
+type localTransport struct{ e *Engine }
+
+var _ transport = (*localTransport)(nil)
+
+func (t *localTransport) start(ctx context.Context, r *reqState) {
+	if r.seg == nil && r.src == nil { // not classified: look it up
+		r.seg, r.src = t.e.acquire(r.req.Segment)
+	}
+	r.sliceDone(t.do(ctx, &r.req, r.seg, r.src))
+}
+
+// do moves req with seg pinned (it releases it) or through src.
+func (t *localTransport) do(ctx context.Context, req *Request, seg *segment, src ExtentSource) error {
+	n := uint64(len(req.Buf))
+	switch {
+	case seg != nil:
+		defer seg.refs.Done()
+		if req.Bucket != 0 {
+			return kverr.New(kverr.InvalidParams, "", "segment %q: bucket %d given for a memory segment", req.Segment, req.Bucket)
+		}
+		if err := checkRange(req.Segment, uint64(len(seg.mem)), req.Offset, n); err != nil {
+			return err
+		}
+		if req.Op == Read {
+			copy(req.Buf, seg.mem[req.Offset:req.Offset+n])
+		} else {
+			copy(seg.mem[req.Offset:req.Offset+n], req.Buf)
+		}
+		return nil
+	case src != nil:
+		if req.Op != Read {
+			return kverr.New(kverr.InvalidParams, "", "extent source %q is read-only", req.Segment)
+		}
+		if err := src.ReadExtent(ctx, req.Bucket, req.Offset, req.Buf); err != nil {
+			return wrapSourceErr(req.Segment, req.Bucket, req.Offset, err)
+		}
+		return nil
+	}
+	return kverr.New(kverr.SegmentNotFound, "", "segment %q not registered (unregistered meanwhile)", req.Segment)
+}
+
+// wrapSourceErr keeps the source's kverr code (CHECKSUM_MISMATCH, ...) and
+// adds where it happened; an uncoded error becomes FILE_READ_FAIL.
+func wrapSourceErr(name string, bucket, off uint64, err error) error {
+	var kerr *kverr.Error
+	if errors.As(err, &kerr) {
+		return fmt.Errorf("extent source %q bucket %d offset %d: %w", name, bucket, off, err)
+	}
+	return fmt.Errorf("%w: %w", kverr.New(kverr.FileReadFail, "", "extent source %q bucket %d offset %d", name, bucket, off), err)
+}

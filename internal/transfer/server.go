@@ -1,0 +1,237 @@
+package transfer
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"kvtier/internal/kverr"
+)
+
+// Listen serves the registered segments and sources on addr (port 0 picks a
+// free port) until Close. It returns the address actually bound.
+func (e *Engine) Listen(addr string) (net.Addr, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, kverr.New(kverr.TransferFail, "", "transfer: listen %s: %v", addr, err)
+	}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		l.Close()
+		return nil, errClosed()
+	}
+	e.listeners = append(e.listeners, l)
+	e.wg.Add(1) // under mu: ordered before Close's Wait
+	e.mu.Unlock()
+	go e.accept(l)
+	return l.Addr(), nil
+}
+
+func (e *Engine) accept(l net.Listener) {
+	defer e.wg.Done()
+	for {
+		nc, err := l.Accept()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return // closed (or fatal): stop accepting
+		}
+		e.mu.Lock()
+		if e.closed {
+			e.mu.Unlock()
+			nc.Close()
+			return
+		}
+		e.srvConns[nc] = struct{}{}
+		e.wg.Add(1)
+		e.mu.Unlock()
+		e.stats.accepted.Add(1)
+		e.tuneConn(nc)
+		go e.serveConn(nc)
+	}
+}
+
+// srvConn is the per-connection state of the serving side.
+type srvConn struct {
+	e   *Engine
+	nc  net.Conn
+	hdr [requestHeaderLen + MaxNameLen]byte
+	rh  [responseHeaderLen]byte
+}
+
+func (e *Engine) serveConn(nc net.Conn) {
+	defer e.wg.Done()
+	defer func() {
+		nc.Close()
+		e.mu.Lock()
+		delete(e.srvConns, nc)
+		e.mu.Unlock()
+	}()
+	c := &srvConn{e: e, nc: nc}
+	for {
+		// An idle connection waits without a deadline (TCP keepalive reaps
+		// dead peers); a frame, once started, must finish within IOTimeout.
+		_ = nc.SetReadDeadline(time.Time{})
+		if _, err := io.ReadFull(nc, c.hdr[:requestHeaderLen]); err != nil {
+			return
+		}
+		h, err := parseRequestHeader(c.hdr[:requestHeaderLen])
+		if err != nil {
+			e.stats.malformed.Add(1)
+			return
+		}
+		_ = nc.SetDeadline(time.Now().Add(e.cfg.IOTimeout))
+		name := c.hdr[requestHeaderLen : requestHeaderLen+h.nameLen]
+		if _, err := io.ReadFull(nc, name); err != nil {
+			return
+		}
+		if err := c.serveFrame(h, name); err != nil {
+			return
+		}
+	}
+}
+
+// acquireBytes is acquire without allocating the name.
+func (e *Engine) acquireBytes(name []byte) (*segment, ExtentSource) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if s, ok := e.segments[string(name)]; ok {
+		s.refs.Add(1)
+		return s, nil
+	}
+	return nil, e.sources[string(name)]
+}
+
+// serveFrame answers one request. A returned error is a connection failure;
+// refusals are answered with an error frame and return nil.
+func (c *srvConn) serveFrame(h reqHeader, name []byte) error {
+	e := c.e
+	seg, src := e.acquireBytes(name)
+	e.stats.servedFrames.Add(1) // after acquire: tests use it to know a frame holds its segment
+	switch {
+	case seg != nil:
+		defer seg.refs.Done()
+		if h.bucket != 0 {
+			return c.refuse(h, kverr.New(kverr.InvalidParams, "", "segment %q: bucket %d given for a memory segment", name, h.bucket))
+		}
+		if err := checkRange(seg.name, uint64(len(seg.mem)), h.offset, h.length); err != nil {
+			return c.refuse(h, err)
+		}
+		mem := seg.mem[h.offset : h.offset+h.length]
+		if h.op == Write {
+			// Straight from the socket into segment memory.
+			if _, err := io.ReadFull(c.nc, mem); err != nil {
+				return err
+			}
+			e.stats.servedWritten.Add(h.length)
+			return c.respond(h, nil)
+		}
+		e.stats.servedRead.Add(h.length)
+		return c.respond(h, mem)
+	case src != nil:
+		if h.op == Write {
+			return c.refuse(h, kverr.New(kverr.InvalidParams, "", "extent source %q is read-only", name))
+		}
+		held := e.srvsem.clamp(int64(h.length))
+		if err := e.srvsem.acquire(e.ctx, held); err != nil {
+			return err
+		}
+		defer e.srvsem.release(held)
+		full := e.bufs.get(int(h.length))
+		defer e.bufs.put(full)
+		buf := full[:h.length]
+		if err := src.ReadExtent(e.ctx, h.bucket, h.offset, buf); err != nil {
+			return c.refuse(h, wrapSourceErr(string(name), h.bucket, h.offset, err))
+		}
+		e.stats.servedRead.Add(h.length)
+		return c.respond(h, buf)
+	}
+	return c.refuse(h, kverr.New(kverr.SegmentNotFound, "", "segment %q not registered on this node", name))
+}
+
+// bufPool recycles the serving side's extent buffers. Buffers in use are
+// bounded by srvsem; idle ones by limit, so steady-state extent reads
+// allocate nothing and the pool never holds more than MaxInflightBytes.
+type bufPool struct {
+	limit int64 // max idle bytes
+	min   int   // smallest buffer allocated (SliceSize)
+
+	mu sync.Mutex
+	// guarded by mu:
+	free [][]byte
+	idle int64
+}
+
+// get returns a buffer of at least n bytes.
+func (p *bufPool) get(n int) []byte {
+	p.mu.Lock()
+	for i := len(p.free) - 1; i >= 0; i-- {
+		if b := p.free[i]; cap(b) >= n {
+			p.free = append(p.free[:i], p.free[i+1:]...)
+			p.idle -= int64(cap(b))
+			p.mu.Unlock()
+			return b[:cap(b)]
+		}
+	}
+	p.mu.Unlock()
+	return make([]byte, max(n, p.min))
+}
+
+func (p *bufPool) put(b []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.idle+int64(cap(b)) > p.limit {
+		return
+	}
+	p.free = append(p.free, b)
+	p.idle += int64(cap(b))
+}
+
+// respond sends an OK response, with payload for READ, in one writev.
+func (c *srvConn) respond(h reqHeader, payload []byte) error {
+	putResponseHeader(c.rh[:], respHeader{op: h.op, id: h.id, payloadLen: uint64(len(payload))})
+	if len(payload) == 0 {
+		_, err := c.nc.Write(c.rh[:])
+		return err
+	}
+	bufs := net.Buffers{c.rh[:], payload}
+	_, err := bufs.WriteTo(c.nc)
+	return err
+}
+
+// refuse answers h with an error frame, first consuming a WRITE's payload so
+// the stream stays in step; the connection stays open.
+func (c *srvConn) refuse(h reqHeader, cause error) error {
+	c.e.stats.servedErrors.Add(1)
+	if h.op == Write {
+		if _, err := io.CopyN(io.Discard, c.nc, int64(h.length)); err != nil {
+			return err
+		}
+	}
+	msg := cause.Error()
+	if ke, ok := cause.(*kverr.Error); ok { // the code travels in the status field
+		msg = ke.Msg
+		if ke.Key != "" {
+			msg = fmt.Sprintf("key %q: %s", ke.Key, ke.Msg)
+		}
+	}
+	if len(msg) > maxMessageLen {
+		msg = msg[:maxMessageLen]
+	}
+	code := kverr.CodeOf(cause)
+	if code == kverr.OK || code > 0xFFFF || code < 0 {
+		code = kverr.InternalError
+	}
+	putResponseHeader(c.rh[:], respHeader{op: h.op, status: uint16(code), id: h.id, msgLen: len(msg)})
+	bufs := net.Buffers{c.rh[:], []byte(msg)}
+	if _, err := bufs.WriteTo(c.nc); err != nil {
+		return fmt.Errorf("send refusal: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,535 @@
+package transfer
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"kvtier/internal/kverr"
+)
+
+// tcpTransport carries requests to peers over framed TCP. Each peer has
+// ConnsPerPeer lanes; a lane owns one connection (dialled lazily, redialled
+// after a failure) and writes the frames handed to it. Callers also write
+// frames themselves on any idle connection of the peer (peer.trySend). Up
+// to PipelineDepth frames are outstanding per connection; one receive
+// goroutine per connection reads the responses in order, straight into the
+// callers' buffers.
+type tcpTransport struct{ e *Engine }
+
+var _ transport = (*tcpTransport)(nil)
+
+// slice is one frame's worth of a request.
+type slice struct {
+	r       *reqState
+	op      Op
+	name    string
+	bucket  uint64
+	off     uint64
+	buf     []byte
+	id      uint64
+	held    int64 // bytes held in the client semaphore
+	retried bool  // already retried once after a connection failure
+	done    atomic.Bool
+}
+
+// finish completes s exactly once.
+func (s *slice) finish(e *Engine, err error) {
+	if !s.done.CompareAndSwap(false, true) {
+		return
+	}
+	if s.held > 0 {
+		e.clisem.release(s.held)
+	}
+	s.r.sliceDone(err)
+}
+
+func (t *tcpTransport) start(ctx context.Context, r *reqState) {
+	t.dispatchFast(ctx, t.slices(r, nil))
+}
+
+// dispatchFast sends slices from the calling goroutine, or hands them to
+// idle lanes, while that needs no waiting (the common case: it saves
+// goroutine hand-offs per request); the rest goes to a dispatch goroutine.
+func (t *tcpTransport) dispatchFast(ctx context.Context, ss []*slice) {
+	if len(ss) == 0 {
+		return
+	}
+	// The first slice may be a large WRITE written from this goroutine
+	// (one hand-off less for the common one-slice request); the others are
+	// handed out first so they progress meanwhile.
+	if len(ss) > 1 {
+		t.dispatchFrom(ctx, ss[1:], false)
+	}
+	t.dispatchFrom(ctx, ss[:1], true)
+}
+
+func (t *tcpTransport) dispatchFrom(ctx context.Context, ss []*slice, bigInline bool) {
+	e := t.e
+	for i, s := range ss {
+		p, err := e.peerFor(s.r.req.Endpoint)
+		if err != nil {
+			s.finish(e, err)
+			continue
+		}
+		held := e.clisem.clamp(int64(len(s.buf)))
+		if !e.clisem.tryAcquire(held) {
+			t.dispatchAsync(ctx, ss[i:])
+			return
+		}
+		s.held = held
+		if p.trySend(s, bigInline) {
+			continue
+		}
+		select {
+		case p.work <- s:
+		default:
+			e.clisem.release(held)
+			s.held = 0
+			t.dispatchAsync(ctx, ss[i:])
+			return
+		}
+	}
+}
+
+// slices cuts r into frames of at most SliceSize and appends them to out.
+// Extent-source reads (Bucket != 0) are never cut, so the source sees whole
+// extents (and can verify their checksums).
+func (t *tcpTransport) slices(r *reqState, out []*slice) []*slice {
+	req := &r.req
+	n := len(req.Buf)
+	size := t.e.cfg.SliceSize
+	if req.Bucket != 0 {
+		size = MaxFrameLength
+		if n > size {
+			r.sliceDone(kverr.New(kverr.InvalidParams, "", "transfer: extent read of %d bytes from %q exceeds the %d-byte frame limit", n, req.Segment, MaxFrameLength))
+			return out
+		}
+	}
+	cnt := (n + size - 1) / size
+	r.left.Store(int32(cnt))
+	for i := range cnt {
+		lo := i * size
+		hi := min(lo+size, n)
+		out = append(out, &slice{r: r, op: req.Op, name: req.Segment, bucket: req.Bucket, off: req.Offset + uint64(lo), buf: req.Buf[lo:hi:hi]})
+	}
+	return out
+}
+
+func (t *tcpTransport) dispatchAsync(ctx context.Context, ss []*slice) {
+	if !t.e.spawn(func() { t.dispatch(ctx, ss) }) {
+		for _, s := range ss {
+			s.finish(t.e, errClosed())
+		}
+	}
+}
+
+// dispatch hands slices to their peers' lanes, bounded by MaxInflightBytes.
+func (t *tcpTransport) dispatch(ctx context.Context, ss []*slice) {
+	e := t.e
+	for i, s := range ss {
+		p, err := e.peerFor(s.r.req.Endpoint)
+		if err != nil && kverr.Is(err, kverr.InvalidParams) {
+			s.finish(e, err) // this slice's endpoint is bad, not the others'
+			continue
+		}
+		if err == nil {
+			held := e.clisem.clamp(int64(len(s.buf)))
+			if aerr := e.clisem.acquire(ctx, held); aerr != nil {
+				err = notStarted(s, aerr)
+			} else {
+				s.held = held
+				select {
+				case p.work <- s:
+					continue
+				case <-ctx.Done():
+					err = notStarted(s, ctx.Err())
+				case <-e.closing:
+					err = errClosed()
+				}
+			}
+		}
+		for _, rest := range ss[i:] {
+			rest.finish(e, err)
+		}
+		return
+	}
+}
+
+func notStarted(s *slice, cause error) error {
+	return fmt.Errorf("%w: %w", kverr.New(kverr.TransferFail, "", "transfer: %s segment %q on %s not started", s.op, s.name, s.r.req.Endpoint), cause)
+}
+
+// peer is the set of lanes to one endpoint.
+type peer struct {
+	addr string
+	work chan *slice // unbuffered: a slice is handed over only to a lane
+
+	mu sync.Mutex
+	// guarded by mu:
+	conns []*clientConn // live connections, oldest first
+}
+
+// inlineWriteMax is the largest WRITE frame a caller sends from its own
+// goroutine, except for the first frame of a Submit; larger ones go through
+// a lane so Submit does not block long on the socket.
+const inlineWriteMax = 64 << 10
+
+// trySend sends s on an idle connection from the calling goroutine, saving
+// the hand-off to a lane. It prefers the oldest connection, so sequential
+// callers keep one connection (and its buffers) hot. It never blocks.
+func (p *peer) trySend(s *slice, big bool) bool {
+	if s.op == Write && len(s.buf) > inlineWriteMax && !big {
+		return false
+	}
+	var c *clientConn
+	p.mu.Lock()
+	for _, x := range p.conns {
+		if x.dead() || !x.wmu.TryLock() {
+			continue
+		}
+		select {
+		case x.slots <- struct{}{}:
+			c = x
+		default:
+			x.wmu.Unlock()
+			continue
+		}
+		break
+	}
+	p.mu.Unlock()
+	if c == nil {
+		return false
+	}
+	c.sendLocked(s)
+	c.wmu.Unlock()
+	return true
+}
+
+func (e *Engine) peerFor(addr string) (*peer, error) {
+	e.mu.RLock()
+	p, ok := e.peers[addr]
+	closed := e.closed
+	e.mu.RUnlock()
+	if ok && !closed {
+		return p, nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, errClosed()
+	}
+	if p, ok := e.peers[addr]; ok {
+		return p, nil
+	}
+	if addr == "" {
+		return nil, kverr.New(kverr.InvalidParams, "", "transfer: empty endpoint for a segment not registered here")
+	}
+	p = &peer{addr: addr, work: make(chan *slice)}
+	e.peers[addr] = p
+	for range e.cfg.ConnsPerPeer {
+		e.wg.Add(1)
+		go e.lane(p)
+	}
+	return p, nil
+}
+
+// lane owns one connection to p at a time.
+func (e *Engine) lane(p *peer) {
+	defer e.wg.Done()
+	var c *clientConn
+	defer func() {
+		if c != nil {
+			c.fail(errClosed())
+		}
+	}()
+	for {
+		var s *slice
+		select {
+		case s = <-p.work:
+		case <-e.closing:
+			return
+		}
+		if c != nil && c.dead() {
+			c = nil
+		}
+		if c == nil {
+			var err error
+			if c, err = e.dial(p); err != nil {
+				s.finish(e, err)
+				continue
+			}
+		}
+		c.send(s)
+	}
+}
+
+func (e *Engine) dial(p *peer) (*clientConn, error) {
+	d := net.Dialer{Timeout: e.cfg.DialTimeout, KeepAlive: 15 * time.Second}
+	ctx, cancel := context.WithTimeout(e.ctx, e.cfg.DialTimeout)
+	defer cancel()
+	nc, err := d.DialContext(ctx, "tcp", p.addr)
+	if err != nil {
+		return nil, kverr.New(kverr.TransferFail, "", "transfer: dial %s: %v", p.addr, err)
+	}
+	e.tuneConn(nc)
+	e.stats.dialed.Add(1)
+	c := &clientConn{
+		e: e, p: p, nc: nc,
+		slots:  make(chan struct{}, e.cfg.PipelineDepth),
+		doneCh: make(chan struct{}),
+	}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		nc.Close()
+		return nil, errClosed()
+	}
+	e.cliConns[c] = struct{}{}
+	e.wg.Add(1) // under mu: ordered before Close's Wait
+	e.mu.Unlock()
+	p.mu.Lock()
+	p.conns = append(p.conns, c)
+	p.mu.Unlock()
+	go c.receive()
+	return c, nil
+}
+
+func (e *Engine) tuneConn(nc net.Conn) {
+	tc, ok := nc.(*net.TCPConn)
+	if !ok {
+		return
+	}
+	_ = tc.SetNoDelay(true)
+	if n := e.cfg.SocketBuffer; n > 0 {
+		_ = tc.SetReadBuffer(n)
+		_ = tc.SetWriteBuffer(n)
+	}
+}
+
+// clientConn is one connection: its lane writes request frames, its receive
+// goroutine reads the responses. Every slice has exactly one owner at a time:
+// the lane until the slice is queued, then the receiver, which completes it
+// or, when the connection dies, drains the queue.
+type clientConn struct {
+	e        *Engine
+	p        *peer
+	nc       net.Conn
+	slots    chan struct{} // pipeline depth: a token per queued slice
+	doneCh   chan struct{} // closed by fail
+	failOnce sync.Once
+	err      error // set once, before doneCh closes
+
+	mu sync.Mutex
+	// guarded by mu:
+	queue   []*slice // sent (or being sent), awaiting a response, in order
+	drained bool     // set by the receiver when it drains; nothing is queued after
+
+	wmu sync.Mutex // held by whoever writes (the lane or an inline caller)
+	// guarded by wmu:
+	nextID uint64
+	hdr    [requestHeaderLen + MaxNameLen]byte
+	// receiver only:
+	rhdr [responseHeaderLen]byte
+	msg  [maxMessageLen]byte
+}
+
+func (c *clientConn) dead() bool {
+	select {
+	case <-c.doneCh:
+		return true
+	default:
+		return false
+	}
+}
+
+// fail closes the connection; the receiver then drains the queue.
+func (c *clientConn) fail(err error) {
+	c.failOnce.Do(func() {
+		c.err = err
+		c.nc.Close()
+		close(c.doneCh)
+		c.e.mu.Lock()
+		delete(c.e.cliConns, c)
+		c.e.mu.Unlock()
+		c.p.mu.Lock()
+		for i, x := range c.p.conns {
+			if x == c {
+				c.p.conns = append(c.p.conns[:i], c.p.conns[i+1:]...)
+				break
+			}
+		}
+		c.p.mu.Unlock()
+	})
+}
+
+// connFailed completes a slice whose connection broke. READ and WRITE are
+// idempotent (one-sided, same range, same bytes), so the slice is retried
+// once on a fresh connection: that hides pooled connections gone stale
+// (peer restarted) from callers.
+func (c *clientConn) connFailed(s *slice, err error) {
+	e := c.e
+	if s.retried {
+		s.finish(e, err)
+		return
+	}
+	s.retried = true
+	ok := e.spawn(func() {
+		select {
+		case c.p.work <- s:
+		case <-e.closing:
+			s.finish(e, errClosed())
+		}
+	})
+	if !ok {
+		s.finish(e, errClosed())
+	}
+}
+
+// send sends s from the lane, waiting for a pipeline slot.
+func (c *clientConn) send(s *slice) {
+	select {
+	case c.slots <- struct{}{}:
+	case <-c.doneCh:
+		c.connFailed(s, c.err)
+		return
+	}
+	c.wmu.Lock()
+	c.sendLocked(s)
+	c.wmu.Unlock()
+}
+
+// sendLocked writes s's frame; the caller holds wmu and a pipeline slot.
+func (c *clientConn) sendLocked(s *slice) {
+	c.nextID++
+	s.id = c.nextID
+	putRequestHeader(c.hdr[:], reqHeader{op: s.op, nameLen: len(s.name), id: s.id, bucket: s.bucket, offset: s.off, length: uint64(len(s.buf))})
+	n := requestHeaderLen + copy(c.hdr[requestHeaderLen:], s.name)
+	c.mu.Lock()
+	if c.drained {
+		c.mu.Unlock()
+		c.connFailed(s, c.err)
+		return
+	}
+	c.queue = append(c.queue, s)
+	if len(c.queue) == 1 { // the receiver's read now has a deadline
+		_ = c.nc.SetReadDeadline(time.Now().Add(c.e.cfg.IOTimeout))
+	}
+	c.mu.Unlock()
+	// s now belongs to the receiver (which may even retry it elsewhere):
+	// below, only its immutable op and buf are read.
+	_ = c.nc.SetWriteDeadline(time.Now().Add(c.e.cfg.IOTimeout))
+	var err error
+	if s.op == Write {
+		// One writev: header and payload straight from the caller's memory.
+		bufs := net.Buffers{c.hdr[:n], s.buf}
+		_, err = bufs.WriteTo(c.nc)
+	} else {
+		_, err = c.nc.Write(c.hdr[:n])
+	}
+	if err != nil {
+		c.fail(kverr.New(kverr.TransferFail, "", "transfer: send to %s: %v", c.p.addr, err))
+	}
+}
+
+// receive reads responses for as long as the connection lives. It sits in
+// Read even when nothing is outstanding (one wake-up per response, and a
+// peer that closes an idle connection is noticed at once); the read deadline
+// is armed only while requests are queued.
+func (c *clientConn) receive() {
+	defer c.e.wg.Done()
+	for {
+		if _, err := io.ReadFull(c.nc, c.rhdr[:]); err != nil {
+			c.fail(kverr.New(kverr.TransferFail, "", "transfer: connection to %s: receive: %v", c.p.addr, err))
+			c.drain(nil)
+			return
+		}
+		c.mu.Lock()
+		var s *slice
+		if len(c.queue) > 0 {
+			s = c.queue[0]
+			c.queue[0] = nil
+			c.queue = c.queue[1:]
+		}
+		c.mu.Unlock()
+		var err error
+		if s == nil {
+			err = fmt.Errorf("%w: response with no request outstanding", errMalformed)
+		} else {
+			err = c.receiveOne(s)
+		}
+		if err != nil {
+			kerr := kverr.New(kverr.TransferFail, "", "transfer: connection to %s: %v", c.p.addr, err)
+			if s != nil {
+				kerr = kverr.New(kverr.TransferFail, "", "transfer: %s segment %q offset %d on %s: %v", s.op, s.name, s.off, c.p.addr, err)
+			}
+			c.fail(kerr)
+			c.drain(s)
+			return
+		}
+		c.mu.Lock()
+		if len(c.queue) == 0 {
+			_ = c.nc.SetReadDeadline(time.Time{})
+		} else {
+			_ = c.nc.SetReadDeadline(time.Now().Add(c.e.cfg.IOTimeout))
+		}
+		c.mu.Unlock()
+		<-c.slots
+	}
+}
+
+// drain fails first (if any) and every queued slice of a dead connection.
+func (c *clientConn) drain(first *slice) {
+	c.mu.Lock()
+	c.drained = true
+	q := c.queue
+	c.queue = nil
+	c.mu.Unlock()
+	if first != nil {
+		q = append([]*slice{first}, q...)
+	}
+	for _, s := range q {
+		err := c.err
+		if s != first {
+			err = kverr.New(kverr.TransferFail, "", "transfer: %s segment %q offset %d on %s: %v", s.op, s.name, s.off, c.p.addr, c.err)
+		}
+		c.connFailed(s, err)
+	}
+}
+
+// receiveOne handles the response to s, whose header is in c.rhdr; an
+// error kills the connection (and leaves s to the caller).
+func (c *clientConn) receiveOne(s *slice) error {
+	h, err := parseResponseHeader(c.rhdr[:])
+	if err != nil {
+		return err
+	}
+	if h.id != s.id || h.op != s.op {
+		return fmt.Errorf("%w: response id %d op %v, expected %d %v", errMalformed, h.id, h.op, s.id, s.op)
+	}
+	if h.status != 0 {
+		if _, err := io.ReadFull(c.nc, c.msg[:h.msgLen]); err != nil {
+			return fmt.Errorf("receive error message: %w", err)
+		}
+		s.finish(c.e, kverr.New(kverr.Code(h.status), "", "transfer: %s segment %q offset %d length %d on %s: %s", s.op, s.name, s.off, len(s.buf), c.p.addr, c.msg[:h.msgLen]))
+		return nil
+	}
+	if h.msgLen != 0 {
+		return fmt.Errorf("%w: OK response with a message", errMalformed)
+	}
+	if s.op == Read {
+		if h.payloadLen != uint64(len(s.buf)) {
+			return fmt.Errorf("%w: READ response of %d bytes, asked %d", errMalformed, h.payloadLen, len(s.buf))
+		}
+		// Straight into the caller's buffer.
+		if _, err := io.ReadFull(c.nc, s.buf); err != nil {
+			return fmt.Errorf("receive payload: %w", err)
+		}
+	}
+	s.finish(c.e, nil)
+	return nil
+}
