@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -84,26 +85,31 @@ func BenchmarkClientPutGet(b *testing.B) {
 						}
 					}
 				}
-				buf := make([]byte, size)
 				b.SetBytes(int64(size))
+				b.SetParallelism(2) // 2 x GOMAXPROCS callers: RPC latency overlaps transfers
+				var seq atomic.Int64
 				b.ResetTimer()
 				start := time.Now()
-				for i := 0; i < b.N; i++ {
-					key := fmt.Sprintf("bench/%d/%d", size, i%keys)
-					var err error
-					if op == "put" {
-						key = fmt.Sprintf("bench/put/%d/%d/%d", size, i, time.Now().UnixNano())
-						err = cl.Put(ctx, key, val)
-						if err == nil {
-							_ = cl.Remove(ctx, key, true)
+				b.RunParallel(func(pb *testing.PB) {
+					buf := make([]byte, size)
+					for pb.Next() {
+						i := seq.Add(1)
+						var err error
+						if op == "put" {
+							key := fmt.Sprintf("bench/put/%d/%d", size, i)
+							err = cl.Put(ctx, key, val)
+							if err == nil {
+								err = cl.Remove(ctx, key, true)
+							}
+						} else {
+							_, err = cl.GetInto(ctx, fmt.Sprintf("bench/%d/%d", size, i%int64(keys)), buf)
 						}
-					} else {
-						_, err = cl.GetInto(ctx, key, buf)
+						if err != nil {
+							b.Error(err)
+							return
+						}
 					}
-					if err != nil {
-						b.Fatal(err)
-					}
-				}
+				})
 				elapsed := time.Since(start)
 				b.StopTimer()
 				kv := float64(size) * float64(b.N) / elapsed.Seconds()
