@@ -12,6 +12,7 @@ package kverr
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
@@ -214,13 +215,14 @@ func ToGRPC(err error) error {
 	if errors.As(err, &e) {
 		key = e.Key
 	}
-	st := status.New(code.GRPC(), err.Error())
+	st := status.New(code.GRPC(), strings.ToValidUTF8(err.Error(), "\uFFFD"))
 	md := map[string]string{}
 	if key != "" {
-		md["key"] = key
+		// Keys are bytes; protobuf strings must be UTF-8.
+		md["key_b64"] = base64.StdEncoding.EncodeToString([]byte(key))
 	}
 	if e != nil {
-		md["msg"] = e.Msg
+		md["msg"] = strings.ToValidUTF8(e.Msg, "\uFFFD")
 	}
 	if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: code.String(), Domain: grpcDomain, Metadata: md}); derr == nil {
 		st = d
@@ -241,7 +243,8 @@ func FromGRPC(err error) error {
 	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == grpcDomain {
 			if c, ok := ParseCode(info.Reason); ok {
-				return &Error{Code: c, Key: info.Metadata["key"], Msg: info.Metadata["msg"]}
+				key, _ := base64.StdEncoding.DecodeString(info.Metadata["key_b64"])
+				return &Error{Code: c, Key: string(key), Msg: info.Metadata["msg"]}
 			}
 		}
 	}

@@ -53,3 +53,12 @@ func TestCodeOfPlainErrors(t *testing.T) {
 		t.Fatal("http table changed")
 	}
 }
+
+func TestGRPCRoundTripBinaryKey(t *testing.T) {
+	key := string([]byte{0xff, 0x00, 'k', 0xc3})
+	back := FromGRPC(ToGRPC(New(ObjectNotFound, key, "no such object")))
+	var e *Error
+	if !errors.As(back, &e) || e.Code != ObjectNotFound || e.Key != key {
+		t.Fatalf("binary key lost its code or key: %#v", back)
+	}
+}

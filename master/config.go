@@ -1,0 +1,298 @@
+package master
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"kvtier/internal/clock"
+	"kvtier/internal/kverr"
+)
+
+// Defaults applied to zero fields of Config.
+const (
+	DefaultLeaseTTL          = 5 * time.Second
+	DefaultPutDiscardTimeout = 30 * time.Second
+	DefaultPutReleaseTimeout = 10 * time.Minute
+	DefaultSoftPinTTL        = 30 * time.Minute
+	DefaultMaxSoftPinTTL     = 24 * time.Hour
+	DefaultClientTTL         = 10 * time.Second
+	DefaultClientGrace       = 30 * time.Second
+	DefaultHighWatermark     = 0.90
+	DefaultEvictionRatio     = 0.05
+	DefaultEvictInterval     = 5 * time.Millisecond
+	// DefaultLeasePolicy is the one place the default eviction-order policy is
+	// chosen (the trace-replay numbers decide it).
+	DefaultLeasePolicy       = PolicyFrequency
+	DefaultFrequencyBonus    = 1 * time.Second
+	DefaultFrequencyMaxBonus = 30 * time.Second
+	DefaultOffloadMode       = OffloadImmediate
+	DefaultMaxObjects        = 100_000_000
+	// DefaultMaxKeyLen is the documented maximum key length (bytes). Keys of
+	// exactly this length work; longer ones are INVALID_KEY.
+	DefaultMaxKeyLen         = 4096
+	DefaultMaxReplicas       = 8
+	DefaultSSDPolicy         = "fifo"
+	DefaultSSDHighWatermark  = 0.90
+	DefaultOffloadQueueLimit = 65536
+	DefaultOffloadTimeout    = 5 * time.Minute
+	DefaultEventBuffer       = 1024
+	DefaultPutEventSample    = 64
+	// DefaultTenant is used when a call carries no tenant.
+	DefaultTenant = "default"
+	// MaxTenantLen bounds tenant names (they are stored length-prefixed in one byte).
+	MaxTenantLen = 255
+)
+
+// Lease policy names.
+const (
+	PolicyPlain     = "plain"
+	PolicyFrequency = "frequency"
+)
+
+// Offload modes.
+const (
+	OffloadImmediate = "immediate"
+	OffloadOnEvict   = "on-evict"
+	OffloadOff       = "off"
+)
+
+// Config configures a Master. The zero value means defaults everywhere.
+type Config struct {
+	LeaseTTL          time.Duration // read lease granted by GetReplicaList
+	PutDiscardTimeout time.Duration // an in-flight put older than this may be taken over
+	PutReleaseTimeout time.Duration // an abandoned reservation is freed this long after its PutStart
+	SoftPinTTL        time.Duration // default soft-pin duration, counted from PutEnd
+	MaxSoftPinTTL     time.Duration // largest soft-pin TTL a put may ask for
+	ClientTTL         time.Duration // silent this long → GRACE
+	ClientGrace       time.Duration // silent TTL+grace → GONE (segments unmounted, puts revoked)
+
+	HighWatermark     float64       // MEMORY use fraction that triggers eviction
+	EvictionRatio     float64       // fraction of MEMORY capacity a pass frees at least
+	EvictInterval     time.Duration // how often the evictor checks the watermark
+	LeasePolicy       string        // "plain" | "frequency"
+	FrequencyBonus    time.Duration // frequency policy: order bonus per read
+	FrequencyMaxBonus time.Duration // frequency policy: cap of the bonus
+	OffloadMode       string        // "immediate" | "on-evict" | "off"
+	ForceEvict        bool          // free MEMORY even when an offload is pending
+	OffloadQueueLimit int           // bounded offload queue (tasks not yet dispatched)
+	OffloadTimeout    time.Duration // a dispatched task not reported done by then fails
+
+	MaxObjects  int               // object-count limit (like capacity)
+	MaxKeyLen   int               // maximum key length in bytes (>= 4096)
+	MaxReplicas int               // maximum replicas per put (MEMORY + NOF)
+	TenantQuota map[string]uint64 // logical bytes per tenant; absent = unlimited
+
+	// SSD settings relayed to appliances in every heartbeat response.
+	SSDPolicy        string  // "fifo" | "lru"
+	SSDCapacity      uint64  // 0 = the appliance's own configuration
+	SSDHighWatermark float64 // (0,1]
+
+	EventBuffer    int // per-subscriber event buffer
+	PutEventSample int // one put event per this many puts
+
+	Clock clock.Clock
+}
+
+// withDefaults returns c with zero fields replaced by defaults.
+func (c Config) withDefaults() Config {
+	d := func(p *time.Duration, v time.Duration) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	d(&c.LeaseTTL, DefaultLeaseTTL)
+	d(&c.PutDiscardTimeout, DefaultPutDiscardTimeout)
+	d(&c.PutReleaseTimeout, DefaultPutReleaseTimeout)
+	d(&c.SoftPinTTL, DefaultSoftPinTTL)
+	d(&c.MaxSoftPinTTL, DefaultMaxSoftPinTTL)
+	d(&c.ClientTTL, DefaultClientTTL)
+	d(&c.ClientGrace, DefaultClientGrace)
+	d(&c.EvictInterval, DefaultEvictInterval)
+	d(&c.FrequencyBonus, DefaultFrequencyBonus)
+	d(&c.FrequencyMaxBonus, DefaultFrequencyMaxBonus)
+	d(&c.OffloadTimeout, DefaultOffloadTimeout)
+	if c.HighWatermark == 0 {
+		c.HighWatermark = DefaultHighWatermark
+	}
+	if c.EvictionRatio == 0 {
+		c.EvictionRatio = DefaultEvictionRatio
+	}
+	if c.LeasePolicy == "" {
+		c.LeasePolicy = DefaultLeasePolicy
+	}
+	if c.OffloadMode == "" {
+		c.OffloadMode = DefaultOffloadMode
+	}
+	if c.OffloadQueueLimit == 0 {
+		c.OffloadQueueLimit = DefaultOffloadQueueLimit
+	}
+	if c.MaxObjects == 0 {
+		c.MaxObjects = DefaultMaxObjects
+	}
+	if c.MaxKeyLen == 0 {
+		c.MaxKeyLen = DefaultMaxKeyLen
+	}
+	if c.MaxReplicas == 0 {
+		c.MaxReplicas = DefaultMaxReplicas
+	}
+	if c.SSDPolicy == "" {
+		c.SSDPolicy = DefaultSSDPolicy
+	}
+	if c.SSDHighWatermark == 0 {
+		c.SSDHighWatermark = DefaultSSDHighWatermark
+	}
+	if c.EventBuffer == 0 {
+		c.EventBuffer = DefaultEventBuffer
+	}
+	if c.PutEventSample == 0 {
+		c.PutEventSample = DefaultPutEventSample
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+	return c
+}
+
+// Validate reports the first invalid field (after defaults) as INVALID_PARAMS.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	bad := func(f string, a ...any) error { return kverr.New(kverr.InvalidParams, "", "config: "+f, a...) }
+	for name, v := range map[string]time.Duration{
+		"LeaseTTL": c.LeaseTTL, "PutDiscardTimeout": c.PutDiscardTimeout, "PutReleaseTimeout": c.PutReleaseTimeout,
+		"SoftPinTTL": c.SoftPinTTL, "MaxSoftPinTTL": c.MaxSoftPinTTL, "ClientTTL": c.ClientTTL,
+		"ClientGrace": c.ClientGrace, "EvictInterval": c.EvictInterval, "FrequencyBonus": c.FrequencyBonus,
+		"FrequencyMaxBonus": c.FrequencyMaxBonus, "OffloadTimeout": c.OffloadTimeout,
+	} {
+		if v < 0 {
+			return bad("%s must not be negative (got %v)", name, v)
+		}
+	}
+	if c.PutReleaseTimeout < c.PutDiscardTimeout {
+		return bad("PutReleaseTimeout (%v) must be >= PutDiscardTimeout (%v)", c.PutReleaseTimeout, c.PutDiscardTimeout)
+	}
+	if c.SoftPinTTL > c.MaxSoftPinTTL {
+		return bad("SoftPinTTL (%v) above MaxSoftPinTTL (%v)", c.SoftPinTTL, c.MaxSoftPinTTL)
+	}
+	if err := validateDram(c.HighWatermark, c.EvictionRatio, c.LeasePolicy); err != nil {
+		return err
+	}
+	if err := validateSSD(c.OffloadMode, c.SSDPolicy, c.SSDHighWatermark); err != nil {
+		return err
+	}
+	if c.OffloadQueueLimit < 0 || c.MaxObjects < 0 || c.MaxReplicas < 0 || c.EventBuffer < 0 || c.PutEventSample < 0 {
+		return bad("counts must not be negative")
+	}
+	if c.MaxKeyLen < DefaultMaxKeyLen {
+		return bad("MaxKeyLen %d below the documented minimum %d", c.MaxKeyLen, DefaultMaxKeyLen)
+	}
+	if c.MaxReplicas > 64 {
+		return bad("MaxReplicas %d above 64", c.MaxReplicas)
+	}
+	for t := range c.TenantQuota {
+		if t == "" || len(t) > MaxTenantLen {
+			return bad("TenantQuota has an invalid tenant name %q", t)
+		}
+	}
+	return nil
+}
+
+func validateDram(hw, ratio float64, policy string) error {
+	if math.IsNaN(hw) || hw <= 0 || hw > 1 {
+		return kverr.New(kverr.InvalidParams, "", "high watermark %v outside (0,1]", hw)
+	}
+	if math.IsNaN(ratio) || ratio <= 0 || ratio > 1 {
+		return kverr.New(kverr.InvalidParams, "", "eviction ratio %v outside (0,1]", ratio)
+	}
+	if policy != PolicyPlain && policy != PolicyFrequency {
+		return kverr.New(kverr.InvalidParams, "", "lease policy %q is not plain|frequency", policy)
+	}
+	return nil
+}
+
+func validateSSD(mode, policy string, hw float64) error {
+	switch mode {
+	case OffloadImmediate, OffloadOnEvict, OffloadOff:
+	default:
+		return kverr.New(kverr.InvalidParams, "", "offload mode %q is not off|immediate|on-evict", mode)
+	}
+	if policy != "fifo" && policy != "lru" {
+		return kverr.New(kverr.InvalidParams, "", "ssd policy %q is not fifo|lru", policy)
+	}
+	if math.IsNaN(hw) || hw <= 0 || hw > 1 {
+		return kverr.New(kverr.InvalidParams, "", "ssd high watermark %v outside (0,1]", hw)
+	}
+	return nil
+}
+
+// LeasePolicy orders eviction candidates. The lease itself (protection from
+// eviction and non-forced Remove) is always last read + LeaseTTL; a policy
+// only decides which lease-expired object goes first. Smaller keys are
+// evicted first. Exported so the trace-replay simulator uses the very same
+// ordering.
+type LeasePolicy interface {
+	// Name is "plain" or "frequency".
+	Name() string
+	// EvictionKey returns the order key of an object whose base is deadline
+	// (unix nanoseconds: the lease deadline, or the completion time of an
+	// object never read) and that was read readCount times.
+	EvictionKey(deadline int64, readCount uint32) int64
+}
+
+// PlainPolicy orders by the lease deadline alone (near-LRU).
+type PlainPolicy struct{}
+
+// Name implements LeasePolicy.
+func (PlainPolicy) Name() string { return PolicyPlain }
+
+// EvictionKey implements LeasePolicy.
+func (PlainPolicy) EvictionKey(deadline int64, _ uint32) int64 { return deadline }
+
+// FrequencyPolicy adds min(readCount×Bonus, MaxBonus) to the deadline so hot
+// shared prefixes outlive one-off blocks.
+type FrequencyPolicy struct {
+	Bonus    time.Duration
+	MaxBonus time.Duration
+}
+
+// Name implements LeasePolicy.
+func (FrequencyPolicy) Name() string { return PolicyFrequency }
+
+// EvictionKey implements LeasePolicy.
+func (p FrequencyPolicy) EvictionKey(deadline int64, readCount uint32) int64 {
+	b := int64(p.MaxBonus)
+	if p.Bonus > 0 && int64(readCount) < b/int64(p.Bonus) {
+		b = int64(readCount) * int64(p.Bonus)
+	}
+	if p.Bonus <= 0 {
+		b = 0
+	}
+	return deadline + b
+}
+
+var (
+	_ LeasePolicy = PlainPolicy{}
+	_ LeasePolicy = FrequencyPolicy{}
+)
+
+// NewLeasePolicy returns the policy with the given name.
+func NewLeasePolicy(name string, bonus, maxBonus time.Duration) (LeasePolicy, error) {
+	switch name {
+	case PolicyPlain:
+		return PlainPolicy{}, nil
+	case PolicyFrequency:
+		if bonus == 0 {
+			bonus = DefaultFrequencyBonus
+		}
+		if maxBonus == 0 {
+			maxBonus = DefaultFrequencyMaxBonus
+		}
+		return FrequencyPolicy{Bonus: bonus, MaxBonus: maxBonus}, nil
+	}
+	return nil, kverr.New(kverr.InvalidParams, "", "lease policy %q is not plain|frequency", name)
+}
+
+// String summarizes the main settings for start-up logs.
+func (c Config) String() string {
+	return fmt.Sprintf("lease=%v hw=%.2f ratio=%.2f policy=%s offload=%s", c.LeaseTTL, c.HighWatermark, c.EvictionRatio, c.LeasePolicy, c.OffloadMode)
+}

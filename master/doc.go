@@ -1,0 +1,142 @@
+// Package master is the kvtier control plane: object metadata, replicas and
+// their states, read leases, pins, tenant quotas, the segment table with its
+// per-segment offset allocators, client liveness, DRAM eviction and the
+// coordination of SSD offload. It never carries object bytes: it says where
+// they go, and clients move them.
+//
+// # Who may import it
+//
+// cmd/kvtier (to run a master), the REST front end and tests. It imports only
+// internal/kverr, internal/clock, api/kvtierpb (in grpc.go only) and
+// github.com/google/btree; it never imports a mechanism (dram, ssd, transfer,
+// nof) nor the client SDK. Clients reach it over gRPC: NewGRPCServer is the
+// one translation layer between kvtierpb messages and the Go types here;
+// every refusal leaves as kverr.ToGRPC and callers restore it with
+// kverr.FromGRPC.
+//
+// # Contract
+//
+//   - Put is two-phase. PutStart validates (key non-empty and at most
+//     Config.MaxKeyLen = 4096 bytes by default; size > 0; 1..MaxReplicas
+//     replicas; soft-pin TTL ≤ MaxSoftPinTTL; a named preferred segment must
+//     be mounted), refuses a key that is COMPLETE or in flight and younger
+//     than PutDiscardTimeout (OBJECT_ALREADY_EXISTS), checks the object count
+//     and the tenant quota, and places best-effort replicas on distinct
+//     segments, distinct nodes first, preferred segment first, most free space
+//     next. MEMORY allocations are 64-byte aligned, NOF allocations aligned to
+//     the segment's block size; segments in GRACE or DRAINING take none. No
+//     room → one synchronous eviction pass, one retry, then
+//     NO_AVAILABLE_HANDLE. PutEnd (writer only, else ILLEGAL_CLIENT) flips every
+//     replica to COMPLETE at once and grants no lease; PutRevoke frees the
+//     reservation. An in-flight put older than PutDiscardTimeout is taken over
+//     by a new writer; its space stays reserved until PutStart +
+//     PutReleaseTimeout (a stalled writer may still be writing). An abandoned
+//     put is revoked at that time (abandoned_puts_reclaimed).
+//   - GetReplicaList returns the COMPLETE replicas — MEMORY, then NOF, then
+//     LOCAL_DISK; replicas on GRACE or DRAINING storage after all others —
+//     and sets the read lease to now + LeaseTTL. Exist never touches a lease.
+//   - Remove refuses a leased object (OBJECT_HAS_LEASE) unless force, and
+//     always one in flight or whose offload task is dispatched
+//     (REPLICA_IS_NOT_READY). RemoveByRegex/RemoveAll skip instead of failing.
+//   - Segments: MountSegment is idempotent for the same name, size, base,
+//     type and node; anything else under a mounted name is
+//     SEGMENT_ALREADY_EXISTS and changes nothing. UnmountSegment with a grace
+//     drains (reads served, no allocations) and unmounts when the grace ends;
+//     heartbeats do not remount a drained segment (an explicit MountSegment
+//     does). Unmounting drops the replicas there; objects left with none
+//     disappear.
+//   - Clients (every node that mounts must heartbeat): silent for ClientTTL →
+//     GRACE (its segments take no allocations, replicas kept and listed last);
+//     silent for ClientTTL + ClientGrace → GONE (segments unmounted,
+//     LOCAL_DISK replicas dropped, PROCESSING puts revoked, offload tasks
+//     forgotten). A heartbeat makes it LIVE again and re-announces segments;
+//     HeartbeatReply.Known is false for an unknown or GONE client.
+//   - Eviction (Run's evictor every EvictInterval, EvictNow, and on allocation
+//     failure): when MEMORY use exceeds HighWatermark it frees at least
+//     max(EvictionRatio × capacity, use − watermark, need) bytes. Candidates:
+//     COMPLETE, lease expired, not hard-pinned, holding a MEMORY replica, no
+//     pending offload (unless ForceEvict); soft-pinned ones (pin not expired)
+//     only in a second pass. The boundary is found with SelectByWeight, an
+//     expected-O(n) three-way quickselect on the LeasePolicy's key (the lease
+//     deadline, or the completion time of an unread object, plus for
+//     "frequency" min(reads × FrequencyBonus, FrequencyMaxBonus)). Eviction
+//     frees only MEMORY replicas; an object with none left disappears. Each
+//     pass records freed bytes/objects and, when short, the blocked objects
+//     by reason (leased, pinned, in_flight, awaiting_offload) in counters and
+//     LastEviction.
+//   - Offload (mode "immediate" by default, "on-evict", "off"; changed at run
+//     time by UpdateTiers): PutEnd (immediate) or an eviction candidate
+//     without a COMPLETE LOCAL_DISK replica (both modes) queues a task for the
+//     LIVE node that owns a COMPLETE MEMORY replica and reported an SSD tier
+//     (HeartbeatRequest.Disk.Capacity > 0). The queue is bounded
+//     (OffloadQueueLimit); a full queue is counted
+//     (offloads_skipped_queue_full) and the object keeps its DRAM copy.
+//     Heartbeats take at most OffloadSlots tasks; a queued or dispatched task
+//     pins the object in DRAM. OffloadDone(ok) adds a COMPLETE LOCAL_DISK
+//     replica {segment "<node>/ssd", node, endpoint, bucket, offset, length};
+//     failure or OffloadTimeout releases the pin (offloads_failed).
+//     DropBucket forgets a bucket's LOCAL_DISK replicas; RegisterDiskObjects
+//     re-announces them after an appliance restart. Every HeartbeatReply
+//     carries the current SSD TierSettings.
+//   - Tenants: every call carries one ("" = "default", at most 255 bytes).
+//     TenantQuota counts logical object bytes (size once per object, any
+//     tier) from PutStart until the object disappears.
+//   - Events: Subscribe gives a bounded channel; publishing never blocks, a
+//     full subscriber loses the event (events_dropped). One put event per
+//     PutEventSample puts.
+//   - Wire edge: replica_num 0 means 1 unless nof_replica_num > 0 (the Go API
+//     itself refuses a zero total). A key that is not valid UTF-8 travels in
+//     the error message instead of the ErrorInfo metadata (protobuf strings
+//     must be UTF-8). ListObjects cursors are opaque: the last key for one
+//     tenant, tenant NUL key with AllTenants.
+//
+// # Concurrency
+//
+// Objects live in 256 shards (hash of tenant and key), each a mutex and a
+// map; Put, Get, Exist and Remove take one shard lock and no global lock.
+// Segments are a copy-on-write snapshot read without locking; each segment's
+// allocator has its own mutex. Lock order: shard → offload queue /
+// abandoned list / segment. An allocation holds its shard lock, and an
+// unmount marks the segment removed before scanning shards, so no replica
+// escapes the scan. Eviction passes are serialized; a short pass backs off
+// the background evictor (10 ms doubling to 1 s) so a store full of leased
+// objects is not rescanned every few milliseconds.
+//
+// # Memory
+//
+// Per object: the composite key (one length byte, tenant, key), a 96-byte
+// object and one 48-byte replica per copy. Measured: 248 heap bytes per
+// object at 1,000,000 objects with 32-byte keys (a bare map[string]*struct
+// with the same keys: 104 B). Eviction passes allocate 24 + 24 bytes per
+// candidate transiently.
+//
+// # Figures
+//
+// go test -run '^$' -bench . ./master/ on the shared 2-core build VM (Xeon,
+// load average ~9 from other jobs, so absolute rates are low and vary ±2×
+// between runs; each ratio is measured interleaved in one loop, so it is the
+// reliable figure). Run of 2026-11-29 16:10:
+//
+//	in-process, 2 goroutines  PutStart+PutEnd   195,600 pairs/s
+//	                          GetReplicaList    288,000 keys/s
+//	                          Exist           1,412,800 keys/s (0.36 of a bare sharded mutex+map lookup)
+//	                          BatchGet 128      240,500 keys/s
+//	                          BatchExist 128    475,800 keys/s
+//	                          BatchPut 128      135,100 pairs/s
+//	gRPC loopback, 1 caller   GetReplicaList     17,952/s beside a bare unary call with the same
+//	                                             messages 17,885/s: 1.00 (target ≥ 0.5)
+//	                          Exist              13,424/s: 1.05 of bare
+//	                          PutStart+PutEnd     5,675 pairs/s
+//	                          BatchGet 128      161,625 keys/s = 18.2× single (target ≥ 10×)
+//	                          BatchExist 128    583,327 keys/s = 45.0× single
+//	                          BatchPut 128       79,709 pairs/s = 22.2× single
+//	heap per live object      248 B at 1,000,000 objects, 32-byte keys (target < 300)
+//	select 5% of 10M          128 ms, one core (target < 1 s); full sort 1,878 ms (14.7×)
+//
+// # Caveats
+//
+// HA with etcd is not implemented: a master restart forgets every object
+// except LOCAL_DISK replicas that appliances re-register. ListObjects and
+// RemoveByRegex scan every shard (operator paths). CheckInvariants is for
+// quiescent states (tests, fuzzing).
+package master

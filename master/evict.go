@@ -1,0 +1,355 @@
+package master
+
+import (
+	"context"
+	"time"
+)
+
+// Candidate is one eviction candidate: its order key (smaller goes first)
+// and the bytes evicting it frees. Ref is the caller's index of the object.
+// Exported with SelectByWeight so the trace-replay simulator selects
+// exactly as the master does.
+type Candidate struct {
+	Key   int64
+	Bytes uint64
+	Ref   int32
+}
+
+// rng is a small xorshift generator for pivots (no shared state).
+type rng uint64
+
+func (r *rng) next() uint64 {
+	x := uint64(*r)
+	x ^= x << 13
+	x ^= x >> 7
+	x ^= x << 17
+	*r = rng(x)
+	return x
+}
+
+// SelectByWeight reorders c so that c[:n] holds the n candidates with the
+// smallest keys (in no particular order), where n is the smallest count whose
+// bytes reach target (len(c) when all of them do not). Expected O(len(c)):
+// a quickselect with three-way partitioning, never a full sort.
+func SelectByWeight(c []Candidate, target uint64) int {
+	if target == 0 {
+		return 0
+	}
+	r := rng(0x9E3779B97F4A7C15 ^ uint64(len(c)))
+	lo, hi := 0, len(c)
+	var acc uint64
+	for hi > lo {
+		if hi-lo <= 16 {
+			insertionSort(c[lo:hi])
+			for i := lo; i < hi; i++ {
+				acc += c[i].Bytes
+				if acc >= target {
+					return i + 1
+				}
+			}
+			return hi
+		}
+		p := medianOf3(c[lo+int(r.next()%uint64(hi-lo))].Key, c[lo+int(r.next()%uint64(hi-lo))].Key, c[lo+int(r.next()%uint64(hi-lo))].Key)
+		lt, gt := partition3(c, lo, hi, p)
+		var sum uint64
+		for i := lo; i < lt; i++ {
+			sum += c[i].Bytes
+		}
+		if acc+sum >= target {
+			hi = lt
+			continue
+		}
+		acc += sum
+		for i := lt; i < gt; i++ {
+			acc += c[i].Bytes
+			if acc >= target {
+				return i + 1
+			}
+		}
+		lo = gt
+	}
+	return lo
+}
+
+func medianOf3(a, b, c int64) int64 {
+	if a > b {
+		a, b = b, a
+	}
+	if b > c {
+		b = c
+	}
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// partition3 arranges c[lo:hi] as < p, == p, > p and returns the bounds of
+// the middle part.
+func partition3(c []Candidate, lo, hi int, p int64) (lt, gt int) {
+	lt, i, gt := lo, lo, hi
+	for i < gt {
+		switch k := c[i].Key; {
+		case k < p:
+			c[lt], c[i] = c[i], c[lt]
+			lt++
+			i++
+		case k > p:
+			gt--
+			c[gt], c[i] = c[i], c[gt]
+		default:
+			i++
+		}
+	}
+	return lt, gt
+}
+
+func insertionSort(c []Candidate) {
+	for i := 1; i < len(c); i++ {
+		for j := i; j > 0 && c[j].Key < c[j-1].Key; j-- {
+			c[j], c[j-1] = c[j-1], c[j]
+		}
+	}
+}
+
+// selectSmallest reorders s so that s[:k] holds its k smallest elements.
+func selectSmallest[T any](s []T, k int, less func(a, b T) bool) {
+	r := rng(0x2545F4914F6CDD1D ^ uint64(len(s)))
+	lo, hi := 0, len(s)
+	for hi-lo > 1 && k > lo && k < hi {
+		p := s[lo+int(r.next()%uint64(hi-lo))]
+		lt, i, gt := lo, lo, hi
+		for i < gt {
+			switch {
+			case less(s[i], p):
+				s[lt], s[i] = s[i], s[lt]
+				lt++
+				i++
+			case less(p, s[i]):
+				gt--
+				s[gt], s[i] = s[i], s[gt]
+			default:
+				i++
+			}
+		}
+		switch {
+		case k < lt:
+			hi = lt
+		case k > gt:
+			lo = gt
+		default:
+			return
+		}
+	}
+}
+
+// candRef locates a candidate's object.
+type candRef struct {
+	ck  string
+	obj *object
+}
+
+// memBytesLocked returns the allocator bytes of o's COMPLETE MEMORY replicas.
+func memBytesLocked(o *object) uint64 {
+	var n uint64
+	for i := range o.replicas {
+		r := &o.replicas[i]
+		if r.typ == Memory && r.state == Complete && !r.seg.removed.Load() {
+			n += r.allocLen()
+		}
+	}
+	return n
+}
+
+// orderKey is the eviction order key of o under pol.
+func (m *Master) orderKey(pol LeasePolicy, o *object) int64 {
+	base := o.created
+	if o.readCount > 0 {
+		base = o.lastRead + int64(m.cfg.LeaseTTL)
+	}
+	return pol.EvictionKey(base, o.readCount)
+}
+
+// LastEviction returns the report of the latest pass.
+func (m *Master) LastEviction() EvictionReport {
+	m.evictMu.Lock()
+	defer m.evictMu.Unlock()
+	return m.lastReport
+}
+
+// maybeEvict runs a pass when MEMORY use is above the high watermark, backing
+// off after passes that fell short (so a store full of leased objects is not
+// rescanned every few milliseconds).
+func (m *Master) maybeEvict(ctx context.Context) {
+	capacity, used := m.memoryUsage()
+	hw := m.settings.Load().dram.HighWatermark
+	if capacity == 0 || float64(used) <= hw*float64(capacity) {
+		return
+	}
+	m.evictMu.Lock()
+	wait := time.Now().Before(m.nextEvict)
+	m.evictMu.Unlock()
+	if wait {
+		return
+	}
+	rep := m.evictPass(ctx, 0)
+	m.evictMu.Lock()
+	if rep.Short {
+		m.backoff = min(max(2*m.backoff, 10*time.Millisecond), time.Second)
+		m.nextEvict = time.Now().Add(m.backoff)
+	} else {
+		m.backoff = 0
+	}
+	m.evictMu.Unlock()
+}
+
+// EvictNow runs one eviction pass if MEMORY use is above the high
+// watermark and returns its report (a zero report when nothing was due).
+func (m *Master) EvictNow(ctx context.Context) EvictionReport { return m.evictPass(ctx, 0) }
+
+// evictPass frees MEMORY: at least EvictionRatio of capacity, down below the
+// high watermark, and at least need bytes (allocation failure). Candidates
+// are lease-expired, not hard-pinned, COMPLETE objects with a MEMORY replica
+// and no pending offload (unless ForceEvict); soft-pinned objects only in a
+// second pass. The boundary is found by SelectByWeight on the policy's key.
+func (m *Master) evictPass(ctx context.Context, need uint64) EvictionReport {
+	gen := m.passGen.Load()
+	m.evictMu.Lock()
+	defer m.evictMu.Unlock()
+	if need > 0 && m.passGen.Load() != gen {
+		// A pass finished while this caller waited: failed puts that pile up
+		// share it instead of rescanning one after another.
+		return m.lastReport
+	}
+	defer m.passGen.Add(1)
+	st := m.settings.Load()
+	capacity, used := m.memoryUsage()
+	hwBytes := uint64(st.dram.HighWatermark * float64(capacity))
+	rep := EvictionReport{Time: m.now()}
+	if capacity == 0 || (used <= hwBytes && need == 0) {
+		return rep
+	}
+	target := uint64(st.dram.EvictionRatio * float64(capacity))
+	if used > hwBytes {
+		target = max(target, used-hwBytes)
+	}
+	target = max(target, need)
+	rep.Target = target
+	m.ctr.add(cEvictionPasses, 1)
+
+	now := rep.Time.UnixNano()
+	var first, soft []Candidate
+	var refs []candRef
+	m.forEachShard(func(sh *shard) {
+		for k, o := range sh.objs {
+			if !o.complete {
+				rep.InFlight++
+				continue
+			}
+			b := memBytesLocked(o)
+			if b == 0 {
+				continue
+			}
+			switch {
+			case o.flags&flagHardPin != 0:
+				rep.Pinned++
+				continue
+			case m.leased(o, now):
+				rep.Leased++
+				continue
+			case o.offload != offloadNone && !m.cfg.ForceEvict:
+				rep.AwaitingOffload++
+				continue
+			}
+			c := Candidate{Key: m.orderKey(st.policy, o), Bytes: b, Ref: int32(len(refs))}
+			refs = append(refs, candRef{k, o})
+			if o.flags&flagSoftPin != 0 && o.softPinEnd > now {
+				soft = append(soft, c)
+			} else {
+				first = append(first, c)
+			}
+		}
+	})
+	rep.Candidates = len(first)
+	m.evictFrom(first, refs, &rep, st, now, false)
+	if rep.FreedBytes < target && len(soft) > 0 {
+		rep.SecondPass = true
+		rep.Candidates += len(soft)
+		m.evictFrom(soft, refs, &rep, st, now, true)
+	} else {
+		rep.Pinned += uint64(len(soft))
+	}
+	if rep.FreedBytes < target {
+		rep.Short = true
+		m.ctr.add(cShortLeased, rep.Leased)
+		m.ctr.add(cShortPinned, rep.Pinned)
+		m.ctr.add(cShortInFlight, rep.InFlight)
+		m.ctr.add(cShortAwaitingOffload, rep.AwaitingOffload)
+	}
+	m.lastReport = rep
+	return rep
+}
+
+// evictFrom evicts the smallest-key candidates of cands until rep reaches
+// its target, selecting again when some selected objects could not go.
+func (m *Master) evictFrom(cands []Candidate, refs []candRef, rep *EvictionReport, st *settings, now int64, second bool) {
+	for len(cands) > 0 && rep.FreedBytes+rep.AwaitingBytes < rep.Target {
+		n := SelectByWeight(cands, rep.Target-rep.FreedBytes-rep.AwaitingBytes)
+		for _, c := range cands[:n] {
+			m.evictOne(refs[c.Ref], rep, st, now, second)
+		}
+		cands = cands[n:]
+	}
+}
+
+// evictOne frees ref's MEMORY replicas after re-checking it under its lock.
+// Objects with no COMPLETE disk copy whose node has an SSD tier get an
+// offload task instead (offload on, no ForceEvict).
+func (m *Master) evictOne(ref candRef, rep *EvictionReport, st *settings, now int64, second bool) {
+	sh := m.shardOf(ref.ck)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	o := sh.objs[ref.ck]
+	if o != ref.obj || !o.complete || o.flags&flagHardPin != 0 || m.leased(o, now) ||
+		(o.offload != offloadNone && !m.cfg.ForceEvict) ||
+		(!second && o.flags&flagSoftPin != 0 && o.softPinEnd > now) {
+		return
+	}
+	if st.ssd.OffloadMode != OffloadOff && !m.cfg.ForceEvict && !hasDiskCopy(o) {
+		if pending, full := m.queueOffloadLocked(ref.ck, o); pending || full {
+			rep.AwaitingOffload++
+			if pending {
+				// Counts toward the target: a later pass frees it once the
+				// disk copy is COMPLETE, so not every candidate is offloaded.
+				rep.AwaitingBytes += memBytesLocked(o)
+			}
+			return
+		}
+	}
+	var freed uint64
+	n := 0
+	for i := range o.replicas {
+		r := &o.replicas[i]
+		if r.typ == Memory {
+			freed += r.allocLen()
+			m.freeReplicaLocked(r)
+			m.countReplica(r, -1)
+			continue
+		}
+		o.replicas[n] = *r
+		n++
+	}
+	clear(o.replicas[n:])
+	o.replicas = o.replicas[:n]
+	if n == 0 {
+		m.dropObjectLocked(sh, ref.ck, o)
+	}
+	rep.FreedBytes += freed
+	rep.FreedObjects++
+	m.ctr.add(cEvictions, 1)
+	m.ctr.add(cEvictedBytes, freed)
+	if m.eventsWanted() {
+		t, key := splitCK(ref.ck)
+		m.publish(Event{Kind: "evict", Tenant: t, Key: key, Bytes: freed})
+	}
+}

@@ -1,0 +1,391 @@
+package master
+
+import (
+	"context"
+	"math"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"kvtier/api/kvtierpb"
+	"kvtier/internal/kverr"
+)
+
+// grpcServer translates the wire contract to Master calls. It holds no
+// state of its own; every refusal leaves as kverr.ToGRPC.
+type grpcServer struct {
+	kvtierpb.UnimplementedMasterServer
+	m *Master
+}
+
+var _ kvtierpb.MasterServer = (*grpcServer)(nil)
+
+// NewGRPCServer returns the gRPC face of m, for kvtierpb.RegisterMasterServer.
+func NewGRPCServer(m *Master) kvtierpb.MasterServer { return &grpcServer{m: m} }
+
+// toGRPC maps a refusal to a gRPC status (kverr carries binary keys safely).
+func toGRPC(err error) error { return kverr.ToGRPC(err) }
+
+func ms(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func msDur(v uint64) time.Duration {
+	if v > math.MaxInt64/uint64(time.Millisecond) {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(v) * time.Millisecond
+}
+
+func replicaToPB(r Replica) *kvtierpb.Replica {
+	return &kvtierpb.Replica{
+		Type: kvtierpb.ReplicaType(r.Type), State: kvtierpb.ReplicaState(r.State), Segment: r.Segment,
+		Node: r.Node, Endpoint: r.Endpoint, Offset: r.Offset, Length: r.Length, Bucket: r.Bucket,
+		Nqn: r.NQN, Nsid: r.NSID, TargetAddr: r.TargetAddr,
+	}
+}
+
+func replicasToPB(rs []Replica) []*kvtierpb.Replica {
+	out := make([]*kvtierpb.Replica, len(rs))
+	for i, r := range rs {
+		out[i] = replicaToPB(r)
+	}
+	return out
+}
+
+func putFromPB(p *kvtierpb.PutStartRequest) PutRequest {
+	c := p.GetConfig()
+	pc := PutConfig{
+		Replicas: int(c.GetReplicaNum()), NOFReplicas: int(c.GetNofReplicaNum()),
+		PreferredSegment: c.GetPreferredSegment(), SoftPin: c.GetSoftPin(), HardPin: c.GetHardPin(),
+		SoftPinTTL: msDur(c.GetSoftPinTtlMs()),
+	}
+	if pc.Replicas == 0 && pc.NOFReplicas == 0 {
+		pc.Replicas = 1 // wire: replica_num 0 means 1
+	}
+	return PutRequest{Client: p.GetClientId(), Tenant: p.GetTenant(), Key: string(p.GetKey()), Size: p.GetSize(),
+		CRC32C: p.GetCrc32C(), HasChecksum: p.GetHasChecksum(), Config: pc}
+}
+
+func keyResult(err error) *kvtierpb.KeyResult {
+	if err == nil {
+		return &kvtierpb.KeyResult{}
+	}
+	return &kvtierpb.KeyResult{Code: kvtierpb.ErrorCode(kverr.CodeOf(err)), Message: err.Error()}
+}
+
+func keyResults(errs []error) *kvtierpb.BatchResponse {
+	out := &kvtierpb.BatchResponse{Results: make([]*kvtierpb.KeyResult, len(errs))}
+	for i, e := range errs {
+		out.Results[i] = keyResult(e)
+	}
+	return out
+}
+
+func keysOf(b [][]byte) []string {
+	out := make([]string, len(b))
+	for i, k := range b {
+		out[i] = string(k)
+	}
+	return out
+}
+
+func listToPB(l ReplicaList) *kvtierpb.GetReplicaListResponse {
+	return &kvtierpb.GetReplicaListResponse{Size: l.Size, Crc32C: l.CRC32C, HasChecksum: l.HasChecksum,
+		LeaseDeadlineMs: ms(l.LeaseDeadline), Replicas: replicasToPB(l.Replicas)}
+}
+
+func (s *grpcServer) PutStart(ctx context.Context, r *kvtierpb.PutStartRequest) (*kvtierpb.PutStartResponse, error) {
+	reps, err := s.m.PutStart(ctx, putFromPB(r))
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	return &kvtierpb.PutStartResponse{Replicas: replicasToPB(reps)}, nil
+}
+
+func (s *grpcServer) PutEnd(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtierpb.Empty, error) {
+	return &kvtierpb.Empty{}, toGRPC(s.m.PutEnd(ctx, r.GetClientId(), r.GetTenant(), string(r.GetKey())))
+}
+
+func (s *grpcServer) PutRevoke(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtierpb.Empty, error) {
+	return &kvtierpb.Empty{}, toGRPC(s.m.PutRevoke(ctx, r.GetClientId(), r.GetTenant(), string(r.GetKey())))
+}
+
+func (s *grpcServer) GetReplicaList(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtierpb.GetReplicaListResponse, error) {
+	l, err := s.m.GetReplicaList(ctx, r.GetClientId(), r.GetTenant(), string(r.GetKey()))
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	return listToPB(l), nil
+}
+
+func (s *grpcServer) Exist(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtierpb.ExistResponse, error) {
+	ok, err := s.m.Exist(ctx, r.GetTenant(), string(r.GetKey()))
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	return &kvtierpb.ExistResponse{Exists: ok}, nil
+}
+
+func (s *grpcServer) Remove(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtierpb.Empty, error) {
+	return &kvtierpb.Empty{}, toGRPC(s.m.Remove(ctx, r.GetTenant(), string(r.GetKey()), r.GetForce()))
+}
+
+func (s *grpcServer) RemoveByRegex(ctx context.Context, r *kvtierpb.RemoveByRegexRequest) (*kvtierpb.CountResponse, error) {
+	n, err := s.m.RemoveByRegex(ctx, r.GetTenant(), r.GetRegex(), r.GetForce())
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	return &kvtierpb.CountResponse{Count: uint64(n)}, nil
+}
+
+func (s *grpcServer) RemoveAll(ctx context.Context, r *kvtierpb.RemoveAllRequest) (*kvtierpb.CountResponse, error) {
+	n, err := s.m.RemoveAll(ctx, r.GetTenant(), r.GetForce())
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	return &kvtierpb.CountResponse{Count: uint64(n)}, nil
+}
+
+func (s *grpcServer) BatchPutStart(ctx context.Context, r *kvtierpb.BatchPutStartRequest) (*kvtierpb.BatchPutStartResponse, error) {
+	reqs := make([]PutRequest, len(r.GetItems()))
+	for i, it := range r.GetItems() {
+		reqs[i] = putFromPB(it)
+	}
+	res := s.m.BatchPutStart(ctx, r.GetClientId(), r.GetTenant(), reqs)
+	out := &kvtierpb.BatchPutStartResponse{Results: make([]*kvtierpb.PutStartResult, len(res))}
+	for i, x := range res {
+		kr := keyResult(x.Err)
+		out.Results[i] = &kvtierpb.PutStartResult{Code: kr.Code, Message: kr.Message, Replicas: replicasToPB(x.Replicas)}
+	}
+	return out, nil
+}
+
+func (s *grpcServer) BatchPutEnd(ctx context.Context, r *kvtierpb.BatchKeysRequest) (*kvtierpb.BatchResponse, error) {
+	return keyResults(s.m.BatchPutEnd(ctx, r.GetClientId(), r.GetTenant(), keysOf(r.GetKeys()))), nil
+}
+
+func (s *grpcServer) BatchPutRevoke(ctx context.Context, r *kvtierpb.BatchKeysRequest) (*kvtierpb.BatchResponse, error) {
+	return keyResults(s.m.BatchPutRevoke(ctx, r.GetClientId(), r.GetTenant(), keysOf(r.GetKeys()))), nil
+}
+
+func (s *grpcServer) BatchGetReplicaList(ctx context.Context, r *kvtierpb.BatchKeysRequest) (*kvtierpb.BatchGetReplicaListResponse, error) {
+	res := s.m.BatchGetReplicaList(ctx, r.GetClientId(), r.GetTenant(), keysOf(r.GetKeys()))
+	out := &kvtierpb.BatchGetReplicaListResponse{Results: make([]*kvtierpb.GetReplicaListResult, len(res))}
+	for i, x := range res {
+		kr := keyResult(x.Err)
+		g := &kvtierpb.GetReplicaListResult{Code: kr.Code, Message: kr.Message}
+		if x.Err == nil {
+			g.Value = listToPB(x.List)
+		}
+		out.Results[i] = g
+	}
+	return out, nil
+}
+
+func (s *grpcServer) BatchExist(ctx context.Context, r *kvtierpb.BatchKeysRequest) (*kvtierpb.BatchExistResponse, error) {
+	ok, errs := s.m.BatchExist(ctx, r.GetTenant(), keysOf(r.GetKeys()))
+	return &kvtierpb.BatchExistResponse{Results: keyResults(errs).Results, Exists: ok}, nil
+}
+
+func (s *grpcServer) BatchRemove(ctx context.Context, r *kvtierpb.BatchKeysRequest) (*kvtierpb.BatchResponse, error) {
+	return keyResults(s.m.BatchRemove(ctx, r.GetTenant(), keysOf(r.GetKeys()), r.GetForce())), nil
+}
+
+func segmentFromPB(p *kvtierpb.Segment) Segment {
+	return Segment{Name: p.GetName(), Type: ReplicaType(p.GetType()), Node: p.GetNode(), Endpoint: p.GetEndpoint(),
+		Base: p.GetBase(), Size: p.GetSize(), NQN: p.GetNqn(), NSID: p.GetNsid(), TargetAddr: p.GetTargetAddr(),
+		BlockSize: p.GetBlockSize()}
+}
+
+func segmentToPB(s Segment) *kvtierpb.Segment {
+	return &kvtierpb.Segment{Name: s.Name, Type: kvtierpb.ReplicaType(s.Type), Node: s.Node, Endpoint: s.Endpoint,
+		Base: s.Base, Size: s.Size, Nqn: s.NQN, Nsid: s.NSID, TargetAddr: s.TargetAddr, BlockSize: s.BlockSize}
+}
+
+func (s *grpcServer) MountSegment(ctx context.Context, r *kvtierpb.MountSegmentRequest) (*kvtierpb.Empty, error) {
+	if r.GetSegment() == nil {
+		return nil, toGRPC(kverr.New(kverr.InvalidParams, "", "mount: no segment"))
+	}
+	return &kvtierpb.Empty{}, toGRPC(s.m.MountSegment(ctx, r.GetClientId(), segmentFromPB(r.GetSegment())))
+}
+
+func (s *grpcServer) UnmountSegment(ctx context.Context, r *kvtierpb.UnmountSegmentRequest) (*kvtierpb.Empty, error) {
+	g := time.Duration(r.GetGraceMs()) * time.Millisecond
+	if r.GetGraceMs() > math.MaxInt64/int64(time.Millisecond) {
+		g = time.Duration(math.MaxInt64)
+	}
+	return &kvtierpb.Empty{}, toGRPC(s.m.UnmountSegment(ctx, r.GetClientId(), r.GetName(), g))
+}
+
+func diskFromPB(d *kvtierpb.DiskTierStats) DiskStats {
+	return DiskStats{Capacity: d.GetCapacity(), Used: d.GetUsed(), Buckets: d.GetBuckets(), Objects: d.GetObjects(),
+		OffloadQueue: d.GetOffloadQueue(), EvictedBuckets: d.GetEvictedBuckets(), BytesWritten: d.GetBytesWritten(),
+		BytesRead: d.GetBytesRead(), QuarantinedBuckets: d.GetQuarantinedBuckets(), IndexLoaded: d.GetIndexLoaded(),
+		OffloadSkipped: d.GetOffloadSkipped(), OffloadFailed: d.GetOffloadFailed()}
+}
+
+func diskToPB(d DiskStats) *kvtierpb.DiskTierStats {
+	return &kvtierpb.DiskTierStats{Capacity: d.Capacity, Used: d.Used, Buckets: d.Buckets, Objects: d.Objects,
+		OffloadQueue: d.OffloadQueue, EvictedBuckets: d.EvictedBuckets, BytesWritten: d.BytesWritten,
+		BytesRead: d.BytesRead, QuarantinedBuckets: d.QuarantinedBuckets, IndexLoaded: d.IndexLoaded,
+		OffloadSkipped: d.OffloadSkipped, OffloadFailed: d.OffloadFailed}
+}
+
+func settingsToPB(t TierSettings) *kvtierpb.TierSettings {
+	return &kvtierpb.TierSettings{OffloadMode: t.OffloadMode, SsdPolicy: t.SSDPolicy, SsdCapacity: t.SSDCapacity,
+		SsdHighWatermark: t.SSDHighWatermark}
+}
+
+func (s *grpcServer) Heartbeat(ctx context.Context, r *kvtierpb.HeartbeatRequest) (*kvtierpb.HeartbeatResponse, error) {
+	req := HeartbeatRequest{Client: r.GetClientId(), Endpoint: r.GetEndpoint(), OffloadSlots: int(r.GetOffloadSlots())}
+	for _, sg := range r.GetSegments() {
+		req.Segments = append(req.Segments, segmentFromPB(sg))
+	}
+	if r.GetDisk() != nil {
+		d := diskFromPB(r.GetDisk())
+		req.Disk = &d
+	}
+	rep, err := s.m.Heartbeat(ctx, req)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	out := &kvtierpb.HeartbeatResponse{Known: rep.Known, Settings: settingsToPB(rep.Settings)}
+	for _, t := range rep.Offload {
+		out.Offload = append(out.Offload, &kvtierpb.OffloadTask{Tenant: t.Tenant, Key: []byte(t.Key), Size: t.Size,
+			Crc32C: t.CRC32C, Source: replicaToPB(t.Source)})
+	}
+	return out, nil
+}
+
+func (s *grpcServer) OffloadDone(ctx context.Context, r *kvtierpb.OffloadDoneRequest) (*kvtierpb.Empty, error) {
+	err := s.m.OffloadDone(ctx, OffloadResult{Client: r.GetClientId(), Tenant: r.GetTenant(), Key: string(r.GetKey()),
+		OK: r.GetOk(), Bucket: r.GetBucket(), Offset: r.GetOffset(), Length: r.GetLength(), Error: r.GetError()})
+	return &kvtierpb.Empty{}, toGRPC(err)
+}
+
+func (s *grpcServer) RegisterDiskObjects(ctx context.Context, r *kvtierpb.RegisterDiskObjectsRequest) (*kvtierpb.BatchResponse, error) {
+	objs := make([]DiskObject, len(r.GetObjects()))
+	for i, d := range r.GetObjects() {
+		objs[i] = DiskObject{Tenant: d.GetTenant(), Key: string(d.GetKey()), Size: d.GetSize(), CRC32C: d.GetCrc32C(),
+			Bucket: d.GetBucket(), Offset: d.GetOffset(), Length: d.GetLength()}
+	}
+	errs, err := s.m.RegisterDiskObjects(ctx, r.GetClientId(), objs)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	return keyResults(errs), nil
+}
+
+func (s *grpcServer) DropBucket(ctx context.Context, r *kvtierpb.DropBucketRequest) (*kvtierpb.Empty, error) {
+	return &kvtierpb.Empty{}, toGRPC(s.m.DropBucket(ctx, r.GetClientId(), r.GetBucket()))
+}
+
+func objectToPB(o ObjectInfo) *kvtierpb.ObjectInfo {
+	return &kvtierpb.ObjectInfo{Tenant: o.Tenant, Key: []byte(o.Key), Size: o.Size, Crc32C: o.CRC32C,
+		HasChecksum: o.HasChecksum, Writer: o.Writer, CreatedMs: ms(o.Created), LeaseDeadlineMs: ms(o.LeaseDeadline),
+		SoftPin: o.SoftPin, SoftPinDeadlineMs: ms(o.SoftPinDeadline), HardPin: o.HardPin, ReadCount: o.ReadCount,
+		Replicas: replicasToPB(o.Replicas), PutStartedMs: ms(o.PutStarted)}
+}
+
+func (s *grpcServer) ListObjects(ctx context.Context, r *kvtierpb.ListObjectsRequest) (*kvtierpb.ListObjectsResponse, error) {
+	page, err := s.m.ListObjects(ctx, ListOptions{Tenant: r.GetTenant(), Prefix: string(r.GetPrefix()),
+		Cursor: string(r.GetCursor()), Limit: int(r.GetLimit()), AllTenants: r.GetAllTenants()})
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	out := &kvtierpb.ListObjectsResponse{}
+	if page.NextCursor != "" {
+		out.NextCursor = []byte(page.NextCursor)
+	}
+	for _, o := range page.Objects {
+		out.Objects = append(out.Objects, objectToPB(o))
+	}
+	return out, nil
+}
+
+func (s *grpcServer) GetObject(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtierpb.ObjectInfo, error) {
+	o, err := s.m.GetObject(ctx, r.GetTenant(), string(r.GetKey()))
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	return objectToPB(o), nil
+}
+
+func (s *grpcServer) ListSegments(ctx context.Context, _ *kvtierpb.Empty) (*kvtierpb.ListSegmentsResponse, error) {
+	out := &kvtierpb.ListSegmentsResponse{}
+	for _, si := range s.m.ListSegments(ctx) {
+		out.Segments = append(out.Segments, &kvtierpb.SegmentInfo{Segment: segmentToPB(si.Segment),
+			State: kvtierpb.SegmentState(si.State), Used: si.Used, LargestFree: si.LargestFree,
+			Replicas: si.Replicas, DrainDeadlineMs: ms(si.DrainDeadline)})
+	}
+	return out, nil
+}
+
+func (s *grpcServer) ListClients(ctx context.Context, _ *kvtierpb.Empty) (*kvtierpb.ListClientsResponse, error) {
+	out := &kvtierpb.ListClientsResponse{}
+	for _, c := range s.m.ListClients(ctx) {
+		out.Clients = append(out.Clients, &kvtierpb.ClientInfo{ClientId: c.ID, Endpoint: c.Endpoint, Segments: c.Segments,
+			LastHeartbeatMs: ms(c.LastHeartbeat), State: kvtierpb.ClientState(c.State), Disk: diskToPB(c.Disk)})
+	}
+	return out, nil
+}
+
+func tierStatsToPB(ts []TierStats) []*kvtierpb.TierStats {
+	out := make([]*kvtierpb.TierStats, len(ts))
+	for i, t := range ts {
+		out[i] = &kvtierpb.TierStats{Tier: t.Tier, Capacity: t.Capacity, Used: t.Used, Objects: t.Objects, Hits: t.Hits, Misses: t.Misses}
+	}
+	return out
+}
+
+func (s *grpcServer) Stats(ctx context.Context, _ *kvtierpb.Empty) (*kvtierpb.StatsResponse, error) {
+	st := s.m.Stats(ctx)
+	return &kvtierpb.StatsResponse{Objects: st.Objects, Tiers: tierStatsToPB(st.Tiers), Counters: st.Counters,
+		HeapBytes: st.HeapBytes, Leader: st.Leader}, nil
+}
+
+func tiersToPB(t Tiers) *kvtierpb.TiersResponse {
+	return &kvtierpb.TiersResponse{
+		Dram: &kvtierpb.DramSettings{HighWatermark: t.Dram.HighWatermark, EvictionRatio: t.Dram.EvictionRatio, LeasePolicy: t.Dram.LeasePolicy},
+		Ssd:  settingsToPB(t.SSD), Stats: tierStatsToPB(t.Stats),
+	}
+}
+
+func (s *grpcServer) GetTiers(ctx context.Context, _ *kvtierpb.Empty) (*kvtierpb.TiersResponse, error) {
+	return tiersToPB(s.m.GetTiers(ctx)), nil
+}
+
+func (s *grpcServer) UpdateTiers(ctx context.Context, r *kvtierpb.UpdateTiersRequest) (*kvtierpb.TiersResponse, error) {
+	t, err := s.m.UpdateTiers(ctx, TierUpdate{HighWatermark: r.HighWatermark, EvictionRatio: r.EvictionRatio,
+		LeasePolicy: r.LeasePolicy, OffloadMode: r.OffloadMode, SSDPolicy: r.SsdPolicy, SSDCapacity: r.SsdCapacity,
+		SSDHighWatermark: r.SsdHighWatermark})
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	return tiersToPB(t), nil
+}
+
+func (s *grpcServer) WatchEvents(_ *kvtierpb.Empty, stream grpc.ServerStreamingServer[kvtierpb.Event]) error {
+	sub := s.m.Subscribe(0)
+	defer sub.Close()
+	ctx := stream.Context()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-sub.C():
+			if !ok {
+				return nil
+			}
+			err := stream.Send(&kvtierpb.Event{TimeMs: ms(ev.Time), Kind: ev.Kind, Tenant: ev.Tenant, Key: []byte(ev.Key),
+				Segment: ev.Segment, Node: ev.Node, Bytes: ev.Bytes, Message: ev.Message})
+			if err != nil {
+				return err
+			}
+		}
+	}
+}

@@ -1,0 +1,44 @@
+package master
+
+import (
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestImportsStayInTheirLayer fails when master imports a mechanism, the
+// client SDK or etcd: the control plane must stay a plane.
+func TestImportsStayInTheirLayer(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowedKvtier := map[string]bool{"kvtier/internal/kverr": true, "kvtier/internal/clock": true, "kvtier/api/kvtierpb": true}
+	checked := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		af, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, im := range af.Imports {
+			p := strings.Trim(im.Path.Value, `"`)
+			checked++
+			switch {
+			case strings.HasPrefix(p, "kvtier/") && !allowedKvtier[p]:
+				t.Errorf("%s imports %s", f, p)
+			case strings.Contains(p, "etcd"):
+				t.Errorf("%s imports %s (HA is out of scope)", f, p)
+			case p == "kvtier/api/kvtierpb" && f != "grpc.go":
+				t.Errorf("%s uses protobuf types: translate at the edge (grpc.go)", f)
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no imports checked")
+	}
+}

@@ -1,0 +1,333 @@
+package master
+
+import (
+	"context"
+	"hash/maphash"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"kvtier/internal/kverr"
+)
+
+const numShards = 256
+
+// object is the per-object metadata, kept small: tens of millions of them
+// may live in one master. Guarded by its shard's mutex.
+type object struct {
+	replicas   []replica
+	writer     string // interned client id
+	size       uint64
+	started    int64 // PutStart, unix ns
+	created    int64 // PutEnd, unix ns (0 while in flight)
+	lastRead   int64 // last GetReplicaList, unix ns (0 = never read)
+	softPinEnd int64 // soft-pin deadline; while in flight: the requested TTL in ns
+	readCount  uint32
+	crc        uint32
+	complete   bool
+	flags      uint8
+	offload    uint8 // offloadNone | offloadQueued | offloadDispatched
+}
+
+const (
+	flagHasCRC uint8 = 1 << iota
+	flagSoftPin
+	flagHardPin
+)
+
+const (
+	offloadNone uint8 = iota
+	offloadQueued
+	offloadDispatched
+)
+
+// replica is one stored copy. MEMORY/NOF replicas point at their segment,
+// LOCAL_DISK replicas at the owning client.
+type replica struct {
+	seg    *segment
+	disk   *client
+	offset uint64
+	length uint64
+	bucket uint64
+	typ    ReplicaType
+	state  ReplicaState
+}
+
+// allocLen is the number of allocator bytes the replica holds.
+func (r *replica) allocLen() uint64 {
+	if r.seg == nil {
+		return 0
+	}
+	return r.seg.roundUp(r.length)
+}
+
+type shard struct {
+	mu       sync.Mutex
+	objs     map[string]*object // composite key (see ck) → object; guarded by mu
+	inflight map[string]*object // guarded by mu: the objects not yet COMPLETE
+	_        [32]byte
+}
+
+// reservation is space of a taken-over put, freed at releaseAt.
+type reservation struct {
+	seg       *segment
+	off, n    uint64 // n: allocator length
+	releaseAt int64
+}
+
+// settings is the run-time changeable configuration, replaced as a whole.
+type settings struct {
+	dram   DramSettings
+	ssd    TierSettings
+	policy LeasePolicy
+}
+
+// Master is the kvtier control plane: object metadata, segments, allocation,
+// leases, pins, quotas, eviction and offload coordination. All methods are
+// safe for concurrent use.
+type Master struct {
+	cfg  Config
+	seed maphash.Seed
+
+	shards   [numShards]shard
+	nObjects atomic.Int64
+
+	segs    segTable
+	clients clientTable
+	offload offloadQueue
+
+	usage sync.Map // tenant → *atomic.Uint64 logical bytes held
+
+	abandonedMu sync.Mutex
+	abandoned   []reservation // guarded by abandonedMu
+
+	settings atomic.Pointer[settings]
+
+	evictMu    sync.Mutex     // serializes eviction passes
+	lastReport EvictionReport // guarded by evictMu
+	nextEvict  time.Time      // guarded by evictMu: back-off after short passes
+	backoff    time.Duration  // guarded by evictMu
+	passGen    atomic.Uint64  // completed eviction passes
+
+	interned sync.Map // client ids, so objects share writer strings
+
+	ctr    counterSet
+	events eventBus
+	putSeq atomic.Uint64
+}
+
+// New returns a Master for cfg (zero fields take defaults).
+func New(cfg Config) (*Master, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	q := make(map[string]uint64, len(cfg.TenantQuota))
+	for k, v := range cfg.TenantQuota {
+		q[k] = v
+	}
+	cfg.TenantQuota = q
+	m := &Master{cfg: cfg, seed: maphash.MakeSeed()}
+	for i := range m.shards {
+		m.shards[i].objs = make(map[string]*object)
+		m.shards[i].inflight = make(map[string]*object)
+	}
+	m.segs.init()
+	m.clients.init()
+	m.offload.init(cfg.OffloadQueueLimit)
+	pol, err := NewLeasePolicy(cfg.LeasePolicy, cfg.FrequencyBonus, cfg.FrequencyMaxBonus)
+	if err != nil {
+		return nil, err
+	}
+	m.settings.Store(&settings{
+		dram:   DramSettings{HighWatermark: cfg.HighWatermark, EvictionRatio: cfg.EvictionRatio, LeasePolicy: cfg.LeasePolicy},
+		ssd:    TierSettings{OffloadMode: cfg.OffloadMode, SSDPolicy: cfg.SSDPolicy, SSDCapacity: cfg.SSDCapacity, SSDHighWatermark: cfg.SSDHighWatermark},
+		policy: pol,
+	})
+	return m, nil
+}
+
+// Config returns the effective configuration (defaults applied).
+func (m *Master) Config() Config { return m.cfg }
+
+// Run owns the background work: the evictor (every EvictInterval), the
+// timeout reaper and client liveness. It returns when ctx is done.
+func (m *Master) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(m.cfg.EvictInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				m.maybeEvict(ctx)
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				m.Reap(ctx)
+			}
+		}
+	}()
+	wg.Wait()
+}
+
+// Reap runs one round of the time-driven rules: client liveness (GRACE,
+// GONE), drained segments past their deadline, abandoned puts past the
+// release timeout, and offload tasks past their timeout. Run calls it
+// periodically; tests call it after advancing a fake clock.
+func (m *Master) Reap(ctx context.Context) {
+	now := m.now().UnixNano()
+	m.checkClients(ctx, now)
+	m.finishDrains(ctx, now)
+	m.reapPuts(now)
+	m.reapOffloads(now)
+}
+
+// ck builds the composite map key: one length byte, the tenant, the key.
+func ck(tenant, key string) string {
+	var sb strings.Builder
+	sb.Grow(1 + len(tenant) + len(key))
+	sb.WriteByte(byte(len(tenant)))
+	sb.WriteString(tenant)
+	sb.WriteString(key)
+	return sb.String()
+}
+
+// appendCK appends the composite key to buf: read paths build it on the
+// stack and look it up without allocating.
+func appendCK(buf []byte, tenant, key string) []byte {
+	buf = append(buf, byte(len(tenant)))
+	buf = append(buf, tenant...)
+	return append(buf, key...)
+}
+
+func (m *Master) shardOfBytes(c []byte) *shard {
+	return &m.shards[maphash.Bytes(m.seed, c)&(numShards-1)]
+}
+
+// splitCK is the inverse of ck.
+func splitCK(c string) (tenant, key string) {
+	n := int(c[0])
+	return c[1 : 1+n], c[1+n:]
+}
+
+func (m *Master) shardOf(c string) *shard {
+	return &m.shards[maphash.String(m.seed, c)&(numShards-1)]
+}
+
+func (m *Master) intern(s string) string {
+	if v, ok := m.interned.Load(s); ok {
+		return v.(string)
+	}
+	v, _ := m.interned.LoadOrStore(s, s)
+	return v.(string)
+}
+
+// normTenant applies the default tenant and checks the name.
+func normTenant(t string) (string, error) {
+	if t == "" {
+		return DefaultTenant, nil
+	}
+	if len(t) > MaxTenantLen {
+		return "", kverr.New(kverr.InvalidParams, "", "tenant name longer than %d bytes", MaxTenantLen)
+	}
+	return t, nil
+}
+
+// checkKey validates tenant and key and returns the composite key.
+func (m *Master) checkKey(tenant, key string) (string, string, error) {
+	t, err := m.validKey(tenant, key)
+	if err != nil {
+		return "", "", err
+	}
+	return t, ck(t, key), nil
+}
+
+// validKey validates tenant and key and returns the tenant name.
+func (m *Master) validKey(tenant, key string) (string, error) {
+	t, err := normTenant(tenant)
+	if err != nil {
+		return "", err
+	}
+	if key == "" {
+		return "", kverr.New(kverr.InvalidKey, "", "empty key")
+	}
+	if len(key) > m.cfg.MaxKeyLen {
+		return "", kverr.New(kverr.InvalidKey, key, "key is %d bytes, the maximum is %d", len(key), m.cfg.MaxKeyLen)
+	}
+	return t, nil
+}
+
+func (m *Master) tenantUsage(t string) *atomic.Uint64 {
+	if v, ok := m.usage.Load(t); ok {
+		return v.(*atomic.Uint64)
+	}
+	v, _ := m.usage.LoadOrStore(t, new(atomic.Uint64))
+	return v.(*atomic.Uint64)
+}
+
+// dropObjectLocked forgets o (whose replicas have already been released or
+// dropped): object count and tenant usage. sh.mu must be held.
+func (m *Master) dropObjectLocked(sh *shard, c string, o *object) {
+	delete(sh.objs, c)
+	m.nObjects.Add(-1)
+	t, _ := splitCK(c)
+	m.tenantUsage(t).Add(^(o.size - 1))
+	if o.offload != offloadNone {
+		m.offload.forget(c)
+	}
+	o.offload = offloadNone
+	if !o.complete {
+		delete(sh.inflight, c)
+	}
+}
+
+// freeReplicaLocked returns a MEMORY/NOF replica's space to its segment.
+func (m *Master) freeReplicaLocked(r *replica) {
+	if r.seg != nil {
+		r.seg.release(r.offset, r.allocLen())
+	}
+}
+
+// leased reports whether o is under a read lease at now.
+func (m *Master) leased(o *object, now int64) bool {
+	return o.readCount > 0 && o.lastRead+int64(m.cfg.LeaseTTL) > now
+}
+
+func (m *Master) leaseDeadline(o *object) time.Time {
+	if o.readCount == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, o.lastRead+int64(m.cfg.LeaseTTL))
+}
+
+func unixOrZero(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
+}
+
+// forEachShard calls fn with every shard locked in turn.
+func (m *Master) forEachShard(fn func(sh *shard)) {
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.Lock()
+		fn(sh)
+		sh.mu.Unlock()
+	}
+}

@@ -1,0 +1,411 @@
+package master
+
+import (
+	"context"
+	"time"
+
+	"kvtier/internal/kverr"
+)
+
+// PutStart reserves space for a new object and returns where to write it.
+//
+// A key that is COMPLETE, or in flight and younger than PutDiscardTimeout, is
+// refused with OBJECT_ALREADY_EXISTS (the client SDK reports "already stored"
+// when the size matches). An older in-flight put is taken over: its space is
+// kept reserved until PutReleaseTimeout after its PutStart, since a stalled
+// writer may still write into it. Replicas go on distinct segments, distinct
+// nodes first; the count is best effort (at least one, else
+// NO_AVAILABLE_HANDLE after one synchronous eviction pass and a retry).
+func (m *Master) PutStart(ctx context.Context, req PutRequest) ([]Replica, error) {
+	t, k, err := m.checkKey(req.Tenant, req.Key)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.checkPut(&req); err != nil {
+		return nil, err
+	}
+	for attempt := 0; ; attempt++ {
+		reps, retry, err := m.putStartOnce(t, k, &req)
+		if !retry || attempt > 0 {
+			if retry {
+				m.ctr.add(cPutsRejectedNoSpace, 1)
+			}
+			return reps, err
+		}
+		need := req.Size * uint64(max(req.Config.Replicas, 1))
+		m.evictPass(ctx, need)
+	}
+}
+
+func (m *Master) checkPut(req *PutRequest) error {
+	c := req.Config
+	switch {
+	case req.Client == "":
+		return kverr.New(kverr.InvalidParams, req.Key, "put needs a client id")
+	case req.Size == 0:
+		return kverr.New(kverr.InvalidParams, req.Key, "size 0")
+	case c.Replicas < 0 || c.NOFReplicas < 0 || c.Replicas+c.NOFReplicas == 0:
+		return kverr.New(kverr.InvalidParams, req.Key, "replica count %d+%d: at least one replica", c.Replicas, c.NOFReplicas)
+	case c.Replicas+c.NOFReplicas > m.cfg.MaxReplicas:
+		return kverr.New(kverr.InvalidParams, req.Key, "replica count %d above the maximum %d", c.Replicas+c.NOFReplicas, m.cfg.MaxReplicas)
+	case c.SoftPinTTL < 0 || c.SoftPinTTL > m.cfg.MaxSoftPinTTL:
+		return kverr.New(kverr.InvalidParams, req.Key, "soft-pin TTL %v outside [0, %v]", c.SoftPinTTL, m.cfg.MaxSoftPinTTL)
+	}
+	if c.PreferredSegment != "" && m.segs.get(c.PreferredSegment) == nil {
+		return kverr.New(kverr.SegmentNotFound, req.Key, "preferred segment %q is not mounted", c.PreferredSegment)
+	}
+	return nil
+}
+
+// putStartOnce tries one placement. retry reports an allocation failure
+// (nothing changed) that an eviction pass might cure.
+func (m *Master) putStartOnce(t, k string, req *PutRequest) (_ []Replica, retry bool, _ error) {
+	now := m.now().UnixNano()
+	sh := m.shardOf(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if o := sh.objs[k]; o != nil {
+		switch {
+		case o.complete && o.size != req.Size:
+			m.ctr.add(cPutsAlreadyExists, 1)
+			return nil, false, kverr.New(kverr.ObjectAlreadyExists, req.Key, "stored with a different size (%d, not %d)", o.size, req.Size)
+		case o.complete:
+			m.ctr.add(cPutsAlreadyExists, 1)
+			return nil, false, kverr.New(kverr.ObjectAlreadyExists, req.Key, "already stored")
+		case now-o.started < int64(m.cfg.PutDiscardTimeout):
+			m.ctr.add(cPutsAlreadyExists, 1)
+			return nil, false, kverr.New(kverr.ObjectAlreadyExists, req.Key, "a put of this key is in flight (writer %s)", o.writer)
+		}
+		m.takeOverLocked(sh, k, o)
+	}
+	if m.nObjects.Add(1) > int64(m.cfg.MaxObjects) {
+		m.nObjects.Add(-1)
+		m.ctr.add(cPutsRejectedObjectCount, 1)
+		return nil, false, kverr.New(kverr.ObjectCountExceeded, req.Key, "object count limit %d reached", m.cfg.MaxObjects)
+	}
+	usage := m.tenantUsage(t)
+	if q, ok := m.cfg.TenantQuota[t]; ok {
+		for {
+			u := usage.Load()
+			if u+req.Size > q || u+req.Size < u {
+				m.nObjects.Add(-1)
+				m.ctr.add(cPutsRejectedQuota, 1)
+				return nil, false, kverr.New(kverr.QuotaExceeded, req.Key, "tenant %s holds %d of %d bytes", t, u, q)
+			}
+			if usage.CompareAndSwap(u, u+req.Size) {
+				break
+			}
+		}
+	} else {
+		usage.Add(req.Size)
+	}
+	c := req.Config
+	reps := m.allocate(req.Size, c.Replicas, c.NOFReplicas, c.PreferredSegment)
+	if len(reps) == 0 {
+		m.nObjects.Add(-1)
+		usage.Add(^(req.Size - 1))
+		return nil, true, kverr.New(kverr.NoAvailableHandle, req.Key, "no segment has %d free bytes", req.Size)
+	}
+	if len(reps) < c.Replicas+c.NOFReplicas {
+		m.ctr.add(cPutsPartialAlloc, 1)
+	}
+	o := &object{replicas: reps, writer: m.intern(req.Client), size: req.Size, started: now, crc: req.CRC32C}
+	if req.HasChecksum {
+		o.flags |= flagHasCRC
+	}
+	if c.SoftPin {
+		o.flags |= flagSoftPin
+		ttl := c.SoftPinTTL
+		if ttl == 0 {
+			ttl = m.cfg.SoftPinTTL
+		}
+		o.softPinEnd = int64(ttl) // converted to a deadline at PutEnd
+	}
+	if c.HardPin {
+		o.flags |= flagHardPin
+	}
+	sh.objs[k] = o
+	sh.inflight[k] = o
+	m.ctr.add(cPutsStarted, 1)
+	if m.eventsWanted() && m.putSeq.Add(1)%uint64(m.cfg.PutEventSample) == 1 {
+		m.publish(Event{Kind: "put", Tenant: t, Key: req.Key, Bytes: req.Size, Segment: reps[0].seg.spec.Name, Message: "started (sampled)"})
+	}
+	return m.publicReplicas(o.replicas), false, nil
+}
+
+// takeOverLocked retires an abandoned in-flight put: its space stays reserved
+// until PutReleaseTimeout after its PutStart, then the reaper frees it.
+func (m *Master) takeOverLocked(sh *shard, k string, o *object) {
+	release := o.started + int64(m.cfg.PutReleaseTimeout)
+	m.abandonedMu.Lock()
+	for i := range o.replicas {
+		r := &o.replicas[i]
+		if r.seg != nil {
+			m.abandoned = append(m.abandoned, reservation{seg: r.seg, off: r.offset, n: r.allocLen(), releaseAt: release})
+		}
+		m.countReplica(r, -1)
+	}
+	m.abandonedMu.Unlock()
+	o.replicas = nil
+	m.dropObjectLocked(sh, k, o)
+	m.ctr.add(cAbandonedPutsReclaimed, 1)
+}
+
+// revokeLocked frees an in-flight object's space and forgets it.
+func (m *Master) revokeLocked(sh *shard, k string, o *object) {
+	for i := range o.replicas {
+		m.freeReplicaLocked(&o.replicas[i])
+		m.countReplica(&o.replicas[i], -1)
+	}
+	o.replicas = nil
+	m.dropObjectLocked(sh, k, o)
+}
+
+// reapPuts frees retired reservations and revokes puts older than the
+// release timeout.
+func (m *Master) reapPuts(now int64) {
+	m.abandonedMu.Lock()
+	var due []reservation
+	n := 0
+	for _, r := range m.abandoned {
+		if r.releaseAt <= now {
+			due = append(due, r)
+			continue
+		}
+		m.abandoned[n] = r
+		n++
+	}
+	clear(m.abandoned[n:])
+	m.abandoned = m.abandoned[:n]
+	m.abandonedMu.Unlock()
+	for _, r := range due {
+		r.seg.release(r.off, r.n)
+	}
+	limit := now - int64(m.cfg.PutReleaseTimeout)
+	m.forEachShard(func(sh *shard) {
+		for k, o := range sh.inflight {
+			if o.started <= limit {
+				m.revokeLocked(sh, k, o)
+				m.ctr.add(cAbandonedPutsReclaimed, 1)
+			}
+		}
+	})
+}
+
+// lockWriter finds k's object and checks that client wrote it. It returns
+// with sh.mu held when err is nil.
+func (m *Master) lockWriter(client, tenant, key string) (*shard, string, *object, error) {
+	_, k, err := m.checkKey(tenant, key)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	sh := m.shardOf(k)
+	sh.mu.Lock()
+	o := sh.objs[k]
+	if o == nil {
+		sh.mu.Unlock()
+		return nil, "", nil, kverr.New(kverr.ObjectNotFound, key, "no such object")
+	}
+	if o.writer != client {
+		sh.mu.Unlock()
+		return nil, "", nil, kverr.New(kverr.IllegalClient, key, "put was started by %s, not %q", o.writer, client)
+	}
+	return sh, k, o, nil
+}
+
+// PutEnd makes the object visible: every replica flips to COMPLETE at once.
+// Only the writer may call it. No read lease is granted. With offload mode
+// "immediate" an offload task is queued for a node with an SSD tier.
+func (m *Master) PutEnd(ctx context.Context, client, tenant, key string) error {
+	sh, k, o, err := m.lockWriter(client, tenant, key)
+	if err != nil {
+		return err
+	}
+	defer sh.mu.Unlock()
+	if o.complete {
+		return nil // a retried PutEnd
+	}
+	now := m.now().UnixNano()
+	for i := range o.replicas {
+		o.replicas[i].state = Complete
+	}
+	o.complete = true
+	o.created = now
+	if o.flags&flagSoftPin != 0 {
+		o.softPinEnd += now
+	}
+	delete(sh.inflight, k)
+	m.ctr.add(cPutsCompleted, 1)
+	if m.settings.Load().ssd.OffloadMode == OffloadImmediate {
+		m.queueOffloadLocked(k, o)
+	}
+	return nil
+}
+
+// PutRevoke discards an in-flight put and frees its space. Only the writer
+// may call it.
+func (m *Master) PutRevoke(ctx context.Context, client, tenant, key string) error {
+	sh, k, o, err := m.lockWriter(client, tenant, key)
+	if err != nil {
+		return err
+	}
+	defer sh.mu.Unlock()
+	if o.complete {
+		return kverr.New(kverr.UnavailableInCurrentStatus, key, "put already ended; use Remove")
+	}
+	m.revokeLocked(sh, k, o)
+	m.ctr.add(cPutsRevoked, 1)
+	return nil
+}
+
+// replicaRank orders replicas: MEMORY, NOF, LOCAL_DISK; those on GRACE or
+// DRAINING storage after all others.
+func replicaRank(r *replica) int {
+	rank := int(r.typ)
+	if r.seg != nil {
+		if SegmentState(r.seg.state.Load()) != SegMounted {
+			rank += 10
+		}
+	} else if r.disk != nil && ClientState(r.disk.state.Load()) != ClientLive {
+		rank += 10
+	}
+	return rank
+}
+
+// GetReplicaList returns the COMPLETE replicas of an object and grants or
+// extends its read lease. REPLICA_IS_NOT_READY while in flight,
+// OBJECT_NOT_FOUND when absent.
+func (m *Master) GetReplicaList(ctx context.Context, client, tenant, key string) (ReplicaList, error) {
+	t, err := m.validKey(tenant, key)
+	if err != nil {
+		return ReplicaList{}, err
+	}
+	m.ctr.add(cGets, 1)
+	var buf [128]byte
+	k := appendCK(buf[:0], t, key)
+	sh := m.shardOfBytes(k)
+	sh.mu.Lock()
+	o := sh.objs[string(k)]
+	if o == nil {
+		sh.mu.Unlock()
+		m.ctr.add(cGetMisses, 1)
+		return ReplicaList{}, kverr.New(kverr.ObjectNotFound, key, "no such object")
+	}
+	if !o.complete {
+		sh.mu.Unlock()
+		m.ctr.add(cGetMisses, 1)
+		return ReplicaList{}, kverr.New(kverr.ReplicaIsNotReady, key, "put in flight")
+	}
+	now := m.now().UnixNano()
+	o.lastRead = now
+	if o.readCount < ^uint32(0) {
+		o.readCount++
+	}
+	out := ReplicaList{Size: o.size, CRC32C: o.crc, HasChecksum: o.flags&flagHasCRC != 0,
+		LeaseDeadline: time.Unix(0, now+int64(m.cfg.LeaseTTL))}
+	out.Replicas = make([]Replica, 0, len(o.replicas))
+	var rk [8]int
+	ranks := rk[:0]
+	for i := range o.replicas {
+		r := &o.replicas[i]
+		if r.state != Complete || (r.seg != nil && r.seg.removed.Load()) {
+			continue
+		}
+		rank := replicaRank(r)
+		j := len(out.Replicas)
+		out.Replicas = append(out.Replicas, Replica{})
+		ranks = append(ranks, 0)
+		for ; j > 0 && ranks[j-1] > rank; j-- { // stable insertion
+			out.Replicas[j], ranks[j] = out.Replicas[j-1], ranks[j-1]
+		}
+		out.Replicas[j], ranks[j] = m.publicReplica(r), rank
+	}
+	sh.mu.Unlock()
+	if len(out.Replicas) == 0 {
+		m.ctr.add(cGetMisses, 1)
+		return ReplicaList{}, kverr.New(kverr.ObjectNotFound, key, "no live replica")
+	}
+	switch out.Replicas[0].Type {
+	case Memory:
+		m.ctr.add(cGetHitsMemory, 1)
+	case NOF:
+		m.ctr.add(cGetHitsNOF, 1)
+	default:
+		m.ctr.add(cGetHitsDisk, 1)
+	}
+	return out, nil
+}
+
+// Exist reports whether a COMPLETE object exists. It never grants or extends
+// a lease: inference engines probe every block on every request.
+func (m *Master) Exist(ctx context.Context, tenant, key string) (bool, error) {
+	t, err := m.validKey(tenant, key)
+	if err != nil {
+		return false, err
+	}
+	m.ctr.add(cExists, 1)
+	var buf [128]byte
+	k := appendCK(buf[:0], t, key)
+	sh := m.shardOfBytes(k)
+	sh.mu.Lock()
+	o := sh.objs[string(k)]
+	ok := o != nil && o.complete
+	sh.mu.Unlock()
+	return ok, nil
+}
+
+// removable reports why o cannot be removed (nil: it can).
+func (m *Master) removable(o *object, key string, force bool, now int64) error {
+	if !o.complete {
+		return kverr.New(kverr.ReplicaIsNotReady, key, "put in flight")
+	}
+	for i := range o.replicas {
+		if o.replicas[i].state != Complete {
+			return kverr.New(kverr.ReplicaIsNotReady, key, "a replica is %v", o.replicas[i].state)
+		}
+	}
+	if o.offload == offloadDispatched {
+		return kverr.New(kverr.ReplicaIsNotReady, key, "being replicated to SSD")
+	}
+	if !force && m.leased(o, now) {
+		return kverr.New(kverr.ObjectHasLease, key, "read lease until %v", m.leaseDeadline(o).UTC().Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// removeLocked frees o's space and forgets it.
+func (m *Master) removeLocked(sh *shard, k string, o *object) {
+	for i := range o.replicas {
+		m.freeReplicaLocked(&o.replicas[i])
+		m.countReplica(&o.replicas[i], -1)
+	}
+	o.replicas = nil
+	m.dropObjectLocked(sh, k, o)
+	m.ctr.add(cRemoves, 1)
+}
+
+// Remove deletes an object. It refuses a leased object (OBJECT_HAS_LEASE)
+// unless force, and always one in flight or being replicated
+// (REPLICA_IS_NOT_READY).
+func (m *Master) Remove(ctx context.Context, tenant, key string, force bool) error {
+	t, k, err := m.checkKey(tenant, key)
+	if err != nil {
+		return err
+	}
+	sh := m.shardOf(k)
+	sh.mu.Lock()
+	o := sh.objs[k]
+	if o == nil {
+		sh.mu.Unlock()
+		return kverr.New(kverr.ObjectNotFound, key, "no such object")
+	}
+	if err := m.removable(o, key, force, m.now().UnixNano()); err != nil {
+		sh.mu.Unlock()
+		return err
+	}
+	size := o.size
+	m.removeLocked(sh, k, o)
+	sh.mu.Unlock()
+	m.publish(Event{Kind: "remove", Tenant: t, Key: key, Bytes: size})
+	return nil
+}

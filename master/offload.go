@@ -1,0 +1,347 @@
+package master
+
+import (
+	"context"
+	"sync"
+
+	"kvtier/internal/kverr"
+)
+
+// offloadQueue holds offload tasks: queued per node (FIFO, bounded) until a
+// heartbeat with free slots takes them, then outstanding until OffloadDone or
+// the offload timeout. Lock order: a shard lock may be held when taking mu,
+// never the reverse.
+type offloadQueue struct {
+	mu          sync.Mutex
+	limit       int
+	queued      map[string]string   // guarded by mu: composite key → node
+	fifo        map[string][]string // guarded by mu: node → composite keys (stale entries skipped)
+	outstanding map[string]outTask  // guarded by mu: composite key → task
+}
+
+type outTask struct {
+	node string
+	at   int64 // dispatch time, unix ns
+}
+
+func (q *offloadQueue) init(limit int) {
+	q.limit = limit
+	q.queued = map[string]string{}
+	q.fifo = map[string][]string{}
+	q.outstanding = map[string]outTask{}
+}
+
+// enqueue queues c for node; false when the queue is full.
+func (q *offloadQueue) enqueue(node, c string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if _, ok := q.queued[c]; ok {
+		return true
+	}
+	if len(q.queued) >= q.limit {
+		return false
+	}
+	q.queued[c] = node
+	q.fifo[node] = append(q.fifo[node], c)
+	return true
+}
+
+// pop takes up to n queued keys of node, oldest first.
+func (q *offloadQueue) pop(node string, n int) []string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	l := q.fifo[node]
+	var out []string
+	i := 0
+	for ; i < len(l) && len(out) < n; i++ {
+		if q.queued[l[i]] == node {
+			delete(q.queued, l[i])
+			out = append(out, l[i])
+		}
+	}
+	if i == len(l) {
+		delete(q.fifo, node)
+	} else {
+		q.fifo[node] = append([]string(nil), l[i:]...)
+	}
+	return out
+}
+
+func (q *offloadQueue) unqueue(c string) {
+	q.mu.Lock()
+	delete(q.queued, c)
+	q.mu.Unlock()
+}
+
+func (q *offloadQueue) markOutstanding(c, node string, now int64) {
+	q.mu.Lock()
+	q.outstanding[c] = outTask{node, now}
+	q.mu.Unlock()
+}
+
+func (q *offloadQueue) forget(c string) {
+	q.mu.Lock()
+	delete(q.outstanding, c)
+	delete(q.queued, c)
+	q.mu.Unlock()
+}
+
+func (q *offloadQueue) nodeOf(c string) string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.outstanding[c].node
+}
+
+// depth returns queued and outstanding task counts.
+func (q *offloadQueue) depth() (queued, outstanding int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.queued), len(q.outstanding)
+}
+
+// dropNode forgets every task of node and returns their keys.
+func (q *offloadQueue) dropNode(node string) []string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var out []string
+	for c, n := range q.queued {
+		if n == node {
+			delete(q.queued, c)
+			out = append(out, c)
+		}
+	}
+	delete(q.fifo, node)
+	for c, t := range q.outstanding {
+		if t.node == node {
+			delete(q.outstanding, c)
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// expired removes and returns outstanding tasks dispatched before deadline.
+func (q *offloadQueue) expired(deadline int64) []string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var out []string
+	for c, t := range q.outstanding {
+		if t.at <= deadline {
+			delete(q.outstanding, c)
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// offloadSource returns the first COMPLETE MEMORY replica whose node has an
+// SSD tier, or nil.
+func offloadSource(o *object) *replica {
+	for i := range o.replicas {
+		r := &o.replicas[i]
+		if r.typ == Memory && r.state == Complete && r.seg.owner.hasSSD.Load() &&
+			ClientState(r.seg.owner.state.Load()) == ClientLive {
+			return r
+		}
+	}
+	return nil
+}
+
+func hasDiskCopy(o *object) bool {
+	for i := range o.replicas {
+		if o.replicas[i].typ == LocalDisk && o.replicas[i].state == Complete {
+			return true
+		}
+	}
+	return false
+}
+
+// queueOffloadLocked queues an offload of o. It reports whether a task is
+// now pending, and whether the queue was full. sh.mu must be held.
+func (m *Master) queueOffloadLocked(c string, o *object) (pending, full bool) {
+	if o.offload != offloadNone {
+		return true, false
+	}
+	src := offloadSource(o)
+	if src == nil {
+		return false, false
+	}
+	if !m.offload.enqueue(src.seg.owner.id, c) {
+		m.ctr.add(cOffloadsSkippedQueueFull, 1)
+		return false, true
+	}
+	o.offload = offloadQueued
+	m.ctr.add(cOffloadsQueued, 1)
+	return true, false
+}
+
+// dispatchOffload hands up to slots queued tasks to node c.
+func (m *Master) dispatchOffload(c *client, slots int) []OffloadTask {
+	keys := m.offload.pop(c.id, slots)
+	var out []OffloadTask
+	now := m.now().UnixNano()
+	for _, k := range keys {
+		sh := m.shardOf(k)
+		sh.mu.Lock()
+		o := sh.objs[k]
+		if o == nil || o.offload != offloadQueued {
+			sh.mu.Unlock()
+			continue
+		}
+		var src *replica
+		for i := range o.replicas {
+			r := &o.replicas[i]
+			if r.typ == Memory && r.state == Complete && r.seg.owner == c {
+				src = r
+				break
+			}
+		}
+		if src == nil || !o.complete {
+			o.offload = offloadNone
+			sh.mu.Unlock()
+			continue
+		}
+		o.offload = offloadDispatched
+		m.offload.markOutstanding(k, c.id, now)
+		t, key := splitCK(k)
+		out = append(out, OffloadTask{Tenant: t, Key: key, Size: o.size, CRC32C: o.crc, Source: m.publicReplica(src)})
+		sh.mu.Unlock()
+	}
+	return out
+}
+
+// reapOffloads fails dispatched tasks older than the offload timeout.
+func (m *Master) reapOffloads(now int64) {
+	for _, k := range m.offload.expired(now - int64(m.cfg.OffloadTimeout)) {
+		m.ctr.add(cOffloadsFailed, 1)
+		m.resetOffload(k)
+	}
+}
+
+func (m *Master) resetOffload(k string) {
+	sh := m.shardOf(k)
+	sh.mu.Lock()
+	if o := sh.objs[k]; o != nil {
+		o.offload = offloadNone
+	}
+	sh.mu.Unlock()
+}
+
+// OffloadDone records the end of an offload task. On success the object
+// gains a COMPLETE LOCAL_DISK replica on the reporting node; either way the
+// pin on its MEMORY replica is released.
+func (m *Master) OffloadDone(ctx context.Context, res OffloadResult) error {
+	t, k, err := m.checkKey(res.Tenant, res.Key)
+	if err != nil {
+		return err
+	}
+	c := m.clients.get(res.Client)
+	if c == nil {
+		return kverr.New(kverr.ClientNotFound, res.Key, "offload done from unknown client %q", res.Client)
+	}
+	sh := m.shardOf(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	o := sh.objs[k]
+	if o == nil {
+		m.offload.forget(k)
+		return kverr.New(kverr.ObjectNotFound, res.Key, "object no longer exists")
+	}
+	if node := m.offload.nodeOf(k); node != "" && node != c.id {
+		return kverr.New(kverr.IllegalClient, res.Key, "offload task belongs to %s, not %s", node, c.id)
+	}
+	if res.OK && res.Length != o.size {
+		return kverr.New(kverr.InvalidParams, res.Key, "disk length %d differs from object size %d", res.Length, o.size)
+	}
+	if o.offload == offloadDispatched {
+		m.offload.forget(k)
+		o.offload = offloadNone
+	}
+	if !res.OK {
+		m.ctr.add(cOffloadsFailed, 1)
+		m.publish(Event{Kind: "offload", Tenant: t, Key: res.Key, Node: c.id, Message: "failed: " + res.Error})
+		return nil
+	}
+	if !o.complete {
+		return kverr.New(kverr.ReplicaIsNotReady, res.Key, "object is being written again")
+	}
+	m.addDiskReplicaLocked(o, c, res.Bucket, res.Offset, res.Length)
+	m.ctr.add(cOffloadsCompleted, 1)
+	m.publish(Event{Kind: "offload", Tenant: t, Key: res.Key, Node: c.id, Bytes: o.size, Message: "complete"})
+	return nil
+}
+
+// addDiskReplicaLocked adds (or moves) c's LOCAL_DISK replica of o.
+func (m *Master) addDiskReplicaLocked(o *object, c *client, bucket, off, length uint64) {
+	for i := range o.replicas {
+		r := &o.replicas[i]
+		if r.typ == LocalDisk && r.disk == c {
+			r.bucket, r.offset, r.length, r.state = bucket, off, length, Complete
+			return
+		}
+	}
+	o.replicas = append(o.replicas, replica{disk: c, bucket: bucket, offset: off, length: length, typ: LocalDisk, state: Complete})
+}
+
+// RegisterDiskObjects re-announces LOCAL_DISK replicas an appliance found on
+// its SSD after a restart. Per object: same key and size → the replica is
+// added if missing; absent → a COMPLETE object with only that replica;
+// different size → OBJECT_ALREADY_EXISTS. One result per object, in order.
+func (m *Master) RegisterDiskObjects(ctx context.Context, clientID string, objs []DiskObject) ([]error, error) {
+	c := m.clients.get(clientID)
+	if c == nil || ClientState(c.state.Load()) == ClientGone {
+		return nil, kverr.New(kverr.ClientNotFound, "", "register disk objects: unknown client %q", clientID)
+	}
+	now := m.now().UnixNano()
+	res := make([]error, len(objs))
+	for i, d := range objs {
+		res[i] = m.registerDisk(c, d, now)
+	}
+	return res, nil
+}
+
+func (m *Master) registerDisk(c *client, d DiskObject, now int64) error {
+	t, k, err := m.checkKey(d.Tenant, d.Key)
+	if err != nil {
+		return err
+	}
+	if d.Size == 0 || d.Length != d.Size {
+		return kverr.New(kverr.InvalidParams, d.Key, "disk object size %d, length %d", d.Size, d.Length)
+	}
+	sh := m.shardOf(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if o := sh.objs[k]; o != nil {
+		if o.size != d.Size {
+			return kverr.New(kverr.ObjectAlreadyExists, d.Key, "exists with size %d, disk copy has %d", o.size, d.Size)
+		}
+		if !o.complete {
+			return kverr.New(kverr.ReplicaIsNotReady, d.Key, "a put of this key is in flight")
+		}
+		m.addDiskReplicaLocked(o, c, d.Bucket, d.Offset, d.Length)
+		return nil
+	}
+	if m.nObjects.Add(1) > int64(m.cfg.MaxObjects) {
+		m.nObjects.Add(-1)
+		return kverr.New(kverr.ObjectCountExceeded, d.Key, "object count limit %d reached", m.cfg.MaxObjects)
+	}
+	o := &object{writer: c.id, size: d.Size, started: now, created: now, crc: d.CRC32C, complete: true, flags: flagHasCRC}
+	o.replicas = []replica{{disk: c, bucket: d.Bucket, offset: d.Offset, length: d.Length, typ: LocalDisk, state: Complete}}
+	sh.objs[k] = o
+	m.tenantUsage(t).Add(d.Size)
+	return nil
+}
+
+// DropBucket forgets every LOCAL_DISK replica of clientID's bucket; objects
+// left with no replica disappear. The appliance deletes the bucket files only
+// after this returns OK.
+func (m *Master) DropBucket(ctx context.Context, clientID string, bucket uint64) error {
+	c := m.clients.get(clientID)
+	if c == nil {
+		return kverr.New(kverr.ClientNotFound, "", "drop bucket: unknown client %q", clientID)
+	}
+	m.dropReplicas(func(r *replica) bool { return r.disk == c && r.bucket == bucket })
+	m.ctr.add(cDiskBucketsDropped, 1)
+	m.publish(Event{Kind: "bucket_delete", Node: clientID, Segment: clientID + "/ssd", Message: "bucket dropped"})
+	return nil
+}

@@ -1,0 +1,246 @@
+package master
+
+import (
+	"testing"
+	"time"
+
+	"kvtier/internal/kverr"
+)
+
+// appliance announces node A with one MEMORY segment and an SSD tier.
+func appliance(t *testing.T, m *Master, slots int) HeartbeatReply {
+	t.Helper()
+	r, err := m.Heartbeat(ctx, HeartbeatRequest{Client: "A", Endpoint: "A:7",
+		Segments: []Segment{{Name: "A/0", Size: 640, Endpoint: "A:7"}},
+		Disk:     &DiskStats{Capacity: 1 << 30, Used: 10, Objects: 1}, OffloadSlots: slots})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func info(t *testing.T, m *Master, key string) ObjectInfo {
+	t.Helper()
+	i, err := m.GetObject(ctx, "", key)
+	if err != nil {
+		t.Fatalf("GetObject %s: %v", key, err)
+	}
+	return i
+}
+
+func TestOffloadImmediateThenEvict(t *testing.T) {
+	m, fc := newTest(t, Config{})
+	appliance(t, m, 0)
+	fill(t, m, 10, nil) // segment full: 10 × 64
+	if ctrOf(m, "offloads_queued") != 10 || !info(t, m, "k00").OffloadPending {
+		t.Fatal("PutEnd did not queue offloads")
+	}
+	readAll(t, m, fc, 10) // k00 has the oldest lease
+	fc.Advance(DefaultLeaseTTL)
+	rep := m.EvictNow(ctx)
+	if rep.FreedObjects != 0 || rep.AwaitingOffload != 10 || ctrOf(m, "eviction_shortfall_awaiting_offload") != 10 {
+		t.Fatalf("a MEMORY replica with a pending offload was evicted: %+v", rep)
+	}
+	r := appliance(t, m, 3)
+	if len(r.Offload) != 3 || r.Offload[0].Key != "k00" || r.Offload[0].Size != 64 ||
+		r.Offload[0].Source.Segment != "A/0" || r.Offload[0].Source.Type != Memory {
+		t.Fatalf("tasks %+v", r.Offload)
+	}
+	wantCode(t, m.Remove(ctx, "", "k00", true), kverr.ReplicaIsNotReady) // being replicated
+	if err := m.OffloadDone(ctx, OffloadResult{Client: "A", Key: "k00", OK: true, Bucket: 1, Offset: 4096, Length: 64}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.OffloadDone(ctx, OffloadResult{Client: "A", Key: "k01", OK: false, Error: "disk full"}); err != nil {
+		t.Fatal(err)
+	}
+	if info(t, m, "k01").OffloadPending || ctrOf(m, "offloads_failed") != 1 || ctrOf(m, "offloads_completed") != 1 {
+		t.Fatal("failure must release the pin and be counted")
+	}
+	i := info(t, m, "k00")
+	if len(i.Replicas) != 2 || i.Replicas[1].Type != LocalDisk || i.Replicas[1].State != Complete ||
+		i.Replicas[1].Segment != "A/ssd" || i.Replicas[1].Endpoint != "A:7" || i.Replicas[1].Bucket != 1 || i.Replicas[1].Offset != 4096 {
+		t.Fatalf("disk replica %+v", i.Replicas)
+	}
+	// k00 has a disk copy: evicting removes only its MEMORY replica. k01 gets
+	// a new task instead of being evicted.
+	rep = m.EvictNow(ctx)
+	if rep.FreedObjects != 1 {
+		t.Fatalf("%+v", rep)
+	}
+	l, err := m.GetReplicaList(ctx, "r", "", "k00")
+	if err != nil || len(l.Replicas) != 1 || l.Replicas[0].Type != LocalDisk {
+		t.Fatalf("evicted object must stay readable from SSD: %+v %v", l, err)
+	}
+	if ctrOf(m, "get_hits_disk") != 1 {
+		t.Fatal("disk hit not counted")
+	}
+	// A dispatched task that never finishes times out and releases its pin.
+	fc.Advance(DefaultOffloadTimeout)
+	appliance(t, m, 0)
+	m.Reap(ctx)
+	if info(t, m, "k02").OffloadPending {
+		t.Fatal("timed-out task still pins")
+	}
+}
+
+func TestOffloadQueueFullKeepsData(t *testing.T) {
+	m, fc := newTest(t, Config{OffloadQueueLimit: 2})
+	appliance(t, m, 0)
+	fill(t, m, 10, nil)
+	if ctrOf(m, "offloads_skipped_queue_full") != 8 || info(t, m, "k05").OffloadPending {
+		t.Fatalf("skips %d", ctrOf(m, "offloads_skipped_queue_full"))
+	}
+	fc.Advance(time.Second)
+	rep := m.EvictNow(ctx)
+	if rep.FreedObjects != 0 || len(present(m, 10)) != 10 {
+		t.Fatalf("queue full must keep the data: %+v", rep)
+	}
+}
+
+func TestOffloadOnEvict(t *testing.T) {
+	m, fc := newTest(t, Config{OffloadMode: OffloadOnEvict})
+	appliance(t, m, 0)
+	fill(t, m, 10, nil)
+	readAll(t, m, fc, 10)
+	if ctrOf(m, "offloads_queued") != 0 {
+		t.Fatal("on-evict queued at PutEnd")
+	}
+	fc.Advance(DefaultLeaseTTL)
+	rep := m.EvictNow(ctx) // target 64 bytes: only k00 gets a task instead
+	if rep.FreedObjects != 0 || rep.AwaitingOffload != 1 || !info(t, m, "k00").OffloadPending || ctrOf(m, "offloads_queued") != 1 {
+		t.Fatalf("%+v", rep)
+	}
+	r := appliance(t, m, 8)
+	if len(r.Offload) != 1 || r.Offload[0].Key != "k00" {
+		t.Fatalf("tasks %+v", r.Offload)
+	}
+	for _, task := range r.Offload {
+		if err := m.OffloadDone(ctx, OffloadResult{Client: "A", Key: task.Key, OK: true, Bucket: 1, Length: 64}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep = m.EvictNow(ctx)
+	if rep.FreedObjects != 1 {
+		t.Fatalf("after the disk copy: %+v", rep)
+	}
+	if i := info(t, m, "k00"); len(i.Replicas) != 1 || i.Replicas[0].Type != LocalDisk {
+		t.Fatalf("k00 %+v", i.Replicas)
+	}
+}
+
+func TestForceEvictAndOffloadOff(t *testing.T) {
+	m, fc := newTest(t, Config{ForceEvict: true})
+	appliance(t, m, 0)
+	fill(t, m, 10, nil)
+	fc.Advance(time.Second)
+	if rep := m.EvictNow(ctx); rep.FreedObjects != 1 {
+		t.Fatalf("force evict: %+v", rep)
+	}
+	if len(present(m, 10)) != 9 {
+		t.Fatal("memory-only object must disappear when evicted")
+	}
+	m2, _ := newTest(t, Config{OffloadMode: OffloadOff})
+	appliance(t, m2, 0)
+	fill(t, m2, 3, nil)
+	if r := appliance(t, m2, 10); len(r.Offload) != 0 || ctrOf(m2, "offloads_queued") != 0 {
+		t.Fatal("offload off queued tasks")
+	}
+}
+
+func TestOffloadOnlyToNodesWithSSD(t *testing.T) {
+	m, _ := newTest(t, Config{})
+	mountMem(t, m, "B", "B/0", 1<<20) // no heartbeat with a disk tier
+	put(t, m, "w", "k", 100)
+	if ctrOf(m, "offloads_queued") != 0 {
+		t.Fatal("task for a node without SSD")
+	}
+	wantCode(t, m.OffloadDone(ctx, OffloadResult{Client: "zz", Key: "k", OK: true, Length: 100}), kverr.ClientNotFound)
+}
+
+func TestDropBucketAndRegister(t *testing.T) {
+	m, _ := newTest(t, Config{OffloadMode: OffloadOff})
+	appliance(t, m, 0)
+	put(t, m, "w", "mem", 64)
+	errs, err := m.RegisterDiskObjects(ctx, "A", []DiskObject{
+		{Key: "mem", Size: 64, Bucket: 1, Length: 64},      // exists: replica added
+		{Key: "diskonly", Size: 50, Bucket: 1, Length: 50}, // absent: created
+		{Key: "mem", Size: 99, Bucket: 2, Length: 99},      // other size
+		{Key: "b2", Size: 10, Bucket: 2, Length: 10},
+		{Key: "", Size: 10, Length: 10},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs[0] != nil || errs[1] != nil || !kverr.Is(errs[2], kverr.ObjectAlreadyExists) || errs[3] != nil || !kverr.Is(errs[4], kverr.InvalidKey) {
+		t.Fatalf("results %v", errs)
+	}
+	if i := info(t, m, "diskonly"); !i.Complete || len(i.Replicas) != 1 || i.Replicas[0].Type != LocalDisk {
+		t.Fatalf("diskonly %+v", i)
+	}
+	if len(info(t, m, "mem").Replicas) != 2 {
+		t.Fatal("replica not added")
+	}
+	// Registering again is idempotent.
+	m.RegisterDiskObjects(ctx, "A", []DiskObject{{Key: "mem", Size: 64, Bucket: 1, Length: 64}})
+	if len(info(t, m, "mem").Replicas) != 2 {
+		t.Fatal("duplicate disk replica")
+	}
+	_, err = m.RegisterDiskObjects(ctx, "ghost", nil)
+	wantCode(t, err, kverr.ClientNotFound)
+
+	if err := m.DropBucket(ctx, "A", 1); err != nil {
+		t.Fatal(err)
+	}
+	if exists(t, m, "diskonly") {
+		t.Fatal("object with no replica left survived DropBucket")
+	}
+	if i := info(t, m, "mem"); len(i.Replicas) != 1 || i.Replicas[0].Type != Memory {
+		t.Fatalf("mem %+v", i.Replicas)
+	}
+	if !exists(t, m, "b2") || ctrOf(m, "disk_buckets_dropped") != 1 {
+		t.Fatal("other bucket touched")
+	}
+}
+
+func TestGoneNodeDropsDiskReplicas(t *testing.T) {
+	m, fc := newTest(t, Config{OffloadMode: OffloadOff})
+	appliance(t, m, 0)
+	mountMem(t, m, "B", "B/0", 1<<20)
+	m.RegisterDiskObjects(ctx, "A", []DiskObject{{Key: "d", Size: 5, Bucket: 1, Length: 5}})
+	put(t, m, "w", "x", 5)
+	for i := 0; i < 5; i++ {
+		fc.Advance(DefaultClientTTL)
+		m.Heartbeat(ctx, HeartbeatRequest{Client: "B"})
+		m.Reap(ctx)
+	}
+	if exists(t, m, "d") {
+		t.Fatal("disk replica of a gone node kept")
+	}
+	if !exists(t, m, "x") {
+		t.Fatal("object on B lost")
+	}
+}
+
+func TestHeartbeatCarriesSettings(t *testing.T) {
+	m, _ := newTest(t, Config{})
+	r := appliance(t, m, 0)
+	if r.Settings.OffloadMode != OffloadImmediate || r.Settings.SSDPolicy != "fifo" || r.Settings.SSDHighWatermark != DefaultSSDHighWatermark {
+		t.Fatalf("settings %+v", r.Settings)
+	}
+	pol, mode, capy := "lru", OffloadOnEvict, uint64(1<<40)
+	if _, err := m.UpdateTiers(ctx, TierUpdate{SSDPolicy: &pol, OffloadMode: &mode, SSDCapacity: &capy}); err != nil {
+		t.Fatal(err)
+	}
+	r = appliance(t, m, 0)
+	if r.Settings.SSDPolicy != "lru" || r.Settings.OffloadMode != OffloadOnEvict || r.Settings.SSDCapacity != 1<<40 {
+		t.Fatalf("settings %+v", r.Settings)
+	}
+	ts := m.GetTiers(ctx).Stats
+	if ts[2].Tier != "disk" || ts[2].Capacity != 1<<30 || ts[2].Used != 10 {
+		t.Fatalf("disk tier stats %+v", ts)
+	}
+	put(t, m, "w", "k", 64)
+	if ctrOf(m, "offloads_queued") != 0 {
+		t.Fatal("mode switch to on-evict ignored at PutEnd")
+	}
+}
