@@ -37,6 +37,8 @@ type Config struct {
 	OffloadQueue      int           // default 256 tasks
 	DrainGrace        time.Duration // reads served this long after SIGTERM before unmount
 
+	NVMe NVMeConfig // built-in NVMe/TCP target (off unless NVMe.Addr is set)
+
 	Transfer transfer.Config
 	Logger   *slog.Logger
 }
@@ -103,6 +105,9 @@ type Appliance struct {
 	offloadBusy atomic.Int64
 	skipped     atomic.Uint64
 	failed      atomic.Uint64
+
+	nvme        *nvmeExport
+	nofSegments []string
 
 	settingsMu sync.Mutex
 	settings   *kvtierpb.TierSettings // guarded by settingsMu: last applied
@@ -181,6 +186,9 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 		if err := a.client.ServeSegment(ctx, name, mem); err != nil {
 			return nil, fmt.Errorf("appliance: mount segment %s: %w", name, err)
 		}
+	}
+	if err := a.startNVMe(ctx, cfg.NVMe); err != nil {
+		return nil, err
 	}
 	if a.tier != nil {
 		if err := a.registerDisk(ctx); err != nil {
@@ -265,7 +273,7 @@ func (a *Appliance) Close(ctx context.Context) error {
 	}
 	var err error
 	if a.client != nil {
-		for _, name := range a.Segments() {
+		for _, name := range append(a.Segments(), a.nofSegments...) {
 			if e := a.client.UnmountSegment(ctx, name, a.cfg.DrainGrace); e != nil && !kverr.Is(e, kverr.SegmentNotFound) {
 				err = errors.Join(err, fmt.Errorf("unmount %s: %w", name, e))
 			}
@@ -295,6 +303,7 @@ func (a *Appliance) teardown() error {
 	if a.tier != nil {
 		err = errors.Join(err, a.tier.Close())
 	}
+	err = errors.Join(err, a.nvme.close())
 	if a.region != nil {
 		err = errors.Join(err, a.region.Close())
 	}

@@ -16,10 +16,10 @@ func (a *Appliance) fillHeartbeat(req *kvtierpb.HeartbeatRequest) {
 	}
 	s := a.tier.Stats()
 	req.Disk = &kvtierpb.DiskTierStats{
-		Capacity: s.Capacity, Used: s.Used, Buckets: s.Buckets, Objects: s.Objects,
+		Capacity: s.Capacity, Used: s.Used, Buckets: uint64(s.Buckets), Objects: uint64(s.Objects),
 		OffloadQueue:   uint64(len(a.offload)) + uint64(a.offloadBusy.Load()),
 		EvictedBuckets: s.EvictedBuckets, BytesWritten: s.BytesWritten, BytesRead: s.BytesRead,
-		QuarantinedBuckets: s.QuarantinedBuckets, IndexLoaded: true,
+		QuarantinedBuckets: uint64(s.QuarantinedBuckets), IndexLoaded: true,
 		OffloadSkipped: a.skipped.Load(), OffloadFailed: a.failed.Load(),
 	}
 	req.OffloadSlots = uint32(cap(a.offload) - len(a.offload))

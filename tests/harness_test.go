@@ -179,7 +179,9 @@ func (c *cluster) client(t *testing.T) *client.Client {
 // cli runs a client verb and returns stdout, stderr and the exit code.
 func (c *cluster) cli(t *testing.T, stdin []byte, args ...string) (string, string, int) {
 	t.Helper()
-	args = append(args, "--master", c.grpc)
+	if args[0] != "nvme" { // the NVMe initiator verbs talk to a target, not the master
+		args = append(args, "--master", c.grpc)
+	}
 	cmd := exec.Command(kvtierBin, args...)
 	if stdin != nil {
 		cmd.Stdin = strings.NewReader(string(stdin))

@@ -2,36 +2,281 @@ package main
 
 import (
 	"context"
-	"log/slog"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"kvtier/appliance"
+	"kvtier/nof/initiator"
 )
 
+// nvmeFlags configure the appliance's built-in NVMe/TCP target.
 type nvmeFlags struct {
 	addr       string
 	namespaces []string
+	allowHosts []string
+	backend    string
+	spdkSocket string
 }
 
 func (f *nvmeFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.addr, "nvme-addr", "", "built-in NVMe/TCP target listen address (off unless given)")
-	cmd.Flags().StringArrayVar(&f.namespaces, "nvme-namespace", nil, "NVMe namespace backing file PATH[:SIZE] (repeatable; created at SIZE if missing)")
+	cmd.Flags().StringArrayVar(&f.namespaces, "nvme-namespace", nil, "NVMe namespace backing file or device PATH[:SIZE] (repeatable; a file is created at SIZE if missing)")
+	cmd.Flags().StringSliceVar(&f.allowHosts, "nvme-allow-host", nil, "host NQNs allowed to connect (default: any)")
+	cmd.Flags().StringVar(&f.backend, "nvme-backend", "builtin", "NVMe-oF backend: builtin (our target) | spdk (manage an SPDK target)")
+	cmd.Flags().StringVar(&f.spdkSocket, "spdk-socket", "/var/tmp/spdk.sock", "SPDK JSON-RPC socket (with --nvme-backend spdk)")
 }
 
-type runningNVMe struct{ addr string }
+func (f *nvmeFlags) config() (appliance.NVMeConfig, error) {
+	switch f.backend {
+	case "builtin":
+	case "spdk":
+		return appliance.NVMeConfig{}, fmt.Errorf("--nvme-backend spdk: exporting through an operator's SPDK target is not wired into the appliance yet (package nof/spdk has the client and plan manager); use --nvme-backend builtin")
+	default:
+		return appliance.NVMeConfig{}, fmt.Errorf("--nvme-backend %q: want builtin or spdk", f.backend)
+	}
+	cfg := appliance.NVMeConfig{Addr: f.addr, AllowHosts: f.allowHosts}
+	for _, spec := range f.namespaces {
+		ns, err := appliance.ParseNVMeNamespace(spec, parseSize)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Namespaces = append(cfg.Namespaces, ns)
+	}
+	return cfg, nil
+}
 
-func (n *runningNVMe) describe() string {
-	if n == nil || n.addr == "" {
+func describeNVMe(a *appliance.Appliance) string {
+	if a.NVMeAddr() == "" {
 		return ""
 	}
-	return " nvme=" + n.addr
+	return " nvme=" + a.NVMeAddr() + " nqn=" + a.NVMeNQN()
 }
 
-func (n *runningNVMe) stop() {}
-
-func startNVMe(ctx context.Context, f *nvmeFlags, a *appliance.Appliance, log *slog.Logger) (*runningNVMe, error) {
-	return &runningNVMe{}, nil
+func extraCommands() []*cobra.Command {
+	return []*cobra.Command{newNVMeCmd(), newBenchCmd(), newReplayCmd()}
 }
 
-func extraCommands() []*cobra.Command { return nil }
+// nvmeCLIFlags are shared by the `kvtier nvme` initiator verbs.
+type nvmeCLIFlags struct {
+	target     string
+	nqn        string
+	hostNQN    string
+	hdgst      bool
+	ddgst      bool
+	nsid       uint32
+	jsonOut    bool
+	timeout    time.Duration
+	queues     int
+	queueDepth int
+}
+
+func (f *nvmeCLIFlags) register(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.StringVar(&f.target, "target", "127.0.0.1:4420", "NVMe/TCP target HOST:PORT")
+	fs.StringVar(&f.nqn, "nqn", "", "subsystem NQN (default: the first one the discovery log lists)")
+	fs.StringVar(&f.hostNQN, "hostnqn", "nqn.2014-08.org.nvmexpress:kvtier:cli", "our host NQN")
+	fs.BoolVar(&f.hdgst, "hdgst", false, "request header digests")
+	fs.BoolVar(&f.ddgst, "ddgst", false, "request data digests")
+	fs.Uint32Var(&f.nsid, "nsid", 1, "namespace id")
+	fs.BoolVar(&f.jsonOut, "json", false, "print JSON")
+	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "give up after this long")
+	fs.IntVar(&f.queues, "queues", 1, "I/O queues (connections)")
+	fs.IntVar(&f.queueDepth, "queue-depth", 128, "entries per I/O queue")
+}
+
+func (f *nvmeCLIFlags) dial(ctx context.Context) (*initiator.Controller, error) {
+	nqn := f.nqn
+	if nqn == "" {
+		entries, err := initiator.Discover(ctx, f.target, f.hostNQN)
+		if err != nil {
+			return nil, fmt.Errorf("discovery on %s: %w", f.target, err)
+		}
+		for _, e := range entries {
+			if e.SubType == 2 {
+				nqn = e.SubNQN
+				break
+			}
+		}
+		if nqn == "" {
+			return nil, fmt.Errorf("%s lists no NVM subsystem; give --nqn", f.target)
+		}
+	}
+	return initiator.Dial(ctx, f.target, initiator.Config{SubNQN: nqn, HostNQN: f.hostNQN,
+		HeaderDigest: f.hdgst, DataDigest: f.ddgst, IOQueues: f.queues, QueueDepth: f.queueDepth})
+}
+
+func newNVMeCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "nvme", Short: "A small NVMe/TCP initiator for operators: discover, identify, read, write, perf"}
+	cmd.AddCommand(nvmeDiscover(), nvmeIdentify(), nvmeRead(), nvmeWrite(), nvmePerf())
+	return cmd
+}
+
+func nvmeDiscover() *cobra.Command {
+	var f nvmeCLIFlags
+	cmd := &cobra.Command{Use: "discover --target HOST:PORT", Short: "Read the discovery log page", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
+			defer cancel()
+			entries, err := initiator.Discover(ctx, f.target, f.hostNQN)
+			if err != nil {
+				return err
+			}
+			if f.jsonOut {
+				return printJSON(entries)
+			}
+			for _, e := range entries {
+				kind := "nvm"
+				if e.SubType == 3 {
+					kind = "discovery"
+				}
+				fmt.Printf("%-9s %s  %s:%s\n", kind, e.SubNQN, e.TrAddr, e.TrSvcID)
+			}
+			return nil
+		}}
+	f.register(cmd)
+	return cmd
+}
+
+func nvmeIdentify() *cobra.Command {
+	var f nvmeCLIFlags
+	cmd := &cobra.Command{Use: "identify --target HOST:PORT [--nqn NQN]", Short: "Identify the controller and its namespaces", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
+			defer cancel()
+			ctrl, err := f.dial(ctx)
+			if err != nil {
+				return err
+			}
+			defer ctrl.Close()
+			id := ctrl.Identify()
+			nss := ctrl.Namespaces()
+			if f.jsonOut {
+				return printJSON(map[string]any{"controller": id, "namespaces": nss})
+			}
+			fmt.Printf("subsystem: %s\nmodel:     %s\nserial:    %s\nfirmware:  %s\ncntlid:    %d\nversion:   %d.%d\n",
+				id.SubNQN, id.Model, id.Serial, id.Firmware, id.CNTLID, id.Version>>16, (id.Version>>8)&0xff)
+			for _, ns := range nss {
+				fmt.Printf("namespace %d: %d blocks of %d bytes (%s)\n", ns.NSID, ns.Blocks, ns.BlockSize, formatSize(uint64(ns.Size())))
+			}
+			return nil
+		}}
+	f.register(cmd)
+	return cmd
+}
+
+func nvmeRead() *cobra.Command {
+	var f nvmeCLIFlags
+	var offset, length sizeValue
+	var out string
+	cmd := &cobra.Command{Use: "read --target HOST:PORT --offset N --length N [-o FILE]", Short: "Read bytes from a namespace (block-aligned)", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
+			defer cancel()
+			ctrl, err := f.dial(ctx)
+			if err != nil {
+				return err
+			}
+			defer ctrl.Close()
+			buf := make([]byte, length)
+			if err := ctrl.ReadAt(ctx, f.nsid, buf, int64(offset)); err != nil {
+				return err
+			}
+			if out != "" {
+				return os.WriteFile(out, buf, 0o644)
+			}
+			if f.jsonOut {
+				return printJSON(map[string]any{"offset": uint64(offset), "length": len(buf), "hex": hex.EncodeToString(buf)})
+			}
+			_, err = os.Stdout.Write(buf)
+			return err
+		}}
+	f.register(cmd)
+	length = 4096
+	cmd.Flags().Var(&offset, "offset", "byte offset (a multiple of the block size)")
+	cmd.Flags().Var(&length, "length", "bytes to read (a multiple of the block size)")
+	cmd.Flags().StringVarP(&out, "output", "o", "", "write to FILE instead of standard output")
+	return cmd
+}
+
+func nvmeWrite() *cobra.Command {
+	var f nvmeCLIFlags
+	var offset sizeValue
+	var in string
+	cmd := &cobra.Command{Use: "write --target HOST:PORT --offset N FILE|-", Short: "Write a file to a namespace (block-aligned)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			in = args[0]
+			var data []byte
+			var err error
+			if in == "-" {
+				data, err = io.ReadAll(os.Stdin)
+			} else {
+				data, err = os.ReadFile(in)
+			}
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
+			defer cancel()
+			ctrl, err := f.dial(ctx)
+			if err != nil {
+				return err
+			}
+			defer ctrl.Close()
+			if err := ctrl.WriteAt(ctx, f.nsid, data, int64(offset)); err != nil {
+				return err
+			}
+			if err := ctrl.Flush(ctx, f.nsid); err != nil {
+				return err
+			}
+			fmt.Printf("wrote %d bytes at offset %d of namespace %d\n", len(data), uint64(offset), f.nsid)
+			return nil
+		}}
+	f.register(cmd)
+	cmd.Flags().Var(&offset, "offset", "byte offset (a multiple of the block size)")
+	return cmd
+}
+
+func nvmePerf() *cobra.Command {
+	var f nvmeCLIFlags
+	var rw string
+	var bs sizeValue
+	var qd int
+	var duration time.Duration
+	cmd := &cobra.Command{Use: "perf --target HOST:PORT [--rw randread|read|write] [--bs 4KiB] [--qd 32]", Short: "Measure IOPS and throughput", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(context.Background(), f.timeout+duration)
+			defer cancel()
+			if f.queueDepth < qd {
+				f.queueDepth = qd
+			}
+			ctrl, err := f.dial(ctx)
+			if err != nil {
+				return err
+			}
+			defer ctrl.Close()
+			res, err := initiator.Perf(ctx, ctrl, initiator.PerfConfig{RW: rw, BlockSize: int(bs), QueueDepth: qd, Duration: duration, NSID: f.nsid})
+			if err != nil {
+				return err
+			}
+			if f.jsonOut {
+				return printJSON(map[string]any{"rw": res.RW, "bs": res.BlockSize, "qd": qd, "ios": res.IOs, "bytes": res.Bytes,
+					"seconds": res.Elapsed.Seconds(), "iops": res.IOPS, "mb_per_sec": res.MBps,
+					"p50_us": res.P50.Microseconds(), "p99_us": res.P99.Microseconds()})
+			}
+			fmt.Printf("%s bs=%s qd=%d: %.0f IOPS, %.1f MB/s, p50 %v, p99 %v (%d I/Os in %v)\n",
+				res.RW, formatSize(uint64(res.BlockSize)), qd, res.IOPS, res.MBps, res.P50, res.P99, res.IOs, res.Elapsed.Round(time.Millisecond))
+			return nil
+		}}
+	f.register(cmd)
+	bs = 4096
+	cmd.Flags().StringVar(&rw, "rw", "randread", "randread | read | write | randwrite")
+	cmd.Flags().Var(&bs, "bs", "block size per I/O")
+	cmd.Flags().IntVar(&qd, "qd", 32, "queue depth")
+	cmd.Flags().DurationVar(&duration, "duration", 5*time.Second, "how long to run")
+	return cmd
+}

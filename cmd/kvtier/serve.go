@@ -124,7 +124,12 @@ func (f *applianceFlags) config(masterAddr string, log *slog.Logger) (appliance.
 	default:
 		return appliance.Config{}, fmt.Errorf("--offload %q: want off, immediate or on-evict", f.offload)
 	}
+	nv, err := f.nvme.config()
+	if err != nil {
+		return appliance.Config{}, err
+	}
 	return appliance.Config{
+		NVMe: nv,
 		Name: f.name, MasterAddr: masterAddr, DRAM: uint64(f.dramSize), SegmentSize: uint64(f.segmentSize),
 		Hugepages: hp, DataAddr: f.dataAddr, SSDDir: f.ssdDir, SSDCapacity: uint64(f.ssdCapacity),
 		SSDPolicy: pol, DrainGrace: f.drainGrace, Logger: log,
@@ -266,16 +271,11 @@ func newApplianceCmd() *cobra.Command {
 					return err
 				}
 			}
-			nv, err := startNVMe(ctx, &f.nvme, a, log)
-			if err != nil {
-				_ = a.Close(context.Background())
-				return err
-			}
-			log.Info(fmt.Sprintf("listening data=%s%s name=%s", a.DataAddr(), nv.describe(), a.Name()))
-			fmt.Printf("listening data=%s%s name=%s\n", a.DataAddr(), nv.describe(), a.Name())
+			line := fmt.Sprintf("listening data=%s%s name=%s", a.DataAddr(), describeNVMe(a), a.Name())
+			log.Info(line)
+			fmt.Println(line)
 			<-ctx.Done()
 			log.Info("draining and unmounting")
-			nv.stop()
 			return a.Close(context.Background())
 		},
 	}
@@ -319,18 +319,12 @@ func newStandaloneCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			nv, err := startNVMe(ctx, &af.nvme, a, log)
-			if err != nil {
-				_ = a.Close(context.Background())
-				return err
-			}
-			line := fmt.Sprintf("listening grpc=%s http=%s data=%s%s", rm.grpcAddr, rm.httpAddr, a.DataAddr(), nv.describe())
+			line := fmt.Sprintf("listening grpc=%s http=%s data=%s%s", rm.grpcAddr, rm.httpAddr, a.DataAddr(), describeNVMe(a))
 			log.Info(line)
 			fmt.Println(line)
 			fmt.Printf("web UI: http://%s/\n", rm.httpAddr)
 			<-ctx.Done()
 			log.Info("draining and unmounting")
-			nv.stop()
 			return a.Close(context.Background())
 		},
 	}

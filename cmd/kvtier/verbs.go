@@ -43,7 +43,7 @@ func (f *clientFlags) open() (*client.Client, context.Context, context.CancelFun
 
 func newPutCmd() *cobra.Command {
 	var f clientFlags
-	var replicas int
+	var replicas, nofReplicas int
 	var softPin, hardPin bool
 	var preferred string
 	cmd := &cobra.Command{
@@ -67,6 +67,12 @@ func newPutCmd() *cobra.Command {
 			}
 			defer done()
 			opts := []client.PutOption{client.WithReplicas(replicas), client.WithPreferredSegment(preferred)}
+			if nofReplicas > 0 {
+				if !cmd.Flags().Changed("replicas") {
+					replicas = 0
+				}
+				opts = append(opts, client.WithReplicas(replicas), func(o *client.PutOptions) { o.NOFReplicas = nofReplicas })
+			}
 			if softPin {
 				opts = append(opts, client.WithSoftPin(0))
 			}
@@ -90,6 +96,7 @@ func newPutCmd() *cobra.Command {
 	}
 	f.register(cmd)
 	cmd.Flags().IntVar(&replicas, "replicas", 1, "number of DRAM replicas (best-effort, on distinct segments)")
+	cmd.Flags().IntVar(&nofReplicas, "nof-replicas", 0, "number of NVMe-oF replicas (on appliances' NVMe namespaces)")
 	cmd.Flags().BoolVar(&softPin, "soft-pin", false, "survive the first eviction pass for the soft-pin TTL")
 	cmd.Flags().BoolVar(&hardPin, "hard-pin", false, "never evict (only rm deletes it)")
 	cmd.Flags().StringVar(&preferred, "preferred-segment", "", "put the first replica on this segment when it has room")

@@ -1,0 +1,155 @@
+package appliance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+
+	"kvtier/api/kvtierpb"
+	"kvtier/internal/kverr"
+	"kvtier/nof/namespace"
+	"kvtier/nof/target"
+)
+
+// NVMeConfig exports namespaces over the built-in NVMe/TCP target. GPU nodes
+// then read and write NOF replicas straight from those namespaces.
+type NVMeConfig struct {
+	Addr       string          // listener host:port; empty = no NVMe/TCP target
+	Namespaces []NVMeNamespace // backing files or block devices, nsid 1..n in order
+	AllowHosts []string        // host NQNs allowed to connect; empty = any
+}
+
+// NVMeNamespace is one exported namespace.
+type NVMeNamespace struct {
+	Path string
+	Size int64 // create the file at this size when missing; 0 = use existing size
+}
+
+// ParseNVMeNamespace parses PATH[:SIZE] with SIZE already resolved by the
+// caller's size parser (sizeOf).
+func ParseNVMeNamespace(spec string, sizeOf func(string) (uint64, error)) (NVMeNamespace, error) {
+	path, size, hasSize := strings.Cut(spec, ":")
+	if path == "" {
+		return NVMeNamespace{}, kverr.New(kverr.InvalidParams, "", "--nvme-namespace %q: empty path", spec)
+	}
+	ns := NVMeNamespace{Path: path}
+	if hasSize {
+		n, err := sizeOf(size)
+		if err != nil || n == 0 {
+			return NVMeNamespace{}, kverr.New(kverr.InvalidParams, "", "--nvme-namespace %q: bad size %q", spec, size)
+		}
+		ns.Size = int64(n)
+	}
+	return ns, nil
+}
+
+var nqnUnsafe = regexp.MustCompile(`[^a-zA-Z0-9.\-]+`)
+
+// SubsystemNQN is the NQN an appliance exports its namespaces under.
+func SubsystemNQN(name string) string {
+	return "nqn.2026-11.io.kvtier:appliance:" + nqnUnsafe.ReplaceAllString(name, "-")
+}
+
+type nvmeExport struct {
+	target *target.Target
+	addr   string
+	nqn    string
+	files  []*namespace.File
+}
+
+// startNVMe opens the namespaces, serves them and mounts each as a NOF
+// segment on the master.
+func (a *Appliance) startNVMe(ctx context.Context, cfg NVMeConfig) (err error) {
+	if cfg.Addr == "" {
+		if len(cfg.Namespaces) > 0 {
+			return kverr.New(kverr.InvalidParams, "", "--nvme-namespace needs --nvme-addr")
+		}
+		return nil
+	}
+	if len(cfg.Namespaces) == 0 {
+		return kverr.New(kverr.InvalidParams, "", "--nvme-addr needs at least one --nvme-namespace PATH[:SIZE]")
+	}
+	ex := &nvmeExport{nqn: SubsystemNQN(a.cfg.Name)}
+	a.nvme = ex
+	var nss []namespace.Namespace
+	for _, n := range cfg.Namespaces {
+		if n.Size > 0 {
+			if _, statErr := os.Stat(n.Path); statErr == nil {
+				n.Size = 0 // existing file: keep its size and contents
+			}
+		}
+		f, err := namespace.OpenFile(n.Path, namespace.FileConfig{Size: n.Size})
+		if err != nil {
+			return fmt.Errorf("appliance: NVMe namespace %s: %w", n.Path, err)
+		}
+		ex.files = append(ex.files, f)
+		nss = append(nss, f)
+	}
+	ex.target, err = target.New(target.Config{Logger: a.log})
+	if err != nil {
+		return err
+	}
+	if err := ex.target.AddSubsystem(target.Subsystem{NQN: ex.nqn, Serial: "KVT" + a.cfg.Name, Model: "kvtier appliance",
+		AllowHosts: cfg.AllowHosts, Namespaces: nss}); err != nil {
+		return err
+	}
+	addr, err := ex.target.Listen(cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("appliance: --nvme-addr %s: %w", cfg.Addr, err)
+	}
+	ex.addr = addr.String()
+	for i, f := range ex.files {
+		seg := &kvtierpb.Segment{
+			Name: fmt.Sprintf("%s/nvme%d", a.cfg.Name, i+1), Type: kvtierpb.ReplicaType_NOF,
+			Nqn: ex.nqn, Nsid: uint32(i + 1), TargetAddr: ex.addr,
+			BlockSize: uint32(f.BlockSize()), Size: uint64(f.Size()),
+		}
+		if err := a.client.MountSegment(ctx, seg); err != nil {
+			return fmt.Errorf("appliance: mount NOF segment %s: %w", seg.Name, err)
+		}
+		a.nofSegments = append(a.nofSegments, seg.Name)
+	}
+	a.log.Info("nvme/tcp target", "addr", ex.addr, "nqn", ex.nqn, "namespaces", len(ex.files))
+	return nil
+}
+
+// NVMeAddr is the NVMe/TCP listener address ("" when not exporting).
+func (a *Appliance) NVMeAddr() string {
+	if a.nvme == nil {
+		return ""
+	}
+	return a.nvme.addr
+}
+
+// NVMeNQN is the exported subsystem NQN ("" when not exporting).
+func (a *Appliance) NVMeNQN() string {
+	if a.nvme == nil {
+		return ""
+	}
+	return a.nvme.nqn
+}
+
+// NVMeStats returns the target's per-namespace and per-host figures.
+func (a *Appliance) NVMeStats() (target.Stats, bool) {
+	if a.nvme == nil || a.nvme.target == nil {
+		return target.Stats{}, false
+	}
+	return a.nvme.target.Stats(), true
+}
+
+func (ex *nvmeExport) close() error {
+	if ex == nil {
+		return nil
+	}
+	var err error
+	if ex.target != nil {
+		err = ex.target.Close()
+	}
+	for _, f := range ex.files {
+		err = errors.Join(err, f.Close())
+	}
+	return err
+}

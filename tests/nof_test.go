@@ -1,0 +1,54 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"kvtier/api/kvtierpb"
+	"kvtier/client"
+)
+
+// TestNOFReplicasReadStraightFromTheNamespace: an appliance exports a file as
+// an NVMe/TCP namespace; a client puts objects with only NOF replicas (written
+// through our initiator) and reads them back the same way; the operator's
+// `kvtier nvme` verbs see the subsystem.
+func TestNOFReplicasReadStraightFromTheNamespace(t *testing.T) {
+	c := startCluster(t)
+	img := filepath.Join(t.TempDir(), "ns1.img")
+	box := c.appliance("nvme-box", "--nvme-addr", "127.0.0.1:0", "--nvme-namespace", img+":64MiB")
+	nvmeAddr := box.addrs["nvme"]
+	if nvmeAddr == "" || !strings.HasPrefix(box.addrs["nqn"], "nqn.") {
+		t.Fatalf("appliance did not report its NVMe listener and NQN: %v", box.addrs)
+	}
+	cl := c.client(t)
+	ctx := context.Background()
+	for i, n := range []int{1, 4095, 4096, 128 << 10, 1<<20 + 3} {
+		key := "nof/" + string(rune('a'+i))
+		v := randomBytes(uint64(500+i), n)
+		if err := cl.Put(ctx, key, v, client.WithOptions(client.PutOptions{NOFReplicas: 1})); err != nil {
+			t.Fatalf("put %d bytes as NOF: %v", n, err)
+		}
+		info, err := cl.Stat(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(info.Replicas) != 1 || info.Replicas[0].Type != kvtierpb.ReplicaType_NOF || info.Replicas[0].Nqn != box.addrs["nqn"] {
+			t.Fatalf("%s: replicas %v, want one NOF replica on %s", key, info.Replicas, box.addrs["nqn"])
+		}
+		got, err := cl.Get(ctx, key)
+		if err != nil || !bytes.Equal(got, v) {
+			t.Fatalf("get %s (%d bytes) from NOF: err %v", key, n, err)
+		}
+	}
+	out, errs, code := c.cli(t, nil, "nvme", "identify", "--target", nvmeAddr)
+	if code != 0 || !strings.Contains(out, box.addrs["nqn"]) || !strings.Contains(out, "namespace 1") {
+		t.Fatalf("kvtier nvme identify: exit %d\n%s\n%s", code, out, errs)
+	}
+	out, _, code = c.cli(t, nil, "nvme", "discover", "--target", nvmeAddr)
+	if code != 0 || !strings.Contains(out, box.addrs["nqn"]) {
+		t.Fatalf("kvtier nvme discover: exit %d %s", code, out)
+	}
+}
