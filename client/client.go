@@ -118,6 +118,8 @@ type Client struct {
 	segments map[string]*kvtierpb.Segment // guarded by mu: announced on every beat
 	local    map[string]bool              // guarded by mu: segment names served by our engine
 
+	nof nofControllers // NVMe/TCP controllers for NOF replicas
+
 	stop     context.CancelFunc
 	done     chan struct{}
 	closeOne sync.Once
@@ -369,6 +371,7 @@ func (c *Client) release() error {
 	if c.localBuffer != nil {
 		err = errors.Join(err, c.localBuffer.Close())
 	}
+	err = errors.Join(err, c.closeNOF())
 	if c.conn != nil {
 		err = errors.Join(err, c.conn.Close())
 	}
