@@ -1,0 +1,178 @@
+package pdu
+
+import (
+	"io"
+	"net"
+	"sync"
+)
+
+const (
+	// maxPending bounds the bytes queued in a Writer before senders wait.
+	maxPending = 8 << 20
+	// refThreshold is the data size from which a PDU's data is written from
+	// the sender's buffer (Send then waits until it is on the wire) instead
+	// of being copied.
+	refThreshold = 16 << 10
+)
+
+// seg is a pending piece of output: a range of the arena, or ext.
+type seg struct {
+	ext      []byte
+	from, to int
+}
+
+// Writer encodes PDUs from many goroutines onto one stream. Headers and
+// small PDUs are appended to an arena; large data is referenced. Whichever
+// sender finds no write in progress becomes the flusher and writes all
+// pending pieces (batching PDUs queued meanwhile, with writev on sockets)
+// without holding the lock.
+type Writer struct {
+	w io.Writer
+
+	mu       sync.Mutex
+	cond     *sync.Cond // signalled when a flush round completes
+	opt      Options    // encoding options after negotiation
+	arena    []byte     // bytes of pending segments, guarded by mu
+	spare    []byte     // the other arena of the double-buffer pair
+	segs     []seg      // pending output in order
+	spareSeg []seg
+	pending  int    // bytes pending
+	taken    uint64 // flush rounds taken by a flusher
+	done     uint64 // flush rounds written
+	flushing bool   // a goroutine is writing outside the lock
+	err      error  // first write error; sticky
+}
+
+// NewWriter returns a Writer over w.
+func NewWriter(w io.Writer) *Writer {
+	wr := &Writer{w: w}
+	wr.cond = sync.NewCond(&wr.mu)
+	return wr
+}
+
+// SetOptions sets the digests/alignment used for later PDUs.
+func (w *Writer) SetOptions(o Options) {
+	w.mu.Lock()
+	w.opt = o
+	w.mu.Unlock()
+}
+
+// Options returns the current encoding options.
+func (w *Writer) Options() Options {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.opt
+}
+
+func (w *Writer) addArena(from int) {
+	if to := len(w.arena); to > from {
+		if n := len(w.segs); n > 0 && w.segs[n-1].ext == nil && w.segs[n-1].to == from {
+			w.segs[n-1].to = to
+		} else {
+			w.segs = append(w.segs, seg{from: from, to: to})
+		}
+		w.pending += to - from
+	}
+}
+
+// Send encodes ms (in order, back to back) and makes sure they are
+// written: either by this call or by the flush already in progress. When a
+// message carries at least 16 KiB of data, that data is written from the
+// caller's buffer and Send returns only once it is on the wire. It returns
+// the sticky write error, if any.
+func (w *Writer) Send(ms ...Message) error {
+	w.mu.Lock()
+	for w.err == nil && w.pending > maxPending {
+		w.cond.Wait()
+	}
+	if w.err != nil {
+		err := w.err
+		w.mu.Unlock()
+		return err
+	}
+	referenced := false
+	for _, m := range ms {
+		from := len(w.arena)
+		if f, ok := m.(framer); ok {
+			if t, fl, psh, data := f.frame(); len(data) >= refThreshold {
+				var trailer [DigestLen]byte
+				var dd bool
+				w.arena, trailer, dd = appendFrameHead(w.arena, t, fl, psh, data, w.opt)
+				w.addArena(from)
+				w.segs = append(w.segs, seg{ext: data})
+				w.pending += len(data)
+				if dd {
+					from = len(w.arena)
+					w.arena = append(w.arena, trailer[:]...)
+					w.addArena(from)
+				}
+				referenced = true
+				continue
+			}
+		}
+		w.arena = m.AppendPDU(w.arena, w.opt)
+		w.addArena(from)
+	}
+	myRound := w.taken + 1
+	if w.flushing {
+		for referenced && w.done < myRound && w.err == nil {
+			w.cond.Wait()
+		}
+		err := w.err
+		w.mu.Unlock()
+		return err
+	}
+	w.flushing = true
+	var bufs net.Buffers
+	for len(w.segs) > 0 && w.err == nil {
+		arena, segs := w.arena, w.segs
+		w.arena, w.segs = w.spare[:0], w.spareSeg[:0]
+		w.pending = 0
+		w.taken++
+		w.cond.Broadcast() // senders blocked on maxPending may append again
+		w.mu.Unlock()
+		bufs = bufs[:0]
+		for _, s := range segs {
+			if s.ext != nil {
+				bufs = append(bufs, s.ext)
+			} else {
+				bufs = append(bufs, arena[s.from:s.to])
+			}
+		}
+		var err error
+		if len(bufs) == 1 {
+			_, err = w.w.Write(bufs[0])
+		} else {
+			nb := bufs // WriteTo consumes its receiver
+			_, err = nb.WriteTo(w.w)
+		}
+		clear(segs) // drop references to callers' buffers
+		w.mu.Lock()
+		if err != nil && w.err == nil {
+			w.err = err
+		}
+		w.done++
+		if cap(arena) <= 1<<20 {
+			w.spare = arena[:0]
+		} else {
+			w.spare = nil
+		}
+		w.spareSeg = segs[:0]
+		w.cond.Broadcast()
+	}
+	w.flushing = false
+	err := w.err
+	w.cond.Broadcast()
+	w.mu.Unlock()
+	return err
+}
+
+// Fail makes every later Send return err (used when the connection dies).
+func (w *Writer) Fail(err error) {
+	w.mu.Lock()
+	if w.err == nil {
+		w.err = err
+	}
+	w.cond.Broadcast()
+	w.mu.Unlock()
+}

@@ -1,0 +1,326 @@
+package target
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"kvtier/nof/nvme"
+	"kvtier/nof/pdu"
+)
+
+// icTimeout bounds how long a new connection may take to send its ICReq.
+const icTimeout = 10 * time.Second
+
+// r2tState is one outstanding R2T: the reader goroutine fills buf from
+// H2CData PDUs and closes done when the whole window has arrived.
+type r2tState struct {
+	cccid     uint16
+	buf       []byte
+	received  int  // touched only by the reader goroutine
+	badDigest bool // a data digest failed; read by the worker after done
+	done      chan struct{}
+}
+
+// conn is one TCP connection = one NVMe queue pair.
+type conn struct {
+	t      *Target
+	nc     net.Conn
+	r      *pdu.Reader
+	w      *pdu.Writer
+	ctx    context.Context
+	cancel context.CancelFunc
+	remote string
+	once   sync.Once
+
+	// Set by the reader goroutine during Connect, before any worker starts.
+	qid       uint16
+	ctrl      *controller
+	sqsize    uint16 // 0's based
+	sqFlowOff bool
+	icd       int // in-capsule data limit of this queue
+
+	sqhd     atomic.Uint32 // commands completed, for CQE SQHD (SPDK's convention)
+	inflight sync.WaitGroup
+
+	mu       sync.Mutex // guards r2ts and nextTTAG
+	r2ts     map[uint16]*r2tState
+	nextTTAG uint16
+}
+
+func (t *Target) newConn(nc net.Conn) *conn {
+	if tc, ok := nc.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	ctx, cancel := context.WithCancel(t.ctx)
+	c := &conn{t: t, nc: nc, ctx: ctx, cancel: cancel, remote: nc.RemoteAddr().String(), r2ts: map[uint16]*r2tState{}}
+	c.r = pdu.NewReader(nc, pdu.ReaderConfig{Side: pdu.ControllerSide, MaxCapsuleData: max(8192, t.cfg.InCapsuleDataSize),
+		MaxH2CData: t.cfg.MaxH2CData, BufferSize: 64 << 10})
+	c.w = pdu.NewWriter(nc)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		nc.Close()
+		cancel()
+		return nil
+	}
+	t.conns[c] = true
+	return c
+}
+
+// close tears the connection down from any goroutine.
+func (c *conn) close() {
+	c.once.Do(func() {
+		c.cancel()
+		c.w.Fail(net.ErrClosed)
+		c.nc.Close()
+	})
+}
+
+func (c *conn) serve() {
+	defer c.finish()
+	if err := c.handshake(); err != nil {
+		c.fail(err)
+		return
+	}
+	for {
+		f, err := c.r.Next()
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		switch f.Type {
+		case pdu.TypeCapsuleCmd:
+			cmd := f.Command()
+			var data []byte
+			if f.DataLen > 0 {
+				data = c.t.bufs.get(f.DataLen)
+				if err := c.r.ReadData(data); err != nil {
+					c.t.bufs.put(data)
+					if !pdu.IsDataDigest(err) {
+						c.fail(err)
+						return
+					}
+					// Only this command is lost: the stream is still in step.
+					c.complete(cmd.CID, nvme.Errf(nvme.SCTGeneric, nvme.SCTransientTranspt), 0, 0)
+					continue
+				}
+			}
+			c.dispatch(&cmd, data)
+		case pdu.TypeH2CData:
+			if err := c.h2cData(f); err != nil {
+				c.fail(err)
+				return
+			}
+		case pdu.TypeH2CTermReq:
+			tr := f.TermReq()
+			c.t.cfg.Logger.Info("nvme-tcp host terminated connection", "remote", c.remote, "fes", tr.FES, "fei", tr.FEI)
+			return
+		}
+	}
+}
+
+func (c *conn) handshake() error {
+	c.nc.SetReadDeadline(time.Now().Add(icTimeout))
+	f, err := c.r.Next()
+	if err != nil {
+		return err
+	}
+	if f.Type != pdu.TypeICReq {
+		return io.ErrUnexpectedEOF // H2CTermReq before ICReq: just close
+	}
+	req := f.ICReq()
+	c.nc.SetReadDeadline(time.Time{})
+	// Echo the requested digests; CPDA 0 (Linux hosts insist on it).
+	resp := &pdu.ICResp{PFV: 0, CPDA: 0, DGST: req.DGST & (pdu.DigestHeader | pdu.DigestData), MAXH2CDATA: uint32(c.t.cfg.MaxH2CData)}
+	if err := c.w.Send(resp); err != nil {
+		return err
+	}
+	hd, dd := resp.DGST&pdu.DigestHeader != 0, resp.DGST&pdu.DigestData != 0
+	c.r.SetNegotiated(pdu.Options{HDGST: hd, DDGST: dd, PDA: 0})
+	c.w.SetOptions(pdu.Options{HDGST: hd, DDGST: dd, PDA: req.HPDA})
+	return nil
+}
+
+// fail ends the connection; a protocol error first gets a C2HTermReq.
+func (c *conn) fail(err error) {
+	var pe *pdu.Error
+	if !errors.As(err, &pe) {
+		return // I/O error or EOF: nothing to tell the host
+	}
+	c.t.cfg.Logger.Warn("nvme-tcp fatal PDU error", "remote", c.remote, "err", pe)
+	if c.w.Send(pdu.TermReqFor(pe, false)) != nil {
+		return
+	}
+	// Half-close and drain so the TermReq is not lost to a reset caused by
+	// unread bytes, then let finish close the socket.
+	if tc, ok := c.nc.(*net.TCPConn); ok {
+		tc.CloseWrite()
+		tc.SetReadDeadline(time.Now().Add(2 * time.Second))
+		io.Copy(io.Discard, io.LimitReader(tc, 64<<20))
+	}
+}
+
+// finish runs when the reader goroutine exits.
+func (c *conn) finish() {
+	c.close()
+	c.inflight.Wait()
+	t := c.t
+	t.mu.Lock()
+	delete(t.conns, c)
+	t.mu.Unlock()
+	if ctrl := c.ctrl; ctrl != nil {
+		if c.qid == 0 {
+			t.destroyController(ctrl, "admin queue closed")
+		} else {
+			ctrl.removeIOQueue(c)
+		}
+	}
+}
+
+// complete sends the CapsuleResp for cid. A *nvme.StatusError sets the
+// status (and its DW0); any other error is an internal error.
+func (c *conn) complete(cid uint16, err error, dw0, dw1 uint32) {
+	c.w.Send(c.completion(cid, err, dw0, dw1))
+}
+
+func (c *conn) completion(cid uint16, err error, dw0, dw1 uint32) *pdu.CapsuleResp {
+	var status uint16
+	if err != nil {
+		var se *nvme.StatusError
+		if !errors.As(err, &se) {
+			se = nvme.Errf(nvme.SCTGeneric, nvme.SCInternal)
+		}
+		status = se.Status()
+		dw0 = se.DW0
+	}
+	// SQHD advances as commands complete: an entry whose command completed
+	// has certainly been consumed, so the host never over-fills the SQ.
+	n := c.sqhd.Add(1)
+	sqhd := uint16(0xFFFF)
+	if !c.sqFlowOff {
+		sqhd = uint16(n % (uint32(c.sqsize) + 1))
+	}
+	return &pdu.CapsuleResp{Cpl: pdu.Completion{DW0: dw0, DW1: dw1, SQHD: sqhd, SQID: c.qid, CID: cid, Status: status}}
+}
+
+// sendData sends data for cid as one C2HData and completes the command,
+// folding the completion into the data PDU when allowed, else queueing the
+// CapsuleResp together with the data (one write, no extra round of
+// flushing before the host can complete the read).
+func (c *conn) sendData(cid uint16, data []byte) {
+	if c.sqFlowOff || c.t.cfg.C2HSuccess {
+		c.sqhd.Add(1) // completed without a CQE
+		c.w.Send(&pdu.C2HData{CCCID: cid, Last: true, Success: true, Data: data})
+		return
+	}
+	c.w.Send(&pdu.C2HData{CCCID: cid, Last: true, Data: data}, c.completion(cid, nil, 0, 0))
+}
+
+// dispatch routes one command. Admin and Fabrics commands run inline on
+// the reader goroutine; I/O commands run concurrently.
+func (c *conn) dispatch(cmd *pdu.Command, data []byte) {
+	if cmd.Opcode == nvme.OpcodeFabrics {
+		c.fabrics(cmd, data)
+		c.t.bufs.put(data)
+		return
+	}
+	if c.ctrl == nil {
+		c.complete(cmd.CID, nvme.Errf(nvme.SCTGeneric, nvme.SCSequenceError), 0, 0)
+		c.t.bufs.put(data)
+		return
+	}
+	if c.qid == 0 {
+		c.ctrl.admin(c, cmd, data)
+		c.t.bufs.put(data)
+		return
+	}
+	c.inflight.Add(1)
+	go func() {
+		defer c.inflight.Done()
+		c.io(cmd, data)
+	}()
+}
+
+// h2cData places one H2CData PDU's payload into its R2T buffer.
+func (c *conn) h2cData(f *pdu.Frame) error {
+	cccid, ttag, datao, datal := f.DataHeader()
+	c.mu.Lock()
+	st := c.r2ts[ttag]
+	c.mu.Unlock()
+	raw := f.Raw()
+	if st == nil {
+		return pdu.NewError("ttag", pdu.FESInvalidHeaderField, 10, raw, "H2CData for unknown TTAG")
+	}
+	if st.cccid != cccid {
+		return pdu.NewError("cccid", pdu.FESInvalidHeaderField, 8, raw, "H2CData CCCID does not match the R2T")
+	}
+	if int(datao) != st.received || int(datao)+int(datal) > len(st.buf) {
+		return pdu.NewError("datao", pdu.FESDataOutOfRange, 12, raw, "H2CData outside the R2T window or out of order")
+	}
+	if err := c.r.ReadData(st.buf[datao : datao+datal]); err != nil {
+		if !pdu.IsDataDigest(err) {
+			return err
+		}
+		st.badDigest = true // the command fails, the connection goes on
+	}
+	st.received += int(datal)
+	if st.received == len(st.buf) {
+		c.mu.Lock()
+		delete(c.r2ts, ttag)
+		c.mu.Unlock()
+		close(st.done)
+	}
+	return nil
+}
+
+// fetchData returns the host→controller data of cmd: in-capsule, or pulled
+// with one R2T. owned reports whether the buffer may go back to the pool.
+func (c *conn) fetchData(cmd *pdu.Command, inCapsule []byte, length int) (buf []byte, owned bool, err error) {
+	switch cmd.SGL.Type {
+	case pdu.SGLInCapsule:
+		if len(inCapsule) != length || int(cmd.SGL.Len) != length || cmd.SGL.Addr != 0 {
+			return nil, false, nvme.Errf(nvme.SCTGeneric, nvme.SCSGLLengthInvalid)
+		}
+		return inCapsule, true, nil
+	case pdu.SGLTransport:
+		if len(inCapsule) != 0 || int(cmd.SGL.Len) != length {
+			return nil, false, nvme.Errf(nvme.SCTGeneric, nvme.SCSGLLengthInvalid)
+		}
+	default:
+		return nil, false, nvme.Errf(nvme.SCTGeneric, nvme.SCInvalidField)
+	}
+	st := &r2tState{cccid: cmd.CID, buf: c.t.bufs.get(length), done: make(chan struct{})}
+	c.mu.Lock()
+	ttag := c.nextTTAG
+	for i := 0; i < 65536; i++ {
+		if _, used := c.r2ts[ttag]; !used {
+			break
+		}
+		ttag++
+	}
+	c.nextTTAG = ttag + 1
+	c.r2ts[ttag] = st
+	c.mu.Unlock()
+	if err := c.w.Send(&pdu.R2T{CCCID: cmd.CID, TTAG: ttag, R2TO: 0, R2TL: uint32(length)}); err != nil {
+		return nil, false, err
+	}
+	select {
+	case <-st.done:
+		if st.badDigest {
+			c.t.bufs.put(st.buf)
+			return nil, false, nvme.Errf(nvme.SCTGeneric, nvme.SCTransientTranspt)
+		}
+		return st.buf, true, nil
+	case <-c.ctx.Done():
+		// The reader may still be filling st.buf: leave it to the GC.
+		c.mu.Lock()
+		delete(c.r2ts, ttag)
+		c.mu.Unlock()
+		return nil, false, c.ctx.Err()
+	}
+}
