@@ -112,6 +112,8 @@ type Appliance struct {
 	settingsMu sync.Mutex
 	settings   *kvtierpb.TierSettings // guarded by settingsMu: last applied
 
+	reregistering atomic.Bool // a re-registration with a restarted master is running
+
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	closed atomic.Bool
@@ -172,7 +174,7 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 	a.client, err = client.New(ctx, client.Config{
 		MasterAddr: cfg.MasterAddr, ClientID: cfg.Name, Engine: a.engine,
 		HeartbeatInterval: cfg.HeartbeatInterval, Logger: cfg.Logger,
-		OnHeartbeat: a.fillHeartbeat, OnHeartbeatReply: a.onHeartbeatReply,
+		OnHeartbeat: a.fillHeartbeat, OnHeartbeatReply: a.heartbeatReply,
 	})
 	if err != nil {
 		return nil, err
@@ -308,6 +310,25 @@ func (a *Appliance) teardown() error {
 		err = errors.Join(err, a.region.Close())
 	}
 	return err
+}
+
+// heartbeatReply notices a master that no longer knows this node (it
+// restarted, or declared the node gone): the heartbeat already re-announced
+// the segments, and the SSD objects are registered again so a master restart
+// does not silently empty the cache.
+func (a *Appliance) heartbeatReply(resp *kvtierpb.HeartbeatResponse) {
+	if !resp.Known && a.tier != nil && a.reregistering.CompareAndSwap(false, true) {
+		a.log.Warn("master does not know this appliance (restarted?): re-registering SSD objects")
+		a.wg.Go(func() {
+			defer a.reregistering.Store(false)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := a.registerDisk(ctx); err != nil {
+				a.log.Warn("re-registration failed; retrying on the next beat", "err", err)
+			}
+		})
+	}
+	a.onHeartbeatReply(resp)
 }
 
 // notifier lets the SSD tier ask the master before deleting a bucket.

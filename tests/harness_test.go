@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -211,4 +212,17 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("not within %v: %s", within, what)
+}
+
+// freePort returns a loopback address whose port was free a moment ago (for
+// a process that must come back on the same address).
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
 }

@@ -1,0 +1,406 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"kvtier/bench/hdr"
+	"kvtier/bench/progress"
+)
+
+// Store is what bench needs from a kvtier client; the signatures are those of
+// kvtier/client. "Already stored" must not be reported as a Put error.
+type Store interface {
+	Put(ctx context.Context, key string, value []byte) error
+	Get(ctx context.Context, key string) ([]byte, error)
+	GetInto(ctx context.Context, key string, buf []byte) (int, error)
+	Exist(ctx context.Context, key string) (bool, error)
+	BatchExist(ctx context.Context, keys []string) ([]bool, error)
+	BatchGet(ctx context.Context, keys []string) ([][]byte, []error)
+	BatchPut(ctx context.Context, keys []string, values [][]byte) []error
+}
+
+// Workload names.
+const (
+	OpPut   = "put"
+	OpGet   = "get"
+	OpMixed = "mixed"
+	OpExist = "exist"
+)
+
+// Defaults.
+const (
+	DefaultDuration         = 5 * time.Second
+	DefaultMaxInFlightBytes = 256 << 20
+	DefaultKeyBudgetBytes   = 256 << 20
+	maxGetKeys              = 1024
+)
+
+// DefaultSizes are the object sizes measured when Options.Sizes is empty.
+var DefaultSizes = []int{64 << 10, 1 << 20, 16 << 20}
+
+// Options configures Run; the zero value measures put and get of the default
+// sizes at concurrency 1, batch 1, for DefaultDuration each.
+type Options struct {
+	Ops         []string      // put | get | mixed | exist; nil means put, get
+	Sizes       []int         // object sizes in bytes; nil means DefaultSizes
+	Concurrency []int         // parallel callers; nil means 1
+	Batch       int           // keys per call (> 1 uses the Batch* calls); 0 means 1
+	Duration    time.Duration // per workload; 0 means DefaultDuration
+	// MaxInFlightBytes bounds the value bytes held by callers at once (value
+	// buffers come from a pool of this many bytes); 0 means 256 MiB.
+	MaxInFlightBytes int64
+	// KeyBudgetBytes bounds the bytes pre-loaded for get, mixed and exist
+	// (at most 1024 keys per size); 0 means 256 MiB.
+	KeyBudgetBytes int64
+	KeyPrefix      string  // key namespace; "" means "bench/<random>/"
+	ReadFraction   float64 // share of gets in mixed; 0 means 0.5
+	System         string  // name in results; "" means "kvtier"
+	Replicas       int     // copied into results (the Store wrapper applies it)
+	Seed           uint64  // key choice for gets; 0 means time-based
+}
+
+// Validate reports options Run cannot use.
+func (o Options) Validate() error {
+	for _, op := range o.Ops {
+		switch op {
+		case OpPut, OpGet, OpMixed, OpExist:
+		default:
+			return fmt.Errorf("bench: unknown op %q (want put, get, mixed or exist)", op)
+		}
+	}
+	for _, s := range o.Sizes {
+		if s <= 0 {
+			return fmt.Errorf("bench: size %d must be > 0", s)
+		}
+	}
+	for _, c := range o.Concurrency {
+		if c <= 0 {
+			return fmt.Errorf("bench: concurrency %d must be > 0", c)
+		}
+	}
+	switch {
+	case o.Batch < 0:
+		return fmt.Errorf("bench: batch %d is negative", o.Batch)
+	case o.Duration < 0:
+		return fmt.Errorf("bench: duration %v is negative", o.Duration)
+	case o.MaxInFlightBytes < 0 || o.KeyBudgetBytes < 0:
+		return fmt.Errorf("bench: byte budgets must not be negative")
+	case o.ReadFraction < 0 || o.ReadFraction > 1:
+		return fmt.Errorf("bench: read fraction %v outside [0,1]", o.ReadFraction)
+	}
+	return nil
+}
+
+func (o Options) withDefaults() Options {
+	if o.Ops == nil {
+		o.Ops = []string{OpPut, OpGet}
+	}
+	if o.Sizes == nil {
+		o.Sizes = DefaultSizes
+	}
+	if o.Concurrency == nil {
+		o.Concurrency = []int{1}
+	}
+	if o.Batch == 0 {
+		o.Batch = 1
+	}
+	if o.Duration == 0 {
+		o.Duration = DefaultDuration
+	}
+	if o.MaxInFlightBytes == 0 {
+		o.MaxInFlightBytes = DefaultMaxInFlightBytes
+	}
+	if o.KeyBudgetBytes == 0 {
+		o.KeyBudgetBytes = DefaultKeyBudgetBytes
+	}
+	if o.KeyPrefix == "" {
+		o.KeyPrefix = "bench/" + strconv.FormatUint(rand.Uint64()&0xffffffff, 36) + "/"
+	}
+	if o.ReadFraction == 0 {
+		o.ReadFraction = 0.5
+	}
+	if o.System == "" {
+		o.System = "kvtier"
+	}
+	if o.Seed == 0 {
+		o.Seed = uint64(time.Now().UnixNano())
+	}
+	return o
+}
+
+// Result is one measured workload. JSON field names are a stable contract
+// (kvtier bench --json prints one Result per line).
+type Result struct {
+	System       string  `json:"system"` // kvtier | tcp | memcpy | redis | iperf3 | fio
+	Op           string  `json:"op"`
+	Size         int     `json:"size"` // bytes per object
+	Concurrency  int     `json:"concurrency"`
+	Batch        int     `json:"batch,omitempty"`
+	Replicas     int     `json:"replicas,omitempty"`
+	Ops          int64   `json:"ops"`    // successful operations (keys)
+	Errors       int64   `json:"errors"` // failed operations (keys)
+	Seconds      float64 `json:"seconds"`
+	OpsPerSec    float64 `json:"ops_per_sec"`
+	GBytesPerSec float64 `json:"gbytes_per_sec"` // 10^9 bytes/s of object data
+	P50US        float64 `json:"p50_us"`         // per call
+	P99US        float64 `json:"p99_us"`
+	P999US       float64 `json:"p999_us"`
+	Skipped      bool    `json:"skipped,omitempty"`
+	Note         string  `json:"note,omitempty"`
+}
+
+func (r *Result) finish(elapsed time.Duration, h *hdr.Histogram) {
+	r.Seconds = elapsed.Seconds()
+	if r.Seconds > 0 {
+		r.OpsPerSec = float64(r.Ops) / r.Seconds
+		r.GBytesPerSec = float64(r.Ops) * float64(r.Size) / r.Seconds / 1e9
+	}
+	r.P50US = float64(h.Quantile(0.50)) / 1e3
+	r.P99US = float64(h.Quantile(0.99)) / 1e3
+	r.P999US = float64(h.Quantile(0.999)) / 1e3
+}
+
+// bufPool hands out value buffers of one size; its capacity bounds the bytes
+// callers hold at once.
+type bufPool struct{ ch chan []byte }
+
+func newBufPool(bufBytes int, maxBytes int64, want int) *bufPool {
+	n := max(1, min(want, int(maxBytes/int64(bufBytes))))
+	p := &bufPool{ch: make(chan []byte, n)}
+	for i := 0; i < n; i++ {
+		b := make([]byte, bufBytes)
+		for j := 0; j < len(b); j += 4096 { // touch every page once, outside the timing
+			b[j] = byte(j>>12) | 1
+		}
+		p.ch <- b
+	}
+	return p
+}
+
+func (p *bufPool) get(ctx context.Context) ([]byte, error) {
+	select {
+	case b := <-p.ch:
+		return b, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (p *bufPool) put(b []byte) { p.ch <- b }
+
+// Run measures every (op, size, concurrency) of o against s, in that order.
+// A bar is drawn on progress only when it is a terminal. Store errors are
+// counted in Result.Errors; Run fails only on bad options, a cancelled ctx or
+// a get/exist workload whose keys could not be loaded.
+func Run(ctx context.Context, o Options, s Store, progressW io.Writer) ([]Result, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	o = o.withDefaults()
+	total := int64(len(o.Ops) * len(o.Sizes) * len(o.Concurrency))
+	bar := progress.New(progressW, "bench", total)
+	var out []Result
+	done := int64(0)
+	loaded := map[int][]string{} // size -> pre-loaded keys
+	for _, op := range o.Ops {
+		for _, size := range o.Sizes {
+			for _, c := range o.Concurrency {
+				bar.Set(done, fmt.Sprintf("%s %d B x%d", op, size, c))
+				keys := loaded[size]
+				if op != OpPut && keys == nil {
+					var err error
+					if keys, err = preload(ctx, o, s, size, c); err != nil {
+						return out, err
+					}
+					loaded[size] = keys
+				}
+				r, err := runOne(ctx, o, s, op, size, c, keys)
+				if err != nil {
+					return out, err
+				}
+				out = append(out, r)
+				done++
+			}
+		}
+	}
+	bar.Done(done, "")
+	return out, nil
+}
+
+// preload puts the keys that get, mixed and exist read.
+func preload(ctx context.Context, o Options, s Store, size, conc int) ([]string, error) {
+	n := int(o.KeyBudgetBytes / int64(size))
+	n = max(min(n, maxGetKeys), 1)
+	pool := newBufPool(size, int64(size), 1)
+	buf, _ := pool.get(ctx)
+	keys := make([]string, 0, n)
+	for i := 0; i < n; i++ {
+		k := fmt.Sprintf("%sload-%d-%d", o.KeyPrefix, size, i)
+		if err := s.Put(ctx, k, buf); err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if len(keys) > 0 { // the store is full: read what fits
+				break
+			}
+			return nil, fmt.Errorf("bench: loading keys of %d B: %w", size, err)
+		}
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
+
+// worker state shared by one workload.
+type shared struct {
+	o     Options
+	s     Store
+	op    string
+	size  int
+	keys  []string
+	pool  *bufPool
+	seq   atomic.Int64
+	stop  atomic.Bool
+	calls atomic.Int64
+}
+
+func runOne(ctx context.Context, o Options, s Store, op string, size, conc int, keys []string) (Result, error) {
+	sh := &shared{o: o, s: s, op: op, size: size, keys: keys}
+	sh.pool = newBufPool(size*o.Batch, o.MaxInFlightBytes, conc)
+	hists := make([]hdr.Histogram, conc)
+	okOps := make([]int64, conc)
+	errOps := make([]int64, conc)
+	var wg sync.WaitGroup
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := time.Now()
+	timer := time.AfterFunc(o.Duration, func() { sh.stop.Store(true) })
+	defer timer.Stop()
+	for w := 0; w < conc; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(o.Seed, uint64(w)))
+			okOps[w], errOps[w] = sh.work(wctx, w, rng, &hists[w])
+		}(w)
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	var h hdr.Histogram
+	r := Result{System: o.System, Op: op, Size: size, Concurrency: conc, Batch: o.Batch, Replicas: o.Replicas}
+	for w := range hists {
+		h.Merge(&hists[w])
+		r.Ops += okOps[w]
+		r.Errors += errOps[w]
+	}
+	r.finish(elapsed, &h)
+	return r, nil
+}
+
+// work runs calls until the deadline and returns successful and failed keys.
+func (sh *shared) work(ctx context.Context, w int, rng *rand.Rand, h *hdr.Histogram) (ok, bad int64) {
+	batch := sh.o.Batch
+	keys := make([]string, batch)
+	vals := make([][]byte, batch)
+	// Every caller completes at least one call, however late it is scheduled.
+	for first := true; first || (!sh.stop.Load() && ctx.Err() == nil); first = false {
+		op := sh.op
+		if op == OpMixed {
+			op = OpPut
+			if rng.Float64() < sh.o.ReadFraction {
+				op = OpGet
+			}
+		}
+		if op == OpPut {
+			for i := range keys {
+				keys[i] = sh.o.KeyPrefix + "put-" + strconv.Itoa(sh.size) + "-" + strconv.FormatInt(sh.seq.Add(1), 10)
+			}
+		} else {
+			for i := range keys {
+				keys[i] = sh.keys[rng.IntN(len(sh.keys))]
+			}
+		}
+		var buf []byte
+		if op != OpExist {
+			var err error
+			if buf, err = sh.pool.get(ctx); err != nil {
+				return ok, bad
+			}
+			for i := range vals {
+				vals[i] = buf[i*sh.size : (i+1)*sh.size]
+			}
+		}
+		t0 := time.Now()
+		n := sh.call(ctx, op, keys, vals)
+		h.Record(time.Since(t0).Nanoseconds())
+		if buf != nil {
+			sh.pool.put(buf)
+		}
+		ok += int64(n)
+		bad += int64(batch - n)
+	}
+	return ok, bad
+}
+
+var errShortRead = errors.New("bench: short read")
+
+// call performs one operation and returns how many keys succeeded.
+func (sh *shared) call(ctx context.Context, op string, keys []string, vals [][]byte) int {
+	s := sh.s
+	if len(keys) == 1 {
+		var err error
+		switch op {
+		case OpPut:
+			err = s.Put(ctx, keys[0], vals[0])
+		case OpGet:
+			var n int
+			if n, err = s.GetInto(ctx, keys[0], vals[0]); err == nil && n != sh.size {
+				err = errShortRead
+			}
+		case OpExist:
+			var found bool
+			if found, err = s.Exist(ctx, keys[0]); err == nil && !found {
+				err = errShortRead
+			}
+		}
+		if err != nil {
+			return 0
+		}
+		return 1
+	}
+	n := 0
+	switch op {
+	case OpPut:
+		errs := s.BatchPut(ctx, keys, vals)
+		for i := range keys {
+			if errs == nil || (i < len(errs) && errs[i] == nil) {
+				n++
+			}
+		}
+	case OpGet:
+		got, errs := s.BatchGet(ctx, keys)
+		for i := range keys {
+			if i < len(got) && len(got[i]) == sh.size && (errs == nil || (i < len(errs) && errs[i] == nil)) {
+				n++
+			}
+		}
+	case OpExist:
+		found, err := s.BatchExist(ctx, keys)
+		for i := range keys {
+			if err == nil && i < len(found) && found[i] {
+				n++
+			}
+		}
+	}
+	return n
+}

@@ -1,0 +1,360 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"kvtier/internal/kverr"
+)
+
+// testMemStore is an in-memory Store for tests: a mutex-guarded map with
+// per-method call counters. It copies values in and out like a real store.
+type testMemStore struct {
+	mu    sync.Mutex
+	data  map[string][]byte // guarded by mu
+	calls map[string]int    // guarded by mu
+	keys  map[string]int    // guarded by mu: keys touched per method
+}
+
+var _ Store = (*testMemStore)(nil)
+
+func newTestMemStore() *testMemStore {
+	return &testMemStore{data: map[string][]byte{}, calls: map[string]int{}, keys: map[string]int{}}
+}
+
+func (s *testMemStore) count(m string, n int) { s.calls[m]++; s.keys[m] += n }
+
+func (s *testMemStore) Put(_ context.Context, k string, v []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.count("put", 1)
+	if _, ok := s.data[k]; !ok {
+		s.data[k] = append([]byte(nil), v...)
+	}
+	return nil
+}
+
+func (s *testMemStore) Get(_ context.Context, k string) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.count("get", 1)
+	v, ok := s.data[k]
+	if !ok {
+		return nil, kverr.New(kverr.ObjectNotFound, k, "absent")
+	}
+	return append([]byte(nil), v...), nil
+}
+
+func (s *testMemStore) GetInto(_ context.Context, k string, buf []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.count("getinto", 1)
+	v, ok := s.data[k]
+	if !ok {
+		return 0, kverr.New(kverr.ObjectNotFound, k, "absent")
+	}
+	if len(buf) < len(v) {
+		return 0, kverr.New(kverr.InvalidParams, k, "buffer too small")
+	}
+	return copy(buf, v), nil
+}
+
+func (s *testMemStore) Exist(_ context.Context, k string) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.count("exist", 1)
+	_, ok := s.data[k]
+	return ok, nil
+}
+
+func (s *testMemStore) BatchExist(_ context.Context, keys []string) ([]bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.count("batchexist", len(keys))
+	out := make([]bool, len(keys))
+	for i, k := range keys {
+		_, out[i] = s.data[k]
+	}
+	return out, nil
+}
+
+func (s *testMemStore) BatchGet(_ context.Context, keys []string) ([][]byte, []error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.count("batchget", len(keys))
+	vals, errs := make([][]byte, len(keys)), make([]error, len(keys))
+	for i, k := range keys {
+		if v, ok := s.data[k]; ok {
+			vals[i] = append([]byte(nil), v...)
+		} else {
+			errs[i] = kverr.New(kverr.ObjectNotFound, k, "absent")
+		}
+	}
+	return vals, errs
+}
+
+func (s *testMemStore) BatchPut(_ context.Context, keys []string, values [][]byte) []error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.count("batchput", len(keys))
+	for i, k := range keys {
+		if _, ok := s.data[k]; !ok {
+			s.data[k] = append([]byte(nil), values[i]...)
+		}
+	}
+	return make([]error, len(keys))
+}
+
+func TestRunAgainstMemStore(t *testing.T) {
+	s := newTestMemStore()
+	o := Options{Ops: []string{OpPut, OpGet, OpMixed, OpExist}, Sizes: []int{4096, 65536}, Concurrency: []int{1, 3},
+		Duration: 30 * time.Millisecond, KeyPrefix: "t/", KeyBudgetBytes: 64 << 10}
+	var prog bytes.Buffer
+	rs, err := Run(context.Background(), o, s, &prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prog.Len() != 0 {
+		t.Errorf("progress written to a non-terminal: %q", prog.String())
+	}
+	if len(rs) != 4*2*2 {
+		t.Fatalf("%d results, want 16", len(rs))
+	}
+	var puts, gets, exists int64
+	for _, r := range rs {
+		if r.Ops <= 0 || r.Errors != 0 || r.OpsPerSec <= 0 || r.GBytesPerSec <= 0 || r.P50US <= 0 || r.P99US < r.P50US || r.P999US < r.P99US {
+			t.Errorf("implausible result %+v", r)
+		}
+		if want := float64(r.Ops) * float64(r.Size) / r.Seconds / 1e9; r.GBytesPerSec < want*0.999 || r.GBytesPerSec > want*1.001 {
+			t.Errorf("gbytes_per_sec %v, want %v", r.GBytesPerSec, want)
+		}
+		switch r.Op {
+		case OpPut:
+			puts += r.Ops
+		case OpGet:
+			gets += r.Ops
+		case OpExist:
+			exists += r.Ops
+		}
+		b, _ := json.Marshal(r)
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []string{"op", "size", "concurrency", "ops_per_sec", "gbytes_per_sec", "p50_us", "p99_us", "p999_us"} {
+			if _, ok := m[f]; !ok {
+				t.Errorf("JSON lacks %q: %s", f, b)
+			}
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// Puts: the measured ones plus 16 + 1 preloaded keys (64 KiB budget).
+	if got := int64(s.keys["put"]); got < puts+16+1 {
+		t.Errorf("store saw %d puts, results say %d (+17 preloads)", got, puts)
+	}
+	if got := int64(s.keys["getinto"]); got < gets {
+		t.Errorf("store saw %d gets, results say %d", got, gets)
+	}
+	if int64(s.keys["exist"]) != exists {
+		t.Errorf("store saw %d exists, results say %d", s.keys["exist"], exists)
+	}
+	if s.calls["batchput"]+s.calls["batchget"]+s.calls["batchexist"] != 0 {
+		t.Error("batch calls used with Batch 1")
+	}
+}
+
+func TestRunBatchUsesBatchCalls(t *testing.T) {
+	s := newTestMemStore()
+	rs, err := Run(context.Background(), Options{Ops: []string{OpPut, OpGet, OpExist}, Sizes: []int{1024}, Batch: 8,
+		Duration: 20 * time.Millisecond, KeyBudgetBytes: 64 << 10}, s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if int64(s.keys["batchput"]) != rs[0].Ops || rs[0].Ops%8 != 0 {
+		t.Errorf("batch put keys %d, result %d", s.keys["batchput"], rs[0].Ops)
+	}
+	if int64(s.keys["batchget"]) != rs[1].Ops || int64(s.keys["batchexist"]) != rs[2].Ops {
+		t.Errorf("batch get %d/%d, exist %d/%d", s.keys["batchget"], rs[1].Ops, s.keys["batchexist"], rs[2].Ops)
+	}
+}
+
+func TestBufferPoolBoundsBytesInFlight(t *testing.T) {
+	// 8 callers of 1 MiB with a 2 MiB budget: the pool holds only 2 buffers.
+	p := newBufPool(1<<20, 2<<20, 8)
+	if cap(p.ch) != 2 {
+		t.Fatalf("pool of %d buffers, want 2", cap(p.ch))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	a, _ := p.get(ctx)
+	b, _ := p.get(ctx)
+	if _, err := p.get(ctx); err == nil {
+		t.Fatal("third buffer handed out beyond the budget")
+	}
+	p.put(a)
+	p.put(b)
+}
+
+func TestOptionsValidate(t *testing.T) {
+	for _, o := range []Options{{Ops: []string{"delete"}}, {Sizes: []int{0}}, {Concurrency: []int{-1}}, {Batch: -1}, {ReadFraction: 2}} {
+		if _, err := Run(context.Background(), o, newTestMemStore(), nil); err == nil {
+			t.Errorf("%+v accepted", o)
+		}
+	}
+}
+
+func TestRawTCPAndMemcpy(t *testing.T) {
+	r, err := RawTCP(context.Background(), 64<<10, 2, 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Ops == 0 || r.GBytesPerSec <= 0 || r.System != BaselineTCP || r.Concurrency != 2 || r.P50US <= 0 {
+		t.Errorf("tcp result %+v", r)
+	}
+	m := Memcpy(1<<20, 20*time.Millisecond)
+	if m.Ops == 0 || m.GBytesPerSec <= 0 {
+		t.Errorf("memcpy result %+v", m)
+	}
+	rs, err := RunBaseline(context.Background(), BaselineTCP, Options{Sizes: []int{4096}, Concurrency: []int{1, 2}, Duration: 20 * time.Millisecond})
+	if err != nil || len(rs) != 2 {
+		t.Fatalf("RunBaseline: %v, %d results", err, len(rs))
+	}
+	if _, err := RunBaseline(context.Background(), "rdma", Options{}); err == nil {
+		t.Error("unknown baseline accepted")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := RawTCP(ctx, 4096, 1, time.Second); err == nil {
+		t.Error("cancelled RawTCP returned no error")
+	}
+}
+
+func TestReportFromDir(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"iperf3-1M-1.json", "fio-seq-write.json", "redis-65536-4.csv"} {
+		b, err := os.ReadFile(filepath.Join("testdata", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kv := []Result{
+		{System: "kvtier", Op: OpGet, Size: 65536, Concurrency: 4, GBytesPerSec: 3.6, OpsPerSec: 54932, P50US: 50, P99US: 90, P999US: 200},
+		{System: "kvtier", Op: OpPut, Size: 65536, Concurrency: 4, GBytesPerSec: 1.0},
+		{System: BaselineTCP, Op: "send", Size: 65536, Concurrency: 4, GBytesPerSec: 2.0},
+		{System: BaselineMemcpy, Op: "copy", Size: 65536, Concurrency: 1, GBytesPerSec: 12},
+	}
+	var buf bytes.Buffer
+	if err := WriteJSONLines(&buf, kv); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "kvtier.jsonl"), buf.Bytes(), 0o644)
+	os.WriteFile(filepath.Join(dir, "skipped.txt"), []byte("spdk: skipped (not installed)\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("host: test\n"), 0o644)
+	out := filepath.Join(dir, "out")
+	if err := ReportTo(dir, out); err != nil {
+		t.Fatal(err)
+	}
+	md, _ := os.ReadFile(filepath.Join(out, "results.md"))
+	for _, want := range []string{"| get | 64 KiB | 4 | 3.600 |", "1.80×", "2.01×", "spdk: skipped (not installed)", "| iperf3 | stream | 1 MiB | 1 |", "| fio | seq-write | 1 MiB |", "- host: test"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("results.md lacks %q:\n%s", want, md)
+		}
+	}
+	// get: 3.6 / (27397.26*65536/1e9 = 1.7955) = 2.005; tcp 3.6/2 = 1.80.
+	js, _ := os.ReadFile(filepath.Join(out, "results.json"))
+	var parsed struct {
+		Results []Result `json:"results"`
+		Ratios  []Ratio  `json:"ratios"`
+	}
+	if err := json.Unmarshal(js, &parsed); err != nil {
+		t.Fatal(err)
+	}
+	if len(parsed.Ratios) != 2 || parsed.Ratios[0].VsTCP < 1.79 || parsed.Ratios[0].VsTCP > 1.81 {
+		t.Errorf("ratios %+v", parsed.Ratios)
+	}
+	svg, _ := os.Open(filepath.Join(out, "throughput.svg"))
+	defer svg.Close()
+	dec := xml.NewDecoder(svg)
+	n := 0
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("throughput.svg: %v", err)
+		}
+		if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "polyline" {
+			n++
+		}
+	}
+	if n < 5 {
+		t.Errorf("%d lines in the chart, want one per system and op (>= 5)", n)
+	}
+	// A malformed file is an error, not a silent skip.
+	os.WriteFile(filepath.Join(dir, "broken.jsonl"), []byte("{not json\n"), 0o644)
+	if err := ReportTo(dir, out); err == nil || !strings.Contains(err.Error(), "broken.jsonl") {
+		t.Errorf("broken input: %v", err)
+	}
+	// Report(dir) reads dir/raw and writes into dir.
+	top := t.TempDir()
+	os.MkdirAll(filepath.Join(top, "raw"), 0o755)
+	os.WriteFile(filepath.Join(top, "raw", "kvtier.jsonl"), buf.Bytes(), 0o644)
+	if err := Report(top); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(top, "throughput.svg")); err != nil {
+		t.Error(err)
+	}
+	if err := Report(t.TempDir()); err == nil {
+		t.Error("empty directory reported without error")
+	}
+}
+
+func FuzzReadResults(f *testing.F) {
+	f.Add([]byte(`{"system":"kvtier","op":"get","size":1,"concurrency":1}` + "\n\n"))
+	f.Add([]byte(`{"system":"","size":-1}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rs, err := ReadResults(bytes.NewReader(b))
+		if err != nil {
+			return
+		}
+		for _, r := range rs {
+			if r.System == "" || r.Size < 0 {
+				t.Fatalf("invalid result accepted: %+v", r)
+			}
+		}
+	})
+}
+
+func FuzzParseRedisCSV(f *testing.F) {
+	b, _ := os.ReadFile("testdata/redis-65536-4.csv")
+	f.Add(b)
+	f.Add([]byte(`"SET","123.0"` + "\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rs, err := ParseRedisCSV(bytes.NewReader(b), 100, 1)
+		if err != nil {
+			return
+		}
+		for _, r := range rs {
+			if r.OpsPerSec <= 0 || r.System != "redis" {
+				t.Fatalf("bad result %+v", r)
+			}
+		}
+	})
+}
