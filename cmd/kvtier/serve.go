@@ -29,6 +29,8 @@ type masterFlags struct {
 	evictionRatio      float64
 	etcd               []string
 	leasePolicy        string
+	frequencyBonus     time.Duration
+	frequencyMaxBonus  time.Duration
 	clientTTL          time.Duration
 	clientGrace        time.Duration
 	putDiscard         time.Duration
@@ -47,6 +49,8 @@ func (f *masterFlags) register(cmd *cobra.Command, standalone bool) {
 	fs.Float64Var(&f.evictionRatio, "eviction-ratio", master.DefaultEvictionRatio, "fraction of DRAM capacity one eviction pass frees, in (0,1]")
 	fs.StringSliceVar(&f.etcd, "etcd", nil, "etcd endpoints for HA mode (leader + standbys)")
 	fs.StringVar(&f.leasePolicy, "lease-policy", master.DefaultLeasePolicy, "eviction order policy: plain | frequency")
+	fs.DurationVar(&f.frequencyBonus, "frequency-bonus", master.DefaultFrequencyBonus, "frequency policy: eviction-order bonus per read")
+	fs.DurationVar(&f.frequencyMaxBonus, "frequency-max-bonus", master.DefaultFrequencyMaxBonus, "frequency policy: cap of the bonus")
 	fs.DurationVar(&f.clientTTL, "client-ttl", master.DefaultClientTTL, "a client silent this long enters the grace state")
 	fs.DurationVar(&f.clientGrace, "client-grace", master.DefaultClientGrace, "a client in grace this long is gone: its segments are unmounted")
 	fs.DurationVar(&f.putDiscard, "put-discard-timeout", master.DefaultPutDiscardTimeout, "an unfinished put older than this may be taken over by a new writer")
@@ -61,7 +65,7 @@ func (f *masterFlags) register(cmd *cobra.Command, standalone bool) {
 func (f *masterFlags) config() master.Config {
 	return master.Config{
 		LeaseTTL: f.leaseTTL, HighWatermark: f.highWatermark, EvictionRatio: f.evictionRatio,
-		LeasePolicy: f.leasePolicy, ClientTTL: f.clientTTL, ClientGrace: f.clientGrace,
+		LeasePolicy: f.leasePolicy, FrequencyBonus: f.frequencyBonus, FrequencyMaxBonus: f.frequencyMaxBonus, ClientTTL: f.clientTTL, ClientGrace: f.clientGrace,
 		PutDiscardTimeout: f.putDiscard, PutReleaseTimeout: f.putRelease, MaxObjects: f.maxObjects,
 		OffloadMode: f.offload,
 	}

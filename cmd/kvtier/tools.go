@@ -1,10 +1,318 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"kvtier/api/kvtierpb"
+	"kvtier/appliance"
+	"kvtier/bench"
+	"kvtier/client"
+	"kvtier/dram"
+	"kvtier/replay"
+)
+
+// store adapts the client SDK to the bench and replay Store interfaces,
+// applying the replica count to every put.
+type store struct {
+	*client.Client
+	replicas int
+}
+
+func (s store) Put(ctx context.Context, key string, value []byte) error {
+	return s.Client.Put(ctx, key, value, client.WithReplicas(s.replicas))
+}
+
+func (s store) BatchPut(ctx context.Context, keys []string, values [][]byte) []error {
+	return s.Client.BatchPut(ctx, keys, values, client.WithReplicas(s.replicas))
+}
+
+var (
+	_ bench.Store  = store{}
+	_ replay.Store = store{}
+)
+
+// localCluster is a master and an appliance started in this process for
+// `bench` and `replay` when no --master is given.
+type localCluster struct {
+	rm *runningMaster
+	a  *appliance.Appliance
+}
+
+func startLocal(ctx context.Context, dramBytes uint64, mf masterFlags) (*localCluster, error) {
+	log := slog.New(slog.DiscardHandler)
+	mf.grpcAddr, mf.httpAddr = "127.0.0.1:0", "127.0.0.1:0"
+	rm, err := startMaster(&mf, log)
+	if err != nil {
+		return nil, err
+	}
+	a, err := appliance.Start(ctx, appliance.Config{Name: "local", MasterAddr: rm.grpcAddr.String(), DRAM: dramBytes,
+		Hugepages: dram.HugepageAuto, Logger: log})
+	if err != nil {
+		rm.stop()
+		return nil, err
+	}
+	return &localCluster{rm: rm, a: a}, nil
+}
+
+func (l *localCluster) stop() {
+	_ = l.a.Close(context.Background())
+	l.rm.stop()
+}
+
+func defaultMasterFlags() masterFlags {
+	cmd := &cobra.Command{}
+	var f masterFlags
+	f.register(cmd, false)
+	f.offload = "off"
+	return f
+}
+
+func parseSizes(list []string) ([]int, error) {
+	var out []int
+	for _, s := range list {
+		n, err := parseSize(s)
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 || n > 1<<30 {
+			return nil, fmt.Errorf("size %s: want 1 byte to 1GiB", s)
+		}
+		out = append(out, int(n))
+	}
+	return out, nil
+}
 
 func newBenchCmd() *cobra.Command {
-	return &cobra.Command{Use: "bench", Short: "Measure kvtier beside raw TCP, memcpy and Redis"}
+	var master, report, baseline string
+	var ops, sizes []string
+	var conc []int
+	var batch, replicas int
+	var duration time.Duration
+	var jsonOut bool
+	dramSize := sizeValue(2 << 30)
+	cmd := &cobra.Command{
+		Use:   "bench [--master ADDR] [--op put|get|mixed|exist] [--size 64KiB,1MiB,16MiB]",
+		Short: "Measure put/get/exist throughput and latency (against --master, or a store it starts itself)",
+		Long: `Measure kvtier: one workload per op, size and concurrency, with p50/p99/p999 latency.
+Without --master it starts a master and an appliance in this process (DRAM --dram, no SSD).
+--baseline tcp|memcpy measures the physical limits instead; --report DIR turns the raw
+results of a 'make bench' run into results.md, results.json and throughput.svg.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if report != "" {
+				return bench.Report(report)
+			}
+			sz, err := parseSizes(sizes)
+			if err != nil {
+				return fmt.Errorf("--size: %w", err)
+			}
+			o := bench.Options{Ops: ops, Sizes: sz, Concurrency: conc, Batch: batch, Duration: duration, Replicas: replicas}
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			var progress io.Writer = os.Stderr
+			var results []bench.Result
+			switch {
+			case baseline != "":
+				results, err = bench.RunBaseline(ctx, baseline, o)
+			default:
+				addr := master
+				if addr == "" {
+					l, err := startLocal(ctx, uint64(dramSize), defaultMasterFlags())
+					if err != nil {
+						return err
+					}
+					defer l.stop()
+					addr = l.rm.grpcAddr.String()
+				}
+				c, err := client.New(ctx, client.Config{MasterAddr: addr})
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				results, err = bench.Run(ctx, o, store{c, replicas}, progress)
+				if err != nil {
+					return err
+				}
+			}
+			if err != nil {
+				return err
+			}
+			if jsonOut {
+				return bench.WriteJSONLines(os.Stdout, results)
+			}
+			return bench.WriteMarkdown(os.Stdout, results)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&master, "master", os.Getenv("KVTIER_MASTER"), "master gRPC address (default: start a store in this process)")
+	fs.StringSliceVar(&ops, "op", []string{"put", "get"}, "workloads: put, get, mixed, exist")
+	fs.StringSliceVar(&sizes, "size", []string{"64KiB", "1MiB", "16MiB"}, "object sizes")
+	fs.IntSliceVar(&conc, "concurrency", []int{1}, "parallel callers (a list runs each)")
+	fs.IntVar(&batch, "batch", 1, "keys per call (> 1 uses the batch calls)")
+	fs.IntVar(&replicas, "replicas", 1, "replicas per put")
+	fs.DurationVar(&duration, "duration", 5*time.Second, "time per workload")
+	fs.BoolVar(&jsonOut, "json", false, "one JSON object per line and workload")
+	fs.StringVar(&baseline, "baseline", "", "measure a baseline instead: tcp | memcpy")
+	fs.StringVar(&report, "report", "", "write the report of a results directory (make bench)")
+	fs.Var(&dramSize, "dram", "DRAM of the store started without --master")
+	return cmd
 }
+
+func parseIntList(s string) ([]int, error) {
+	var out []int
+	for _, p := range strings.Split(s, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		n, err := strconv.Atoi(p)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive whole number", p)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
 func newReplayCmd() *cobra.Command {
-	return &cobra.Command{Use: "replay", Short: "Replay a Mooncake request trace"}
+	var master, capacities, policies, chart string
+	var blockBytes int
+	var speed float64
+	var simulate, jsonOut bool
+	mf := defaultMasterFlags()
+	cmd := &cobra.Command{
+		Use:   "replay TRACE.jsonl [--master ADDR | --simulate] [--capacity-blocks 1000,5000]",
+		Short: "Replay a Mooncake FAST'25 request trace and report prefix-hit rates",
+		Long: `Replays a request trace (JSON lines with timestamp, input_length, output_length,
+hash_ids; one id per 512-token block): for each request it finds the longest prefix
+of its blocks present (batch Exist), reads them, and puts the missing ones.
+
+--master ADDR replays against a running cluster. Without it, each --capacity-blocks
+value gets a fresh store started in this process with DRAM for that many blocks.
+--simulate applies the same policies in memory (no store), for fast sweeps.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			trace, err := replay.LoadTrace(args[0])
+			if err != nil {
+				return err
+			}
+			caps, err := parseIntList(capacities)
+			if err != nil {
+				return fmt.Errorf("--capacity-blocks: %w", err)
+			}
+			pols := strings.Split(policies, ",")
+			ctx, cancel := signalContext()
+			defer cancel()
+			if simulate {
+				sw, err := replay.Sweep(trace, caps, pols, replay.SimOptions{Speed: speed, BlockBytes: blockBytes,
+					Lease: replay.LeasePolicy{LeaseTTL: mf.leaseTTL}})
+				if err != nil {
+					return err
+				}
+				if chart != "" {
+					if err := writeFileWith(chart, sw.WriteSVG); err != nil {
+						return err
+					}
+				}
+				if jsonOut {
+					return sw.WriteJSON(os.Stdout)
+				}
+				return sw.WriteMarkdown(os.Stdout)
+			}
+			if master != "" {
+				caps = caps[:1]
+			}
+			var reports []*replay.Report
+			for _, capBlocks := range caps {
+				for _, pol := range pols {
+					rep, err := replayOnce(ctx, trace, master, capBlocks, pol, blockBytes, speed, mf)
+					if err != nil {
+						return err
+					}
+					reports = append(reports, rep)
+					if !jsonOut {
+						if err := rep.WriteText(os.Stdout); err != nil {
+							return err
+						}
+					}
+				}
+			}
+			if jsonOut {
+				for _, r := range reports {
+					if err := r.WriteJSON(os.Stdout); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&master, "master", "", "replay against this cluster (default: a store per capacity started in this process)")
+	fs.BoolVar(&simulate, "simulate", false, "pure in-memory simulation of the same policies (no store)")
+	fs.StringVar(&capacities, "capacity-blocks", "5000", "DRAM capacities in blocks (comma-separated) to sweep")
+	fs.StringVar(&policies, "policy", "frequency", "lease policies to compare (comma-separated: plain, frequency; --simulate also lru)")
+	fs.IntVar(&blockBytes, "block-bytes", 4096, "payload bytes per 512-token block")
+	fs.Float64Var(&speed, "speed", 0, "trace time / wall time (0: as fast as possible)")
+	fs.BoolVar(&jsonOut, "json", false, "JSON output")
+	fs.StringVar(&chart, "chart", "", "with --simulate: write an SVG chart of hit rate against capacity to this file")
+	fs.DurationVar(&mf.leaseTTL, "lease-ttl", mf.leaseTTL, "read lease of the store started here (scale with --speed)")
+	fs.DurationVar(&mf.frequencyBonus, "frequency-bonus", mf.frequencyBonus, "frequency policy bonus per read (scale with --speed)")
+	fs.DurationVar(&mf.frequencyMaxBonus, "frequency-max-bonus", mf.frequencyMaxBonus, "frequency policy bonus cap (scale with --speed)")
+	return cmd
+}
+
+// replayOnce replays the trace against master, or against a fresh local
+// store sized for capBlocks blocks.
+func replayOnce(ctx context.Context, trace *replay.Trace, master string, capBlocks int, policy string, blockBytes int, speed float64, mf masterFlags) (*replay.Report, error) {
+	addr := master
+	if addr == "" {
+		mf.leasePolicy = policy
+		// The master allocates in 64-byte units: size DRAM in those.
+		per := (uint64(blockBytes) + 63) / 64 * 64
+		l, err := startLocal(ctx, uint64(capBlocks)*per, mf)
+		if err != nil {
+			return nil, err
+		}
+		defer l.stop()
+		addr = l.rm.grpcAddr.String()
+	}
+	c, err := client.New(ctx, client.Config{MasterAddr: addr})
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	evictions := func(ctx context.Context) (int64, error) {
+		st, err := c.Master().Stats(ctx, &kvtierpb.Empty{})
+		if err != nil {
+			return 0, err
+		}
+		return int64(st.Counters["evictions"]), nil
+	}
+	return replay.Run(ctx, trace, replay.Options{BlockBytes: blockBytes, Speed: speed, Evictions: evictions,
+		Label: policy, CapacityBlocks: capBlocks}, store{c, 1}, os.Stderr)
+}
+
+func writeFileWith(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
