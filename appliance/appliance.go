@@ -129,6 +129,7 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 		offload: make(chan *kvtierpb.OffloadTask, cfg.OffloadQueue)}
 	defer func() {
 		if err != nil {
+			a.unmountAll(ctx)
 			a.teardown()
 		}
 	}()
@@ -287,7 +288,19 @@ func (a *Appliance) Close(ctx context.Context) error {
 			}
 		}
 	}
+	err = errors.Join(err, a.closeSPDK(ctx))
 	return errors.Join(err, a.teardown())
+}
+
+// unmountAll takes back whatever a failed Start had mounted, so the master
+// does not list segments of a box that never came up.
+func (a *Appliance) unmountAll(ctx context.Context) {
+	if a.client == nil {
+		return
+	}
+	for _, name := range append(a.Segments(), a.nofSegments...) {
+		_ = a.client.UnmountSegment(context.WithoutCancel(ctx), name, 0)
+	}
 }
 
 func (a *Appliance) teardown() error {

@@ -17,6 +17,14 @@
 // master keeps the DRAM copy and counts the skip). Bucket eviction asks the
 // master to drop a bucket's LOCAL_DISK replicas before deleting it.
 //
+// With NVMe export configured, the appliance also serves namespaces over
+// NVMe/TCP and mounts each as a NOF segment: either through the built-in
+// target (package nof/target, the default) or, with Backend "spdk", by making
+// an operator's SPDK target match a plan over its JSON-RPC socket (package
+// nof/spdk: attach controllers, aio files, malloc bdevs, lvols; one subsystem
+// named after the appliance). SPDK objects are left in place on Close unless
+// Teardown is set: operators own their SPDK target.
+//
 // Close drains: it stops taking offload work, unmounts every segment on the
 // master (after DrainGrace, during which reads are still served), stops the
 // engine, seals the SSD tier and unmaps the memory.

@@ -14,12 +14,15 @@ import (
 	"kvtier/nof/target"
 )
 
-// NVMeConfig exports namespaces over the built-in NVMe/TCP target. GPU nodes
-// then read and write NOF replicas straight from those namespaces.
+// NVMeConfig exports namespaces over NVMe/TCP, with the built-in target or
+// (Backend "spdk") an operator's SPDK target. GPU nodes then read and write
+// NOF replicas straight from those namespaces.
 type NVMeConfig struct {
 	Addr       string          // listener host:port; empty = no NVMe/TCP target
-	Namespaces []NVMeNamespace // backing files or block devices, nsid 1..n in order
+	Namespaces []NVMeNamespace // backing files or block devices, nsid 1..n in order (spdk: aio bdevs)
 	AllowHosts []string        // host NQNs allowed to connect; empty = any
+	Backend    string          // "" or "builtin": built-in target; "spdk": drive SPDK (see SPDKConfig)
+	SPDK       SPDKConfig      // used when Backend is "spdk"
 }
 
 // NVMeNamespace is one exported namespace.
@@ -63,6 +66,13 @@ type nvmeExport struct {
 // startNVMe opens the namespaces, serves them and mounts each as a NOF
 // segment on the master.
 func (a *Appliance) startNVMe(ctx context.Context, cfg NVMeConfig) (err error) {
+	switch cfg.Backend {
+	case "", BackendBuiltin:
+	case BackendSPDK:
+		return a.startSPDK(ctx, cfg)
+	default:
+		return kverr.New(kverr.InvalidParams, "", "--nvme-backend %q: want builtin or spdk", cfg.Backend)
+	}
 	if cfg.Addr == "" {
 		if len(cfg.Namespaces) > 0 {
 			return kverr.New(kverr.InvalidParams, "", "--nvme-namespace needs --nvme-addr")

@@ -9,8 +9,26 @@ import (
 	"kvtier/ssd"
 )
 
-// fillHeartbeat adds the SSD tier's figures and the free offload slots.
+// fillHeartbeat adds the NVMe/TCP target's figures, the SSD tier's figures
+// and the free offload slots.
 func (a *Appliance) fillHeartbeat(req *kvtierpb.HeartbeatRequest) {
+	if st, ok := a.NVMeStats(); ok {
+		nv := &kvtierpb.NvmeStats{Addr: a.NVMeAddr()}
+		for _, sub := range st.Subsystems {
+			ps := &kvtierpb.NvmeSubsystem{Nqn: sub.NQN}
+			for _, n := range sub.Namespaces {
+				ps.Namespaces = append(ps.Namespaces, &kvtierpb.NvmeNamespace{Nsid: n.NSID, Size: uint64(max(n.Size, 0)),
+					BlockSize: uint32(max(n.BlockSize, 0)), ReadOps: n.ReadOps, ReadBytes: n.ReadBytes,
+					WriteOps: n.WriteOps, WriteBytes: n.WriteBytes, OtherOps: n.OtherOps, Errors: n.Errors})
+			}
+			nv.Subsystems = append(nv.Subsystems, ps)
+		}
+		for _, h := range st.Hosts {
+			nv.Hosts = append(nv.Hosts, &kvtierpb.NvmeHost{Cntlid: uint32(h.CNTLID), HostNqn: h.HostNQN, SubNqn: h.SubNQN,
+				RemoteAddr: h.RemoteAddr, IoQueues: uint32(max(h.IOQueues, 0))})
+		}
+		req.Nvme = nv
+	}
 	if a.tier == nil {
 		return
 	}

@@ -21,6 +21,11 @@ type nvmeFlags struct {
 	allowHosts []string
 	backend    string
 	spdkSocket string
+	spdkCtrls  []string
+	spdkMalloc []string
+	spdkLvs    string
+	spdkLvols  []string
+	spdkTear   bool
 }
 
 func (f *nvmeFlags) register(cmd *cobra.Command) {
@@ -29,17 +34,51 @@ func (f *nvmeFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringSliceVar(&f.allowHosts, "nvme-allow-host", nil, "host NQNs allowed to connect (default: any)")
 	cmd.Flags().StringVar(&f.backend, "nvme-backend", "builtin", "NVMe-oF backend: builtin (our target) | spdk (manage an SPDK target)")
 	cmd.Flags().StringVar(&f.spdkSocket, "spdk-socket", "/var/tmp/spdk.sock", "SPDK JSON-RPC socket (with --nvme-backend spdk)")
+	cmd.Flags().StringArrayVar(&f.spdkCtrls, "spdk-nvme-controller", nil, "spdk: attach an NVMe controller NAME=PCI_BDF or NAME=HOST:PORT/SUBNQN (repeatable)")
+	cmd.Flags().StringArrayVar(&f.spdkMalloc, "spdk-malloc", nil, "spdk: a RAM bdev NAME:SIZE (repeatable; for tests)")
+	cmd.Flags().StringVar(&f.spdkLvs, "spdk-lvstore", "", "spdk: an lvol store NAME=BASE_BDEV[:CLUSTER_SIZE]")
+	cmd.Flags().StringArrayVar(&f.spdkLvols, "spdk-lvol", nil, "spdk: an lvol NAME:SIZE[:thin] in the lvol store (repeatable)")
+	cmd.Flags().BoolVar(&f.spdkTear, "spdk-teardown", false, "spdk: remove the plan's SPDK objects on shutdown (default: leave them)")
 }
 
 func (f *nvmeFlags) config() (appliance.NVMeConfig, error) {
+	cfg := appliance.NVMeConfig{Addr: f.addr, AllowHosts: f.allowHosts}
 	switch f.backend {
 	case "builtin":
 	case "spdk":
-		return appliance.NVMeConfig{}, fmt.Errorf("--nvme-backend spdk: exporting through an operator's SPDK target is not wired into the appliance yet (package nof/spdk has the client and plan manager); use --nvme-backend builtin")
+		cfg.Backend = appliance.BackendSPDK
+		cfg.SPDK = appliance.SPDKConfig{Socket: f.spdkSocket, Teardown: f.spdkTear}
+		for _, s := range f.spdkCtrls {
+			c, err := appliance.ParseSPDKController(s)
+			if err != nil {
+				return cfg, err
+			}
+			cfg.SPDK.Controllers = append(cfg.SPDK.Controllers, c)
+		}
+		for _, s := range f.spdkMalloc {
+			m, err := appliance.ParseSPDKMalloc(s, parseSize)
+			if err != nil {
+				return cfg, err
+			}
+			cfg.SPDK.Mallocs = append(cfg.SPDK.Mallocs, m)
+		}
+		if f.spdkLvs != "" {
+			l, err := appliance.ParseSPDKLvstore(f.spdkLvs, parseSize)
+			if err != nil {
+				return cfg, err
+			}
+			cfg.SPDK.Lvstore = l
+		}
+		for _, s := range f.spdkLvols {
+			l, err := appliance.ParseSPDKLvol(s, parseSize)
+			if err != nil {
+				return cfg, err
+			}
+			cfg.SPDK.Lvols = append(cfg.SPDK.Lvols, l)
+		}
 	default:
-		return appliance.NVMeConfig{}, fmt.Errorf("--nvme-backend %q: want builtin or spdk", f.backend)
+		return cfg, fmt.Errorf("--nvme-backend %q: want builtin or spdk", f.backend)
 	}
-	cfg := appliance.NVMeConfig{Addr: f.addr, AllowHosts: f.allowHosts}
 	for _, spec := range f.namespaces {
 		ns, err := appliance.ParseNVMeNamespace(spec, parseSize)
 		if err != nil {

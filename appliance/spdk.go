@@ -1,0 +1,439 @@
+package appliance
+
+// SPDK backend (--nvme-backend spdk): instead of serving namespaces with the
+// built-in target, the appliance makes an operator's SPDK application
+// (nvmf_tgt or spdk_tgt) export them, through SPDK's JSON-RPC socket and the
+// idempotent plan Manager of package nof/spdk, and mounts each exported
+// namespace on the master as a NOF segment "<appliance>/spdk<nsid>".
+//
+// The appliance keeps no SPDK connection open: Start dials, applies the plan
+// and hangs up; SPDKIOStat and SPDKTeardown dial again. SPDK's state belongs
+// to the operator: Close unmounts the NOF segments on the master and leaves
+// SPDK exporting, unless SPDKConfig.Teardown asks for the plan's objects to
+// be removed.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"kvtier/api/kvtierpb"
+	"kvtier/internal/kverr"
+	"kvtier/nof/spdk"
+)
+
+// NVMe backends (NVMeConfig.Backend).
+const (
+	BackendBuiltin = "builtin" // the built-in NVMe/TCP target (also "")
+	BackendSPDK    = "spdk"    // an operator's SPDK target, driven over JSON-RPC
+)
+
+// SPDKConfig describes what the appliance makes SPDK export when
+// NVMeConfig.Backend is "spdk". The exported block devices are, in this
+// order: the NVMe controllers' namespaces, NVMeConfig.Namespaces as aio bdevs
+// (named SPDKAioBdevName(appliance, i); files created at their size when
+// missing, so SPDK must run on this host to use them), the malloc disks and
+// the lvols; a bdev that carries the lvol store is not exported itself.
+// NVMeConfig.Addr is SPDK's TCP listener and also the address the master
+// hands GPU nodes, so it must be a concrete host and port. NVMeConfig.
+// AllowHosts become the subsystem's allowed hosts (empty: any host). The
+// subsystem NQN is SubsystemNQN(appliance name).
+type SPDKConfig struct {
+	Socket      string                // SPDK's JSON-RPC Unix socket; "" = /var/tmp/spdk.sock
+	Controllers []spdk.ControllerSpec // NVMe controllers to attach: PCIe BDF or NVMe/TCP
+	Mallocs     []spdk.MallocSpec     // RAM disks (demos, tests)
+	Lvstore     *spdk.LvstoreSpec     // optional lvol store on one of the bdevs above
+	Lvols       []spdk.LvolSpec       // lvols carved from Lvstore
+	// Teardown makes Close remove what the plan describes (subsystem, lvols,
+	// lvol store, bdevs, controllers). Default false: operators own SPDK.
+	Teardown    bool
+	CallTimeout time.Duration // per RPC without a ctx deadline; 0 = 60 s
+}
+
+var bdevUnsafe = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
+
+// SPDKAioBdevName is the name of the aio bdev the SPDK backend creates for
+// NVMeConfig.Namespaces[i] of the appliance called name (use it as an lvol
+// store's BaseBdev): "<name, sanitised, ≤40 chars>-ns<i+1>".
+func SPDKAioBdevName(name string, i int) string {
+	safe := bdevUnsafe.ReplaceAllString(name, "-")
+	if len(safe) > 40 {
+		safe = safe[:40]
+	}
+	return fmt.Sprintf("%s-ns%d", safe, i+1)
+}
+
+// spdkPlan turns the appliance's NVMe config into a Manager plan. It is a
+// pure function of (name, cfg), so Start and SPDKTeardown agree on the plan
+// without the appliance keeping it. Errors are kverr.InvalidParams.
+func spdkPlan(name string, cfg NVMeConfig) (spdk.Plan, string, error) {
+	bad := func(format string, args ...any) error {
+		return kverr.New(kverr.InvalidParams, "", "--nvme-backend spdk: "+format, args...)
+	}
+	if cfg.Addr == "" {
+		return spdk.Plan{}, "", bad("--nvme-addr HOST:PORT is required (SPDK's NVMe/TCP listener)")
+	}
+	host, port, err := net.SplitHostPort(cfg.Addr)
+	if err != nil {
+		return spdk.Plan{}, "", bad("--nvme-addr %q: %v", cfg.Addr, err)
+	}
+	ip := net.ParseIP(host)
+	if host == "" || (ip != nil && ip.IsUnspecified()) || port == "0" {
+		return spdk.Plan{}, "", bad("--nvme-addr %q: SPDK needs the concrete host and port GPU nodes connect to (no wildcard host, no port 0)", cfg.Addr)
+	}
+	adrfam := "IPv4"
+	if ip != nil && ip.To4() == nil {
+		adrfam = "IPv6"
+	}
+	serial := "KVT" + bdevUnsafe.ReplaceAllString(name, "-")
+	if len(serial) > 20 {
+		serial = serial[:20]
+	}
+	p := spdk.Plan{
+		Controllers: cfg.SPDK.Controllers,
+		Mallocs:     cfg.SPDK.Mallocs,
+		Lvstore:     cfg.SPDK.Lvstore,
+		Lvols:       cfg.SPDK.Lvols,
+		Subsystem: spdk.SubsystemSpec{
+			NQN: SubsystemNQN(name), Serial: serial, Model: "kvtier appliance", Hosts: cfg.AllowHosts,
+			Listen: spdk.ListenAddress{Trtype: "TCP", Adrfam: adrfam, Traddr: host, Trsvcid: port},
+		},
+	}
+	for i, n := range cfg.Namespaces {
+		abs, err := filepath.Abs(n.Path)
+		if err != nil {
+			return spdk.Plan{}, "", bad("--nvme-namespace %q: %v", n.Path, err)
+		}
+		if n.Size%4096 != 0 {
+			return spdk.Plan{}, "", bad("--nvme-namespace %q: size %d is not a multiple of 4096", n.Path, n.Size)
+		}
+		p.AioFiles = append(p.AioFiles, spdk.AioSpec{Name: SPDKAioBdevName(name, i), Filename: abs, BlockSize: 4096})
+	}
+	if err := (spdk.Config{Socket: cfg.SPDK.Socket}).Validate(); err != nil {
+		return spdk.Plan{}, "", err
+	}
+	if err := p.Validate(); err != nil {
+		return spdk.Plan{}, "", err
+	}
+	return p, net.JoinHostPort(host, port), nil
+}
+
+func newSPDKClient(cfg SPDKConfig) (*spdk.Client, error) {
+	return spdk.New(spdk.Config{Socket: cfg.Socket, CallTimeout: cfg.CallTimeout})
+}
+
+func spdkSocket(cfg SPDKConfig) string {
+	if cfg.Socket == "" {
+		return spdk.DefaultSocket
+	}
+	return cfg.Socket
+}
+
+// startSPDK applies the plan to SPDK and mounts every exported namespace as
+// a NOF segment. On failure nothing of this appliance's NOF segments stays
+// mounted; SPDK keeps whatever the Manager created (a re-run converges).
+func (a *Appliance) startSPDK(ctx context.Context, cfg NVMeConfig) error {
+	plan, targetAddr, err := spdkPlan(a.cfg.Name, cfg)
+	if err != nil {
+		return err
+	}
+	for _, n := range cfg.Namespaces {
+		if err := ensureFile(n); err != nil {
+			return err
+		}
+	}
+	c, err := newSPDKClient(cfg.SPDK)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	sock := spdkSocket(cfg.SPDK)
+	v, err := c.SpdkGetVersion(ctx)
+	if err != nil {
+		return fmt.Errorf("appliance: SPDK JSON-RPC socket %s (is nvmf_tgt/spdk_tgt running?): %w", sock, err)
+	}
+	a.log.Info("spdk connected", "socket", sock, "version", v.Version)
+	nss, err := spdk.NewManager(c).Apply(ctx, plan)
+	if err != nil {
+		return fmt.Errorf("appliance: SPDK at %s refused the export plan %s: %w", sock, plan.String(), err)
+	}
+	a.nvme = &nvmeExport{addr: targetAddr, nqn: plan.Subsystem.NQN}
+	var mounted []string
+	for _, ns := range nss {
+		seg := &kvtierpb.Segment{
+			Name: fmt.Sprintf("%s/spdk%d", a.cfg.Name, ns.NSID), Type: kvtierpb.ReplicaType_NOF,
+			Nqn: plan.Subsystem.NQN, Nsid: ns.NSID, TargetAddr: targetAddr,
+			BlockSize: ns.BlockSize, Size: ns.Size,
+		}
+		if err := a.client.MountSegment(ctx, seg); err != nil {
+			err = fmt.Errorf("appliance: mount NOF segment %s (SPDK bdev %s): %w", seg.Name, ns.PlanName, err)
+			// MountSegment records the segment for heartbeats even when the
+			// RPC fails: withdraw it (the master may answer that it is not
+			// ours, or not mounted) and the ones mounted before it.
+			_ = a.client.UnmountSegment(ctx, seg.Name, 0)
+			for _, name := range mounted {
+				if e := a.client.UnmountSegment(ctx, name, 0); e != nil && !kverr.Is(e, kverr.SegmentNotFound) {
+					err = errors.Join(err, fmt.Errorf("unmount %s: %w", name, e))
+				}
+			}
+			return err
+		}
+		mounted = append(mounted, seg.Name)
+		a.log.Info("spdk namespace", "segment", seg.Name, "bdev", ns.PlanName, "nsid", ns.NSID,
+			"size", ns.Size, "block_size", ns.BlockSize)
+	}
+	a.nofSegments = append(a.nofSegments, mounted...)
+	a.log.Info("nvme/tcp export via spdk", "addr", targetAddr, "nqn", plan.Subsystem.NQN, "namespaces", len(nss))
+	if a.log.Enabled(ctx, slog.LevelDebug) {
+		a.logSPDKIOStat(ctx, c, plan.Subsystem.NQN)
+	}
+	return nil
+}
+
+// ensureFile creates a missing namespace file at its size (an existing file
+// keeps its size and contents, as with the built-in target).
+func ensureFile(n NVMeNamespace) error {
+	if _, err := os.Stat(n.Path); err == nil {
+		return nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("appliance: NVMe namespace %s: %w", n.Path, err)
+	}
+	if n.Size == 0 {
+		return kverr.New(kverr.InvalidParams, "", "--nvme-namespace %s: file missing and no size given (PATH:SIZE)", n.Path)
+	}
+	f, err := os.OpenFile(n.Path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("appliance: create NVMe namespace %s: %w", n.Path, err)
+	}
+	err = f.Truncate(n.Size)
+	return errors.Join(err, f.Close())
+}
+
+// SPDKNamespaceIO is one exported namespace's I/O counters as SPDK reports
+// them (bdev_get_iostat): cumulative since the bdev was created.
+type SPDKNamespaceIO struct {
+	Segment string // "<appliance>/spdk<nsid>"
+	NSID    uint32
+	Bdev    string
+	spdk.BdevIOStat
+	TickRate uint64 // latency ticks per second
+}
+
+// SPDKIOStat asks SPDK for the I/O figures of the namespaces this appliance
+// exports (kverr.InvalidParams when not in SPDK mode). It dials the
+// socket for the call; callers (REST, a periodic logger) may call it at any
+// time after Start.
+func (a *Appliance) SPDKIOStat(ctx context.Context) ([]SPDKNamespaceIO, error) {
+	cfg := a.cfg.NVMe
+	if cfg.Backend != BackendSPDK || a.nvme == nil {
+		return nil, kverr.New(kverr.InvalidParams, "", "appliance %s does not export through SPDK", a.cfg.Name)
+	}
+	c, err := newSPDKClient(cfg.SPDK)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return a.spdkIOStat(ctx, c, a.nvme.nqn)
+}
+
+func (a *Appliance) spdkIOStat(ctx context.Context, c *spdk.Client, nqn string) ([]SPDKNamespaceIO, error) {
+	nss, err := spdk.NewManager(c).Namespaces(ctx, nqn)
+	if err != nil {
+		return nil, fmt.Errorf("appliance: SPDK namespaces of %s: %w", nqn, err)
+	}
+	st, err := c.BdevGetIostat(ctx, spdk.BdevGetIostatParams{})
+	if err != nil {
+		return nil, fmt.Errorf("appliance: SPDK bdev_get_iostat: %w", err)
+	}
+	byName := make(map[string]spdk.BdevIOStat, len(st.Bdevs))
+	for _, b := range st.Bdevs {
+		byName[b.Name] = b
+	}
+	out := make([]SPDKNamespaceIO, 0, len(nss))
+	for _, ns := range nss {
+		io, ok := byName[ns.Bdev]
+		if !ok {
+			io.Name = ns.Bdev // not reported (yet): zero counters
+		}
+		out = append(out, SPDKNamespaceIO{Segment: fmt.Sprintf("%s/spdk%d", a.cfg.Name, ns.NSID),
+			NSID: ns.NSID, Bdev: ns.Bdev, BdevIOStat: io, TickRate: st.TickRate})
+	}
+	return out, nil
+}
+
+// LogSPDKIOStat logs SPDKIOStat at debug level, one line per namespace; a
+// caller may run it periodically. It does nothing unless debug is enabled.
+func (a *Appliance) LogSPDKIOStat(ctx context.Context) {
+	if !a.log.Enabled(ctx, slog.LevelDebug) || a.cfg.NVMe.Backend != BackendSPDK || a.nvme == nil {
+		return
+	}
+	c, err := newSPDKClient(a.cfg.NVMe.SPDK)
+	if err != nil {
+		a.log.Debug("spdk iostat", "err", err)
+		return
+	}
+	defer c.Close()
+	a.logSPDKIOStat(ctx, c, a.nvme.nqn)
+}
+
+func (a *Appliance) logSPDKIOStat(ctx context.Context, c *spdk.Client, nqn string) {
+	st, err := a.spdkIOStat(ctx, c, nqn)
+	if err != nil {
+		a.log.Debug("spdk iostat", "err", err)
+		return
+	}
+	for _, s := range st {
+		a.log.Debug("spdk iostat", "segment", s.Segment, "bdev", s.Bdev,
+			"bytes_read", s.BytesRead, "read_ops", s.NumReadOps,
+			"bytes_written", s.BytesWritten, "write_ops", s.NumWriteOps,
+			"bytes_unmapped", s.BytesUnmapped)
+	}
+}
+
+// SPDKTeardown removes from SPDK what this appliance's plan describes:
+// the subsystem, lvols, lvol store, malloc/aio bdevs and NVMe controllers
+// (dependency-ordered, skipping what is gone, leaving alone objects of a
+// planned name that the plan did not create). It does not unmount segments
+// on the master: call it after Close. Close calls it itself when
+// SPDKConfig.Teardown is set (see closeSPDK).
+func (a *Appliance) SPDKTeardown(ctx context.Context) error {
+	cfg := a.cfg.NVMe
+	if cfg.Backend != BackendSPDK {
+		return kverr.New(kverr.InvalidParams, "", "appliance %s does not export through SPDK", a.cfg.Name)
+	}
+	plan, _, err := spdkPlan(a.cfg.Name, cfg)
+	if err != nil {
+		return err
+	}
+	c, err := newSPDKClient(cfg.SPDK)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := spdk.NewManager(c).Teardown(ctx, plan); err != nil {
+		return fmt.Errorf("appliance: SPDK teardown at %s: %w", spdkSocket(cfg.SPDK), err)
+	}
+	a.log.Info("spdk export torn down", "nqn", plan.Subsystem.NQN)
+	return nil
+}
+
+// closeSPDK is Close's SPDK step, after the NOF segments are unmounted:
+// SPDK state is removed only when SPDKConfig.Teardown asks for it.
+func (a *Appliance) closeSPDK(ctx context.Context) error {
+	if a.cfg.NVMe.Backend != BackendSPDK || !a.cfg.NVMe.SPDK.Teardown || a.nvme == nil {
+		return nil
+	}
+	return a.SPDKTeardown(ctx)
+}
+
+// Flag syntax for the SPDK plan (cmd/kvtier parses flags with these; sizes
+// go through the caller's size parser, as in ParseNVMeNamespace). Errors are
+// kverr.InvalidParams naming the flag; the whole plan is validated again at
+// Start.
+
+var (
+	spdkNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+	spdkBDFRE  = regexp.MustCompile(`^([0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$`)
+)
+
+func badFlag(flag, spec, format string, args ...any) error {
+	return kverr.New(kverr.InvalidParams, "", "%s %q: "+format, append([]any{flag, spec}, args...)...)
+}
+
+// ParseSPDKController parses --spdk-nvme-controller: NAME=BDF for a local
+// PCIe SSD (Nvme0=0000:5e:00.0) or NAME=HOST:PORT/SUBNQN for a remote
+// NVMe/TCP subsystem (HOST may be [IPv6]). Bdevs become NAMEn<nsid>.
+func ParseSPDKController(spec string) (spdk.ControllerSpec, error) {
+	const flag = "--spdk-nvme-controller"
+	name, addr, ok := strings.Cut(spec, "=")
+	if !ok || !spdkNameRE.MatchString(name) {
+		return spdk.ControllerSpec{}, badFlag(flag, spec, "want NAME=BDF or NAME=HOST:PORT/SUBNQN with NAME of [A-Za-z0-9_.-]")
+	}
+	if spdkBDFRE.MatchString(addr) {
+		return spdk.ControllerSpec{Name: name, Trtype: "pcie", Traddr: addr}, nil
+	}
+	hostPort, subnqn, ok := strings.Cut(addr, "/")
+	if !ok || subnqn == "" {
+		return spdk.ControllerSpec{}, badFlag(flag, spec, "%q is neither a PCI address nor HOST:PORT/SUBNQN", addr)
+	}
+	host, port, err := net.SplitHostPort(hostPort)
+	if err != nil || host == "" {
+		return spdk.ControllerSpec{}, badFlag(flag, spec, "bad HOST:PORT %q", hostPort)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p <= 0 || p > 65535 {
+		return spdk.ControllerSpec{}, badFlag(flag, spec, "bad port %q", port)
+	}
+	c := spdk.ControllerSpec{Name: name, Trtype: "tcp", Traddr: host, Adrfam: "ipv4", Trsvcid: port, Subnqn: subnqn}
+	if ip := net.ParseIP(host); ip != nil && ip.To4() == nil {
+		c.Adrfam = "ipv6"
+	}
+	// The plan's own rules (NQN syntax) are the single source of truth.
+	probe := spdk.Plan{Controllers: []spdk.ControllerSpec{c}, Subsystem: spdk.SubsystemSpec{
+		NQN: "nqn.2026-11.io.kvtier:probe", Listen: spdk.ListenAddress{Trtype: "TCP", Traddr: "127.0.0.1", Trsvcid: "4420"}}}
+	if err := probe.Validate(); err != nil {
+		return spdk.ControllerSpec{}, badFlag(flag, spec, "%v", err)
+	}
+	return c, nil
+}
+
+// ParseSPDKMalloc parses --spdk-malloc NAME:SIZE (a RAM disk, 4 KiB blocks).
+func ParseSPDKMalloc(spec string, sizeOf func(string) (uint64, error)) (spdk.MallocSpec, error) {
+	const flag = "--spdk-malloc"
+	name, size, ok := strings.Cut(spec, ":")
+	if !ok || !spdkNameRE.MatchString(name) {
+		return spdk.MallocSpec{}, badFlag(flag, spec, "want NAME:SIZE")
+	}
+	n, err := sizeOf(size)
+	if err != nil || n == 0 || n%4096 != 0 {
+		return spdk.MallocSpec{}, badFlag(flag, spec, "size %q must be a positive multiple of 4 KiB", size)
+	}
+	return spdk.MallocSpec{Name: name, Size: n}, nil
+}
+
+// ParseSPDKLvstore parses --spdk-lvstore NAME=BASE_BDEV[:CLUSTER_SIZE].
+func ParseSPDKLvstore(spec string, sizeOf func(string) (uint64, error)) (*spdk.LvstoreSpec, error) {
+	const flag = "--spdk-lvstore"
+	name, rest, ok := strings.Cut(spec, "=")
+	base, cluster, hasCluster := strings.Cut(rest, ":")
+	if !ok || !spdkNameRE.MatchString(name) || !spdkNameRE.MatchString(base) {
+		return nil, badFlag(flag, spec, "want NAME=BASE_BDEV[:CLUSTER_SIZE]")
+	}
+	l := &spdk.LvstoreSpec{Name: name, BaseBdev: base}
+	if hasCluster {
+		n, err := sizeOf(cluster)
+		if err != nil || n == 0 || n%4096 != 0 || n > 1<<31 {
+			return nil, badFlag(flag, spec, "cluster size %q must be a positive multiple of 4 KiB up to 2 GiB", cluster)
+		}
+		l.ClusterSize = uint32(n)
+	}
+	return l, nil
+}
+
+// ParseSPDKLvol parses --spdk-lvol NAME:SIZE[:thin] (SIZE a multiple of 1 MiB).
+func ParseSPDKLvol(spec string, sizeOf func(string) (uint64, error)) (spdk.LvolSpec, error) {
+	const flag = "--spdk-lvol"
+	parts := strings.Split(spec, ":")
+	if len(parts) < 2 || len(parts) > 3 || !spdkNameRE.MatchString(parts[0]) {
+		return spdk.LvolSpec{}, badFlag(flag, spec, "want NAME:SIZE[:thin]")
+	}
+	n, err := sizeOf(parts[1])
+	if err != nil || n == 0 || n%(1<<20) != 0 {
+		return spdk.LvolSpec{}, badFlag(flag, spec, "size %q must be a positive multiple of 1 MiB", parts[1])
+	}
+	v := spdk.LvolSpec{Name: parts[0], SizeMiB: n >> 20}
+	if len(parts) == 3 {
+		if parts[2] != "thin" {
+			return spdk.LvolSpec{}, badFlag(flag, spec, "unknown option %q (want thin)", parts[2])
+		}
+		v.Thin = true
+	}
+	return v, nil
+}
