@@ -6,13 +6,29 @@ import (
 
 	"kvtier/api/kvtierpb"
 	"kvtier/internal/kverr"
+	"kvtier/nof/target"
 	"kvtier/ssd"
 )
 
 // fillHeartbeat adds the NVMe/TCP target's figures, the SSD tier's figures
 // and the free offload slots.
+//
+// NVMe figures go only in beats that already announce a NOF segment: the
+// heartbeat loop runs while Start is still in startNVMe, and this beat's
+// segment list was read under the client's lock that MountSegment took after
+// startNVMe set a.nvme, so seeing a NOF segment orders those writes before
+// the reads here.
 func (a *Appliance) fillHeartbeat(req *kvtierpb.HeartbeatRequest) {
-	if st, ok := a.NVMeStats(); ok {
+	nof := false
+	for _, s := range req.Segments {
+		nof = nof || s.GetType() == kvtierpb.ReplicaType_NOF
+	}
+	var st target.Stats
+	ok := false
+	if nof {
+		st, ok = a.NVMeStats()
+	}
+	if ok {
 		nv := &kvtierpb.NvmeStats{Addr: a.NVMeAddr()}
 		for _, sub := range st.Subsystems {
 			ps := &kvtierpb.NvmeSubsystem{Nqn: sub.NQN}

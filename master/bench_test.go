@@ -308,7 +308,8 @@ func BenchmarkGRPC(b *testing.B) {
 
 // BenchmarkHeapPerObject reports heap bytes per live object with 1,000,000
 // COMPLETE objects (32-byte keys, one MEMORY replica each), beside the bare
-// cost of a map[string]*struct{} holding the same keys.
+// cost of a map[string]*struct{} holding the same keys; then again with the
+// eviction history full at its default size for that population.
 func BenchmarkHeapPerObject(b *testing.B) {
 	const n = 1_000_000
 	heap := func() uint64 {
@@ -334,6 +335,21 @@ func BenchmarkHeapPerObject(b *testing.B) {
 		runtime.KeepAlive(m)
 		per := float64(after-before) / n
 
+		// The eviction history at its default size for this population
+		// (4 entries per live object, here the 4,000,000 cap), full.
+		m.growHistory(n)
+		limit := m.histLimit.Load()
+		for i := int64(0); i < limit; i++ {
+			c := ck(DefaultTenant, fmt.Sprintf("evicted-%023d", i))
+			sh := m.shardOf(c)
+			sh.hist.setLimit(perShardHistory(limit))
+			sh.hist.put(histFingerprint(m.ckHash(c)), 2)
+		}
+		withHist := heap()
+		runtime.KeepAlive(m)
+		hs := m.historyStats()
+		histPer := float64(withHist-after) / n
+
 		base := heap()
 		mp := map[string]*struct{ x [2]int64 }{}
 		for i := 0; i < n; i++ {
@@ -342,6 +358,9 @@ func BenchmarkHeapPerObject(b *testing.B) {
 		baseline := float64(heap()-base) / n
 		runtime.KeepAlive(mp)
 		b.ReportMetric(per, "heap-B/object")
+		b.ReportMetric(histPer, "history-B/object")
+		b.ReportMetric(per+histPer, "heap-B/object-with-history")
+		b.ReportMetric(float64(hs.entries), "history-entries")
 		b.ReportMetric(baseline, "bare-map-B/key")
 		b.ReportMetric(per/baseline, "ratio")
 	}

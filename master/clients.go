@@ -22,6 +22,7 @@ type client struct {
 	mu       sync.Mutex
 	lastBeat int64               // guarded by mu; unix ns
 	disk     DiskStats           // guarded by mu
+	nvme     *NVMeStats          // guarded by mu: last report (never mutated once stored)
 	slots    int                 // guarded by mu
 	segments map[string]struct{} // guarded by mu
 	drained  map[string]struct{} // guarded by mu: names heartbeats must not remount
@@ -110,8 +111,9 @@ func (t *clientTable) list() []*client {
 
 // Heartbeat records a beat of req.Client: it becomes LIVE, its segments leave
 // GRACE (and are remounted if the master had unmounted them), its SSD figures
-// are recorded, and up to OffloadSlots offload tasks are handed out. The
-// reply always carries the current SSD settings.
+// and NVMe/TCP figures are recorded (a beat without NVMe figures clears the
+// last ones: the client no longer exports), and up to OffloadSlots offload
+// tasks are handed out. The reply always carries the current SSD settings.
 func (m *Master) Heartbeat(ctx context.Context, req HeartbeatRequest) (HeartbeatReply, error) {
 	if req.Client == "" {
 		return HeartbeatReply{}, kverr.New(kverr.InvalidParams, "", "heartbeat: empty client id")
@@ -119,6 +121,7 @@ func (m *Master) Heartbeat(ctx context.Context, req HeartbeatRequest) (Heartbeat
 	if req.OffloadSlots < 0 {
 		return HeartbeatReply{}, kverr.New(kverr.InvalidParams, "", "heartbeat: negative offload slots")
 	}
+	nvme := req.NVMe.clone() // copied outside the client lock
 	now := m.now().UnixNano()
 	known := m.clients.get(req.Client) != nil
 	c := m.clients.getOrCreate(m.intern(req.Client), req.Endpoint, now)
@@ -133,6 +136,7 @@ func (m *Master) Heartbeat(ctx context.Context, req HeartbeatRequest) (Heartbeat
 		c.disk = *req.Disk
 		c.hasSSD.Store(req.Disk.Capacity > 0)
 	}
+	c.nvme = nvme
 	c.mu.Unlock()
 	if prev != ClientLive {
 		m.setClientSegments(c, SegGrace, SegMounted)
@@ -211,10 +215,12 @@ func (m *Master) ListClients(ctx context.Context) []ClientInfo {
 		c.mu.Lock()
 		ci := ClientInfo{ID: c.id, Endpoint: c.getEndpoint(), LastHeartbeat: time.Unix(0, c.lastBeat),
 			State: ClientState(c.state.Load()), Disk: c.disk}
+		nvme := c.nvme
 		for s := range c.segments {
 			ci.Segments = append(ci.Segments, s)
 		}
 		c.mu.Unlock()
+		ci.NVMe = nvme.clone() // stored reports are immutable: copy outside the lock
 		slices.Sort(ci.Segments)
 		out = append(out, ci)
 	}

@@ -164,7 +164,7 @@ func memBytesLocked(o *object) uint64 {
 // orderKey is the eviction order key of o under pol.
 func (m *Master) orderKey(pol LeasePolicy, o *object) int64 {
 	base := o.created
-	if o.readCount > 0 {
+	if o.flags&flagRead != 0 {
 		base = o.lastRead + int64(m.cfg.LeaseTTL)
 	}
 	return pol.EvictionKey(base, o.readCount)
@@ -240,6 +240,7 @@ func (m *Master) evictPass(ctx context.Context, need uint64) EvictionReport {
 	now := rep.Time.UnixNano()
 	var first, soft []Candidate
 	var refs []candRef
+	memObjects := 0
 	m.forEachShard(func(sh *shard) {
 		for k, o := range sh.objs {
 			if !o.complete {
@@ -250,6 +251,7 @@ func (m *Master) evictPass(ctx context.Context, need uint64) EvictionReport {
 			if b == 0 {
 				continue
 			}
+			memObjects++
 			switch {
 			case o.flags&flagHardPin != 0:
 				rep.Pinned++
@@ -270,6 +272,7 @@ func (m *Master) evictPass(ctx context.Context, need uint64) EvictionReport {
 			}
 		}
 	})
+	m.growHistory(memObjects)
 	rep.Candidates = len(first)
 	m.evictFrom(first, refs, &rep, st, now, false)
 	if rep.FreedBytes < target && len(soft) > 0 {
@@ -341,6 +344,7 @@ func (m *Master) evictOne(ref candRef, rep *EvictionReport, st *settings, now in
 	}
 	clear(o.replicas[n:])
 	o.replicas = o.replicas[:n]
+	m.rememberEvictedLocked(sh, ref.ck, o, st.policy)
 	if n == 0 {
 		m.dropObjectLocked(sh, ref.ck, o)
 	}

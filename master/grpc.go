@@ -235,6 +235,48 @@ func diskToPB(d DiskStats) *kvtierpb.DiskTierStats {
 		OffloadSkipped: d.OffloadSkipped, OffloadFailed: d.OffloadFailed}
 }
 
+func nvmeFromPB(n *kvtierpb.NvmeStats) *NVMeStats {
+	if n == nil {
+		return nil
+	}
+	out := &NVMeStats{Addr: n.GetAddr()}
+	for _, sub := range n.GetSubsystems() {
+		s := NVMeSubsystem{NQN: sub.GetNqn()}
+		for _, ns := range sub.GetNamespaces() {
+			s.Namespaces = append(s.Namespaces, NVMeNamespace{NSID: ns.GetNsid(), Size: ns.GetSize(), BlockSize: ns.GetBlockSize(),
+				ReadOps: ns.GetReadOps(), ReadBytes: ns.GetReadBytes(), WriteOps: ns.GetWriteOps(), WriteBytes: ns.GetWriteBytes(),
+				OtherOps: ns.GetOtherOps(), Errors: ns.GetErrors()})
+		}
+		out.Subsystems = append(out.Subsystems, s)
+	}
+	for _, h := range n.GetHosts() {
+		out.Hosts = append(out.Hosts, NVMeHost{CNTLID: h.GetCntlid(), HostNQN: h.GetHostNqn(), SubNQN: h.GetSubNqn(),
+			RemoteAddr: h.GetRemoteAddr(), IOQueues: h.GetIoQueues()})
+	}
+	return out
+}
+
+func nvmeToPB(n *NVMeStats) *kvtierpb.NvmeStats {
+	if n == nil {
+		return nil
+	}
+	out := &kvtierpb.NvmeStats{Addr: n.Addr}
+	for _, sub := range n.Subsystems {
+		s := &kvtierpb.NvmeSubsystem{Nqn: sub.NQN}
+		for _, ns := range sub.Namespaces {
+			s.Namespaces = append(s.Namespaces, &kvtierpb.NvmeNamespace{Nsid: ns.NSID, Size: ns.Size, BlockSize: ns.BlockSize,
+				ReadOps: ns.ReadOps, ReadBytes: ns.ReadBytes, WriteOps: ns.WriteOps, WriteBytes: ns.WriteBytes,
+				OtherOps: ns.OtherOps, Errors: ns.Errors})
+		}
+		out.Subsystems = append(out.Subsystems, s)
+	}
+	for _, h := range n.Hosts {
+		out.Hosts = append(out.Hosts, &kvtierpb.NvmeHost{Cntlid: h.CNTLID, HostNqn: h.HostNQN, SubNqn: h.SubNQN,
+			RemoteAddr: h.RemoteAddr, IoQueues: h.IOQueues})
+	}
+	return out
+}
+
 func settingsToPB(t TierSettings) *kvtierpb.TierSettings {
 	return &kvtierpb.TierSettings{OffloadMode: t.OffloadMode, SsdPolicy: t.SSDPolicy, SsdCapacity: t.SSDCapacity,
 		SsdHighWatermark: t.SSDHighWatermark}
@@ -249,6 +291,7 @@ func (s *grpcServer) Heartbeat(ctx context.Context, r *kvtierpb.HeartbeatRequest
 		d := diskFromPB(r.GetDisk())
 		req.Disk = &d
 	}
+	req.NVMe = nvmeFromPB(r.GetNvme())
 	rep, err := s.m.Heartbeat(ctx, req)
 	if err != nil {
 		return nil, toGRPC(err)
@@ -329,7 +372,8 @@ func (s *grpcServer) ListClients(ctx context.Context, _ *kvtierpb.Empty) (*kvtie
 	out := &kvtierpb.ListClientsResponse{}
 	for _, c := range s.m.ListClients(ctx) {
 		out.Clients = append(out.Clients, &kvtierpb.ClientInfo{ClientId: c.ID, Endpoint: c.Endpoint, Segments: c.Segments,
-			LastHeartbeatMs: ms(c.LastHeartbeat), State: kvtierpb.ClientState(c.State), Disk: diskToPB(c.Disk)})
+			LastHeartbeatMs: ms(c.LastHeartbeat), State: kvtierpb.ClientState(c.State), Disk: diskToPB(c.Disk),
+			Nvme: nvmeToPB(c.NVMe)})
 	}
 	return out, nil
 }

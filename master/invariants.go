@@ -13,7 +13,9 @@ import (
 //   - no two of those ranges overlap;
 //   - no replica lies on an unmounted segment;
 //   - object, in-flight and per-segment replica counts match the maps;
-//   - an in-flight object has only PROCESSING replicas, a complete one none.
+//   - an in-flight object has only PROCESSING replicas, a complete one none;
+//   - each shard's eviction history is within its limit and its index finds
+//     exactly the remembered fingerprints (each once).
 func (m *Master) CheckInvariants() error {
 	for i := range m.shards {
 		m.shards[i].mu.Lock()
@@ -73,6 +75,9 @@ func (m *Master) CheckInvariants() error {
 		}
 		if inflight != len(sh.inflight) {
 			return fmt.Errorf("shard %d: %d in-flight objects, index holds %d", i, inflight, len(sh.inflight))
+		}
+		if err := sh.hist.check(); err != nil {
+			return fmt.Errorf("shard %d: eviction history: %w", i, err)
 		}
 	}
 	if objects != m.nObjects.Load() {

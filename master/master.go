@@ -19,11 +19,11 @@ type object struct {
 	replicas   []replica
 	writer     string // interned client id
 	size       uint64
-	started    int64 // PutStart, unix ns
-	created    int64 // PutEnd, unix ns (0 while in flight)
-	lastRead   int64 // last GetReplicaList, unix ns (0 = never read)
-	softPinEnd int64 // soft-pin deadline; while in flight: the requested TTL in ns
-	readCount  uint32
+	started    int64  // PutStart, unix ns
+	created    int64  // PutEnd, unix ns (0 while in flight)
+	lastRead   int64  // last GetReplicaList, unix ns (0 = never read)
+	softPinEnd int64  // soft-pin deadline; while in flight: the requested TTL in ns
+	readCount  uint32 // reads since PutEnd, plus the eviction-history seed (see recallLocked)
 	crc        uint32
 	complete   bool
 	flags      uint8
@@ -34,6 +34,7 @@ const (
 	flagHasCRC uint8 = 1 << iota
 	flagSoftPin
 	flagHardPin
+	flagRead // read at least once since PutEnd (lastRead is valid)
 )
 
 const (
@@ -66,6 +67,7 @@ type shard struct {
 	mu       sync.Mutex
 	objs     map[string]*object // composite key (see ck) → object; guarded by mu
 	inflight map[string]*object // guarded by mu: the objects not yet COMPLETE
+	hist     history            // guarded by mu: eviction history of this shard's keys
 	_        [32]byte
 }
 
@@ -92,6 +94,9 @@ type Master struct {
 
 	shards   [numShards]shard
 	nObjects atomic.Int64
+	// histLimit is the eviction history size in entries (0 = disabled):
+	// Config.EvictionHistory, or the default grown by eviction passes.
+	histLimit atomic.Int64
 
 	segs    segTable
 	clients clientTable
@@ -132,6 +137,12 @@ func New(cfg Config) (*Master, error) {
 	for i := range m.shards {
 		m.shards[i].objs = make(map[string]*object)
 		m.shards[i].inflight = make(map[string]*object)
+	}
+	switch {
+	case cfg.EvictionHistory > 0:
+		m.histLimit.Store(int64(cfg.EvictionHistory))
+	case cfg.EvictionHistory == 0:
+		m.histLimit.Store(evictionHistoryMin)
 	}
 	m.segs.init()
 	m.clients.init()
@@ -305,11 +316,11 @@ func (m *Master) freeReplicaLocked(r *replica) {
 
 // leased reports whether o is under a read lease at now.
 func (m *Master) leased(o *object, now int64) bool {
-	return o.readCount > 0 && o.lastRead+int64(m.cfg.LeaseTTL) > now
+	return o.flags&flagRead != 0 && o.lastRead+int64(m.cfg.LeaseTTL) > now
 }
 
 func (m *Master) leaseDeadline(o *object) time.Time {
-	if o.readCount == 0 {
+	if o.flags&flagRead == 0 {
 		return time.Time{}
 	}
 	return time.Unix(0, o.lastRead+int64(m.cfg.LeaseTTL))

@@ -231,6 +231,7 @@ func (m *Master) PutEnd(ctx context.Context, client, tenant, key string) error {
 	}
 	o.complete = true
 	o.created = now
+	m.recallLocked(sh, k, o) // the eviction history seeds the read count here, at PutEnd
 	if o.flags&flagSoftPin != 0 {
 		o.softPinEnd += now
 	}
@@ -298,6 +299,7 @@ func (m *Master) GetReplicaList(ctx context.Context, client, tenant, key string)
 	}
 	now := m.now().UnixNano()
 	o.lastRead = now
+	o.flags |= flagRead
 	if o.readCount < ^uint32(0) {
 		o.readCount++
 	}

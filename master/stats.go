@@ -40,6 +40,7 @@ const (
 	cAbandonedPutsReclaimed
 	cDiskBucketsDropped
 	cEventsDropped
+	cEvictionHistoryHits
 	numCounters
 )
 
@@ -51,7 +52,7 @@ var counterNames = [numCounters]string{
 	"eviction_shortfall_leased", "eviction_shortfall_pinned", "eviction_shortfall_in_flight",
 	"eviction_shortfall_awaiting_offload", "offloads_queued", "offloads_completed",
 	"offloads_failed", "offloads_skipped_queue_full", "abandoned_puts_reclaimed",
-	"disk_buckets_dropped", "events_dropped",
+	"disk_buckets_dropped", "events_dropped", "eviction_history_hits",
 }
 
 // CounterNames lists the names of the counters Stats reports.

@@ -1,6 +1,9 @@
 package master
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // ReplicaType is where a replica lives. Numbers match the wire enum.
 type ReplicaType uint8
@@ -191,6 +194,53 @@ type ClientInfo struct {
 	LastHeartbeat time.Time
 	State         ClientState
 	Disk          DiskStats
+	NVMe          *NVMeStats // last NVMe/TCP report; nil when the client exports none
+}
+
+// NVMeStats are the figures of a client's built-in NVMe/TCP target, as of
+// its last heartbeat. Counters are totals since the target started.
+type NVMeStats struct {
+	Addr       string // listener host:port
+	Subsystems []NVMeSubsystem
+	Hosts      []NVMeHost // connected controllers
+}
+
+// NVMeSubsystem is one exported subsystem and its namespaces.
+type NVMeSubsystem struct {
+	NQN        string
+	Namespaces []NVMeNamespace
+}
+
+// NVMeNamespace is one namespace's size and I/O counters.
+type NVMeNamespace struct {
+	NSID                 uint32
+	Size                 uint64 // bytes
+	BlockSize            uint32 // bytes per logical block
+	ReadOps, ReadBytes   uint64
+	WriteOps, WriteBytes uint64
+	OtherOps             uint64 // flush, write zeroes, deallocate
+	Errors               uint64 // commands completed with an error status
+}
+
+// NVMeHost is one connected controller (association) of the target.
+type NVMeHost struct {
+	CNTLID     uint32
+	HostNQN    string
+	SubNQN     string // subsystem (or discovery) NQN it connected to
+	RemoteAddr string
+	IOQueues   uint32
+}
+
+// clone returns a deep copy, so a stored report never aliases a caller's.
+func (s *NVMeStats) clone() *NVMeStats {
+	if s == nil {
+		return nil
+	}
+	out := &NVMeStats{Addr: s.Addr, Hosts: slices.Clone(s.Hosts)}
+	for _, sub := range s.Subsystems {
+		out.Subsystems = append(out.Subsystems, NVMeSubsystem{NQN: sub.NQN, Namespaces: slices.Clone(sub.Namespaces)})
+	}
+	return out
 }
 
 // HeartbeatRequest is one beat of a client.
@@ -199,6 +249,7 @@ type HeartbeatRequest struct {
 	Endpoint     string
 	Segments     []Segment  // re-announced every beat
 	Disk         *DiskStats // nil: no SSD tier report
+	NVMe         *NVMeStats // nil: exports no NVMe/TCP namespace (clears the last report)
 	OffloadSlots int
 }
 

@@ -5,9 +5,11 @@
 // against any Store with the kvtier/client batch signatures), the pure
 // in-memory simulator of the DRAM tier (Simulate, Sweep), and the reports
 // (Report, SweepResult: text, JSON, Markdown, SVG). cmd/kvtier's `replay`
-// subcommand calls it; tests and benchmarks may too. It imports only the
-// standard library and kvtier/bench/{hdr,chart,progress}; it must not import
-// master, client or any mechanism (the Store interface is defined here).
+// subcommand calls it; tests and benchmarks may too. It imports the standard
+// library, kvtier/bench/{hdr,chart,progress} and kvtier/master (for
+// LeasePolicy, so the simulator orders evictions with the master's own
+// formula); it must not import client or any mechanism (the Store interface
+// is defined here).
 //
 // # Trace format (input)
 //

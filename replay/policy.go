@@ -3,6 +3,8 @@ package replay
 import (
 	"fmt"
 	"time"
+
+	"kvtier/master"
 )
 
 // Policy names accepted by SimOptions.Policy and LeasePolicy.Kind.
@@ -16,20 +18,21 @@ const (
 	PolicyFrequency = "frequency"
 )
 
-// Defaults of LeasePolicy, in trace time (the trace's millisecond clock at speed 1).
-// They were chosen with Sweep on both FAST'25 traces (see the package doc).
+// Defaults of LeasePolicy, in trace time (the trace's millisecond clock at
+// speed 1): the master's defaults, which were chosen with Sweep on both
+// FAST'25 traces (see the package doc).
 const (
-	DefaultLeaseTTL           = 5 * time.Second
-	DefaultFrequencyBonus     = 270 * time.Second
-	DefaultFrequencyMaxBonus  = 330 * time.Second
-	DefaultHistoryPerCapacity = 4
-	DefaultHighWatermark      = 0.90
-	DefaultEvictionRatio      = 0.05
+	DefaultLeaseTTL           = master.DefaultLeaseTTL
+	DefaultFrequencyBonus     = master.DefaultFrequencyBonus
+	DefaultFrequencyMaxBonus  = master.DefaultFrequencyMaxBonus
+	DefaultHistoryPerCapacity = master.EvictionHistoryPerObject
+	DefaultHighWatermark      = master.DefaultHighWatermark
+	DefaultEvictionRatio      = master.DefaultEvictionRatio
 )
 
-// LeasePolicy is the DRAM eviction order of the master, restated here so the
-// simulator needs no master import. TODO(lead): switch to master.LeasePolicy
-// once it is exported; the formula must stay identical:
+// LeasePolicy is the DRAM eviction order of the master as the simulator
+// runs it. The order key is computed by the master's own implementation
+// (master.PlainPolicy, master.FrequencyPolicy), so there is one formula:
 //
 //	on PutEnd:  deadline = now            (a fresh object holds no read lease)
 //	            reads = h+1 if the key's read count h is in the eviction
@@ -37,8 +40,8 @@ const (
 //	on read:    deadline = now + LeaseTTL; reads++
 //	on evict:   remember (key, reads) in a FIFO history of History entries
 //	evictable:  deadline <= now
-//	key:        deadline + bonus, bonus = 0 (plain) or
-//	            min(reads*FrequencyBonus, FrequencyMaxBonus) (frequency)
+//	key:        master.LeasePolicy.EvictionKey(deadline, reads): deadline +
+//	            0 (plain) or min(reads*FrequencyBonus, FrequencyMaxBonus)
 //	eviction:   the evictable objects with the smallest keys (O(n) selection)
 type LeasePolicy struct {
 	Kind              string        // PolicyPlain or PolicyFrequency; "" means frequency
@@ -80,14 +83,11 @@ func (p LeasePolicy) Validate() error {
 }
 
 // Key is the eviction order key (smaller goes first) of an object whose lease
-// deadline is deadline (ns of virtual time) and which was read reads times.
+// deadline is deadline (ns of virtual time) and which was read reads times:
+// the master's EvictionKey.
 func (p LeasePolicy) Key(deadline int64, reads uint32) int64 {
-	if p.Kind == PolicyPlain || reads == 0 {
-		return deadline
+	if p.Kind == PolicyPlain {
+		return master.PlainPolicy{}.EvictionKey(deadline, reads)
 	}
-	maxBonus, per := int64(p.FrequencyMaxBonus), max(int64(p.FrequencyBonus), 1)
-	if int64(reads) > maxBonus/per { // reads*per would reach the cap (or overflow)
-		return deadline + maxBonus
-	}
-	return deadline + min(int64(reads)*per, maxBonus)
+	return master.FrequencyPolicy{Bonus: p.FrequencyBonus, MaxBonus: p.FrequencyMaxBonus}.EvictionKey(deadline, reads)
 }

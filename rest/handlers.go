@@ -420,6 +420,7 @@ type ClientJSON struct {
 	SinceSeconds  float64    `json:"seconds_since_heartbeat"`
 	State         string     `json:"state"` // live | grace | gone
 	Disk          *DiskJSON  `json:"disk,omitempty"`
+	NVMeAddr      string     `json:"nvme_addr,omitempty"` // NVMe/TCP listener it reports (details: GET nvme)
 }
 
 // DiskJSON is an appliance's SSD tier.
@@ -465,6 +466,7 @@ func (s *Server) listClients(c echo.Context) error {
 		if j.LastHeartbeat != nil {
 			j.SinceSeconds = math.Max(0, now.Sub(*j.LastHeartbeat).Seconds())
 		}
+		j.NVMeAddr = ci.GetNvme().GetAddr()
 		if d := ci.GetDisk(); d != nil {
 			j.Disk = &DiskJSON{Capacity: d.GetCapacity(), Used: d.GetUsed(), Buckets: d.GetBuckets(), Objects: d.GetObjects(),
 				OffloadQueue: d.GetOffloadQueue(), EvictedBuckets: d.GetEvictedBuckets(), BytesWritten: d.GetBytesWritten(),

@@ -187,6 +187,7 @@ func (s *Server) routes(e *echo.Echo) {
 	g.PATCH("/tiers/dram", s.patchDram)
 	g.PATCH("/tiers/ssd", s.patchSSD)
 	g.GET("/clients", s.listClients)
+	g.GET("/nvme", s.nvme)
 	g.GET("/config", s.getConfig)
 	g.GET("/system", s.system)
 	g.GET("/events", s.events)

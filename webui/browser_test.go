@@ -15,6 +15,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"kvtier/client"
+	"kvtier/nof/initiator"
 	"kvtier/rest"
 	"kvtier/rest/resttest"
 )
@@ -350,4 +352,109 @@ func TestBrowserToken(t *testing.T) {
 	if open {
 		t.Fatal("token asked twice")
 	}
+}
+
+// The NVMe page shows a real appliance's NVMe/TCP target: subsystem,
+// namespace with I/O figures in units, its NOF segment, live rates and the
+// connected host, all matching GET /api/v1/nvme.
+func TestBrowserNVMe(t *testing.T) {
+	ctx := browser(t)
+	c := resttest.Start(t, resttest.Options{GRPC: true})
+	a := c.NVMeAppliance(t, "nvme-box", 64<<20)
+	ioctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const hostNQN = "nqn.2026-11.io.kvtier.test:gpu-node-7"
+	ctrl, err := initiator.Dial(ioctx, a.NVMeAddr(), initiator.Config{SubNQN: a.NVMeNQN(), HostNQN: hostNQN, IOQueues: 4})
+	if err != nil {
+		t.Fatalf("initiator: %v", err)
+	}
+	defer ctrl.Close()
+	blk := make([]byte, 128<<10)
+	for i := range blk {
+		blk[i] = byte(i * 7)
+	}
+	for i := range 8 { // 1 MiB written in 128 KiB commands
+		if err := ctrl.WriteAt(ioctx, 1, blk, int64(i)*int64(len(blk))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rd := make([]byte, 4096)
+	for i := range 256 { // 1 MiB read in 4 KiB commands
+		if err := ctrl.ReadAt(ioctx, 1, rd, int64(i)*4096); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A GPU node's NOF replica uses the namespace's segment.
+	cl, err := client.New(ioctx, client.Config{MasterAddr: c.GRPCAddr, HeartbeatInterval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.Put(ioctx, "llama-70b/layer-00/blk-0001", make([]byte, 3<<20), client.WithOptions(client.PutOptions{NOFReplicas: 1})); err != nil {
+		t.Fatalf("NOF put: %v", err)
+	}
+
+	var nj rest.NVMeJSON
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		nj = rest.NVMeJSON{}
+		apiJSON(t, c, "/api/v1/nvme", &nj)
+		if len(nj.Appliances) == 1 && len(nj.Appliances[0].Hosts) >= 2 && nj.Totals.ReadOps >= 256 && nj.Totals.WriteBytes >= 4<<20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the heartbeat never carried the I/O: %+v", nj)
+		}
+	}
+	// Keep a steady read load so the page measures a rate between heartbeats.
+	loadDone := make(chan struct{})
+	loadCtx, stopLoad := context.WithCancel(ioctx)
+	go func() {
+		defer close(loadDone)
+		for i := 0; loadCtx.Err() == nil; i++ {
+			if err := ctrl.ReadAt(loadCtx, 1, rd, int64(i%4096)*4096); err != nil {
+				return
+			}
+			if i%64 == 63 {
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	}()
+	defer func() { stopLoad(); <-loadDone }()
+
+	row := `.nv-target[data-node="nvme-box"] .nv-ns tr[data-nsid="1"]`
+	run(t, ctx, "nvme page",
+		chromedp.Navigate(c.URL+"/#nvme"),
+		visible(row),
+		waitJS(`document.querySelector(`+"`"+row+" .nv-rrate`"+`).textContent.includes("IOPS")`),
+	)
+	if got := text(t, ctx, ".nv-target .nv-nqn"); got != a.NVMeNQN() {
+		t.Fatalf("subsystem shown %q, want %q", got, a.NVMeNQN())
+	}
+	rowText := text(t, ctx, row)
+	for _, want := range []string{"64.0 MiB", "16,384 blocks", "4.00 KiB", "nvme-box/nvme1", "1 NOF replicas", "3.00 MiB"} {
+		if !strings.Contains(rowText, want) {
+			t.Fatalf("namespace row %q lacks %q", rowText, want)
+		}
+	}
+	if w := text(t, ctx, row+" .nv-write"); !strings.Contains(w, "MiB") || !strings.Contains(w, "commands") {
+		t.Fatalf("written cell %q", w)
+	}
+	if r := text(t, ctx, row+" .nv-rrate"); !strings.Contains(r, "/s") {
+		t.Fatalf("read rate cell %q has no unit", r)
+	}
+	hosts := text(t, ctx, `.nv-target[data-node="nvme-box"] .nv-hosts tbody`)
+	if !strings.Contains(hosts, hostNQN) || !strings.Contains(hosts, cl.HostNQN()) {
+		t.Fatalf("hosts table %q lacks %s and %s", hosts, hostNQN, cl.HostNQN())
+	}
+	if n := text(t, ctx, "#nv-namespaces"); n != "1" {
+		t.Fatalf("namespace card %q", n)
+	}
+	if h := text(t, ctx, "#nv-hosts"); h != fmt.Sprint(len(nj.Appliances[0].Hosts)) {
+		t.Fatalf("hosts card %q, API lists %d", h, len(nj.Appliances[0].Hosts))
+	}
+	screenshot(t, ctx, "nvme")
+
+	// The clients page names the appliance's NVMe/TCP listener.
+	run(t, ctx, "clients", chromedp.Navigate(c.URL+"/#clients"),
+		waitJS(`document.querySelector("#cl-table tbody").textContent.includes("NVMe/TCP on `+a.NVMeAddr()+`")`))
 }

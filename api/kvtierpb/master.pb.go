@@ -1948,6 +1948,7 @@ type HeartbeatRequest struct {
 	Segments      []*Segment             `protobuf:"bytes,3,rep,name=segments,proto3" json:"segments,omitempty"`                              // re-announced on every beat (remount after grace)
 	Disk          *DiskTierStats         `protobuf:"bytes,4,opt,name=disk,proto3" json:"disk,omitempty"`                                      // appliances with an SSD tier
 	OffloadSlots  uint32                 `protobuf:"varint,5,opt,name=offload_slots,json=offloadSlots,proto3" json:"offload_slots,omitempty"` // how many offload tasks the node can take now
+	Nvme          *NvmeStats             `protobuf:"bytes,6,opt,name=nvme,proto3" json:"nvme,omitempty"`                                      // appliances exporting namespaces over NVMe/TCP
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2017,6 +2018,311 @@ func (x *HeartbeatRequest) GetOffloadSlots() uint32 {
 	return 0
 }
 
+func (x *HeartbeatRequest) GetNvme() *NvmeStats {
+	if x != nil {
+		return x.Nvme
+	}
+	return nil
+}
+
+// The figures of an appliance's built-in NVMe/TCP target, as of one heartbeat.
+// Counters are totals since the target started.
+type NvmeStats struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Addr          string                 `protobuf:"bytes,1,opt,name=addr,proto3" json:"addr,omitempty"` // NVMe/TCP listener host:port
+	Subsystems    []*NvmeSubsystem       `protobuf:"bytes,2,rep,name=subsystems,proto3" json:"subsystems,omitempty"`
+	Hosts         []*NvmeHost            `protobuf:"bytes,3,rep,name=hosts,proto3" json:"hosts,omitempty"` // connected controllers (associations)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NvmeStats) Reset() {
+	*x = NvmeStats{}
+	mi := &file_master_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NvmeStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NvmeStats) ProtoMessage() {}
+
+func (x *NvmeStats) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NvmeStats.ProtoReflect.Descriptor instead.
+func (*NvmeStats) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *NvmeStats) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+func (x *NvmeStats) GetSubsystems() []*NvmeSubsystem {
+	if x != nil {
+		return x.Subsystems
+	}
+	return nil
+}
+
+func (x *NvmeStats) GetHosts() []*NvmeHost {
+	if x != nil {
+		return x.Hosts
+	}
+	return nil
+}
+
+type NvmeSubsystem struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Nqn           string                 `protobuf:"bytes,1,opt,name=nqn,proto3" json:"nqn,omitempty"`
+	Namespaces    []*NvmeNamespace       `protobuf:"bytes,2,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NvmeSubsystem) Reset() {
+	*x = NvmeSubsystem{}
+	mi := &file_master_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NvmeSubsystem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NvmeSubsystem) ProtoMessage() {}
+
+func (x *NvmeSubsystem) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NvmeSubsystem.ProtoReflect.Descriptor instead.
+func (*NvmeSubsystem) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *NvmeSubsystem) GetNqn() string {
+	if x != nil {
+		return x.Nqn
+	}
+	return ""
+}
+
+func (x *NvmeSubsystem) GetNamespaces() []*NvmeNamespace {
+	if x != nil {
+		return x.Namespaces
+	}
+	return nil
+}
+
+type NvmeNamespace struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Nsid          uint32                 `protobuf:"varint,1,opt,name=nsid,proto3" json:"nsid,omitempty"`
+	Size          uint64                 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`                            // bytes
+	BlockSize     uint32                 `protobuf:"varint,3,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"` // bytes per logical block
+	ReadOps       uint64                 `protobuf:"varint,4,opt,name=read_ops,json=readOps,proto3" json:"read_ops,omitempty"`
+	ReadBytes     uint64                 `protobuf:"varint,5,opt,name=read_bytes,json=readBytes,proto3" json:"read_bytes,omitempty"`
+	WriteOps      uint64                 `protobuf:"varint,6,opt,name=write_ops,json=writeOps,proto3" json:"write_ops,omitempty"`
+	WriteBytes    uint64                 `protobuf:"varint,7,opt,name=write_bytes,json=writeBytes,proto3" json:"write_bytes,omitempty"`
+	OtherOps      uint64                 `protobuf:"varint,8,opt,name=other_ops,json=otherOps,proto3" json:"other_ops,omitempty"` // flush, write zeroes, deallocate
+	Errors        uint64                 `protobuf:"varint,9,opt,name=errors,proto3" json:"errors,omitempty"`                     // commands completed with an error status
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NvmeNamespace) Reset() {
+	*x = NvmeNamespace{}
+	mi := &file_master_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NvmeNamespace) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NvmeNamespace) ProtoMessage() {}
+
+func (x *NvmeNamespace) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NvmeNamespace.ProtoReflect.Descriptor instead.
+func (*NvmeNamespace) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *NvmeNamespace) GetNsid() uint32 {
+	if x != nil {
+		return x.Nsid
+	}
+	return 0
+}
+
+func (x *NvmeNamespace) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *NvmeNamespace) GetBlockSize() uint32 {
+	if x != nil {
+		return x.BlockSize
+	}
+	return 0
+}
+
+func (x *NvmeNamespace) GetReadOps() uint64 {
+	if x != nil {
+		return x.ReadOps
+	}
+	return 0
+}
+
+func (x *NvmeNamespace) GetReadBytes() uint64 {
+	if x != nil {
+		return x.ReadBytes
+	}
+	return 0
+}
+
+func (x *NvmeNamespace) GetWriteOps() uint64 {
+	if x != nil {
+		return x.WriteOps
+	}
+	return 0
+}
+
+func (x *NvmeNamespace) GetWriteBytes() uint64 {
+	if x != nil {
+		return x.WriteBytes
+	}
+	return 0
+}
+
+func (x *NvmeNamespace) GetOtherOps() uint64 {
+	if x != nil {
+		return x.OtherOps
+	}
+	return 0
+}
+
+func (x *NvmeNamespace) GetErrors() uint64 {
+	if x != nil {
+		return x.Errors
+	}
+	return 0
+}
+
+type NvmeHost struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cntlid        uint32                 `protobuf:"varint,1,opt,name=cntlid,proto3" json:"cntlid,omitempty"`
+	HostNqn       string                 `protobuf:"bytes,2,opt,name=host_nqn,json=hostNqn,proto3" json:"host_nqn,omitempty"`
+	SubNqn        string                 `protobuf:"bytes,3,opt,name=sub_nqn,json=subNqn,proto3" json:"sub_nqn,omitempty"`             // the subsystem (or discovery) NQN it connected to
+	RemoteAddr    string                 `protobuf:"bytes,4,opt,name=remote_addr,json=remoteAddr,proto3" json:"remote_addr,omitempty"` // host:port of its admin queue
+	IoQueues      uint32                 `protobuf:"varint,5,opt,name=io_queues,json=ioQueues,proto3" json:"io_queues,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NvmeHost) Reset() {
+	*x = NvmeHost{}
+	mi := &file_master_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NvmeHost) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NvmeHost) ProtoMessage() {}
+
+func (x *NvmeHost) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NvmeHost.ProtoReflect.Descriptor instead.
+func (*NvmeHost) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *NvmeHost) GetCntlid() uint32 {
+	if x != nil {
+		return x.Cntlid
+	}
+	return 0
+}
+
+func (x *NvmeHost) GetHostNqn() string {
+	if x != nil {
+		return x.HostNqn
+	}
+	return ""
+}
+
+func (x *NvmeHost) GetSubNqn() string {
+	if x != nil {
+		return x.SubNqn
+	}
+	return ""
+}
+
+func (x *NvmeHost) GetRemoteAddr() string {
+	if x != nil {
+		return x.RemoteAddr
+	}
+	return ""
+}
+
+func (x *NvmeHost) GetIoQueues() uint32 {
+	if x != nil {
+		return x.IoQueues
+	}
+	return 0
+}
+
 // Settings the master relays to appliances (changed at run time by operators).
 type TierSettings struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
@@ -2030,7 +2336,7 @@ type TierSettings struct {
 
 func (x *TierSettings) Reset() {
 	*x = TierSettings{}
-	mi := &file_master_proto_msgTypes[25]
+	mi := &file_master_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2042,7 +2348,7 @@ func (x *TierSettings) String() string {
 func (*TierSettings) ProtoMessage() {}
 
 func (x *TierSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[25]
+	mi := &file_master_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2055,7 +2361,7 @@ func (x *TierSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TierSettings.ProtoReflect.Descriptor instead.
 func (*TierSettings) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{25}
+	return file_master_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *TierSettings) GetOffloadMode() string {
@@ -2099,7 +2405,7 @@ type OffloadTask struct {
 
 func (x *OffloadTask) Reset() {
 	*x = OffloadTask{}
-	mi := &file_master_proto_msgTypes[26]
+	mi := &file_master_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2111,7 +2417,7 @@ func (x *OffloadTask) String() string {
 func (*OffloadTask) ProtoMessage() {}
 
 func (x *OffloadTask) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[26]
+	mi := &file_master_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2124,7 +2430,7 @@ func (x *OffloadTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffloadTask.ProtoReflect.Descriptor instead.
 func (*OffloadTask) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{26}
+	return file_master_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *OffloadTask) GetTenant() string {
@@ -2173,7 +2479,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_master_proto_msgTypes[27]
+	mi := &file_master_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2185,7 +2491,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[27]
+	mi := &file_master_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2198,7 +2504,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{27}
+	return file_master_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *HeartbeatResponse) GetKnown() bool {
@@ -2238,7 +2544,7 @@ type OffloadDoneRequest struct {
 
 func (x *OffloadDoneRequest) Reset() {
 	*x = OffloadDoneRequest{}
-	mi := &file_master_proto_msgTypes[28]
+	mi := &file_master_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2250,7 +2556,7 @@ func (x *OffloadDoneRequest) String() string {
 func (*OffloadDoneRequest) ProtoMessage() {}
 
 func (x *OffloadDoneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[28]
+	mi := &file_master_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2263,7 +2569,7 @@ func (x *OffloadDoneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffloadDoneRequest.ProtoReflect.Descriptor instead.
 func (*OffloadDoneRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{28}
+	return file_master_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *OffloadDoneRequest) GetClientId() string {
@@ -2337,7 +2643,7 @@ type DiskObject struct {
 
 func (x *DiskObject) Reset() {
 	*x = DiskObject{}
-	mi := &file_master_proto_msgTypes[29]
+	mi := &file_master_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2349,7 +2655,7 @@ func (x *DiskObject) String() string {
 func (*DiskObject) ProtoMessage() {}
 
 func (x *DiskObject) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[29]
+	mi := &file_master_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2362,7 +2668,7 @@ func (x *DiskObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskObject.ProtoReflect.Descriptor instead.
 func (*DiskObject) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{29}
+	return file_master_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DiskObject) GetTenant() string {
@@ -2424,7 +2730,7 @@ type RegisterDiskObjectsRequest struct {
 
 func (x *RegisterDiskObjectsRequest) Reset() {
 	*x = RegisterDiskObjectsRequest{}
-	mi := &file_master_proto_msgTypes[30]
+	mi := &file_master_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2436,7 +2742,7 @@ func (x *RegisterDiskObjectsRequest) String() string {
 func (*RegisterDiskObjectsRequest) ProtoMessage() {}
 
 func (x *RegisterDiskObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[30]
+	mi := &file_master_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2449,7 +2755,7 @@ func (x *RegisterDiskObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterDiskObjectsRequest.ProtoReflect.Descriptor instead.
 func (*RegisterDiskObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{30}
+	return file_master_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RegisterDiskObjectsRequest) GetClientId() string {
@@ -2476,7 +2782,7 @@ type DropBucketRequest struct {
 
 func (x *DropBucketRequest) Reset() {
 	*x = DropBucketRequest{}
-	mi := &file_master_proto_msgTypes[31]
+	mi := &file_master_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2488,7 +2794,7 @@ func (x *DropBucketRequest) String() string {
 func (*DropBucketRequest) ProtoMessage() {}
 
 func (x *DropBucketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[31]
+	mi := &file_master_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2501,7 +2807,7 @@ func (x *DropBucketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropBucketRequest.ProtoReflect.Descriptor instead.
 func (*DropBucketRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{31}
+	return file_master_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DropBucketRequest) GetClientId() string {
@@ -2531,7 +2837,7 @@ type ListObjectsRequest struct {
 
 func (x *ListObjectsRequest) Reset() {
 	*x = ListObjectsRequest{}
-	mi := &file_master_proto_msgTypes[32]
+	mi := &file_master_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2543,7 +2849,7 @@ func (x *ListObjectsRequest) String() string {
 func (*ListObjectsRequest) ProtoMessage() {}
 
 func (x *ListObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[32]
+	mi := &file_master_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2556,7 +2862,7 @@ func (x *ListObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListObjectsRequest.ProtoReflect.Descriptor instead.
 func (*ListObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{32}
+	return file_master_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListObjectsRequest) GetTenant() string {
@@ -2616,7 +2922,7 @@ type ObjectInfo struct {
 
 func (x *ObjectInfo) Reset() {
 	*x = ObjectInfo{}
-	mi := &file_master_proto_msgTypes[33]
+	mi := &file_master_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2628,7 +2934,7 @@ func (x *ObjectInfo) String() string {
 func (*ObjectInfo) ProtoMessage() {}
 
 func (x *ObjectInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[33]
+	mi := &file_master_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2641,7 +2947,7 @@ func (x *ObjectInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectInfo.ProtoReflect.Descriptor instead.
 func (*ObjectInfo) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{33}
+	return file_master_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ObjectInfo) GetTenant() string {
@@ -2752,7 +3058,7 @@ type ListObjectsResponse struct {
 
 func (x *ListObjectsResponse) Reset() {
 	*x = ListObjectsResponse{}
-	mi := &file_master_proto_msgTypes[34]
+	mi := &file_master_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2764,7 +3070,7 @@ func (x *ListObjectsResponse) String() string {
 func (*ListObjectsResponse) ProtoMessage() {}
 
 func (x *ListObjectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[34]
+	mi := &file_master_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2777,7 +3083,7 @@ func (x *ListObjectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListObjectsResponse.ProtoReflect.Descriptor instead.
 func (*ListObjectsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{34}
+	return file_master_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListObjectsResponse) GetObjects() []*ObjectInfo {
@@ -2808,7 +3114,7 @@ type SegmentInfo struct {
 
 func (x *SegmentInfo) Reset() {
 	*x = SegmentInfo{}
-	mi := &file_master_proto_msgTypes[35]
+	mi := &file_master_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2820,7 +3126,7 @@ func (x *SegmentInfo) String() string {
 func (*SegmentInfo) ProtoMessage() {}
 
 func (x *SegmentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[35]
+	mi := &file_master_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2833,7 +3139,7 @@ func (x *SegmentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegmentInfo.ProtoReflect.Descriptor instead.
 func (*SegmentInfo) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{35}
+	return file_master_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SegmentInfo) GetSegment() *Segment {
@@ -2887,7 +3193,7 @@ type ListSegmentsResponse struct {
 
 func (x *ListSegmentsResponse) Reset() {
 	*x = ListSegmentsResponse{}
-	mi := &file_master_proto_msgTypes[36]
+	mi := &file_master_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2899,7 +3205,7 @@ func (x *ListSegmentsResponse) String() string {
 func (*ListSegmentsResponse) ProtoMessage() {}
 
 func (x *ListSegmentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[36]
+	mi := &file_master_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2912,7 +3218,7 @@ func (x *ListSegmentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSegmentsResponse.ProtoReflect.Descriptor instead.
 func (*ListSegmentsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{36}
+	return file_master_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListSegmentsResponse) GetSegments() []*SegmentInfo {
@@ -2930,13 +3236,14 @@ type ClientInfo struct {
 	LastHeartbeatMs int64                  `protobuf:"varint,4,opt,name=last_heartbeat_ms,json=lastHeartbeatMs,proto3" json:"last_heartbeat_ms,omitempty"`
 	State           ClientState            `protobuf:"varint,5,opt,name=state,proto3,enum=kvtier.v1.ClientState" json:"state,omitempty"`
 	Disk            *DiskTierStats         `protobuf:"bytes,6,opt,name=disk,proto3" json:"disk,omitempty"`
+	Nvme            *NvmeStats             `protobuf:"bytes,7,opt,name=nvme,proto3" json:"nvme,omitempty"` // last reported by the client's heartbeat; unset when it exports none
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ClientInfo) Reset() {
 	*x = ClientInfo{}
-	mi := &file_master_proto_msgTypes[37]
+	mi := &file_master_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2948,7 +3255,7 @@ func (x *ClientInfo) String() string {
 func (*ClientInfo) ProtoMessage() {}
 
 func (x *ClientInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[37]
+	mi := &file_master_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2961,7 +3268,7 @@ func (x *ClientInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientInfo.ProtoReflect.Descriptor instead.
 func (*ClientInfo) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{37}
+	return file_master_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ClientInfo) GetClientId() string {
@@ -3006,6 +3313,13 @@ func (x *ClientInfo) GetDisk() *DiskTierStats {
 	return nil
 }
 
+func (x *ClientInfo) GetNvme() *NvmeStats {
+	if x != nil {
+		return x.Nvme
+	}
+	return nil
+}
+
 type ListClientsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Clients       []*ClientInfo          `protobuf:"bytes,1,rep,name=clients,proto3" json:"clients,omitempty"`
@@ -3015,7 +3329,7 @@ type ListClientsResponse struct {
 
 func (x *ListClientsResponse) Reset() {
 	*x = ListClientsResponse{}
-	mi := &file_master_proto_msgTypes[38]
+	mi := &file_master_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3027,7 +3341,7 @@ func (x *ListClientsResponse) String() string {
 func (*ListClientsResponse) ProtoMessage() {}
 
 func (x *ListClientsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[38]
+	mi := &file_master_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3040,7 +3354,7 @@ func (x *ListClientsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClientsResponse.ProtoReflect.Descriptor instead.
 func (*ListClientsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{38}
+	return file_master_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListClientsResponse) GetClients() []*ClientInfo {
@@ -3064,7 +3378,7 @@ type TierStats struct {
 
 func (x *TierStats) Reset() {
 	*x = TierStats{}
-	mi := &file_master_proto_msgTypes[39]
+	mi := &file_master_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3076,7 +3390,7 @@ func (x *TierStats) String() string {
 func (*TierStats) ProtoMessage() {}
 
 func (x *TierStats) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[39]
+	mi := &file_master_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3089,7 +3403,7 @@ func (x *TierStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TierStats.ProtoReflect.Descriptor instead.
 func (*TierStats) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{39}
+	return file_master_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *TierStats) GetTier() string {
@@ -3147,7 +3461,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_master_proto_msgTypes[40]
+	mi := &file_master_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3159,7 +3473,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[40]
+	mi := &file_master_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3172,7 +3486,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{40}
+	return file_master_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *StatsResponse) GetObjects() uint64 {
@@ -3222,7 +3536,7 @@ type DramSettings struct {
 
 func (x *DramSettings) Reset() {
 	*x = DramSettings{}
-	mi := &file_master_proto_msgTypes[41]
+	mi := &file_master_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3234,7 +3548,7 @@ func (x *DramSettings) String() string {
 func (*DramSettings) ProtoMessage() {}
 
 func (x *DramSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[41]
+	mi := &file_master_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3247,7 +3561,7 @@ func (x *DramSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DramSettings.ProtoReflect.Descriptor instead.
 func (*DramSettings) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{41}
+	return file_master_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DramSettings) GetHighWatermark() float64 {
@@ -3282,7 +3596,7 @@ type TiersResponse struct {
 
 func (x *TiersResponse) Reset() {
 	*x = TiersResponse{}
-	mi := &file_master_proto_msgTypes[42]
+	mi := &file_master_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3294,7 +3608,7 @@ func (x *TiersResponse) String() string {
 func (*TiersResponse) ProtoMessage() {}
 
 func (x *TiersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[42]
+	mi := &file_master_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3307,7 +3621,7 @@ func (x *TiersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TiersResponse.ProtoReflect.Descriptor instead.
 func (*TiersResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{42}
+	return file_master_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *TiersResponse) GetDram() *DramSettings {
@@ -3347,7 +3661,7 @@ type UpdateTiersRequest struct {
 
 func (x *UpdateTiersRequest) Reset() {
 	*x = UpdateTiersRequest{}
-	mi := &file_master_proto_msgTypes[43]
+	mi := &file_master_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3359,7 +3673,7 @@ func (x *UpdateTiersRequest) String() string {
 func (*UpdateTiersRequest) ProtoMessage() {}
 
 func (x *UpdateTiersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[43]
+	mi := &file_master_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3372,7 +3686,7 @@ func (x *UpdateTiersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTiersRequest.ProtoReflect.Descriptor instead.
 func (*UpdateTiersRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{43}
+	return file_master_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *UpdateTiersRequest) GetHighWatermark() float64 {
@@ -3441,7 +3755,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_master_proto_msgTypes[44]
+	mi := &file_master_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3453,7 +3767,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[44]
+	mi := &file_master_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3466,7 +3780,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{44}
+	return file_master_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *Event) GetTimeMs() int64 {
@@ -3652,13 +3966,45 @@ const file_master_proto_rawDesc = "" +
 	"\findex_loaded\x18\n" +
 	" \x01(\bR\vindexLoaded\x12'\n" +
 	"\x0foffload_skipped\x18\v \x01(\x04R\x0eoffloadSkipped\x12%\n" +
-	"\x0eoffload_failed\x18\f \x01(\x04R\roffloadFailed\"\xce\x01\n" +
+	"\x0eoffload_failed\x18\f \x01(\x04R\roffloadFailed\"\xf8\x01\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1a\n" +
 	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12.\n" +
 	"\bsegments\x18\x03 \x03(\v2\x12.kvtier.v1.SegmentR\bsegments\x12,\n" +
 	"\x04disk\x18\x04 \x01(\v2\x18.kvtier.v1.DiskTierStatsR\x04disk\x12#\n" +
-	"\roffload_slots\x18\x05 \x01(\rR\foffloadSlots\"\xa1\x01\n" +
+	"\roffload_slots\x18\x05 \x01(\rR\foffloadSlots\x12(\n" +
+	"\x04nvme\x18\x06 \x01(\v2\x14.kvtier.v1.NvmeStatsR\x04nvme\"\x84\x01\n" +
+	"\tNvmeStats\x12\x12\n" +
+	"\x04addr\x18\x01 \x01(\tR\x04addr\x128\n" +
+	"\n" +
+	"subsystems\x18\x02 \x03(\v2\x18.kvtier.v1.NvmeSubsystemR\n" +
+	"subsystems\x12)\n" +
+	"\x05hosts\x18\x03 \x03(\v2\x13.kvtier.v1.NvmeHostR\x05hosts\"[\n" +
+	"\rNvmeSubsystem\x12\x10\n" +
+	"\x03nqn\x18\x01 \x01(\tR\x03nqn\x128\n" +
+	"\n" +
+	"namespaces\x18\x02 \x03(\v2\x18.kvtier.v1.NvmeNamespaceR\n" +
+	"namespaces\"\x83\x02\n" +
+	"\rNvmeNamespace\x12\x12\n" +
+	"\x04nsid\x18\x01 \x01(\rR\x04nsid\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x1d\n" +
+	"\n" +
+	"block_size\x18\x03 \x01(\rR\tblockSize\x12\x19\n" +
+	"\bread_ops\x18\x04 \x01(\x04R\areadOps\x12\x1d\n" +
+	"\n" +
+	"read_bytes\x18\x05 \x01(\x04R\treadBytes\x12\x1b\n" +
+	"\twrite_ops\x18\x06 \x01(\x04R\bwriteOps\x12\x1f\n" +
+	"\vwrite_bytes\x18\a \x01(\x04R\n" +
+	"writeBytes\x12\x1b\n" +
+	"\tother_ops\x18\b \x01(\x04R\botherOps\x12\x16\n" +
+	"\x06errors\x18\t \x01(\x04R\x06errors\"\x94\x01\n" +
+	"\bNvmeHost\x12\x16\n" +
+	"\x06cntlid\x18\x01 \x01(\rR\x06cntlid\x12\x19\n" +
+	"\bhost_nqn\x18\x02 \x01(\tR\ahostNqn\x12\x17\n" +
+	"\asub_nqn\x18\x03 \x01(\tR\x06subNqn\x12\x1f\n" +
+	"\vremote_addr\x18\x04 \x01(\tR\n" +
+	"remoteAddr\x12\x1b\n" +
+	"\tio_queues\x18\x05 \x01(\rR\bioQueues\"\xa1\x01\n" +
 	"\fTierSettings\x12!\n" +
 	"\foffload_mode\x18\x01 \x01(\tR\voffloadMode\x12\x1d\n" +
 	"\n" +
@@ -3737,7 +4083,7 @@ const file_master_proto_rawDesc = "" +
 	"\breplicas\x18\x05 \x01(\x04R\breplicas\x12*\n" +
 	"\x11drain_deadline_ms\x18\x06 \x01(\x03R\x0fdrainDeadlineMs\"J\n" +
 	"\x14ListSegmentsResponse\x122\n" +
-	"\bsegments\x18\x01 \x03(\v2\x16.kvtier.v1.SegmentInfoR\bsegments\"\xe9\x01\n" +
+	"\bsegments\x18\x01 \x03(\v2\x16.kvtier.v1.SegmentInfoR\bsegments\"\x93\x02\n" +
 	"\n" +
 	"ClientInfo\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1a\n" +
@@ -3745,7 +4091,8 @@ const file_master_proto_rawDesc = "" +
 	"\bsegments\x18\x03 \x03(\tR\bsegments\x12*\n" +
 	"\x11last_heartbeat_ms\x18\x04 \x01(\x03R\x0flastHeartbeatMs\x12,\n" +
 	"\x05state\x18\x05 \x01(\x0e2\x16.kvtier.v1.ClientStateR\x05state\x12,\n" +
-	"\x04disk\x18\x06 \x01(\v2\x18.kvtier.v1.DiskTierStatsR\x04disk\"F\n" +
+	"\x04disk\x18\x06 \x01(\v2\x18.kvtier.v1.DiskTierStatsR\x04disk\x12(\n" +
+	"\x04nvme\x18\a \x01(\v2\x14.kvtier.v1.NvmeStatsR\x04nvme\"F\n" +
 	"\x13ListClientsResponse\x12/\n" +
 	"\aclients\x18\x01 \x03(\v2\x15.kvtier.v1.ClientInfoR\aclients\"\x95\x01\n" +
 	"\tTierStats\x12\x12\n" +
@@ -3896,7 +4243,7 @@ func file_master_proto_rawDescGZIP() []byte {
 }
 
 var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_master_proto_goTypes = []any{
 	(ErrorCode)(0),                      // 0: kvtier.v1.ErrorCode
 	(ReplicaType)(0),                    // 1: kvtier.v1.ReplicaType
@@ -3928,27 +4275,31 @@ var file_master_proto_goTypes = []any{
 	(*UnmountSegmentRequest)(nil),       // 27: kvtier.v1.UnmountSegmentRequest
 	(*DiskTierStats)(nil),               // 28: kvtier.v1.DiskTierStats
 	(*HeartbeatRequest)(nil),            // 29: kvtier.v1.HeartbeatRequest
-	(*TierSettings)(nil),                // 30: kvtier.v1.TierSettings
-	(*OffloadTask)(nil),                 // 31: kvtier.v1.OffloadTask
-	(*HeartbeatResponse)(nil),           // 32: kvtier.v1.HeartbeatResponse
-	(*OffloadDoneRequest)(nil),          // 33: kvtier.v1.OffloadDoneRequest
-	(*DiskObject)(nil),                  // 34: kvtier.v1.DiskObject
-	(*RegisterDiskObjectsRequest)(nil),  // 35: kvtier.v1.RegisterDiskObjectsRequest
-	(*DropBucketRequest)(nil),           // 36: kvtier.v1.DropBucketRequest
-	(*ListObjectsRequest)(nil),          // 37: kvtier.v1.ListObjectsRequest
-	(*ObjectInfo)(nil),                  // 38: kvtier.v1.ObjectInfo
-	(*ListObjectsResponse)(nil),         // 39: kvtier.v1.ListObjectsResponse
-	(*SegmentInfo)(nil),                 // 40: kvtier.v1.SegmentInfo
-	(*ListSegmentsResponse)(nil),        // 41: kvtier.v1.ListSegmentsResponse
-	(*ClientInfo)(nil),                  // 42: kvtier.v1.ClientInfo
-	(*ListClientsResponse)(nil),         // 43: kvtier.v1.ListClientsResponse
-	(*TierStats)(nil),                   // 44: kvtier.v1.TierStats
-	(*StatsResponse)(nil),               // 45: kvtier.v1.StatsResponse
-	(*DramSettings)(nil),                // 46: kvtier.v1.DramSettings
-	(*TiersResponse)(nil),               // 47: kvtier.v1.TiersResponse
-	(*UpdateTiersRequest)(nil),          // 48: kvtier.v1.UpdateTiersRequest
-	(*Event)(nil),                       // 49: kvtier.v1.Event
-	nil,                                 // 50: kvtier.v1.StatsResponse.CountersEntry
+	(*NvmeStats)(nil),                   // 30: kvtier.v1.NvmeStats
+	(*NvmeSubsystem)(nil),               // 31: kvtier.v1.NvmeSubsystem
+	(*NvmeNamespace)(nil),               // 32: kvtier.v1.NvmeNamespace
+	(*NvmeHost)(nil),                    // 33: kvtier.v1.NvmeHost
+	(*TierSettings)(nil),                // 34: kvtier.v1.TierSettings
+	(*OffloadTask)(nil),                 // 35: kvtier.v1.OffloadTask
+	(*HeartbeatResponse)(nil),           // 36: kvtier.v1.HeartbeatResponse
+	(*OffloadDoneRequest)(nil),          // 37: kvtier.v1.OffloadDoneRequest
+	(*DiskObject)(nil),                  // 38: kvtier.v1.DiskObject
+	(*RegisterDiskObjectsRequest)(nil),  // 39: kvtier.v1.RegisterDiskObjectsRequest
+	(*DropBucketRequest)(nil),           // 40: kvtier.v1.DropBucketRequest
+	(*ListObjectsRequest)(nil),          // 41: kvtier.v1.ListObjectsRequest
+	(*ObjectInfo)(nil),                  // 42: kvtier.v1.ObjectInfo
+	(*ListObjectsResponse)(nil),         // 43: kvtier.v1.ListObjectsResponse
+	(*SegmentInfo)(nil),                 // 44: kvtier.v1.SegmentInfo
+	(*ListSegmentsResponse)(nil),        // 45: kvtier.v1.ListSegmentsResponse
+	(*ClientInfo)(nil),                  // 46: kvtier.v1.ClientInfo
+	(*ListClientsResponse)(nil),         // 47: kvtier.v1.ListClientsResponse
+	(*TierStats)(nil),                   // 48: kvtier.v1.TierStats
+	(*StatsResponse)(nil),               // 49: kvtier.v1.StatsResponse
+	(*DramSettings)(nil),                // 50: kvtier.v1.DramSettings
+	(*TiersResponse)(nil),               // 51: kvtier.v1.TiersResponse
+	(*UpdateTiersRequest)(nil),          // 52: kvtier.v1.UpdateTiersRequest
+	(*Event)(nil),                       // 53: kvtier.v1.Event
+	nil,                                 // 54: kvtier.v1.StatsResponse.CountersEntry
 }
 var file_master_proto_depIdxs = []int32{
 	1,  // 0: kvtier.v1.Replica.type:type_name -> kvtier.v1.ReplicaType
@@ -3970,84 +4321,89 @@ var file_master_proto_depIdxs = []int32{
 	25, // 16: kvtier.v1.MountSegmentRequest.segment:type_name -> kvtier.v1.Segment
 	25, // 17: kvtier.v1.HeartbeatRequest.segments:type_name -> kvtier.v1.Segment
 	28, // 18: kvtier.v1.HeartbeatRequest.disk:type_name -> kvtier.v1.DiskTierStats
-	5,  // 19: kvtier.v1.OffloadTask.source:type_name -> kvtier.v1.Replica
-	31, // 20: kvtier.v1.HeartbeatResponse.offload:type_name -> kvtier.v1.OffloadTask
-	30, // 21: kvtier.v1.HeartbeatResponse.settings:type_name -> kvtier.v1.TierSettings
-	34, // 22: kvtier.v1.RegisterDiskObjectsRequest.objects:type_name -> kvtier.v1.DiskObject
-	5,  // 23: kvtier.v1.ObjectInfo.replicas:type_name -> kvtier.v1.Replica
-	38, // 24: kvtier.v1.ListObjectsResponse.objects:type_name -> kvtier.v1.ObjectInfo
-	25, // 25: kvtier.v1.SegmentInfo.segment:type_name -> kvtier.v1.Segment
-	3,  // 26: kvtier.v1.SegmentInfo.state:type_name -> kvtier.v1.SegmentState
-	40, // 27: kvtier.v1.ListSegmentsResponse.segments:type_name -> kvtier.v1.SegmentInfo
-	4,  // 28: kvtier.v1.ClientInfo.state:type_name -> kvtier.v1.ClientState
-	28, // 29: kvtier.v1.ClientInfo.disk:type_name -> kvtier.v1.DiskTierStats
-	42, // 30: kvtier.v1.ListClientsResponse.clients:type_name -> kvtier.v1.ClientInfo
-	44, // 31: kvtier.v1.StatsResponse.tiers:type_name -> kvtier.v1.TierStats
-	50, // 32: kvtier.v1.StatsResponse.counters:type_name -> kvtier.v1.StatsResponse.CountersEntry
-	46, // 33: kvtier.v1.TiersResponse.dram:type_name -> kvtier.v1.DramSettings
-	30, // 34: kvtier.v1.TiersResponse.ssd:type_name -> kvtier.v1.TierSettings
-	44, // 35: kvtier.v1.TiersResponse.stats:type_name -> kvtier.v1.TierStats
-	7,  // 36: kvtier.v1.Master.PutStart:input_type -> kvtier.v1.PutStartRequest
-	9,  // 37: kvtier.v1.Master.PutEnd:input_type -> kvtier.v1.KeyRequest
-	9,  // 38: kvtier.v1.Master.PutRevoke:input_type -> kvtier.v1.KeyRequest
-	9,  // 39: kvtier.v1.Master.GetReplicaList:input_type -> kvtier.v1.KeyRequest
-	9,  // 40: kvtier.v1.Master.Exist:input_type -> kvtier.v1.KeyRequest
-	9,  // 41: kvtier.v1.Master.Remove:input_type -> kvtier.v1.KeyRequest
-	13, // 42: kvtier.v1.Master.RemoveByRegex:input_type -> kvtier.v1.RemoveByRegexRequest
-	14, // 43: kvtier.v1.Master.RemoveAll:input_type -> kvtier.v1.RemoveAllRequest
-	16, // 44: kvtier.v1.Master.BatchPutStart:input_type -> kvtier.v1.BatchPutStartRequest
-	19, // 45: kvtier.v1.Master.BatchPutEnd:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 46: kvtier.v1.Master.BatchPutRevoke:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 47: kvtier.v1.Master.BatchGetReplicaList:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 48: kvtier.v1.Master.BatchExist:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 49: kvtier.v1.Master.BatchRemove:input_type -> kvtier.v1.BatchKeysRequest
-	26, // 50: kvtier.v1.Master.MountSegment:input_type -> kvtier.v1.MountSegmentRequest
-	27, // 51: kvtier.v1.Master.UnmountSegment:input_type -> kvtier.v1.UnmountSegmentRequest
-	29, // 52: kvtier.v1.Master.Heartbeat:input_type -> kvtier.v1.HeartbeatRequest
-	33, // 53: kvtier.v1.Master.OffloadDone:input_type -> kvtier.v1.OffloadDoneRequest
-	35, // 54: kvtier.v1.Master.RegisterDiskObjects:input_type -> kvtier.v1.RegisterDiskObjectsRequest
-	36, // 55: kvtier.v1.Master.DropBucket:input_type -> kvtier.v1.DropBucketRequest
-	37, // 56: kvtier.v1.Master.ListObjects:input_type -> kvtier.v1.ListObjectsRequest
-	9,  // 57: kvtier.v1.Master.GetObject:input_type -> kvtier.v1.KeyRequest
-	10, // 58: kvtier.v1.Master.ListSegments:input_type -> kvtier.v1.Empty
-	10, // 59: kvtier.v1.Master.ListClients:input_type -> kvtier.v1.Empty
-	10, // 60: kvtier.v1.Master.Stats:input_type -> kvtier.v1.Empty
-	10, // 61: kvtier.v1.Master.GetTiers:input_type -> kvtier.v1.Empty
-	48, // 62: kvtier.v1.Master.UpdateTiers:input_type -> kvtier.v1.UpdateTiersRequest
-	10, // 63: kvtier.v1.Master.WatchEvents:input_type -> kvtier.v1.Empty
-	8,  // 64: kvtier.v1.Master.PutStart:output_type -> kvtier.v1.PutStartResponse
-	10, // 65: kvtier.v1.Master.PutEnd:output_type -> kvtier.v1.Empty
-	10, // 66: kvtier.v1.Master.PutRevoke:output_type -> kvtier.v1.Empty
-	11, // 67: kvtier.v1.Master.GetReplicaList:output_type -> kvtier.v1.GetReplicaListResponse
-	12, // 68: kvtier.v1.Master.Exist:output_type -> kvtier.v1.ExistResponse
-	10, // 69: kvtier.v1.Master.Remove:output_type -> kvtier.v1.Empty
-	15, // 70: kvtier.v1.Master.RemoveByRegex:output_type -> kvtier.v1.CountResponse
-	15, // 71: kvtier.v1.Master.RemoveAll:output_type -> kvtier.v1.CountResponse
-	18, // 72: kvtier.v1.Master.BatchPutStart:output_type -> kvtier.v1.BatchPutStartResponse
-	21, // 73: kvtier.v1.Master.BatchPutEnd:output_type -> kvtier.v1.BatchResponse
-	21, // 74: kvtier.v1.Master.BatchPutRevoke:output_type -> kvtier.v1.BatchResponse
-	23, // 75: kvtier.v1.Master.BatchGetReplicaList:output_type -> kvtier.v1.BatchGetReplicaListResponse
-	24, // 76: kvtier.v1.Master.BatchExist:output_type -> kvtier.v1.BatchExistResponse
-	21, // 77: kvtier.v1.Master.BatchRemove:output_type -> kvtier.v1.BatchResponse
-	10, // 78: kvtier.v1.Master.MountSegment:output_type -> kvtier.v1.Empty
-	10, // 79: kvtier.v1.Master.UnmountSegment:output_type -> kvtier.v1.Empty
-	32, // 80: kvtier.v1.Master.Heartbeat:output_type -> kvtier.v1.HeartbeatResponse
-	10, // 81: kvtier.v1.Master.OffloadDone:output_type -> kvtier.v1.Empty
-	21, // 82: kvtier.v1.Master.RegisterDiskObjects:output_type -> kvtier.v1.BatchResponse
-	10, // 83: kvtier.v1.Master.DropBucket:output_type -> kvtier.v1.Empty
-	39, // 84: kvtier.v1.Master.ListObjects:output_type -> kvtier.v1.ListObjectsResponse
-	38, // 85: kvtier.v1.Master.GetObject:output_type -> kvtier.v1.ObjectInfo
-	41, // 86: kvtier.v1.Master.ListSegments:output_type -> kvtier.v1.ListSegmentsResponse
-	43, // 87: kvtier.v1.Master.ListClients:output_type -> kvtier.v1.ListClientsResponse
-	45, // 88: kvtier.v1.Master.Stats:output_type -> kvtier.v1.StatsResponse
-	47, // 89: kvtier.v1.Master.GetTiers:output_type -> kvtier.v1.TiersResponse
-	47, // 90: kvtier.v1.Master.UpdateTiers:output_type -> kvtier.v1.TiersResponse
-	49, // 91: kvtier.v1.Master.WatchEvents:output_type -> kvtier.v1.Event
-	64, // [64:92] is the sub-list for method output_type
-	36, // [36:64] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	30, // 19: kvtier.v1.HeartbeatRequest.nvme:type_name -> kvtier.v1.NvmeStats
+	31, // 20: kvtier.v1.NvmeStats.subsystems:type_name -> kvtier.v1.NvmeSubsystem
+	33, // 21: kvtier.v1.NvmeStats.hosts:type_name -> kvtier.v1.NvmeHost
+	32, // 22: kvtier.v1.NvmeSubsystem.namespaces:type_name -> kvtier.v1.NvmeNamespace
+	5,  // 23: kvtier.v1.OffloadTask.source:type_name -> kvtier.v1.Replica
+	35, // 24: kvtier.v1.HeartbeatResponse.offload:type_name -> kvtier.v1.OffloadTask
+	34, // 25: kvtier.v1.HeartbeatResponse.settings:type_name -> kvtier.v1.TierSettings
+	38, // 26: kvtier.v1.RegisterDiskObjectsRequest.objects:type_name -> kvtier.v1.DiskObject
+	5,  // 27: kvtier.v1.ObjectInfo.replicas:type_name -> kvtier.v1.Replica
+	42, // 28: kvtier.v1.ListObjectsResponse.objects:type_name -> kvtier.v1.ObjectInfo
+	25, // 29: kvtier.v1.SegmentInfo.segment:type_name -> kvtier.v1.Segment
+	3,  // 30: kvtier.v1.SegmentInfo.state:type_name -> kvtier.v1.SegmentState
+	44, // 31: kvtier.v1.ListSegmentsResponse.segments:type_name -> kvtier.v1.SegmentInfo
+	4,  // 32: kvtier.v1.ClientInfo.state:type_name -> kvtier.v1.ClientState
+	28, // 33: kvtier.v1.ClientInfo.disk:type_name -> kvtier.v1.DiskTierStats
+	30, // 34: kvtier.v1.ClientInfo.nvme:type_name -> kvtier.v1.NvmeStats
+	46, // 35: kvtier.v1.ListClientsResponse.clients:type_name -> kvtier.v1.ClientInfo
+	48, // 36: kvtier.v1.StatsResponse.tiers:type_name -> kvtier.v1.TierStats
+	54, // 37: kvtier.v1.StatsResponse.counters:type_name -> kvtier.v1.StatsResponse.CountersEntry
+	50, // 38: kvtier.v1.TiersResponse.dram:type_name -> kvtier.v1.DramSettings
+	34, // 39: kvtier.v1.TiersResponse.ssd:type_name -> kvtier.v1.TierSettings
+	48, // 40: kvtier.v1.TiersResponse.stats:type_name -> kvtier.v1.TierStats
+	7,  // 41: kvtier.v1.Master.PutStart:input_type -> kvtier.v1.PutStartRequest
+	9,  // 42: kvtier.v1.Master.PutEnd:input_type -> kvtier.v1.KeyRequest
+	9,  // 43: kvtier.v1.Master.PutRevoke:input_type -> kvtier.v1.KeyRequest
+	9,  // 44: kvtier.v1.Master.GetReplicaList:input_type -> kvtier.v1.KeyRequest
+	9,  // 45: kvtier.v1.Master.Exist:input_type -> kvtier.v1.KeyRequest
+	9,  // 46: kvtier.v1.Master.Remove:input_type -> kvtier.v1.KeyRequest
+	13, // 47: kvtier.v1.Master.RemoveByRegex:input_type -> kvtier.v1.RemoveByRegexRequest
+	14, // 48: kvtier.v1.Master.RemoveAll:input_type -> kvtier.v1.RemoveAllRequest
+	16, // 49: kvtier.v1.Master.BatchPutStart:input_type -> kvtier.v1.BatchPutStartRequest
+	19, // 50: kvtier.v1.Master.BatchPutEnd:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 51: kvtier.v1.Master.BatchPutRevoke:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 52: kvtier.v1.Master.BatchGetReplicaList:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 53: kvtier.v1.Master.BatchExist:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 54: kvtier.v1.Master.BatchRemove:input_type -> kvtier.v1.BatchKeysRequest
+	26, // 55: kvtier.v1.Master.MountSegment:input_type -> kvtier.v1.MountSegmentRequest
+	27, // 56: kvtier.v1.Master.UnmountSegment:input_type -> kvtier.v1.UnmountSegmentRequest
+	29, // 57: kvtier.v1.Master.Heartbeat:input_type -> kvtier.v1.HeartbeatRequest
+	37, // 58: kvtier.v1.Master.OffloadDone:input_type -> kvtier.v1.OffloadDoneRequest
+	39, // 59: kvtier.v1.Master.RegisterDiskObjects:input_type -> kvtier.v1.RegisterDiskObjectsRequest
+	40, // 60: kvtier.v1.Master.DropBucket:input_type -> kvtier.v1.DropBucketRequest
+	41, // 61: kvtier.v1.Master.ListObjects:input_type -> kvtier.v1.ListObjectsRequest
+	9,  // 62: kvtier.v1.Master.GetObject:input_type -> kvtier.v1.KeyRequest
+	10, // 63: kvtier.v1.Master.ListSegments:input_type -> kvtier.v1.Empty
+	10, // 64: kvtier.v1.Master.ListClients:input_type -> kvtier.v1.Empty
+	10, // 65: kvtier.v1.Master.Stats:input_type -> kvtier.v1.Empty
+	10, // 66: kvtier.v1.Master.GetTiers:input_type -> kvtier.v1.Empty
+	52, // 67: kvtier.v1.Master.UpdateTiers:input_type -> kvtier.v1.UpdateTiersRequest
+	10, // 68: kvtier.v1.Master.WatchEvents:input_type -> kvtier.v1.Empty
+	8,  // 69: kvtier.v1.Master.PutStart:output_type -> kvtier.v1.PutStartResponse
+	10, // 70: kvtier.v1.Master.PutEnd:output_type -> kvtier.v1.Empty
+	10, // 71: kvtier.v1.Master.PutRevoke:output_type -> kvtier.v1.Empty
+	11, // 72: kvtier.v1.Master.GetReplicaList:output_type -> kvtier.v1.GetReplicaListResponse
+	12, // 73: kvtier.v1.Master.Exist:output_type -> kvtier.v1.ExistResponse
+	10, // 74: kvtier.v1.Master.Remove:output_type -> kvtier.v1.Empty
+	15, // 75: kvtier.v1.Master.RemoveByRegex:output_type -> kvtier.v1.CountResponse
+	15, // 76: kvtier.v1.Master.RemoveAll:output_type -> kvtier.v1.CountResponse
+	18, // 77: kvtier.v1.Master.BatchPutStart:output_type -> kvtier.v1.BatchPutStartResponse
+	21, // 78: kvtier.v1.Master.BatchPutEnd:output_type -> kvtier.v1.BatchResponse
+	21, // 79: kvtier.v1.Master.BatchPutRevoke:output_type -> kvtier.v1.BatchResponse
+	23, // 80: kvtier.v1.Master.BatchGetReplicaList:output_type -> kvtier.v1.BatchGetReplicaListResponse
+	24, // 81: kvtier.v1.Master.BatchExist:output_type -> kvtier.v1.BatchExistResponse
+	21, // 82: kvtier.v1.Master.BatchRemove:output_type -> kvtier.v1.BatchResponse
+	10, // 83: kvtier.v1.Master.MountSegment:output_type -> kvtier.v1.Empty
+	10, // 84: kvtier.v1.Master.UnmountSegment:output_type -> kvtier.v1.Empty
+	36, // 85: kvtier.v1.Master.Heartbeat:output_type -> kvtier.v1.HeartbeatResponse
+	10, // 86: kvtier.v1.Master.OffloadDone:output_type -> kvtier.v1.Empty
+	21, // 87: kvtier.v1.Master.RegisterDiskObjects:output_type -> kvtier.v1.BatchResponse
+	10, // 88: kvtier.v1.Master.DropBucket:output_type -> kvtier.v1.Empty
+	43, // 89: kvtier.v1.Master.ListObjects:output_type -> kvtier.v1.ListObjectsResponse
+	42, // 90: kvtier.v1.Master.GetObject:output_type -> kvtier.v1.ObjectInfo
+	45, // 91: kvtier.v1.Master.ListSegments:output_type -> kvtier.v1.ListSegmentsResponse
+	47, // 92: kvtier.v1.Master.ListClients:output_type -> kvtier.v1.ListClientsResponse
+	49, // 93: kvtier.v1.Master.Stats:output_type -> kvtier.v1.StatsResponse
+	51, // 94: kvtier.v1.Master.GetTiers:output_type -> kvtier.v1.TiersResponse
+	51, // 95: kvtier.v1.Master.UpdateTiers:output_type -> kvtier.v1.TiersResponse
+	53, // 96: kvtier.v1.Master.WatchEvents:output_type -> kvtier.v1.Event
+	69, // [69:97] is the sub-list for method output_type
+	41, // [41:69] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_master_proto_init() }
@@ -4055,14 +4411,14 @@ func file_master_proto_init() {
 	if File_master_proto != nil {
 		return
 	}
-	file_master_proto_msgTypes[43].OneofWrappers = []any{}
+	file_master_proto_msgTypes[47].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_proto_rawDesc), len(file_master_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   46,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

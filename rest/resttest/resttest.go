@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"hash/crc32"
+	"net"
 	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
 
 	"kvtier/api/kvtierpb"
 	"kvtier/internal/kverr"
@@ -23,6 +26,9 @@ type Options struct {
 	MaxPutBytes int64  // rest.Config.MaxPutBytes
 	Master      master.Config
 	Rest        rest.Config // Token and MaxPutBytes above override its fields
+	// GRPC also serves the master over real gRPC on loopback (GRPCAddr), so
+	// appliances and SDK clients can join the cluster.
+	GRPC bool
 }
 
 // Cluster is a running in-process cluster. Close (registered with t.Cleanup)
@@ -35,6 +41,10 @@ type Cluster struct {
 	HTTP   *httptest.Server
 	URL    string // base URL, e.g. http://127.0.0.1:PORT
 	Node   string // client id of the storage node
+	// GRPCAddr is the master's gRPC address (Options.GRPC), else "".
+	GRPCAddr string
+
+	grpc *grpc.Server
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -92,6 +102,18 @@ func Start(t testing.TB, o Options) *Cluster {
 			}
 		}
 	}()
+	if o.GRPC {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			cancel()
+			t.Fatalf("gRPC listener: %v", err)
+		}
+		c.grpc = grpc.NewServer()
+		kvtierpb.RegisterMasterServer(c.grpc, c.MS)
+		c.GRPCAddr = lis.Addr().String()
+		c.wg.Add(1)
+		go func() { defer c.wg.Done(); _ = c.grpc.Serve(lis) }()
+	}
 	rc := o.Rest
 	if o.Token != "" {
 		rc.Token = o.Token
@@ -115,6 +137,9 @@ func Start(t testing.TB, o Options) *Cluster {
 func (c *Cluster) Close() {
 	c.HTTP.CloseClientConnections()
 	c.HTTP.Close()
+	if c.grpc != nil {
+		c.grpc.Stop()
+	}
 	c.cancel()
 	c.wg.Wait()
 }

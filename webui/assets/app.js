@@ -441,7 +441,8 @@ async function loadClients() {
     $("#cl-summary").textContent = cl.length ? `${n.live} live · ${n.grace} in grace · ${n.gone} gone` : "";
     $("#cl-table tbody").innerHTML = cl.map((c) => {
       const ssd = c.disk && c.disk.capacity > 0;
-      const role = ssd ? "appliance (DRAM + SSD)" : c.segments.length ? "storage node (DRAM)" : "caller (GPU node)";
+      const role = (ssd ? "appliance (DRAM + SSD)" : c.segments.length ? "storage node (DRAM)" : "caller (GPU node)") +
+        (c.nvme_addr ? ` · <a href="#nvme">NVMe/TCP on <span class="key">${esc(c.nvme_addr)}</span></a>` : "");
       return `<tr><td class="key">${esc(c.id)}</td><td>${badge(c.state)}</td><td class="key">${esc(c.endpoint || "–")}</td>
       <td>${c.segments.map((s) => `<span class="key">${esc(s)}</span>`).join("<br>") || '<span class="muted">none</span>'}</td>
       <td>${esc(fmtAgo(c.last_heartbeat))}</td><td>${role}</td></tr>`;
@@ -450,6 +451,82 @@ async function loadClients() {
   } catch (e) { showErr(e); }
 }
 loaders.clients = loadClients;
+
+// ---------- NVMe ----------
+// Counters are totals that appliances report with each heartbeat; a rate is
+// the change between two reports over the time between those heartbeats.
+state.nvmePrev = {};  // "node|nqn|nsid" -> last counters and heartbeat time (ms)
+state.nvmeRate = {};  // "node|nqn|nsid" -> {rIops, rBps, wIops, wBps}
+function nvmeRate(ap, sub, ns) {
+  const key = `${ap.node}|${sub.nqn}|${ns.nsid}`;
+  const t = ap.last_heartbeat ? Date.parse(ap.last_heartbeat) : 0;
+  const prev = state.nvmePrev[key];
+  if (prev && t > prev.t) {
+    const dt = (t - prev.t) / 1000;
+    if (ns.read_ops >= prev.r && ns.write_ops >= prev.w) {
+      state.nvmeRate[key] = { rIops: (ns.read_ops - prev.r) / dt, rBps: (ns.read_bytes - prev.rb) / dt,
+        wIops: (ns.write_ops - prev.w) / dt, wBps: (ns.write_bytes - prev.wb) / dt };
+    } else delete state.nvmeRate[key]; // the target restarted: counters began again at 0
+  }
+  if (!prev || t > prev.t) state.nvmePrev[key] = { t, r: ns.read_ops, rb: ns.read_bytes, w: ns.write_ops, wb: ns.write_bytes };
+  return ap.state === "live" ? state.nvmeRate[key] : undefined;
+}
+function rateCell(bps, iops) {
+  return bps == null ? '<span class="muted">measuring…</span>' : `${fmtRate(bps)}<div class="muted small">${fmtOps(iops)} IOPS</div>`;
+}
+async function loadNVMe() {
+  try {
+    const r = await api("GET", "/nvme");
+    const aps = r.appliances || [], tot = r.totals;
+    let rBps = 0, wBps = 0, rIops = 0, wIops = 0, measured = false;
+    const cards = aps.map((ap) => {
+      const subs = ap.subsystems.map((sub) => {
+        const rows = sub.namespaces.map((ns) => {
+          const rt = nvmeRate(ap, sub, ns);
+          if (rt) { measured = true; rBps += rt.rBps; wBps += rt.wBps; rIops += rt.rIops; wIops += rt.wIops; }
+          const g = ns.segment;
+          const seg = g ? `${bar(ns.size ? g.used / ns.size : 0)}<div class="muted small">${fmtBytes(g.used)} in ${fmtNum(g.replicas)} NOF replicas · <span class="key">${esc(g.name)}</span> ${g.state !== "mounted" ? badge(g.state) : ""}</div>`
+            : '<span class="muted">not mounted as a NOF segment</span>';
+          return `<tr data-nsid="${ns.nsid}"><td class="num">${ns.nsid}</td><td class="num">${fmtBytes(ns.size)}<div class="muted small">${fmtNum(ns.blocks)} blocks</div></td>
+            <td class="num">${fmtBytes(ns.block_size)}</td><td>${seg}</td>
+            <td class="num nv-read">${fmtBytes(ns.read_bytes)}<div class="muted small">${fmtNum(ns.read_ops)} commands</div></td>
+            <td class="num nv-write">${fmtBytes(ns.write_bytes)}<div class="muted small">${fmtNum(ns.write_ops)} commands</div></td>
+            <td class="num nv-rrate">${rateCell(rt && rt.rBps, rt && rt.rIops)}</td><td class="num nv-wrate">${rateCell(rt && rt.wBps, rt && rt.wIops)}</td>
+            <td class="num">${fmtNum(ns.other_ops)}</td><td class="num ${ns.errors ? "bad" : ""}">${fmtNum(ns.errors)}</td></tr>`;
+        }).join("");
+        return `<div class="nv-sub"><div class="muted small">Subsystem</div><div class="key nv-nqn">${esc(sub.nqn)}</div>
+          <table class="tbl nv-ns"><thead><tr><th class="num">NSID</th><th class="num">Capacity</th><th class="num">Block</th><th class="w30">NOF segment use</th>
+          <th class="num">Read</th><th class="num">Written</th><th class="num">Read now</th><th class="num">Write now</th><th class="num" title="flush, write zeroes, deallocate">Other cmds</th><th class="num">Errors</th></tr></thead>
+          <tbody>${rows || '<tr><td colspan="10" class="empty">No namespace.</td></tr>'}</tbody></table></div>`;
+      }).join("");
+      const hosts = ap.hosts.map((h) => `<tr><td class="num">${h.cntlid}</td><td class="key">${esc(h.host_nqn)}</td>
+        <td>${h.sub_nqn.endsWith(".discovery") ? badge("grace", "discovery") : `<span class="key">${esc(h.sub_nqn)}</span>`}</td>
+        <td class="key">${esc(h.remote_addr || "–")}</td><td class="num">${fmtNum(h.io_queues)}</td></tr>`).join("");
+      return `<div class="card nv-target" data-node="${esc(ap.node)}">
+        <h2><span class="key">${esc(ap.node)}</span> ${badge(ap.state)} <span class="muted small">NVMe/TCP listener <span class="key">${esc(ap.addr)}</span> · figures from the heartbeat ${esc(fmtAgo(ap.last_heartbeat))}</span></h2>
+        ${subs || '<p class="empty">No subsystem.</p>'}
+        <h3 class="sub-h">Connected hosts <span class="muted small">${ap.hosts.length}</span></h3>
+        <table class="tbl nv-hosts"><thead><tr><th class="num">CNTLID</th><th>Host NQN</th><th>Connected to</th><th>Remote address</th><th class="num">I/O queues</th></tr></thead>
+        <tbody>${hosts || '<tr><td colspan="5" class="empty">No host is connected.</td></tr>'}</tbody></table></div>`;
+    }).join("");
+    $("#nv-targets-list").innerHTML = cards;
+    $("#nv-empty").classList.toggle("hidden", aps.length > 0);
+    const live = aps.filter((a) => a.state === "live").length;
+    $("#nv-targets").textContent = fmtNum(tot.appliances);
+    $("#nv-targets-hint").textContent = tot.appliances ? `${live} live · ${fmtNum(tot.subsystems)} subsystem(s)` : "none exporting";
+    $("#nv-namespaces").textContent = fmtNum(tot.namespaces);
+    $("#nv-namespaces-hint").textContent = `${fmtBytes(tot.capacity)} exported`;
+    $("#nv-hosts").textContent = fmtNum(tot.hosts);
+    $("#nv-hosts-hint").textContent = "host controllers, all targets";
+    $("#nv-read").textContent = fmtBytes(tot.read_bytes);
+    $("#nv-read-hint").textContent = `${fmtNum(tot.read_ops)} commands · now ${measured ? fmtRate(rBps) + ", " + fmtOps(rIops) + " IOPS" : "measuring…"}`;
+    $("#nv-write").textContent = fmtBytes(tot.write_bytes);
+    $("#nv-write-hint").textContent = `${fmtNum(tot.write_ops)} commands · now ${measured ? fmtRate(wBps) + ", " + fmtOps(wIops) + " IOPS" : "measuring…"}`;
+    $("#nv-errors").textContent = fmtNum(tot.errors);
+    $("#nv-errors").className = "value" + (tot.errors ? " bad" : "");
+  } catch (e) { showErr(e); }
+}
+loaders.nvme = loadNVMe;
 
 // ---------- tier settings ----------
 async function loadTiers() {
@@ -539,3 +616,4 @@ connectEvents();
 setInterval(refreshHealth, 5000);
 setInterval(pollRates, 2000);
 setInterval(() => { if (state.page === "segments" || state.page === "clients") loaders[state.page](); }, 5000);
+setInterval(() => { if (state.page === "nvme") loadNVMe(); }, 2000);

@@ -1,0 +1,279 @@
+package master
+
+import (
+	"fmt"
+	"hash/maphash"
+	"math"
+)
+
+// Eviction history sizing (Config.EvictionHistory = 0).
+const (
+	// EvictionHistoryPerObject × the objects holding a MEMORY replica (as
+	// counted by the latest eviction pass, ≈ DRAM capacity in objects) is
+	// the default history size; the replay simulator uses the same factor
+	// on its capacity.
+	EvictionHistoryPerObject = 4
+	// evictionHistoryMin and evictionHistoryMax bound the default size
+	// (entries).
+	evictionHistoryMin = 4096
+	evictionHistoryMax = 4_000_000
+	// maxEvictionHistory bounds an explicit Config.EvictionHistory.
+	maxEvictionHistory = 1 << 30
+)
+
+// history is one shard's part of the eviction history: a FIFO ring of
+// 32-bit key fingerprints with their read counts, plus a linear-probing
+// index from fingerprint to ring slot. Keys live in the history part of
+// their object shard, so it is guarded by that shard's mutex and needs no
+// lock of its own. About 11 bytes per entry (4 fingerprint + 2 count +
+// 4/0.75 index).
+type history struct {
+	fps    []uint32 // ring of fingerprints; oldest at head once len == limit; 0 = taken (a hole)
+	counts []uint16 // read count per ring slot (saturating)
+	head   int      // next slot to overwrite once len(fps) == limit
+	limit  int      // bound of len(fps); only grows
+	index  []uint32 // ring slot + 1; 0 = empty
+	live   int      // entries in index (non-hole ring slots)
+}
+
+// histFingerprint derives the stored fingerprint from the composite key's
+// 64-bit hash (whose low 8 bits pick the shard): its upper 32 bits, never 0.
+func histFingerprint(h uint64) uint32 {
+	if fp := uint32(h >> 32); fp != 0 {
+		return fp
+	}
+	return 1
+}
+
+func (m *Master) ckHash(c string) uint64 { return maphash.String(m.seed, c) }
+
+// home is fp's first index slot in a table of n slots.
+func home(fp uint32, n int) int { return int(uint64(fp) * uint64(n) >> 32) }
+
+// find returns the index slot holding fp, or -1.
+func (h *history) find(fp uint32) int {
+	n := len(h.index)
+	if n == 0 {
+		return -1
+	}
+	for i := home(fp, n); ; i = (i + 1) % n {
+		p := h.index[i]
+		if p == 0 {
+			return -1
+		}
+		if h.fps[p-1] == fp {
+			return i
+		}
+	}
+}
+
+// slotOf returns the index slot that points at ring position pos (present).
+func (h *history) slotOf(pos int) int {
+	n := len(h.index)
+	for i := home(h.fps[pos], n); ; i = (i + 1) % n {
+		if int(h.index[i]) == pos+1 {
+			return i
+		}
+	}
+}
+
+// unindex empties index slot i, shifting later entries of the probe run back.
+func (h *history) unindex(i int) {
+	n := len(h.index)
+	for j := (i + 1) % n; h.index[j] != 0; j = (j + 1) % n {
+		k := home(h.fps[h.index[j]-1], n)
+		// The entry at j may move to i unless its home lies cyclically in (i, j].
+		if (i <= j && (k <= i || k > j)) || (i > j && k <= i && k > j) {
+			h.index[i] = h.index[j]
+			i = j
+		}
+	}
+	h.index[i] = 0
+	h.live--
+}
+
+func (h *history) insertIndex(pos int) {
+	n := len(h.index)
+	i := home(h.fps[pos], n)
+	for h.index[i] != 0 {
+		i = (i + 1) % n
+	}
+	h.index[i] = uint32(pos + 1)
+	h.live++
+}
+
+// reindex rebuilds the index for a ring of capacity cap(h.fps) at load ≤ 0.75.
+func (h *history) reindex() {
+	h.index = make([]uint32, cap(h.fps)*4/3+1)
+	h.live = 0
+	for pos, fp := range h.fps {
+		if fp != 0 {
+			h.insertIndex(pos)
+		}
+	}
+}
+
+// setLimit raises the ring bound (it never shrinks: the history is sized by
+// the largest DRAM population seen). A wrapped ring is first laid out oldest
+// first so appending continues the FIFO order.
+func (h *history) setLimit(limit int) {
+	if limit <= h.limit {
+		return
+	}
+	if len(h.fps) == h.limit && h.head != 0 {
+		fps := make([]uint32, 0, len(h.fps))
+		counts := make([]uint16, 0, len(h.fps))
+		fps = append(append(fps, h.fps[h.head:]...), h.fps[:h.head]...)
+		counts = append(append(counts, h.counts[h.head:]...), h.counts[:h.head]...)
+		h.fps, h.counts, h.head = fps, counts, 0
+		h.reindex()
+	}
+	h.limit = limit
+}
+
+// put remembers fp's read count: a known fingerprint keeps its FIFO place
+// and takes the new count; a new one goes to the tail, dropping the oldest
+// entry when the ring is at its limit.
+func (h *history) put(fp uint32, count uint32) {
+	if h.limit <= 0 {
+		return
+	}
+	c := uint16(min(count, math.MaxUint16))
+	if i := h.find(fp); i >= 0 {
+		h.counts[h.index[i]-1] = c
+		return
+	}
+	var pos int
+	if len(h.fps) < h.limit {
+		if len(h.fps) == cap(h.fps) {
+			n := min(h.limit, max(16, 2*cap(h.fps)))
+			h.fps = append(make([]uint32, 0, n), h.fps...)
+			h.counts = append(make([]uint16, 0, n), h.counts...)
+			h.reindex()
+		}
+		pos = len(h.fps)
+		h.fps = append(h.fps, 0)
+		h.counts = append(h.counts, 0)
+	} else {
+		pos = h.head
+		h.head = (h.head + 1) % h.limit
+		if h.fps[pos] != 0 {
+			h.unindex(h.slotOf(pos))
+		}
+	}
+	h.fps[pos], h.counts[pos] = fp, c
+	h.insertIndex(pos)
+}
+
+// take returns and forgets fp's remembered read count. Its ring slot stays
+// a hole until the FIFO reaches it.
+func (h *history) take(fp uint32) (uint32, bool) {
+	if h.live == 0 {
+		return 0, false
+	}
+	i := h.find(fp)
+	if i < 0 {
+		return 0, false
+	}
+	pos := int(h.index[i] - 1)
+	c := uint32(h.counts[pos])
+	h.unindex(i)
+	h.fps[pos], h.counts[pos] = 0, 0
+	return c, true
+}
+
+// bytes is the heap the history part holds.
+func (h *history) bytes() int { return cap(h.fps)*4 + cap(h.counts)*2 + len(h.index)*4 }
+
+// perShardHistory is the ring bound of each shard for a total of n entries.
+func perShardHistory(n int64) int { return int((n + numShards - 1) / numShards) }
+
+// growHistory raises the default history size to EvictionHistoryPerObject ×
+// memObjects (bounded); called by eviction passes with the number of objects
+// holding a MEMORY replica. An explicit Config.EvictionHistory never changes.
+func (m *Master) growHistory(memObjects int) {
+	if m.cfg.EvictionHistory != 0 {
+		return
+	}
+	want := int64(min(max(EvictionHistoryPerObject*memObjects, evictionHistoryMin), evictionHistoryMax))
+	for {
+		cur := m.histLimit.Load()
+		if want <= cur || m.histLimit.CompareAndSwap(cur, want) {
+			return
+		}
+	}
+}
+
+// rememberEvictedLocked records o's read count in the eviction history when
+// its MEMORY replicas leave DRAM by eviction (frequency policy only, as the
+// simulator). sh.mu (the shard of c) must be held.
+func (m *Master) rememberEvictedLocked(sh *shard, c string, o *object, pol LeasePolicy) {
+	n := m.histLimit.Load()
+	if n <= 0 || pol.Name() != PolicyFrequency {
+		return
+	}
+	sh.hist.setLimit(perShardHistory(n))
+	sh.hist.put(histFingerprint(m.ckHash(c)), o.readCount)
+}
+
+// recallLocked seeds a just-completed object's read count from the eviction
+// history: remembered + 1 (the re-put is itself a reference). sh.mu held.
+func (m *Master) recallLocked(sh *shard, c string, o *object) {
+	if sh.hist.live == 0 {
+		return
+	}
+	if r, ok := sh.hist.take(histFingerprint(m.ckHash(c))); ok {
+		o.readCount = uint32(min(uint64(r)+1, math.MaxUint32))
+		m.ctr.add(cEvictionHistoryHits, 1)
+	}
+}
+
+// historyStats are the eviction history's figures (tests, benchmarks).
+type historyStats struct {
+	limit   int64 // entries (total over shards); 0 = disabled
+	entries int64 // remembered keys
+	bytes   int64 // heap held
+}
+
+func (m *Master) historyStats() historyStats {
+	st := historyStats{limit: m.histLimit.Load()}
+	m.forEachShard(func(sh *shard) {
+		st.entries += int64(sh.hist.live)
+		st.bytes += int64(sh.hist.bytes())
+	})
+	return st
+}
+
+// check verifies the history part's consistency (CheckInvariants).
+func (h *history) check() error {
+	if len(h.fps) != len(h.counts) || (h.limit > 0 && len(h.fps) > h.limit) || h.limit < 0 {
+		return fmt.Errorf("ring of %d fingerprints and %d counts, limit %d", len(h.fps), len(h.counts), h.limit)
+	}
+	if h.head != 0 && (len(h.fps) != h.limit || h.head >= h.limit) {
+		return fmt.Errorf("head %d in a ring of %d (limit %d)", h.head, len(h.fps), h.limit)
+	}
+	live := 0
+	for pos, fp := range h.fps {
+		if fp == 0 {
+			continue
+		}
+		live++
+		i := h.find(fp)
+		if i < 0 || int(h.index[i]) != pos+1 {
+			return fmt.Errorf("fingerprint %#x at ring slot %d not found through the index", fp, pos)
+		}
+	}
+	inIndex := 0
+	for _, p := range h.index {
+		if p != 0 {
+			inIndex++
+			if int(p) > len(h.fps) || h.fps[p-1] == 0 {
+				return fmt.Errorf("index points at ring slot %d, a hole or out of range", p-1)
+			}
+		}
+	}
+	if live != h.live || inIndex != h.live {
+		return fmt.Errorf("live %d, ring holds %d, index holds %d", h.live, live, inIndex)
+	}
+	return nil
+}
