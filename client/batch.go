@@ -168,6 +168,7 @@ func (c *Client) BatchGet(ctx context.Context, keys []string) ([][]byte, []error
 		return vals, fill(errs, kverr.New(kverr.RPCFail, "", "master answered %d results for %d keys", len(resp.Results), len(keys)))
 	}
 	lists := make([]*ReplicaList, len(keys))
+	sums := make([]uint32, len(keys))
 	var reqs []transfer.Request
 	var owner []int
 	for i, r := range resp.Results {
@@ -180,7 +181,11 @@ func (c *Client) BatchGet(ctx context.Context, keys []string) ([][]byte, []error
 		best := c.ordered(lists[i].Replicas)
 		if len(best) > 0 && (best[0].Type == kvtierpb.ReplicaType_MEMORY || best[0].Type == kvtierpb.ReplicaType_LOCAL_DISK) && best[0].Length == lists[i].Size {
 			b := best[0]
-			reqs = append(reqs, transfer.Request{Op: transfer.Read, Endpoint: b.Endpoint, Segment: b.Segment, Bucket: b.Bucket, Offset: b.Offset, Buf: vals[i]})
+			req := transfer.Request{Op: transfer.Read, Endpoint: b.Endpoint, Segment: b.Segment, Bucket: b.Bucket, Offset: b.Offset, Buf: vals[i]}
+			if lists[i].HasChecksum {
+				req.Sum = &sums[i] // computed while the bytes arrive
+			}
+			reqs = append(reqs, req)
 			owner = append(owner, i)
 		} else {
 			errs[i] = c.read(ctx, keys[i], lists[i], vals[i])
@@ -190,7 +195,7 @@ func (c *Client) BatchGet(ctx context.Context, keys []string) ([][]byte, []error
 		for j, e := range c.engine.Do(ctx, reqs) {
 			i := owner[j]
 			l := lists[i]
-			if e == nil && l.HasChecksum && Checksum(vals[i]) != l.CRC32C {
+			if e == nil && l.HasChecksum && sums[i] != l.CRC32C {
 				e = kverr.New(kverr.ChecksumMismatch, keys[i], "checksum mismatch")
 			}
 			if e != nil {
@@ -241,6 +246,7 @@ func (c *Client) BatchRemove(ctx context.Context, keys []string, force bool) []e
 	if len(keys) == 0 {
 		return errs
 	}
+	c.leases.drop(keys...)
 	rctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
 	resp, err := c.master.BatchRemove(rctx, &kvtierpb.BatchKeysRequest{ClientId: c.cfg.ClientID, Tenant: c.cfg.Tenant, Keys: c.keyBytes(keys), Force: force})

@@ -14,6 +14,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 
 	"kvtier/api/kvtierpb"
 	"kvtier/dram"
@@ -58,6 +59,17 @@ type Config struct {
 	OnHeartbeat      func(*kvtierpb.HeartbeatRequest)
 	OnHeartbeatReply func(*kvtierpb.HeartbeatResponse)
 
+	// LeaseCacheKeys > 0 lets Get and GetInto reuse the replica list of up
+	// to that many recently read keys, without asking the master again,
+	// while the read lease the master granted still has more than
+	// LeaseCacheMargin (default 1s) to run. Off by default: reads served
+	// from the cache do not extend the lease nor count as reads on the
+	// master (its LRU and frequency policies see one read per lease period
+	// of a hot key). Checksums and the lease check after the transfer are
+	// the same; a failed read drops the entry and asks the master.
+	LeaseCacheKeys   int
+	LeaseCacheMargin time.Duration
+
 	Logger *slog.Logger
 }
 
@@ -69,7 +81,7 @@ func (c *Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.MasterAddr); err != nil {
 		return kverr.New(kverr.InvalidParams, "", "client: master address %q: %v", c.MasterAddr, err)
 	}
-	if c.HeartbeatInterval < 0 || c.RPCTimeout < 0 {
+	if c.HeartbeatInterval < 0 || c.RPCTimeout < 0 || c.LeaseCacheMargin < 0 {
 		return kverr.New(kverr.InvalidParams, "", "client: negative interval")
 	}
 	return nil
@@ -89,6 +101,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.RPCTimeout == 0 {
 		out.RPCTimeout = 10 * time.Second
+	}
+	if out.LeaseCacheMargin == 0 {
+		out.LeaseCacheMargin = time.Second
 	}
 	if out.SegmentSize == 0 {
 		out.SegmentSize = out.GlobalSegmentSize
@@ -120,6 +135,8 @@ type Client struct {
 
 	nof nofControllers // NVMe/TCP controllers for NOF replicas
 
+	leases leaseCache
+
 	stop     context.CancelFunc
 	done     chan struct{}
 	closeOne sync.Once
@@ -132,9 +149,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	conn, err := grpc.NewClient(cfg.MasterAddr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+	conn, err := grpc.NewClient(cfg.MasterAddr, grpcOptions()...)
 	if err != nil {
 		return nil, kverr.New(kverr.RPCFail, "", "client: connect master %s: %v", cfg.MasterAddr, err)
 	}
@@ -145,6 +160,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		segments: map[string]*kvtierpb.Segment{},
 		local:    map[string]bool{},
 		done:     make(chan struct{}),
+		leases:   leaseCache{max: cfg.LeaseCacheKeys, margin: cfg.LeaseCacheMargin, m: map[string]*ReplicaList{}},
 	}
 	if err := c.setup(ctx); err != nil {
 		c.release()
@@ -154,6 +170,20 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	c.stop = cancel
 	go c.heartbeatLoop(hbCtx)
 	return c, nil
+}
+
+// grpcOptions are the master connection's options. Fixed flow-control
+// windows switch off gRPC's bandwidth-delay-product estimator, whose PING
+// frames add a round of wake-ups to the small, latency-bound master calls;
+// the shared write buffer saves a buffer per connection.
+func grpcOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20)),
+		grpc.WithInitialWindowSize(4 << 20),
+		grpc.WithInitialConnWindowSize(16 << 20),
+		grpc.WithSharedWriteBuffer(true),
+	}
 }
 
 func (c *Client) setup(ctx context.Context) error {
@@ -253,6 +283,9 @@ func (c *Client) ServeSegment(ctx context.Context, name string, mem []byte) erro
 // MountSegment mounts seg on the master and re-announces it on every
 // heartbeat (so it is remounted after a master restart or a grace period).
 func (c *Client) MountSegment(ctx context.Context, seg *kvtierpb.Segment) error {
+	// The heartbeat goroutine marshals announced segments concurrently: store
+	// a private copy that nobody writes to afterwards.
+	seg = proto.Clone(seg).(*kvtierpb.Segment)
 	seg.Node = c.cfg.ClientID
 	c.mu.Lock()
 	c.segments[seg.Name] = seg
@@ -389,4 +422,64 @@ func (c *Client) isLocal(r *kvtierpb.Replica) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.local[r.Segment]
+}
+
+// leaseCache keeps replica lists whose read lease is still running
+// (Config.LeaseCacheKeys).
+type leaseCache struct {
+	max    int
+	margin time.Duration
+
+	mu sync.Mutex
+	// guarded by mu:
+	m map[string]*ReplicaList
+}
+
+// get returns key's list while its lease has more than margin left.
+func (l *leaseCache) get(key string) *ReplicaList {
+	if l.max <= 0 {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	rl := l.m[key]
+	if rl != nil && time.Until(rl.LeaseDeadline) <= l.margin {
+		delete(l.m, key)
+		return nil
+	}
+	return rl
+}
+
+func (l *leaseCache) put(key string, rl *ReplicaList) {
+	if l.max <= 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.m) >= l.max {
+		now := time.Now()
+		for k, v := range l.m { // drop expired entries, else any one
+			if v.LeaseDeadline.Sub(now) <= l.margin {
+				delete(l.m, k)
+			}
+		}
+		for k := range l.m {
+			if len(l.m) < l.max {
+				break
+			}
+			delete(l.m, k)
+		}
+	}
+	l.m[key] = rl
+}
+
+func (l *leaseCache) drop(keys ...string) {
+	if l.max <= 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, k := range keys {
+		delete(l.m, k)
+	}
 }

@@ -40,12 +40,14 @@ func replicaList(r *kvtierpb.GetReplicaListResponse) *ReplicaList {
 
 // Get returns the value stored under key.
 func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
-	rl, err := c.Query(ctx, key)
+	var buf []byte
+	_, err := c.get(ctx, key, func(size uint64) ([]byte, error) {
+		if uint64(len(buf)) != size {
+			buf = make([]byte, size)
+		}
+		return buf, nil
+	})
 	if err != nil {
-		return nil, err
-	}
-	buf := make([]byte, rl.Size)
-	if err := c.read(ctx, key, rl, buf); err != nil {
 		return nil, err
 	}
 	return buf, nil
@@ -54,17 +56,36 @@ func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
 // GetInto reads key's value into buf and returns its size. buf must be at
 // least as large as the object (INVALID_PARAMS otherwise, nothing read).
 func (c *Client) GetInto(ctx context.Context, key string, buf []byte) (int, error) {
+	return c.get(ctx, key, func(size uint64) ([]byte, error) {
+		if uint64(len(buf)) < size {
+			return nil, kverr.New(kverr.InvalidParams, key, "buffer of %d bytes is smaller than the object (%d bytes)", len(buf), size)
+		}
+		return buf[:size], nil
+	})
+}
+
+// get asks the master for key's replicas (or reuses a running lease, see
+// Config.LeaseCacheKeys) and reads the object into dst(size).
+func (c *Client) get(ctx context.Context, key string, dst func(size uint64) ([]byte, error)) (int, error) {
+	if rl := c.leases.get(key); rl != nil {
+		if b, err := dst(rl.Size); err == nil && c.read(ctx, key, rl, b) == nil {
+			return len(b), nil
+		}
+		c.leases.drop(key) // ask the master: the object may have changed
+	}
 	rl, err := c.Query(ctx, key)
 	if err != nil {
 		return 0, err
 	}
-	if uint64(len(buf)) < rl.Size {
-		return 0, kverr.New(kverr.InvalidParams, key, "buffer of %d bytes is smaller than the object (%d bytes)", len(buf), rl.Size)
-	}
-	if err := c.read(ctx, key, rl, buf[:rl.Size]); err != nil {
+	b, err := dst(rl.Size)
+	if err != nil {
 		return 0, err
 	}
-	return int(rl.Size), nil
+	if err := c.read(ctx, key, rl, b); err != nil {
+		return 0, err
+	}
+	c.leases.put(key, rl)
+	return len(b), nil
 }
 
 // priority ranks a replica by the design's fixed order: local MEMORY, any
@@ -103,8 +124,8 @@ func (c *Client) read(ctx context.Context, key string, rl *ReplicaList, dst []by
 	}
 	var errs error
 	for _, r := range c.ordered(rl.Replicas) {
-		err := c.readReplica(ctx, r, dst)
-		if err == nil && rl.HasChecksum && Checksum(dst) != rl.CRC32C {
+		sum, err := c.readReplica(ctx, r, dst, rl.HasChecksum)
+		if err == nil && rl.HasChecksum && sum != rl.CRC32C {
 			err = kverr.New(kverr.ChecksumMismatch, key, "replica %s on %s: checksum mismatch", r.Type, r.Segment)
 		}
 		if err == nil {
@@ -125,19 +146,32 @@ func (c *Client) read(ctx context.Context, key string, rl *ReplicaList, dst []by
 	return kverr.New(code, key, "every replica failed: %v", errs)
 }
 
-func (c *Client) readReplica(ctx context.Context, r *kvtierpb.Replica, dst []byte) error {
+// readReplica fills dst from r and, when sum is asked, returns the CRC32C of
+// what it read: the transfer engine computes it while the bytes arrive (no
+// second pass over dst).
+func (c *Client) readReplica(ctx context.Context, r *kvtierpb.Replica, dst []byte, sum bool) (uint32, error) {
 	if r.Length != uint64(len(dst)) {
-		return kverr.New(kverr.InternalError, "", "replica length %d differs from object size %d", r.Length, len(dst))
+		return 0, kverr.New(kverr.InternalError, "", "replica length %d differs from object size %d", r.Length, len(dst))
 	}
 	switch r.Type {
-	case kvtierpb.ReplicaType_MEMORY:
-		return c.engine.Do(ctx, []transfer.Request{{Op: transfer.Read, Endpoint: r.Endpoint, Segment: r.Segment, Offset: r.Offset, Buf: dst}})[0]
-	case kvtierpb.ReplicaType_LOCAL_DISK:
-		return c.engine.Do(ctx, []transfer.Request{{Op: transfer.Read, Endpoint: r.Endpoint, Segment: r.Segment, Bucket: r.Bucket, Offset: r.Offset, Buf: dst}})[0]
+	case kvtierpb.ReplicaType_MEMORY, kvtierpb.ReplicaType_LOCAL_DISK:
+		var crc uint32
+		req := [1]transfer.Request{{Op: transfer.Read, Endpoint: r.Endpoint, Segment: r.Segment, Bucket: r.Bucket, Offset: r.Offset, Buf: dst}}
+		if sum {
+			req[0].Sum = &crc
+		}
+		err := c.engine.Do(ctx, req[:])[0]
+		return crc, err
 	case kvtierpb.ReplicaType_NOF:
-		return c.readNOF(ctx, r, dst)
+		if err := c.readNOF(ctx, r, dst); err != nil {
+			return 0, err
+		}
+		if sum {
+			return Checksum(dst), nil
+		}
+		return 0, nil
 	}
-	return kverr.New(kverr.InternalError, "", "unknown replica type %v", r.Type)
+	return 0, kverr.New(kverr.InternalError, "", "unknown replica type %v", r.Type)
 }
 
 // Exist reports whether key is stored and readable. It never extends a lease.
@@ -164,6 +198,7 @@ func (c *Client) Stat(ctx context.Context, key string) (*kvtierpb.ObjectInfo, er
 func (c *Client) Remove(ctx context.Context, key string, force bool) error {
 	rctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
+	c.leases.drop(key)
 	_, err := c.master.Remove(rctx, &kvtierpb.KeyRequest{ClientId: c.cfg.ClientID, Tenant: c.cfg.Tenant, Key: []byte(key), Force: force})
 	return kverr.FromGRPC(err)
 }

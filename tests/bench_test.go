@@ -1,11 +1,17 @@
 package tests
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,56 +20,210 @@ import (
 	"kvtier/dram"
 )
 
-// rawTCP measures a plain Go sender/receiver moving size-byte messages over
-// loopback: the physical limit kvtier is compared against in the same run.
-func rawTCP(b *testing.B, size, total int) float64 {
+// The benchmarks compare kvtier with plain Go TCP moving the same bytes
+// between the same two kinds of process: the appliance is a separate
+// process, so the raw baseline's server is one too (this test binary,
+// re-executed with KVTIER_BENCH_RAWTCP=1), with as many connections as
+// kvtier has callers. Both are run interleaved, chunk by chunk and
+// alternating which goes first, so they see the same machine load.
+//
+// Raw protocol, per connection: the client sends 9 bytes (op 'R' or 'W',
+// then the size as a big-endian uint64); for 'R' the server answers with
+// size bytes, for 'W' the client follows with size bytes and the server
+// answers one byte once it has read them all.
+func init() {
+	if os.Getenv("KVTIER_BENCH_RAWTCP") != "1" {
+		return
+	}
+	if err := serveRawTCP(); err != nil {
+		fmt.Println("rawtcp error:", err)
+		os.Exit(3)
+	}
+	os.Exit(0)
+}
+
+const rawMaxSize = 16 << 20
+
+func serveRawTCP() error {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		b.Fatal(err)
+		return err
 	}
-	defer lis.Close()
-	done := make(chan error, 1)
-	go func() {
+	src := bytes.Repeat([]byte{0xab}, rawMaxSize) // touched once: no first-touch cost later
+	fmt.Printf("listening raw=%s\n", lis.Addr())
+	// Stop when the parent goes away (its end of stdin closes).
+	go func() { _, _ = io.Copy(io.Discard, os.Stdin); os.Exit(0) }()
+	for {
 		c, err := lis.Accept()
 		if err != nil {
-			done <- err
-			return
+			return err
 		}
-		defer c.Close()
-		buf := make([]byte, size)
-		for n := 0; n < total; n += size {
-			if _, err := io.ReadFull(c, buf); err != nil {
-				done <- err
-				return
+		go func() {
+			defer c.Close()
+			var cmd [9]byte
+			var buf []byte
+			for {
+				if _, err := io.ReadFull(c, cmd[:]); err != nil {
+					return
+				}
+				n := binary.BigEndian.Uint64(cmd[1:])
+				if n > rawMaxSize {
+					return
+				}
+				switch cmd[0] {
+				case 'R':
+					if _, err := c.Write(src[:n]); err != nil {
+						return
+					}
+				case 'W':
+					if uint64(len(buf)) < n {
+						buf = bytes.Repeat([]byte{1}, int(n))
+					}
+					if _, err := io.ReadFull(c, buf[:n]); err != nil {
+						return
+					}
+					if _, err := c.Write(cmd[:1]); err != nil {
+						return
+					}
+				default:
+					return
+				}
 			}
-		}
-		_, err = c.Write([]byte{1})
-		done <- err
-	}()
-	c, err := net.Dial("tcp", lis.Addr().String())
+		}()
+	}
+}
+
+// rawServer is the re-executed test binary serving the raw protocol.
+type rawServer struct{ addr string }
+
+func startRawServer(b *testing.B) *rawServer {
+	b.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "KVTIER_BENCH_RAWTCP=1")
+	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.Close()
-	msg := make([]byte, size)
-	start := time.Now()
-	for n := 0; n < total; n += size {
-		if _, err := c.Write(msg); err != nil {
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { stdin.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening raw=")
+	if err != nil || !ok {
+		b.Fatalf("raw TCP helper: %q %v", line, err)
+	}
+	return &rawServer{addr: addr}
+}
+
+// rawConns dials p connections for one contender.
+func (s *rawServer) conns(b *testing.B, p int) []net.Conn {
+	cs := make([]net.Conn, p)
+	for i := range cs {
+		c, err := net.Dial("tcp", s.addr)
+		if err != nil {
 			b.Fatal(err)
 		}
+		b.Cleanup(func() { c.Close() })
+		cs[i] = c
 	}
-	if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
-		b.Fatal(err)
+	return cs
+}
+
+// rawOp returns one raw operation on connection c: 'R' reads size bytes
+// into buf, 'W' writes val and waits for the ack.
+func rawOp(c net.Conn, op byte, val, buf []byte) error {
+	var cmd [9]byte
+	cmd[0] = op
+	binary.BigEndian.PutUint64(cmd[1:], uint64(len(val)))
+	if op == 'R' {
+		if _, err := c.Write(cmd[:]); err != nil {
+			return err
+		}
+		_, err := io.ReadFull(c, buf[:len(val)])
+		return err
 	}
-	if err := <-done; err != nil {
-		b.Fatal(err)
+	bufs := net.Buffers{cmd[:], val}
+	if _, err := bufs.WriteTo(c); err != nil {
+		return err
 	}
-	return float64(total) / time.Since(start).Seconds()
+	_, err := io.ReadFull(c, cmd[:1])
+	return err
+}
+
+// contender is one side of an interleaved comparison: run does n operations
+// with its callers and returns the time they took.
+type contender struct {
+	name    string
+	run     func(n int64) (time.Duration, error)
+	after   func(n int64) // untimed clean-up after each chunk (may be nil)
+	elapsed time.Duration
+	ops     int64
+}
+
+// parallel runs n operations spread over p goroutines; op gets the caller
+// number and the operation number.
+func parallel(p int, n int64, op func(g int, i int64) error) (time.Duration, error) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	start := time.Now()
+	for g := range p {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= n {
+					return
+				}
+				if err := op(g, i); err != nil {
+					once.Do(func() { first = err })
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return time.Since(start), first
+}
+
+// interleave runs b.N operations of every contender, in chunks of at most
+// maxChunk, alternating the order each round.
+func interleave(b *testing.B, maxChunk int64, cs ...*contender) {
+	chunk := max(min(int64(b.N)/8, maxChunk), 1)
+	for done, round := int64(0), 0; done < int64(b.N); round++ {
+		n := min(chunk, int64(b.N)-done)
+		for j := range cs {
+			c := cs[(j+round)%len(cs)]
+			d, err := c.run(n)
+			if err != nil {
+				b.Fatalf("%s: %v", c.name, err)
+			}
+			c.elapsed += d
+			c.ops += n
+			if c.after != nil {
+				c.after(n)
+			}
+		}
+		done += n
+	}
+}
+
+func (c *contender) rate(size int) float64 {
+	return float64(size) * float64(c.ops) / c.elapsed.Seconds()
 }
 
 // BenchmarkClientPutGet: Put and Get between this process (the client) and
-// an appliance process over loopback, beside raw TCP moving the same bytes in
-// the same run. Metric: GB/s and the ratio to raw TCP.
+// an appliance process over loopback, interleaved with raw TCP to a
+// separate process moving the same bytes with the same number of callers.
+// c4 is 2 × GOMAXPROCS callers on this 2-core machine; c50 checks that
+// kvtier does not collapse under many callers (also against itself with
+// one caller). Put is timed alone: the benchmark's clean-up (BatchRemove of
+// what it stored) runs outside the timed chunks.
 //
 //	go test -run '^$' -bench BenchmarkClientPutGet -benchtime 2s ./tests/
 func BenchmarkClientPutGet(b *testing.B) {
@@ -71,94 +231,167 @@ func BenchmarkClientPutGet(b *testing.B) {
 		b.Skip("multi-process benchmark skipped under -short")
 	}
 	m := startBenchCluster(b)
+	raw := startRawServer(b)
+	cl := m.newClient(b)
+	cached, err := client.New(context.Background(), client.Config{MasterAddr: m.grpc, LeaseCacheKeys: 1024})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cached.Close() })
+	type cfg struct {
+		op         string
+		size, p    int
+		withSingle bool
+	}
+	var cases []cfg
 	for _, size := range []int{64 << 10, 1 << 20, 16 << 20} {
-		val := bytes.Repeat([]byte{0xab}, size)
-		keys := min(64, (128<<20)/size) // stay well inside the appliance's DRAM
-		for _, op := range []string{"put", "get"} {
-			b.Run(fmt.Sprintf("%s/%dKiB", op, size>>10), func(b *testing.B) {
-				ctx := context.Background()
-				cl := m.newClient(b)
-				if op == "get" {
-					for i := range keys {
-						if err := cl.Put(ctx, fmt.Sprintf("bench/%d/%d", size, i), val); err != nil {
+		cases = append(cases, cfg{"put", size, 4, false}, cfg{"get", size, 4, false})
+	}
+	cases = append(cases, cfg{"get", 1 << 20, 1, false}, cfg{"get", 1 << 20, 50, true}, cfg{"put", 1 << 20, 50, true},
+		cfg{"get-leasecache", 1 << 20, 1, false}, cfg{"get-leasecache", 1 << 20, 4, false}, cfg{"get-leasecache", 16 << 20, 4, false})
+	var putSeq atomic.Int64
+	for _, tc := range cases {
+		size, p := tc.size, tc.p
+		b.Run(fmt.Sprintf("%s/%dKiB/c%d", tc.op, size>>10, p), func(b *testing.B) {
+			cl, tcop := cl, tc.op
+			if tcop == "get-leasecache" { // Config.LeaseCacheKeys: reads reuse a running lease
+				cl, tcop = cached, "get"
+			}
+			ctx := context.Background()
+			val := bytes.Repeat([]byte{0xab}, size)
+			nkeys := min(64, (128<<20)/size) // stay well inside the appliance's DRAM
+			bufs := make([][]byte, p)
+			for i := range bufs {
+				bufs[i] = make([]byte, size)
+			}
+			if tcop == "get" {
+				keys := make([]string, nkeys)
+				vals := make([][]byte, nkeys)
+				for i := range keys {
+					keys[i], vals[i] = fmt.Sprintf("bench/%d/%d", size, i), val
+				}
+				for i, err := range cl.BatchPut(ctx, keys, vals) {
+					if err != nil {
+						b.Fatalf("%s: %v", keys[i], err)
+					}
+				}
+			}
+			kvGet := func(pp int) func(n int64) (time.Duration, error) {
+				return func(n int64) (time.Duration, error) {
+					return parallel(pp, n, func(g int, i int64) error {
+						key := fmt.Sprintf("bench/%d/%d", size, i%int64(nkeys))
+						got, err := cl.GetInto(ctx, key, bufs[g%len(bufs)])
+						if err == nil && got != size {
+							err = fmt.Errorf("%s: got %d bytes, want %d", key, got, size)
+						}
+						return err
+					})
+				}
+			}
+			var putKeys []string
+			var putMu sync.Mutex
+			kvPut := func(pp int) func(n int64) (time.Duration, error) {
+				return func(n int64) (time.Duration, error) {
+					return parallel(pp, n, func(int, int64) error {
+						key := fmt.Sprintf("bench/put/%d/%d", size, putSeq.Add(1))
+						err := cl.Put(ctx, key, val)
+						putMu.Lock()
+						putKeys = append(putKeys, key)
+						putMu.Unlock()
+						return err
+					})
+				}
+			}
+			cleanup := func(int64) {
+				for len(putKeys) > 0 {
+					k := putKeys[:min(len(putKeys), 256)]
+					putKeys = putKeys[len(k):]
+					for _, err := range cl.BatchRemove(ctx, k, true) {
+						if err != nil {
 							b.Fatal(err)
 						}
 					}
 				}
-				b.SetBytes(int64(size))
-				b.SetParallelism(2) // 2 x GOMAXPROCS callers: RPC latency overlaps transfers
-				var seq atomic.Int64
-				b.ResetTimer()
-				start := time.Now()
-				b.RunParallel(func(pb *testing.PB) {
-					buf := make([]byte, size)
-					for pb.Next() {
-						i := seq.Add(1)
-						var err error
-						if op == "put" {
-							key := fmt.Sprintf("bench/put/%d/%d", size, i)
-							err = cl.Put(ctx, key, val)
-							if err == nil {
-								err = cl.Remove(ctx, key, true)
-							}
-						} else {
-							_, err = cl.GetInto(ctx, fmt.Sprintf("bench/%d/%d", size, i%int64(keys)), buf)
-						}
-						if err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				})
-				elapsed := time.Since(start)
-				b.StopTimer()
-				kv := float64(size) * float64(b.N) / elapsed.Seconds()
-				raw := rawTCP(b, size, max(64<<20, size*8))
-				b.ReportMetric(kv/1e9, "GB/s")
-				b.ReportMetric(raw/1e9, "rawTCP-GB/s")
-				b.ReportMetric(kv/raw, "x-rawTCP")
-			})
-		}
+			}
+			rawCs := raw.conns(b, p)
+			op := byte('R')
+			kv := &contender{name: "kvtier", run: kvGet(p)}
+			var single *contender
+			if tc.withSingle {
+				single = &contender{name: "kvtier-1", run: kvGet(1)}
+			}
+			if tcop == "put" {
+				op = 'W'
+				kv = &contender{name: "kvtier", run: kvPut(p), after: cleanup}
+				if tc.withSingle {
+					single = &contender{name: "kvtier-1", run: kvPut(1), after: cleanup}
+				}
+			}
+			rc := &contender{name: "rawTCP", run: func(n int64) (time.Duration, error) {
+				return parallel(p, n, func(g int, _ int64) error { return rawOp(rawCs[g], op, val, bufs[g]) })
+			}}
+			cs := []*contender{kv, rc}
+			if single != nil {
+				cs = append(cs, single)
+			}
+			b.SetBytes(int64(size))
+			b.ResetTimer()
+			interleave(b, max(int64((256<<20)/size), 1), cs...)
+			b.StopTimer()
+			b.ReportMetric(kv.rate(size)/1e9, "GB/s")
+			b.ReportMetric(rc.rate(size)/1e9, "rawTCP-GB/s")
+			b.ReportMetric(kv.rate(size)/rc.rate(size), "x-rawTCP")
+			if single != nil {
+				b.ReportMetric(single.rate(size)/1e9, "c1-GB/s")
+				b.ReportMetric(kv.rate(size)/single.rate(size), "x-c1")
+			}
+		})
 	}
 }
 
 // BenchmarkSameProcessGet: a client that serves its own segment reads
-// through the local memcpy path; compared with copy() of the same bytes.
+// through the local memcpy path (GetReplicaList, then one copy fused with
+// the CRC32C check); interleaved with copy() of the same bytes.
+//
+// The "leasecache" variants set Config.LeaseCacheKeys: repeated reads of a
+// key reuse its running read lease instead of asking the master each time.
 func BenchmarkSameProcessGet(b *testing.B) {
 	ip := startInprocB(b)
-	c, err := client.New(context.Background(), client.Config{MasterAddr: ip, GlobalSegmentSize: 64 << 20, Hugepages: dram.HugepageOff})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	for _, size := range []int{1 << 20, 16 << 20} {
-		b.Run(fmt.Sprintf("%dKiB", size>>10), func(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		cache int
+		size  int
+	}{{"", 0, 1 << 20}, {"", 0, 16 << 20}, {"leasecache/", 1024, 1 << 20}, {"leasecache/", 1024, 16 << 20}} {
+		c, err := client.New(context.Background(), client.Config{MasterAddr: ip, GlobalSegmentSize: 64 << 20, Hugepages: dram.HugepageOff, LeaseCacheKeys: tc.cache})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { c.Close() })
+		size := tc.size
+		b.Run(fmt.Sprintf("%s%dKiB", tc.name, size>>10), func(b *testing.B) {
 			ctx := context.Background()
 			val := bytes.Repeat([]byte{1}, size)
-			key := fmt.Sprintf("local/%d", size)
+			key := fmt.Sprintf("local/%s%d", tc.name, size) // distinct per client: the object lands in its segment
 			if err := c.Put(ctx, key, val); err != nil {
 				b.Fatal(err)
 			}
 			buf := make([]byte, size)
+			kv := &contender{name: "kvtier", run: func(n int64) (time.Duration, error) {
+				return parallel(1, n, func(int, int64) error {
+					_, err := c.GetInto(ctx, key, buf)
+					return err
+				})
+			}}
+			mc := &contender{name: "copy", run: func(n int64) (time.Duration, error) {
+				return parallel(1, n, func(int, int64) error { copy(buf, val); return nil })
+			}}
 			b.SetBytes(int64(size))
 			b.ResetTimer()
-			start := time.Now()
-			for i := 0; i < b.N; i++ {
-				if _, err := c.GetInto(ctx, key, buf); err != nil {
-					b.Fatal(err)
-				}
-			}
-			kv := float64(size*b.N) / time.Since(start).Seconds()
+			interleave(b, 64, kv, mc)
 			b.StopTimer()
-			n := max(b.N, 16)
-			start = time.Now()
-			for range n {
-				copy(buf, val)
-			}
-			mc := float64(size*n) / time.Since(start).Seconds()
-			b.ReportMetric(kv/1e9, "GB/s")
-			b.ReportMetric(mc/1e9, "memcpy-GB/s")
-			b.ReportMetric(kv/mc, "x-memcpy")
+			b.ReportMetric(kv.rate(size)/1e9, "GB/s")
+			b.ReportMetric(mc.rate(size)/1e9, "memcpy-GB/s")
+			b.ReportMetric(kv.rate(size)/mc.rate(size), "x-memcpy")
 		})
 	}
 }

@@ -31,6 +31,7 @@ type masterFlags struct {
 	leasePolicy        string
 	frequencyBonus     time.Duration
 	frequencyMaxBonus  time.Duration
+	evictionHistory    int
 	clientTTL          time.Duration
 	clientGrace        time.Duration
 	putDiscard         time.Duration
@@ -51,6 +52,7 @@ func (f *masterFlags) register(cmd *cobra.Command, standalone bool) {
 	fs.StringVar(&f.leasePolicy, "lease-policy", master.DefaultLeasePolicy, "eviction order policy: plain | frequency")
 	fs.DurationVar(&f.frequencyBonus, "frequency-bonus", master.DefaultFrequencyBonus, "frequency policy: eviction-order bonus per read")
 	fs.DurationVar(&f.frequencyMaxBonus, "frequency-max-bonus", master.DefaultFrequencyMaxBonus, "frequency policy: cap of the bonus")
+	fs.IntVar(&f.evictionHistory, "eviction-history", 0, "frequency policy: evicted keys whose read counts are remembered (0: 4x the DRAM objects; negative: off)")
 	fs.DurationVar(&f.clientTTL, "client-ttl", master.DefaultClientTTL, "a client silent this long enters the grace state")
 	fs.DurationVar(&f.clientGrace, "client-grace", master.DefaultClientGrace, "a client in grace this long is gone: its segments are unmounted")
 	fs.DurationVar(&f.putDiscard, "put-discard-timeout", master.DefaultPutDiscardTimeout, "an unfinished put older than this may be taken over by a new writer")
@@ -65,7 +67,7 @@ func (f *masterFlags) register(cmd *cobra.Command, standalone bool) {
 func (f *masterFlags) config() master.Config {
 	return master.Config{
 		LeaseTTL: f.leaseTTL, HighWatermark: f.highWatermark, EvictionRatio: f.evictionRatio,
-		LeasePolicy: f.leasePolicy, FrequencyBonus: f.frequencyBonus, FrequencyMaxBonus: f.frequencyMaxBonus, ClientTTL: f.clientTTL, ClientGrace: f.clientGrace,
+		LeasePolicy: f.leasePolicy, FrequencyBonus: f.frequencyBonus, FrequencyMaxBonus: f.frequencyMaxBonus, EvictionHistory: f.evictionHistory, ClientTTL: f.clientTTL, ClientGrace: f.clientGrace,
 		PutDiscardTimeout: f.putDiscard, PutReleaseTimeout: f.putRelease, MaxObjects: f.maxObjects,
 		OffloadMode: f.offload,
 	}

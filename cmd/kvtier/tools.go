@@ -217,7 +217,8 @@ value gets a fresh store started in this process with DRAM for that many blocks.
 			defer cancel()
 			if simulate {
 				sw, err := replay.Sweep(trace, caps, pols, replay.SimOptions{Speed: speed, BlockBytes: blockBytes,
-					Lease: replay.LeasePolicy{LeaseTTL: mf.leaseTTL}})
+					Lease: replay.LeasePolicy{LeaseTTL: mf.leaseTTL, FrequencyBonus: mf.frequencyBonus,
+						FrequencyMaxBonus: mf.frequencyMaxBonus, History: mf.evictionHistory}})
 				if err != nil {
 					return err
 				}
@@ -270,6 +271,7 @@ value gets a fresh store started in this process with DRAM for that many blocks.
 	fs.StringVar(&chart, "chart", "", "with --simulate: write an SVG chart of hit rate against capacity to this file")
 	fs.DurationVar(&mf.leaseTTL, "lease-ttl", mf.leaseTTL, "read lease of the store started here (scale with --speed)")
 	fs.DurationVar(&mf.frequencyBonus, "frequency-bonus", mf.frequencyBonus, "frequency policy bonus per read (scale with --speed)")
+	fs.IntVar(&mf.evictionHistory, "eviction-history", 0, "frequency policy: evicted keys remembered by the store started here (0: 4x its DRAM objects)")
 	fs.DurationVar(&mf.frequencyMaxBonus, "frequency-max-bonus", mf.frequencyMaxBonus, "frequency policy bonus cap (scale with --speed)")
 	return cmd
 }

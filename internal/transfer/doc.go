@@ -52,7 +52,18 @@
 //     connections busy, MaxInflightBytes reached). So a WRITE of one slice
 //     has been written to the socket when Submit returns. One receive
 //     goroutine per connection reads responses straight into the callers'
-//     buffers.
+//     buffers. A caller writes inline only on a connection with nothing
+//     outstanding; while a peer has fewer than ConnsPerPeer connections a
+//     busy peer's frame goes to a lane, which dials another, so concurrent
+//     callers spread over connections (and the server's per-connection
+//     goroutines) instead of pipelining behind each other on one.
+//   - Request.Sum (READ only, optional) asks for the CRC32C (Castagnoli) of
+//     the bytes read. It is computed while they arrive: the receive
+//     goroutine checksums each socket read as it lands (still in cache),
+//     slices of one request are combined in order (crcCombine, zlib's
+//     crc32_combine), and the local path copies and checksums in 64 KiB
+//     chunks. A verifying reader (the client's Get) so needs no second pass
+//     over the object. *Sum is written only when the request succeeds.
 //
 // There is no package-level state: several Engines may live in one process.
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 
 	"kvtier/internal/kverr"
 )
@@ -19,11 +20,13 @@ func (t *localTransport) start(ctx context.Context, r *reqState) {
 	if r.seg == nil && r.src == nil { // not classified: look it up
 		r.seg, r.src = t.e.acquire(r.req.Segment)
 	}
-	r.sliceDone(t.do(ctx, &r.req, r.seg, r.src))
+	r.sliceDone(t.do(ctx, r, r.seg, r.src))
 }
 
-// do moves req with seg pinned (it releases it) or through src.
-func (t *localTransport) do(ctx context.Context, req *Request, seg *segment, src ExtentSource) error {
+// do moves r.req with seg pinned (it releases it) or through src, and
+// checksums what it read when asked (r.crc).
+func (t *localTransport) do(ctx context.Context, r *reqState, seg *segment, src ExtentSource) error {
+	req := &r.req
 	n := uint64(len(req.Buf))
 	switch {
 	case seg != nil:
@@ -34,9 +37,12 @@ func (t *localTransport) do(ctx context.Context, req *Request, seg *segment, src
 		if err := checkRange(req.Segment, uint64(len(seg.mem)), req.Offset, n); err != nil {
 			return err
 		}
-		if req.Op == Read {
+		switch {
+		case r.wantSum():
+			r.crc = copyCRC(req.Buf, seg.mem[req.Offset:req.Offset+n])
+		case req.Op == Read:
 			copy(req.Buf, seg.mem[req.Offset:req.Offset+n])
-		} else {
+		default:
 			copy(seg.mem[req.Offset:req.Offset+n], req.Buf)
 		}
 		return nil
@@ -46,6 +52,9 @@ func (t *localTransport) do(ctx context.Context, req *Request, seg *segment, src
 		}
 		if err := src.ReadExtent(ctx, req.Bucket, req.Offset, req.Buf); err != nil {
 			return wrapSourceErr(req.Segment, req.Bucket, req.Offset, err)
+		}
+		if r.wantSum() {
+			r.crc = crc32.Checksum(req.Buf, castagnoli)
 		}
 		return nil
 	}

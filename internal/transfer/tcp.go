@@ -3,6 +3,7 @@ package transfer
 import (
 	"context"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net"
 	"sync"
@@ -26,6 +27,7 @@ var _ transport = (*tcpTransport)(nil)
 // slice is one frame's worth of a request.
 type slice struct {
 	r       *reqState
+	idx     int // slice number within the request
 	op      Op
 	name    string
 	bucket  uint64
@@ -82,7 +84,7 @@ func (t *tcpTransport) dispatchFrom(ctx context.Context, ss []*slice, bigInline 
 			return
 		}
 		s.held = held
-		if p.trySend(s, bigInline) {
+		if p.trySend(s, bigInline, e.cfg.ConnsPerPeer) {
 			continue
 		}
 		select {
@@ -112,10 +114,13 @@ func (t *tcpTransport) slices(r *reqState, out []*slice) []*slice {
 	}
 	cnt := (n + size - 1) / size
 	r.left.Store(int32(cnt))
+	if cnt > 1 && r.wantSum() {
+		r.crcs, r.sliceLen = make([]uint32, cnt), size
+	}
 	for i := range cnt {
 		lo := i * size
 		hi := min(lo+size, n)
-		out = append(out, &slice{r: r, op: req.Op, name: req.Segment, bucket: req.Bucket, off: req.Offset + uint64(lo), buf: req.Buf[lo:hi:hi]})
+		out = append(out, &slice{r: r, idx: i, op: req.Op, name: req.Segment, bucket: req.Bucket, off: req.Offset + uint64(lo), buf: req.Buf[lo:hi:hi]})
 	}
 	return out
 }
@@ -179,27 +184,38 @@ type peer struct {
 // a lane so Submit does not block long on the socket.
 const inlineWriteMax = 64 << 10
 
-// trySend sends s on an idle connection from the calling goroutine, saving
-// the hand-off to a lane. It prefers the oldest connection, so sequential
-// callers keep one connection (and its buffers) hot. It never blocks.
-func (p *peer) trySend(s *slice, big bool) bool {
+// trySend sends s from the calling goroutine, saving the hand-off to a
+// lane. It prefers a connection with nothing outstanding (the oldest such,
+// so sequential callers keep one connection and its buffers hot); while
+// the peer has fewer than ConnsPerPeer connections it leaves a busy
+// peer's slice to a lane, which dials another, so concurrent callers
+// spread over connections (and the server's per-connection goroutines)
+// instead of queueing behind each other on one; only with every
+// connection open and busy does it pipeline onto one with a free slot.
+// It never blocks.
+func (p *peer) trySend(s *slice, big bool, maxConns int) bool {
 	if s.op == Write && len(s.buf) > inlineWriteMax && !big {
 		return false
 	}
 	var c *clientConn
 	p.mu.Lock()
-	for _, x := range p.conns {
-		if x.dead() || !x.wmu.TryLock() {
-			continue
+	for pass := 0; pass < 2 && c == nil; pass++ {
+		if pass == 1 && len(p.conns) < maxConns {
+			break
 		}
-		select {
-		case x.slots <- struct{}{}:
-			c = x
-		default:
-			x.wmu.Unlock()
-			continue
+		for _, x := range p.conns {
+			if x.dead() || (pass == 0 && len(x.slots) > 0) || !x.wmu.TryLock() {
+				continue
+			}
+			select {
+			case x.slots <- struct{}{}:
+				c = x
+			default:
+				x.wmu.Unlock()
+				continue
+			}
+			break
 		}
-		break
 	}
 	p.mu.Unlock()
 	if c == nil {
@@ -501,6 +517,27 @@ func (c *clientConn) drain(first *slice) {
 	}
 }
 
+// readSum fills buf from the connection and returns its CRC32C, computed on
+// each chunk as it lands (still in cache), so a verifying reader needs no
+// second pass over the bytes.
+func (c *clientConn) readSum(buf []byte) (uint32, error) {
+	var crc uint32
+	for got := 0; got < len(buf); {
+		n, err := c.nc.Read(buf[got:])
+		if n > 0 {
+			crc = crc32.Update(crc, castagnoli, buf[got:got+n])
+			got += n
+		}
+		if err != nil && got < len(buf) {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return 0, err
+		}
+	}
+	return crc, nil
+}
+
 // receiveOne handles the response to s, whose header is in c.rhdr; an
 // error kills the connection (and leaves s to the caller).
 func (c *clientConn) receiveOne(s *slice) error {
@@ -526,7 +563,17 @@ func (c *clientConn) receiveOne(s *slice) error {
 			return fmt.Errorf("%w: READ response of %d bytes, asked %d", errMalformed, h.payloadLen, len(s.buf))
 		}
 		// Straight into the caller's buffer.
-		if _, err := io.ReadFull(c.nc, s.buf); err != nil {
+		if s.r.wantSum() {
+			crc, err := c.readSum(s.buf)
+			if err != nil {
+				return fmt.Errorf("receive payload: %w", err)
+			}
+			if s.r.crcs != nil {
+				s.r.crcs[s.idx] = crc
+			} else {
+				s.r.crc = crc
+			}
+		} else if _, err := io.ReadFull(c.nc, s.buf); err != nil {
 			return fmt.Errorf("receive payload: %w", err)
 		}
 	}

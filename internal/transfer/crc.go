@@ -1,0 +1,64 @@
+package transfer
+
+import "hash/crc32"
+
+// castagnoli is the CRC32C table (hardware accelerated on amd64 and arm64).
+// It is read-only after package initialisation.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// crcPoly is the reflected Castagnoli polynomial.
+const crcPoly = 0x82F63B78
+
+// crcChunk is how many bytes the local path copies before checksumming them
+// while they are still in cache.
+const crcChunk = 64 << 10
+
+// crcMul returns a(x)·b(x) modulo the Castagnoli polynomial (reflected bit
+// order: bit 31 is x^0).
+func crcMul(a, b uint32) uint32 {
+	m := uint32(1) << 31
+	var p uint32
+	for {
+		if a&m != 0 {
+			p ^= b
+			if a&(m-1) == 0 {
+				return p
+			}
+		}
+		m >>= 1
+		if b&1 != 0 {
+			b = b>>1 ^ crcPoly
+		} else {
+			b >>= 1
+		}
+	}
+}
+
+// crcCombine returns the CRC32C of A‖B given crc1 = CRC32C(A), crc2 =
+// CRC32C(B) and len2 = len(B) (zlib's crc32_combine, by repeated squaring).
+func crcCombine(crc1, crc2 uint32, len2 uint64) uint32 {
+	if len2 == 0 {
+		return crc1
+	}
+	p := uint32(1) << 31  // x^0
+	sq := uint32(1) << 23 // x^8: one byte
+	for n := len2; n > 0; n >>= 1 {
+		if n&1 != 0 {
+			p = crcMul(sq, p)
+		}
+		sq = crcMul(sq, sq)
+	}
+	return crcMul(p, crc1) ^ crc2
+}
+
+// copyCRC copies src to dst (same length) in cache-sized chunks and returns
+// the CRC32C of the bytes, computed on each chunk just after it is copied.
+func copyCRC(dst, src []byte) uint32 {
+	var crc uint32
+	for off := 0; off < len(src); off += crcChunk {
+		end := min(off+crcChunk, len(src))
+		copy(dst[off:end], src[off:end])
+		crc = crc32.Update(crc, castagnoli, dst[off:end])
+	}
+	return crc
+}

@@ -1,0 +1,64 @@
+package transfer
+
+import (
+	"hash/crc32"
+	"testing"
+)
+
+func TestCRCCombine(t *testing.T) {
+	data := randBytes(42, 1<<20+77)
+	want := crc32.Checksum(data, castagnoli)
+	for _, cut := range []int{0, 1, 4095, 65536, 1 << 19, len(data) - 1, len(data)} {
+		a, b := data[:cut], data[cut:]
+		got := crcCombine(crc32.Checksum(a, castagnoli), crc32.Checksum(b, castagnoli), uint64(len(b)))
+		if got != want {
+			t.Fatalf("cut %d: combined %08x, want %08x", cut, got, want)
+		}
+	}
+	if got := copyCRC(make([]byte, len(data)), data); got != want {
+		t.Fatalf("copyCRC %08x, want %08x", got, want)
+	}
+}
+
+func FuzzCRCCombine(f *testing.F) {
+	f.Add([]byte("hello, world"), uint16(5))
+	f.Add([]byte{}, uint16(0))
+	f.Add(make([]byte, 300), uint16(299))
+	f.Fuzz(func(t *testing.T, data []byte, cut uint16) {
+		c := min(int(cut), len(data))
+		got := crcCombine(crc32.Checksum(data[:c], castagnoli), crc32.Checksum(data[c:], castagnoli), uint64(len(data)-c))
+		if want := crc32.Checksum(data, castagnoli); got != want {
+			t.Fatalf("combined %08x, want %08x", got, want)
+		}
+	})
+}
+
+// TestReadSum checks Request.Sum on every path: local copy, one TCP slice,
+// many TCP slices spread over connections (combined in order), and that a
+// WRITE or a failed READ leaves it alone.
+func TestReadSum(t *testing.T) {
+	const segSize = 8 << 20
+	srv, mem, addr := serverEngine(t, "s0", segSize)
+	cli := newEngine(t, Config{SliceSize: 64 << 10})
+	for _, n := range []int{1, 4096, 64 << 10, 64<<10 + 1, 1 << 20, 3<<20 + 5} {
+		off := uint64(segSize - n - 3)
+		want := crc32.Checksum(mem[off:off+uint64(n)], castagnoli)
+		for name, e := range map[string]*Engine{"tcp": cli, "local": srv} {
+			var sum uint32
+			dst := make([]byte, n)
+			if err := do1(t, e, Request{Op: Read, Endpoint: addr, Segment: "s0", Offset: off, Buf: dst, Sum: &sum}); err != nil {
+				t.Fatalf("%s read %d: %v", name, n, err)
+			}
+			if sum != want {
+				t.Fatalf("%s read %d: sum %08x, want %08x", name, n, sum, want)
+			}
+		}
+	}
+	sum := uint32(7)
+	if err := do1(t, cli, Request{Op: Write, Endpoint: addr, Segment: "s0", Buf: make([]byte, 100), Sum: &sum}); err != nil || sum != 7 {
+		t.Fatalf("write: err %v, sum %d (want untouched 7)", err, sum)
+	}
+	if err := do1(t, cli, Request{Op: Read, Endpoint: addr, Segment: "s0", Offset: segSize - 10, Buf: make([]byte, 100), Sum: &sum}); err == nil || sum != 7 {
+		t.Fatalf("out-of-bounds read: err %v, sum %d (want an error, untouched 7)", err, sum)
+	}
+}

@@ -1,0 +1,105 @@
+package tests
+
+import (
+	"bufio"
+	"encoding/json"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runKvtier(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(kvtierBin, args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kvtier %v: %v\n%s", args, err, stderr.String())
+	}
+	return string(out)
+}
+
+// TestBenchJSONAgainstACluster: `kvtier bench --json` prints one JSON object
+// per workload with the documented fields, measured against a real cluster.
+func TestBenchJSONAgainstACluster(t *testing.T) {
+	c := startCluster(t)
+	// Large enough for the keys bench pre-loads (256 MiB at most), so no
+	// eviction turns a get into a miss.
+	c.appliance("bench-box", "--dram", "512MiB")
+	out := runKvtier(t, "bench", "--master", c.grpc, "--json", "--op", "get,exist", "--size", "64KiB,256KiB",
+		"--concurrency", "2", "--duration", "300ms")
+	lines := 0
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		var r map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("not JSON: %q: %v", sc.Text(), err)
+		}
+		for _, f := range []string{"op", "size", "concurrency", "ops_per_sec", "gbytes_per_sec", "p50_us", "p99_us", "p999_us"} {
+			if _, ok := r[f]; !ok {
+				t.Fatalf("result without %s: %s", f, sc.Text())
+			}
+		}
+		if r["ops_per_sec"].(float64) <= 0 || r["errors"].(float64) != 0 {
+			t.Fatalf("workload did no successful operation: %s", sc.Text())
+		}
+		lines++
+	}
+	if lines != 4 {
+		t.Fatalf("%d result lines, want 4 (2 ops x 2 sizes):\n%s", lines, out)
+	}
+}
+
+func sampleTrace(t *testing.T, n int) string {
+	t.Helper()
+	src, err := os.ReadFile(filepath.Join("..", "..", "shared", "traces", "conversation_trace.jsonl"))
+	if err != nil {
+		t.Skipf("shared traces not beside the checkout: %v", err)
+	}
+	lines := strings.SplitAfterN(string(src), "\n", n+1)
+	path := filepath.Join(t.TempDir(), "sample.jsonl")
+	if err := os.WriteFile(path, []byte(strings.Join(lines[:n], "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+type replayJSON struct {
+	Mode  string `json:"mode"`
+	Total struct {
+		PrefixHitRate float64 `json:"prefix_hit_rate"`
+		Blocks        int64   `json:"blocks"`
+		BadPayloads   int64   `json:"bad_payloads"`
+	} `json:"total"`
+}
+
+// TestReplayThroughTheStoreAgreesWithSimulation: the same trace sample
+// replayed through a real store (master + appliance, DRAM for 1,000 blocks)
+// and simulated in memory give prefix-hit rates within 0.03 of each other.
+func TestReplayThroughTheStoreAgreesWithSimulation(t *testing.T) {
+	trace := sampleTrace(t, 1500)
+	var real, sim replayJSON
+	out := runKvtier(t, "replay", trace, "--capacity-blocks", "1000", "--policy", "plain", "--block-bytes", "1024", "--json")
+	if err := json.Unmarshal([]byte(out), &real); err != nil {
+		t.Fatalf("replay --json: %v\n%s", err, out)
+	}
+	out = runKvtier(t, "replay", trace, "--simulate", "--capacity-blocks", "1000", "--policy", "plain", "--block-bytes", "1024", "--json")
+	var sw struct {
+		Rates map[string][]float64 `json:"prefix_hit_rate"`
+	}
+	if err := json.Unmarshal([]byte(out), &sw); err != nil {
+		t.Fatalf("replay --simulate --json: %v\n%s", err, out)
+	}
+	sim.Total.PrefixHitRate = sw.Rates["plain"][0]
+	if real.Total.Blocks == 0 || real.Total.BadPayloads != 0 {
+		t.Fatalf("real replay: %+v", real)
+	}
+	t.Logf("prefix-hit rate: real store %.4f, simulation %.4f", real.Total.PrefixHitRate, sim.Total.PrefixHitRate)
+	if math.Abs(real.Total.PrefixHitRate-sim.Total.PrefixHitRate) > 0.03 {
+		t.Fatalf("real store %.4f and simulation %.4f disagree", real.Total.PrefixHitRate, sim.Total.PrefixHitRate)
+	}
+}
