@@ -84,16 +84,25 @@ func blockSizeOf(ctrl *initiator.Controller, nsid uint32) (int, error) {
 	return 0, fmt.Errorf("namespace %d not exported", nsid)
 }
 
-// readNOF reads a NOF replica. The master allocates NOF space in whole
-// blocks, so the block-rounded tail lies inside the replica's extent.
-func (c *Client) readNOF(ctx context.Context, r *kvtierpb.Replica, dst []byte) error {
+// nofTarget returns the controller serving r and the namespace's block size.
+func (c *Client) nofTarget(ctx context.Context, r *kvtierpb.Replica) (*initiator.Controller, int, error) {
 	ctrl, err := c.nofController(ctx, r)
 	if err != nil {
-		return err
+		return nil, 0, err
 	}
 	bs, err := blockSizeOf(ctrl, r.Nsid)
 	if err != nil {
-		return kverr.New(kverr.TransferFail, "", "NOF replica on %s: %v", r.Nqn, err)
+		return nil, 0, kverr.New(kverr.TransferFail, "", "NOF replica on %s: %v", r.Nqn, err)
+	}
+	return ctrl, bs, nil
+}
+
+// readNOF reads a NOF replica. The master allocates NOF space in whole
+// blocks, so the block-rounded tail lies inside the replica's extent.
+func (c *Client) readNOF(ctx context.Context, r *kvtierpb.Replica, dst []byte) error {
+	ctrl, bs, err := c.nofTarget(ctx, r)
+	if err != nil {
+		return err
 	}
 	whole := len(dst) / bs * bs
 	err = ctrl.ReadAt(ctx, r.Nsid, dst[:whole], int64(r.Offset))
@@ -120,13 +129,9 @@ func (c *Client) writeNOF(ctx context.Context, rs []*kvtierpb.Replica, value []b
 }
 
 func (c *Client) writeNOFOne(ctx context.Context, r *kvtierpb.Replica, value []byte) error {
-	ctrl, err := c.nofController(ctx, r)
+	ctrl, bs, err := c.nofTarget(ctx, r)
 	if err != nil {
 		return err
-	}
-	bs, err := blockSizeOf(ctrl, r.Nsid)
-	if err != nil {
-		return kverr.New(kverr.TransferFail, "", "NOF replica on %s: %v", r.Nqn, err)
 	}
 	whole := len(value) / bs * bs
 	err = ctrl.WriteAt(ctx, r.Nsid, value[:whole], int64(r.Offset))
