@@ -2,13 +2,14 @@ package replay
 
 import (
 	"errors"
+	"kvtier/internal/shared"
 	"strings"
 	"testing"
 )
 
-const (
-	convPath = "/work/shared/traces/conversation_trace.jsonl"
-	synPath  = "/work/shared/traces/synthetic_trace.jsonl"
+var (
+	convPath = shared.Path("traces", "conversation_trace.jsonl")
+	synPath  = shared.Path("traces", "synthetic_trace.jsonl")
 )
 
 func TestParseTraceGood(t *testing.T) {

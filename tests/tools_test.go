@@ -3,6 +3,7 @@ package tests
 import (
 	"bufio"
 	"encoding/json"
+	"kvtier/internal/shared"
 	"math"
 	"os"
 	"os/exec"
@@ -56,7 +57,7 @@ func TestBenchJSONAgainstACluster(t *testing.T) {
 
 func sampleTrace(t *testing.T, n int) string {
 	t.Helper()
-	src, err := os.ReadFile(filepath.Join("..", "..", "shared", "traces", "conversation_trace.jsonl"))
+	src, err := os.ReadFile(shared.Path("traces", "conversation_trace.jsonl"))
 	if err != nil {
 		t.Skipf("shared traces not beside the checkout: %v", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"kvtier/internal/shared"
 	"net"
 	"path/filepath"
 	"sync"
@@ -17,7 +18,7 @@ import (
 	"kvtier/nof/pdu"
 )
 
-const vectors = "/work/shared/nvme-tcp-vectors"
+var vectors = shared.Path("nvme-tcp-vectors")
 
 // recorded is one SPDK host command from a capture and SPDK's replies.
 type recorded struct {

@@ -3,6 +3,7 @@ package pdu_test
 import (
 	"bytes"
 	"encoding/binary"
+	"kvtier/internal/shared"
 	"os"
 	"path/filepath"
 	"sort"
@@ -14,7 +15,7 @@ import (
 	"kvtier/nof/pdu"
 )
 
-const vectors = "/work/shared/nvme-tcp-vectors"
+var vectors = shared.Path("nvme-tcp-vectors")
 
 // capturedPDU is one PDU cut out of a reassembled capture stream.
 type capturedPDU struct {

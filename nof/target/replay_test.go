@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"kvtier/internal/shared"
 	"net"
 	"path/filepath"
 	"sync"
@@ -17,7 +18,7 @@ import (
 	"kvtier/nof/target"
 )
 
-const vectors = "/work/shared/nvme-tcp-vectors"
+var vectors = shared.Path("nvme-tcp-vectors")
 
 // labTarget is configured like the SPDK v26.05 lab target that produced the
 // captures: subsystem nqn.2026-11.io.kvtier:test, serial KVTIER0000000001,
