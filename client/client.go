@@ -9,11 +9,14 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/protobuf/proto"
 
 	"kvtier/api/kvtierpb"
@@ -78,8 +81,10 @@ func (c *Config) Validate() error {
 	if c.MasterAddr == "" {
 		return kverr.New(kverr.InvalidParams, "", "client: master address is required")
 	}
-	if _, _, err := net.SplitHostPort(c.MasterAddr); err != nil {
-		return kverr.New(kverr.InvalidParams, "", "client: master address %q: %v", c.MasterAddr, err)
+	for _, a := range strings.Split(c.MasterAddr, ",") {
+		if _, _, err := net.SplitHostPort(strings.TrimSpace(a)); err != nil {
+			return kverr.New(kverr.InvalidParams, "", "client: master address %q: %v", a, err)
+		}
 	}
 	if c.HeartbeatInterval < 0 || c.RPCTimeout < 0 || c.LeaseCacheMargin < 0 {
 		return kverr.New(kverr.InvalidParams, "", "client: negative interval")
@@ -149,7 +154,8 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	conn, err := grpc.NewClient(cfg.MasterAddr, grpcOptions()...)
+	target, opts := masterTarget(cfg.MasterAddr)
+	conn, err := grpc.NewClient(target, append(grpcOptions(), opts...)...)
 	if err != nil {
 		return nil, kverr.New(kverr.RPCFail, "", "client: connect master %s: %v", cfg.MasterAddr, err)
 	}
@@ -184,6 +190,24 @@ func grpcOptions() []grpc.DialOption {
 		grpc.WithInitialConnWindowSize(16 << 20),
 		grpc.WithSharedWriteBuffer(true),
 	}
+}
+
+// masterTarget turns "a:1,b:2" (a leader and its standbys in HA mode) into a
+// gRPC target that tries the addresses in turn: only the elected master
+// listens, so whichever accepts is the leader, and a broken connection makes
+// gRPC try the list again after a failover.
+func masterTarget(addrs string) (string, []grpc.DialOption) {
+	list := strings.Split(addrs, ",")
+	if len(list) == 1 {
+		return "passthrough:///" + strings.TrimSpace(addrs), nil
+	}
+	r := manual.NewBuilderWithScheme("kvtier-masters")
+	var st resolver.State
+	for _, a := range list {
+		st.Addresses = append(st.Addresses, resolver.Address{Addr: strings.TrimSpace(a)})
+	}
+	r.InitialState(st)
+	return r.Scheme() + ":///masters", []grpc.DialOption{grpc.WithResolvers(r)}
 }
 
 func (c *Client) setup(ctx context.Context) error {

@@ -4,16 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"kvtier/ha/hatest"
 	"net"
-	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
-	"go.uber.org/zap"
 
 	"kvtier/internal/clock"
 	"kvtier/internal/kverr"
@@ -36,40 +33,7 @@ func freePort(t *testing.T) int {
 
 // startEtcd runs a real single-member etcd server on loopback ports with its
 // data in a temp dir, and returns its client endpoint and an idempotent stop.
-func startEtcd(t *testing.T) (stop func(), endpoint string) {
-	t.Helper()
-	var lastErr error
-	for range 3 {
-		cfg := embed.NewConfig()
-		cfg.Name = "test"
-		cfg.Dir = t.TempDir()
-		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-		curl, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", freePort(t)))
-		purl, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", freePort(t)))
-		cfg.ListenClientUrls = []url.URL{*curl}
-		cfg.AdvertiseClientUrls = []url.URL{*curl}
-		cfg.ListenPeerUrls = []url.URL{*purl}
-		cfg.AdvertisePeerUrls = []url.URL{*purl}
-		cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-		e, err := embed.StartEtcd(cfg)
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		select {
-		case <-e.Server.ReadyNotify():
-		case <-time.After(30 * time.Second):
-			e.Close()
-			lastErr = errors.New("embedded etcd not ready after 30s")
-			continue
-		}
-		stop := sync.OnceFunc(e.Close) // embed.Etcd.Close panics if called twice
-		t.Cleanup(stop)
-		return stop, curl.String()
-	}
-	t.Skipf("embedded etcd cannot start on loopback: %v", lastErr)
-	return nil, ""
-}
+func startEtcd(t *testing.T) (stop func(), endpoint string) { return hatest.StartEtcd(t) }
 
 func testConfig(ep, name string) Config {
 	return Config{

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"kvtier/api/kvtierpb"
 	"kvtier/appliance"
 	"kvtier/dram"
+	"kvtier/ha"
 	"kvtier/master"
 	"kvtier/ssd"
 )
@@ -167,11 +169,14 @@ type runningMaster struct {
 	cancel   context.CancelFunc
 	done     chan struct{}
 	httpDone chan struct{}
+	lead     *ha.Leadership // nil without --etcd
+	lost     chan struct{}  // closed when leadership is lost
 }
 
 func startMaster(f *masterFlags, log *slog.Logger) (*runningMaster, error) {
-	if len(f.etcd) > 0 {
-		return nil, fmt.Errorf("--etcd: HA mode (leader + standbys through etcd) is not available in this build yet; run a single master without --etcd")
+	lead, err := campaign(f, log)
+	if err != nil {
+		return nil, err
 	}
 	m, err := master.New(f.config())
 	if err != nil {
@@ -204,6 +209,19 @@ func startMaster(f *masterFlags, log *slog.Logger) (*runningMaster, error) {
 	rm.cancel = cancel
 	go func() { defer close(rm.done); m.Run(ctx) }()
 	go func() { _ = rm.grpc.Serve(lis) }()
+	rm.lead = lead
+	rm.lost = make(chan struct{})
+	if lead != nil {
+		go func() {
+			select {
+			case <-lead.Lost():
+				// Another master may already be leader: stop answering at once.
+				rm.grpc.Stop()
+				close(rm.lost)
+			case <-ctx.Done():
+			}
+		}()
+	}
 	go func() {
 		defer close(rm.httpDone)
 		if err := fe.rest.Serve(ctx, hl); err != nil {
@@ -214,6 +232,9 @@ func startMaster(f *masterFlags, log *slog.Logger) (*runningMaster, error) {
 }
 
 func (rm *runningMaster) stop() {
+	if rm.lead != nil {
+		defer rm.lead.Close()
+	}
 	rm.fe.dp.close()
 	rm.cancel()
 	<-rm.httpDone
@@ -229,12 +250,18 @@ func (rm *runningMaster) stop() {
 
 func newMasterCmd() *cobra.Command {
 	var f masterFlags
+	var cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "master",
 		Short: "Run the control plane: metadata, allocation, leases, eviction (gRPC + REST + web UI)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := newLogger()
+			stopProfile, err := startCPUProfile(cpuProfile)
+			if err != nil {
+				return err
+			}
+			defer stopProfile()
 			rm, err := startMaster(&f, log)
 			if err != nil {
 				return err
@@ -243,14 +270,38 @@ func newMasterCmd() *cobra.Command {
 			fmt.Printf("listening grpc=%s http=%s\n", rm.grpcAddr, rm.httpAddr)
 			ctx, cancel := signalContext()
 			defer cancel()
-			<-ctx.Done()
+			select {
+			case <-ctx.Done():
+			case <-rm.lost:
+				rm.stop()
+				return fmt.Errorf("lost leadership in etcd; exiting so that this master restarts as a standby")
+			}
 			log.Info("shutting down")
 			rm.stop()
 			return nil
 		},
 	}
 	f.register(cmd, false)
+	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the master to this file until it stops (for go tool pprof)")
+	_ = cmd.Flags().MarkHidden("cpuprofile")
 	return cmd
+}
+
+// startCPUProfile profiles this process into path until the returned stop
+// runs (on SIGINT/SIGTERM); an empty path profiles nothing.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	fh, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(fh); err != nil {
+		fh.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); _ = fh.Close() }, nil
 }
 
 func newApplianceCmd() *cobra.Command {

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+
+	"kvtier/ha"
+)
+
+// campaign blocks until this master leads (HA mode, --etcd) and returns the
+// leadership; without --etcd it returns nil at once. A standby neither
+// listens nor serves: clients given every master's address connect to
+// whichever accepts, which is the leader.
+func campaign(f *masterFlags, log *slog.Logger) (*ha.Leadership, error) {
+	if len(f.etcd) == 0 {
+		return nil, nil
+	}
+	host, port, err := net.SplitHostPort(f.grpcAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--grpc-addr %s: %w", f.grpcAddr, err)
+	}
+	if port == "0" {
+		// The advertised address must be known before listening: take a
+		// free port now.
+		l, err := net.Listen("tcp", f.grpcAddr)
+		if err != nil {
+			return nil, fmt.Errorf("--grpc-addr %s: %w", f.grpcAddr, err)
+		}
+		f.grpcAddr = l.Addr().String()
+		l.Close()
+	} else if host == "" || host == "0.0.0.0" || host == "::" {
+		return nil, fmt.Errorf("--grpc-addr %s: with --etcd give the address clients use (not a wildcard)", f.grpcAddr)
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	log.Info("standby: campaigning for leadership", "etcd", f.etcd, "advertise", f.grpcAddr)
+	fmt.Printf("standby grpc=%s etcd=%v\n", f.grpcAddr, f.etcd)
+	lead, err := ha.Campaign(ctx, ha.Config{Endpoints: f.etcd, Name: f.grpcAddr, Advertise: f.grpcAddr, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("--etcd: %w", err)
+	}
+	log.Info("elected leader", "epoch", lead.Epoch())
+	return lead, nil
+}
