@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"kvtier/api/kvtierpb"
 	"kvtier/client"
 	"kvtier/dram"
 )
@@ -392,6 +393,103 @@ func BenchmarkSameProcessGet(b *testing.B) {
 			b.ReportMetric(kv.rate(size)/1e9, "GB/s")
 			b.ReportMetric(mc.rate(size)/1e9, "memcpy-GB/s")
 			b.ReportMetric(kv.rate(size)/mc.rate(size), "x-memcpy")
+		})
+	}
+}
+
+// BenchmarkMasterRoundTrip: one GetReplicaList from this process to the
+// master process (the per-call cost every Get pays), and one PutStart +
+// PutEnd pair of 1 MiB with no bytes moved (the master's share of a Put),
+// each interleaved with a 9-byte/1-byte raw TCP ping-pong to a separate
+// process (the floor any cross-process request/response pays on this
+// machine). us/call is the mean latency of one call (or pair) per caller.
+//
+//	go test -run '^$' -bench BenchmarkMasterRoundTrip -benchtime 2s ./tests/
+func BenchmarkMasterRoundTrip(b *testing.B) {
+	if testing.Short() {
+		b.Skip("multi-process benchmark skipped under -short")
+	}
+	m := startBenchCluster(b)
+	raw := startRawServer(b)
+	cl := m.newClient(b)
+	ctx := context.Background()
+	const key = "bench/roundtrip"
+	if err := cl.Put(ctx, key, []byte("x")); err != nil {
+		b.Fatal(err)
+	}
+	getReplicaList := func(p int) func(n int64) (time.Duration, error) {
+		req := &kvtierpb.KeyRequest{Key: []byte(key)}
+		return func(n int64) (time.Duration, error) {
+			return parallel(p, n, func(int, int64) error {
+				resp, err := cl.Master().GetReplicaList(ctx, req)
+				if err == nil && len(resp.Replicas) == 0 {
+					err = fmt.Errorf("%s: no replica", key)
+				}
+				return err
+			})
+		}
+	}
+	var seq atomic.Int64
+	var putKeys []string
+	var putMu sync.Mutex
+	putPair := func(p int) func(n int64) (time.Duration, error) {
+		return func(n int64) (time.Duration, error) {
+			return parallel(p, n, func(int, int64) error {
+				k := fmt.Sprintf("bench/pair/%d", seq.Add(1))
+				resp, err := cl.Master().PutStart(ctx, &kvtierpb.PutStartRequest{ClientId: cl.ID(), Key: []byte(k), Size: 1 << 20})
+				if err != nil {
+					return err
+				}
+				if len(resp.Replicas) == 0 {
+					return fmt.Errorf("%s: no replica allocated", k)
+				}
+				putMu.Lock()
+				putKeys = append(putKeys, k)
+				putMu.Unlock()
+				_, err = cl.Master().PutEnd(ctx, &kvtierpb.KeyRequest{ClientId: cl.ID(), Key: []byte(k)})
+				return err
+			})
+		}
+	}
+	removePut := func(int64) {
+		for len(putKeys) > 0 {
+			k := putKeys[:min(len(putKeys), 256)]
+			putKeys = putKeys[len(k):]
+			for _, err := range cl.BatchRemove(ctx, k, true) {
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		p     int
+		run   func(p int) func(n int64) (time.Duration, error)
+		after func(int64)
+		chunk int64
+	}{
+		{"GetReplicaList", 1, getReplicaList, nil, 4096}, {"GetReplicaList", 4, getReplicaList, nil, 4096},
+		{"PutStartEnd1MiB", 1, putPair, removePut, 128}, {"PutStartEnd1MiB", 4, putPair, removePut, 128},
+	} {
+		p := tc.p
+		b.Run(fmt.Sprintf("%s/c%d", tc.name, p), func(b *testing.B) {
+			kv := &contender{name: "kvtier", run: tc.run(p), after: tc.after}
+			rawCs := raw.conns(b, p)
+			one, bufs := []byte{0}, make([][]byte, p)
+			for i := range bufs {
+				bufs[i] = make([]byte, 1)
+			}
+			rc := &contender{name: "rawTCP", run: func(n int64) (time.Duration, error) {
+				return parallel(p, n, func(g int, _ int64) error { return rawOp(rawCs[g], 'R', one, bufs[g]) })
+			}}
+			b.ResetTimer()
+			interleave(b, tc.chunk, kv, rc)
+			b.StopTimer()
+			perOp := func(c *contender) float64 { return c.elapsed.Seconds() * 1e6 / float64(c.ops) * float64(p) }
+			b.ReportMetric(perOp(kv), "us/call")
+			b.ReportMetric(perOp(rc), "rawTCP-us/call")
+			b.ReportMetric(perOp(kv)/perOp(rc), "x-rawTCP-latency")
 		})
 	}
 }
