@@ -21,6 +21,8 @@ type clientFlags struct {
 	tenant  string
 	json    bool
 	timeout time.Duration
+
+	replicasSet bool // put: --replicas given explicitly
 }
 
 func (f *clientFlags) register(cmd *cobra.Command) {
@@ -30,15 +32,20 @@ func (f *clientFlags) register(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 60*time.Second, "give up after this long")
 }
 
-// open connects a pure caller: no segment, no listener.
-func (f *clientFlags) open() (*client.Client, context.Context, context.CancelFunc, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
-	c, err := client.New(ctx, client.Config{MasterAddr: f.master, Tenant: f.tenant, HeartbeatInterval: time.Hour})
-	if err != nil {
-		cancel()
-		return nil, nil, nil, err
+// run wraps a verb: it connects a pure caller (no segment, no listener) for
+// the verb's duration and hands it the client.
+func (f *clientFlags) run(verb func(ctx context.Context, c *client.Client, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		f.replicasSet = cmd.Flags().Changed("replicas")
+		ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
+		defer cancel()
+		c, err := client.New(ctx, client.Config{MasterAddr: f.master, Tenant: f.tenant, HeartbeatInterval: time.Hour})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		return verb(ctx, c, args)
 	}
-	return c, ctx, func() { c.Close(); cancel() }, nil
 }
 
 func newPutCmd() *cobra.Command {
@@ -50,7 +57,7 @@ func newPutCmd() *cobra.Command {
 		Use:   "put KEY FILE|-",
 		Short: "Store the contents of FILE (or standard input) under KEY",
 		Args:  cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: f.run(func(ctx context.Context, c *client.Client, args []string) error {
 			var value []byte
 			var err error
 			if args[1] == "-" {
@@ -61,25 +68,11 @@ func newPutCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("read value: %w", err)
 			}
-			c, ctx, done, err := f.open()
-			if err != nil {
-				return err
+			o := client.PutOptions{Replicas: replicas, NOFReplicas: nofReplicas, PreferredSegment: preferred, SoftPin: softPin, HardPin: hardPin}
+			if nofReplicas > 0 && !f.replicasSet {
+				o.Replicas = 0 // --nof-replicas alone: NVMe-oF replicas only
 			}
-			defer done()
-			opts := []client.PutOption{client.WithReplicas(replicas), client.WithPreferredSegment(preferred)}
-			if nofReplicas > 0 {
-				if !cmd.Flags().Changed("replicas") {
-					replicas = 0
-				}
-				opts = append(opts, client.WithReplicas(replicas), func(o *client.PutOptions) { o.NOFReplicas = nofReplicas })
-			}
-			if softPin {
-				opts = append(opts, client.WithSoftPin(0))
-			}
-			if hardPin {
-				opts = append(opts, client.WithHardPin())
-			}
-			res, err := c.PutWithResult(ctx, args[0], value, opts...)
+			res, err := c.PutWithResult(ctx, args[0], value, client.WithOptions(o))
 			if err != nil {
 				return err
 			}
@@ -92,7 +85,7 @@ func newPutCmd() *cobra.Command {
 				fmt.Printf("stored %q (%d bytes, %d replicas)\n", args[0], len(value), res.Replicas)
 			}
 			return nil
-		},
+		}),
 	}
 	f.register(cmd)
 	cmd.Flags().IntVar(&replicas, "replicas", 1, "number of DRAM replicas (best-effort, on distinct segments)")
@@ -110,12 +103,7 @@ func newGetCmd() *cobra.Command {
 		Use:   "get KEY [-o FILE]",
 		Short: "Read the object stored under KEY to standard output or FILE",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ctx, done, err := f.open()
-			if err != nil {
-				return err
-			}
-			defer done()
+		RunE: f.run(func(ctx context.Context, c *client.Client, args []string) error {
 			v, err := c.Get(ctx, args[0])
 			if err != nil {
 				return err
@@ -125,7 +113,7 @@ func newGetCmd() *cobra.Command {
 				return err
 			}
 			return os.WriteFile(out, v, 0o644)
-		},
+		}),
 	}
 	f.register(cmd)
 	cmd.Flags().StringVarP(&out, "output", "o", "", "write to FILE instead of standard output")
@@ -138,12 +126,7 @@ func newExistCmd() *cobra.Command {
 		Use:   "exist KEY",
 		Short: "Exit 0 when KEY is stored, 1 when it is not (never extends a lease)",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ctx, done, err := f.open()
-			if err != nil {
-				return err
-			}
-			defer done()
+		RunE: f.run(func(ctx context.Context, c *client.Client, args []string) error {
 			ok, err := c.Exist(ctx, args[0])
 			if err != nil {
 				return err
@@ -161,7 +144,7 @@ func newExistCmd() *cobra.Command {
 				return exitError{code: 1}
 			}
 			return nil
-		},
+		}),
 	}
 	f.register(cmd)
 	return cmd
@@ -229,12 +212,7 @@ func newStatCmd() *cobra.Command {
 		Use:   "stat KEY",
 		Short: "Show an object's size, replicas, lease and pins (takes no lease)",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ctx, done, err := f.open()
-			if err != nil {
-				return err
-			}
-			defer done()
+		RunE: f.run(func(ctx context.Context, c *client.Client, args []string) error {
 			info, err := c.Stat(ctx, args[0])
 			if err != nil {
 				return err
@@ -254,7 +232,7 @@ func newStatCmd() *cobra.Command {
 				fmt.Printf("  %-10s %-10s %s offset=%d length=%d\n", r.Type, r.State, r.Segment, r.Offset, r.Length)
 			}
 			return nil
-		},
+		}),
 	}
 	f.register(cmd)
 	return cmd
@@ -268,12 +246,7 @@ func newLsCmd() *cobra.Command {
 		Use:   "ls [--prefix P]",
 		Short: "List objects by key prefix",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, ctx, done, err := f.open()
-			if err != nil {
-				return err
-			}
-			defer done()
+		RunE: f.run(func(ctx context.Context, c *client.Client, args []string) error {
 			cursor := ""
 			var all []objectJSON
 			for {
@@ -302,7 +275,7 @@ func newLsCmd() *cobra.Command {
 				return printJSON(all)
 			}
 			return nil
-		},
+		}),
 	}
 	f.register(cmd)
 	cmd.Flags().StringVar(&prefix, "prefix", "", "only keys starting with P")
@@ -317,12 +290,7 @@ func newRmCmd() *cobra.Command {
 		Use:   "rm KEY [--force]",
 		Short: "Remove an object (refused while it is read-leased unless --force)",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ctx, done, err := f.open()
-			if err != nil {
-				return err
-			}
-			defer done()
+		RunE: f.run(func(ctx context.Context, c *client.Client, args []string) error {
 			if err := c.Remove(ctx, args[0], force); err != nil {
 				return err
 			}
@@ -330,7 +298,7 @@ func newRmCmd() *cobra.Command {
 				fmt.Printf("removed %q\n", args[0])
 			}
 			return nil
-		},
+		}),
 	}
 	f.register(cmd)
 	cmd.Flags().BoolVar(&force, "force", false, "remove even while read-leased")
