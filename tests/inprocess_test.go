@@ -117,7 +117,6 @@ func TestChecksumMismatchIsAMissNeverWrongBytes(t *testing.T) {
 			t.Fatalf("fallback to the good replica: err %v", err)
 		}
 	}
-	_ = a2
 }
 
 // TestLeaseExpiredDuringTransfer: with a 1 ms lease a 32 MiB read outlives its
