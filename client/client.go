@@ -21,6 +21,7 @@ import (
 
 	"kvtier/api/kvtierpb"
 	"kvtier/dram"
+	"kvtier/internal/fastrpc"
 	"kvtier/internal/kverr"
 	"kvtier/internal/transfer"
 )
@@ -72,6 +73,11 @@ type Config struct {
 	// the same; a failed read drops the entry and asks the master.
 	LeaseCacheKeys   int
 	LeaseCacheMargin time.Duration
+
+	// GRPCOnly sends every master call over gRPC. By default unary calls
+	// use the master's fast path (internal/fastrpc, same listener, same
+	// messages and errors) when the master offers it, and gRPC otherwise.
+	GRPCOnly bool
 
 	Logger *slog.Logger
 }
@@ -126,6 +132,7 @@ func (c *Config) withDefaults() Config {
 type Client struct {
 	cfg        Config
 	conn       *grpc.ClientConn
+	fast       *fastrpc.Conn // nil with Config.GRPCOnly
 	master     kvtierpb.MasterClient
 	engine     *transfer.Engine
 	ownsEngine bool
@@ -159,10 +166,21 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, kverr.New(kverr.RPCFail, "", "client: connect master %s: %v", cfg.MasterAddr, err)
 	}
+	var cc grpc.ClientConnInterface = conn
+	var fast *fastrpc.Conn
+	if !cfg.GRPCOnly {
+		fast, err = fastrpc.Dial(fastrpc.ClientConfig{Addrs: masterAddrs(cfg.MasterAddr), Fallback: conn})
+		if err != nil {
+			conn.Close()
+			return nil, kverr.New(kverr.InvalidParams, "", "client: %v", err)
+		}
+		cc = fast
+	}
 	c := &Client{
 		cfg:      cfg,
 		conn:     conn,
-		master:   kvtierpb.NewMasterClient(conn),
+		fast:     fast,
+		master:   kvtierpb.NewMasterClient(cc),
 		segments: map[string]*kvtierpb.Segment{},
 		local:    map[string]bool{},
 		done:     make(chan struct{}),
@@ -197,17 +215,26 @@ func grpcOptions() []grpc.DialOption {
 // listens, so whichever accepts is the leader, and a broken connection makes
 // gRPC try the list again after a failover.
 func masterTarget(addrs string) (string, []grpc.DialOption) {
-	list := strings.Split(addrs, ",")
+	list := masterAddrs(addrs)
 	if len(list) == 1 {
-		return "passthrough:///" + strings.TrimSpace(addrs), nil
+		return "passthrough:///" + list[0], nil
 	}
 	r := manual.NewBuilderWithScheme("kvtier-masters")
 	var st resolver.State
 	for _, a := range list {
-		st.Addresses = append(st.Addresses, resolver.Address{Addr: strings.TrimSpace(a)})
+		st.Addresses = append(st.Addresses, resolver.Address{Addr: a})
 	}
 	r.InitialState(st)
 	return r.Scheme() + ":///masters", []grpc.DialOption{grpc.WithResolvers(r)}
+}
+
+// masterAddrs splits a comma-separated master address list.
+func masterAddrs(addrs string) []string {
+	list := strings.Split(addrs, ",")
+	for i := range list {
+		list[i] = strings.TrimSpace(list[i])
+	}
+	return list
 }
 
 func (c *Client) setup(ctx context.Context) error {
@@ -429,6 +456,9 @@ func (c *Client) release() error {
 		err = errors.Join(err, c.localBuffer.Close())
 	}
 	err = errors.Join(err, c.closeNOF())
+	if c.fast != nil {
+		err = errors.Join(err, c.fast.Close())
+	}
 	if c.conn != nil {
 		err = errors.Join(err, c.conn.Close())
 	}

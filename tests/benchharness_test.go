@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"context"
 	"net"
+	"os"
 	"os/exec"
 	"regexp"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,14 +18,16 @@ import (
 	"kvtier/master"
 )
 
-// benchCluster is a master and one appliance as separate processes, for
-// benchmarks (testing.B has no t.Cleanup ordering issues here: b.Cleanup).
+// benchCluster is one `kvtier standalone` process (master and appliance,
+// offload off so the SSD does not compete for the two cores), so that a
+// benchmark moves bytes between two processes, the benchmark's and the
+// store's, as the raw TCP baseline does. KVTIER_BENCH_PROFILE=FILE writes
+// the standalone's CPU profile there (it is stopped with SIGTERM).
 type benchCluster struct{ grpc string }
 
 func startBenchCluster(b *testing.B) *benchCluster {
 	b.Helper()
-	m := startProcB(b, "master", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0")
-	startProcB(b, "appliance", "--master", m["grpc"], "--name", "bench-box", "--dram", "512MiB", "--ssd-dir", "", "--offload", "off")
+	m := startProcB(b, "standalone", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--name", "bench-box", "--dram", "512MiB", "--ssd-dir", "", "--offload", "off", "--cpuprofile", os.Getenv("KVTIER_BENCH_PROFILE"))
 	return &benchCluster{grpc: m["grpc"]}
 }
 
@@ -48,7 +52,7 @@ func startProcB(b *testing.B, args ...string) map[string]string {
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	b.Cleanup(func() { stopGracefully(cmd) })
 	sc := bufio.NewScanner(out)
 	addrs := map[string]string{}
 	deadline := time.AfterFunc(60*time.Second, func() { _ = cmd.Process.Kill() })
@@ -95,4 +99,13 @@ func startInprocB(b *testing.B) string {
 	go func() { _ = s.Serve(lis) }()
 	b.Cleanup(func() { s.Stop(); cancel() })
 	return lis.Addr().String()
+}
+
+// stopGracefully sends SIGTERM (so a --cpuprofile is flushed and segments
+// unmount) and falls back to SIGKILL after a few seconds.
+func stopGracefully(cmd *exec.Cmd) {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	t := time.AfterFunc(5*time.Second, func() { _ = cmd.Process.Kill() })
+	_ = cmd.Wait()
+	t.Stop()
 }

@@ -44,6 +44,7 @@ var forbidden = map[string][]string{
 	"kvtier/dram":              {"kvtier/master", "kvtier/client", "kvtier/appliance", "kvtier/ssd", "kvtier/internal/transfer"},
 	"kvtier/ssd":               {"kvtier/master", "kvtier/client", "kvtier/appliance", "kvtier/api"},
 	"kvtier/internal/transfer": {"kvtier/master", "kvtier/client", "kvtier/appliance", "kvtier/ssd", "kvtier/api"},
+	"kvtier/internal/fastrpc":  {"kvtier/master", "kvtier/client", "kvtier/appliance", "kvtier/ssd", "kvtier/internal/transfer", "kvtier/api"},
 	"kvtier/nof":               {"kvtier/master", "kvtier/client", "kvtier/appliance", "kvtier/rest"},
 	"kvtier/internal/kverr":    {"kvtier/master", "kvtier/client"},
 }

@@ -19,6 +19,7 @@ import (
 	"kvtier/appliance"
 	"kvtier/dram"
 	"kvtier/ha"
+	"kvtier/internal/fastrpc"
 	"kvtier/master"
 	"kvtier/ssd"
 )
@@ -163,6 +164,7 @@ func signalContext() (context.Context, context.CancelFunc) {
 type runningMaster struct {
 	m        *master.Master
 	grpc     *grpc.Server
+	fast     *fastrpc.Server // the unary methods' fast path, on the gRPC listener
 	grpcAddr net.Addr
 	httpAddr net.Addr
 	fe       *frontEnd
@@ -205,10 +207,12 @@ func startMaster(f *masterFlags, log *slog.Logger) (*runningMaster, error) {
 		done: make(chan struct{}), httpDone: make(chan struct{})}
 	rm.grpc = grpc.NewServer(fe.grpcOptions()...)
 	kvtierpb.RegisterMasterServer(rm.grpc, ms)
+	rm.fast = fastrpc.NewServer(&kvtierpb.Master_ServiceDesc, ms, fe.metrics.UnaryServerInterceptor())
+	glis := rm.fast.Split(lis)
 	ctx, cancel := context.WithCancel(context.Background())
 	rm.cancel = cancel
 	go func() { defer close(rm.done); m.Run(ctx) }()
-	go func() { _ = rm.grpc.Serve(lis) }()
+	go func() { _ = rm.grpc.Serve(glis) }()
 	rm.lead = lead
 	rm.lost = make(chan struct{})
 	if lead != nil {
@@ -217,6 +221,7 @@ func startMaster(f *masterFlags, log *slog.Logger) (*runningMaster, error) {
 			case <-lead.Lost():
 				// Another master may already be leader: stop answering at once.
 				rm.grpc.Stop()
+				_ = rm.fast.Close()
 				close(rm.lost)
 			case <-ctx.Done():
 			}
@@ -245,6 +250,7 @@ func (rm *runningMaster) stop() {
 	case <-time.After(3 * time.Second):
 		rm.grpc.Stop() // open WatchEvents streams must not hold shutdown
 	}
+	_ = rm.fast.Close()
 	<-rm.done
 }
 
@@ -351,12 +357,18 @@ func setOffloadMode(ctx context.Context, a *appliance.Appliance, mode string) er
 func newStandaloneCmd() *cobra.Command {
 	var mf masterFlags
 	var af applianceFlags
+	var cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "standalone",
 		Short: "Run master + appliance in one process with embedded defaults (the one-command start)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := newLogger()
+			stopProfile, err := startCPUProfile(cpuProfile)
+			if err != nil {
+				return err
+			}
+			defer stopProfile()
 			mf.offload = af.offload
 			rm, err := startMaster(&mf, log)
 			if err != nil {
@@ -387,5 +399,7 @@ func newStandaloneCmd() *cobra.Command {
 	}
 	mf.register(cmd, true)
 	af.register(cmd, true)
+	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of this process to this file until it stops (for go tool pprof)")
+	_ = cmd.Flags().MarkHidden("cpuprofile")
 	return cmd
 }

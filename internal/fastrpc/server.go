@@ -1,0 +1,316 @@
+package fastrpc
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// helloTimeout bounds how long an accepted connection may take to send its
+// first four bytes before it is dropped.
+const helloTimeout = 10 * time.Second
+
+// keepBuffer is the largest per-connection buffer kept between calls; a
+// larger one (a big batch call) is left to the garbage collector.
+const keepBuffer = 1 << 20
+
+// Server answers fast-path calls with a gRPC service's unary handlers.
+type Server struct {
+	methods     map[string]grpc.MethodDesc // by full method name
+	impl        any
+	interceptor grpc.UnaryServerInterceptor
+	ctx         context.Context
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
+
+	mu        sync.Mutex
+	closed    bool
+	conns     map[net.Conn]struct{}
+	listeners []*splitListener
+}
+
+// NewServer serves desc's unary methods, implemented by impl, through
+// interceptor (may be nil), exactly as grpc.Server would call them.
+func NewServer(desc *grpc.ServiceDesc, impl any, interceptor grpc.UnaryServerInterceptor) *Server {
+	s := &Server{methods: map[string]grpc.MethodDesc{}, impl: impl, interceptor: interceptor, conns: map[net.Conn]struct{}{}}
+	for _, m := range desc.Methods {
+		s.methods["/"+desc.ServiceName+"/"+m.MethodName] = m
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s
+}
+
+// Split takes over lis: fast-path connections are served by s, every other
+// connection is returned by the returned listener's Accept (give it to
+// grpc.Server.Serve). Closing the returned listener closes lis.
+func (s *Server) Split(lis net.Listener) net.Listener {
+	l := &splitListener{Listener: lis, s: s, conns: make(chan net.Conn), done: make(chan struct{})}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		l.Close()
+		return l
+	}
+	s.listeners = append(s.listeners, l)
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go l.acceptLoop()
+	return l
+}
+
+// Close stops accepting, closes every fast-path connection and waits for
+// their goroutines. Calls in progress finish their handler; their answers
+// are lost with the connection.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	for c := range s.conns {
+		c.Close()
+	}
+	ls := s.listeners
+	s.mu.Unlock()
+	for _, l := range ls {
+		l.Close()
+	}
+	s.cancel()
+	s.wg.Wait()
+	return nil
+}
+
+// track registers c (false when the server is closed).
+func (s *Server) track(c net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	s.wg.Add(1)
+	return true
+}
+
+func (s *Server) untrack(c net.Conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	c.Close()
+	s.wg.Done()
+}
+
+// serveConn answers calls on c, whose hello was already read, until c
+// breaks or sends a malformed frame.
+func (s *Server) serveConn(c net.Conn) {
+	if !s.track(c) {
+		c.Close()
+		return
+	}
+	defer s.untrack(c)
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	if _, err := c.Write(hello[:]); err != nil {
+		return
+	}
+	r := bufio.NewReaderSize(c, 4096)
+	var in, out []byte
+	for {
+		q, buf, err := readRequest(r, in)
+		if err != nil {
+			return
+		}
+		in = buf
+		out = s.call(q, out[:0])
+		if _, err := c.Write(out); err != nil {
+			return
+		}
+		if cap(in) > keepBuffer {
+			in = nil
+		}
+		if cap(out) > keepBuffer {
+			out = nil
+		}
+	}
+}
+
+// call runs one request and appends its response frame to out.
+func (s *Server) call(q request, out []byte) []byte {
+	md, ok := s.methods[q.method]
+	if !ok {
+		return errorFrame(out, status.Errorf(codes.Unimplemented, "fastrpc: unknown method %q", q.method))
+	}
+	ctx, cancel := s.ctx, context.CancelFunc(func() {})
+	if q.timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(q.timeout)*time.Millisecond)
+	}
+	defer cancel()
+	dec := func(m any) error {
+		pm, ok := m.(proto.Message)
+		if !ok {
+			return status.Errorf(codes.Internal, "fastrpc: %T is not a protobuf message", m)
+		}
+		if err := proto.Unmarshal(q.payload, pm); err != nil {
+			return status.Errorf(codes.InvalidArgument, "fastrpc: decode %s request: %v", q.method, err)
+		}
+		return nil
+	}
+	resp, err := md.Handler(s.impl, ctx, dec, s.interceptor)
+	if err != nil {
+		return errorFrame(out, err)
+	}
+	pm, ok := resp.(proto.Message)
+	if !ok {
+		return errorFrame(out, status.Errorf(codes.Internal, "fastrpc: %s answered %T", q.method, resp))
+	}
+	start := len(out)
+	out = appendResponse(out, statusOK, nil)
+	out, err = proto.MarshalOptions{}.MarshalAppend(out, pm)
+	if err != nil {
+		return errorFrame(out[:start], status.Errorf(codes.Internal, "fastrpc: encode %s response: %v", q.method, err))
+	}
+	body := len(out) - start - respHeaderLen
+	if body > MaxPayload {
+		return errorFrame(out[:start], status.Errorf(codes.ResourceExhausted, "fastrpc: %s response of %d bytes exceeds %d", q.method, body, MaxPayload))
+	}
+	putLen(out[start+8:start+12], body)
+	return out
+}
+
+// errorFrame appends the response frame carrying err as a google.rpc.Status.
+func errorFrame(out []byte, err error) []byte {
+	b, merr := proto.Marshal(status.Convert(err).Proto())
+	if merr != nil {
+		b, _ = proto.Marshal(status.New(codes.Internal, fmt.Sprintf("fastrpc: encode error: %v", merr)).Proto())
+	}
+	return appendResponse(out, statusError, b)
+}
+
+func putLen(b []byte, n int) {
+	b[0], b[1], b[2], b[3] = byte(n>>24), byte(n>>16), byte(n>>8), byte(n)
+}
+
+// splitListener hands non-fast-path connections to its Accept.
+type splitListener struct {
+	net.Listener
+	s         *Server
+	conns     chan net.Conn
+	done      chan struct{}
+	closeOnce sync.Once
+	errMu     sync.Mutex
+	err       error // guarded by errMu: why the accept loop stopped
+}
+
+func (l *splitListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		l.errMu.Lock()
+		defer l.errMu.Unlock()
+		if l.err != nil {
+			return nil, l.err
+		}
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *splitListener) Close() error {
+	var err error
+	l.closeOnce.Do(func() {
+		err = l.Listener.Close()
+		l.stop(net.ErrClosed)
+	})
+	return err
+}
+
+func (l *splitListener) stop(err error) {
+	l.errMu.Lock()
+	if l.err == nil {
+		l.err = err
+	}
+	l.errMu.Unlock()
+	select {
+	case <-l.done:
+	default:
+		close(l.done)
+	}
+}
+
+func (l *splitListener) acceptLoop() {
+	defer l.s.wg.Done()
+	var delay time.Duration
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				// EMFILE and friends: back off and keep serving, as
+				// grpc.Server does.
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				select {
+				case <-time.After(delay):
+					continue
+				case <-l.done:
+				}
+			}
+			l.stop(err)
+			return
+		}
+		delay = 0
+		go l.classify(c)
+	}
+}
+
+// classify reads the first four bytes of c and routes it.
+func (l *splitListener) classify(c net.Conn) {
+	var b [helloLen]byte
+	_ = c.SetReadDeadline(time.Now().Add(helloTimeout))
+	n, err := io.ReadFull(c, b[:4])
+	if err != nil {
+		c.Close()
+		return
+	}
+	if [4]byte(b[:4]) == helloMagic {
+		if _, err := io.ReadFull(c, b[4:]); err != nil || checkHello(b[:]) != nil {
+			c.Close()
+			return
+		}
+		_ = c.SetReadDeadline(time.Time{})
+		l.s.serveConn(c)
+		return
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	pc := &prefixConn{Conn: c, prefix: append([]byte(nil), b[:n]...)}
+	select {
+	case l.conns <- pc:
+	case <-l.done:
+		c.Close()
+	}
+}
+
+// prefixConn replays the bytes classify read before the connection's own.
+type prefixConn struct {
+	net.Conn
+	prefix []byte
+}
+
+func (p *prefixConn) Read(b []byte) (int, error) {
+	if len(p.prefix) > 0 {
+		n := copy(b, p.prefix)
+		p.prefix = p.prefix[n:]
+		return n, nil
+	}
+	return p.Conn.Read(b)
+}
