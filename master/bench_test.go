@@ -342,8 +342,8 @@ func BenchmarkHeapPerObject(b *testing.B) {
 		for i := int64(0); i < limit; i++ {
 			c := ck(DefaultTenant, fmt.Sprintf("evicted-%023d", i))
 			sh := m.shardOf(c)
-			sh.hist.setLimit(perShardHistory(limit))
-			sh.hist.put(histFingerprint(m.ckHash(c)), 2)
+			sh.hist.setLimit(ringBound(limit))
+			sh.hist.put(histFingerprint(m.ckHash(c)), 2, m.histSeq.Add(1), limit)
 		}
 		withHist := heap()
 		runtime.KeepAlive(m)

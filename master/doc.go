@@ -72,20 +72,25 @@
 //   - Eviction history ("frequency" only): when eviction frees an object's
 //     MEMORY replicas (so it leaves DRAM, whether or not a disk copy keeps
 //     it alive — the simulator's "evicted"), its read count is remembered
-//     under a 32-bit fingerprint of the 64-bit hash of tenant and key, in a
-//     bounded FIFO of Config.EvictionHistory entries (default
-//     EvictionHistoryPerObject = 4 × the objects holding a MEMORY replica
-//     at the largest eviction pass, at least 4,096, at most 4,000,000; it
-//     never shrinks). PutEnd of a remembered key takes the entry and starts
-//     the object at count + 1 (eviction_history_hits); PutStart, a revoked
-//     put, Exist and GetReplicaList never touch the history. Remove, unmount
-//     and node loss record nothing. The seeded count orders eviction only:
-//     it grants no lease (the object is ordered from its PutEnd time like
-//     any unread object) and shows in ObjectInfo.ReadCount. A remembered
-//     key that is re-put at once keeps min((count+1) × bonus, cap) of
-//     protection, so hot prefixes survive one eviction; without the history
-//     no bonus setting beats ~0.106 on conversation_trace at 5,000 blocks,
-//     with it 0.162 (exact LRU 0.110).//   - Offload (mode "immediate" by default, "on-evict", "off"; changed at run
+//     under a 32-bit fingerprint of the 64-bit hash of tenant and key. The
+//     history holds the last Config.EvictionHistory evictions, master-wide
+//     (default EvictionHistoryPerObject = 4 × the DRAM capacity in objects,
+//     estimated by each pass as capacity / mean MEMORY bytes per object, at
+//     least 4,096, at most 4,000,000; it never shrinks): every remembered
+//     eviction takes the next number of a master-wide sequence, and an
+//     entry is valid while fewer than that many evictions came after it. The
+//     entries are stored in the shard of their key (see Concurrency).
+//     PutEnd of a remembered key takes the entry and starts the object at
+//     count + 1 (eviction_history_hits); PutStart, a revoked put, Exist and
+//     GetReplicaList never touch the history. Remove, unmount and node loss
+//     record nothing. The seeded count orders eviction only: it grants no
+//     lease (the object is ordered from its PutEnd time like any unread
+//     object) and shows in ObjectInfo.ReadCount. A remembered key that is
+//     re-put at once keeps min((count+1) × bonus, cap) of protection, so hot
+//     prefixes survive one eviction; without the history no bonus setting
+//     beats ~0.106 on conversation_trace at 5,000 blocks, with it 0.164
+//     (exact LRU 0.110).
+//   - Offload (mode "immediate" by default, "on-evict", "off"; changed at run
 //     time by UpdateTiers): PutEnd (immediate) or an eviction candidate
 //     without a COMPLETE LOCAL_DISK replica (both modes) queues a task for the
 //     LIVE node that owns a COMPLETE MEMORY replica and reported an SSD tier
@@ -115,10 +120,16 @@
 //
 // Objects live in 256 shards (hash of tenant and key), each a mutex and a
 // map; Put, Get, Exist and Remove take one shard lock and no global lock.
-// Each shard also holds the eviction-history FIFO of its keys (ring of
-// fingerprints plus a linear-probing index), guarded by the same mutex:
-// eviction and PutEnd already hold it, so the history adds no lock, and a
-// history is per shard (≈ a global FIFO of the total size).
+// Each shard also holds the eviction-history entries of its keys (a FIFO
+// ring of fingerprint, count and sequence number plus a linear-probing
+// index), guarded by the same mutex: eviction and PutEnd already hold it,
+// so the history adds no lock. Validity is master-wide (an atomic eviction
+// sequence), not per shard: a ring of exactly the shard's share would
+// forget the blocks of one prefix, evicted together, at scattered times,
+// and a prefix is cut at its first forgotten block (measured through this
+// master on the traces: 0.158 instead of 0.164 on conversation at 5,000
+// blocks, and below plain on synthetic at 1,000). The rings are sized with
+// slack (share + 4·√share + 8) so they rarely drop a valid entry.
 // Segments are a copy-on-write snapshot read without locking; each segment's
 // allocator has its own mutex. Lock order: shard → offload queue /
 // abandoned list / segment. An allocation holds its shard lock, and an
@@ -133,9 +144,10 @@
 // object and one 48-byte replica per copy. Measured: 248 heap bytes per
 // object at 1,000,000 objects with 32-byte keys (a bare map[string]*struct
 // with the same keys: 104 B). Eviction passes allocate 24 + 24 bytes per
-// candidate transiently. The eviction history costs ~12 bytes per entry
-// (fingerprint 4, count 2, index slot 4 at load ≤ 0.75), 48 B per live
-// object at its default 4 entries per object.
+// candidate transiently. The eviction history costs ~15 bytes per entry
+// (fingerprint 4, count 2, sequence 4, index slot 4 at load ≤ 0.75) plus
+// the rings' slack: 65 B per live object at its default 4 entries
+// per object.
 //
 // # Figures
 //
@@ -158,8 +170,9 @@
 //	                          BatchExist 128    583,327 keys/s = 45.0× single
 //	                          BatchPut 128       79,709 pairs/s = 22.2× single
 //	heap per live object      248 B at 1,000,000 objects, 32-byte keys (target < 300);
-//	                          296 B with the eviction history full at its default
-//	                          size (4,000,000 entries, 48 B per object)
+//	                          313 B with the eviction history full at its default
+//	                          size (4,000,000 entries, 65 B per object; run of
+//	                          2026-11-29 19:10)
 //	select 5% of 10M          128 ms, one core (target < 1 s); full sort 1,878 ms (14.7×)
 //
 // # Caveats

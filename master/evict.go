@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"math"
 	"time"
 )
 
@@ -170,6 +171,16 @@ func (m *Master) orderKey(pol LeasePolicy, o *object) int64 {
 	return pol.EvictionKey(base, o.readCount)
 }
 
+// capacityObjects estimates how many objects DRAM holds when full: the
+// capacity divided by the mean MEMORY bytes of the n objects holding mem
+// bytes (n when nothing is known).
+func capacityObjects(n int, mem, capacity uint64) int {
+	if n == 0 || mem == 0 {
+		return n
+	}
+	return int(min(float64(n)*float64(capacity)/float64(mem), math.MaxInt32))
+}
+
 // LastEviction returns the report of the latest pass.
 func (m *Master) LastEviction() EvictionReport {
 	m.evictMu.Lock()
@@ -240,7 +251,7 @@ func (m *Master) evictPass(ctx context.Context, need uint64) EvictionReport {
 	now := rep.Time.UnixNano()
 	var first, soft []Candidate
 	var refs []candRef
-	memObjects := 0
+	memObjects, memBytes := 0, uint64(0)
 	m.forEachShard(func(sh *shard) {
 		for k, o := range sh.objs {
 			if !o.complete {
@@ -252,6 +263,7 @@ func (m *Master) evictPass(ctx context.Context, need uint64) EvictionReport {
 				continue
 			}
 			memObjects++
+			memBytes += b
 			switch {
 			case o.flags&flagHardPin != 0:
 				rep.Pinned++
@@ -272,7 +284,7 @@ func (m *Master) evictPass(ctx context.Context, need uint64) EvictionReport {
 			}
 		}
 	})
-	m.growHistory(memObjects)
+	m.growHistory(capacityObjects(memObjects, memBytes, capacity))
 	rep.Candidates = len(first)
 	m.evictFrom(first, refs, &rep, st, now, false)
 	if rep.FreedBytes < target && len(soft) > 0 {

@@ -7,16 +7,20 @@ import (
 	"time"
 )
 
-// histModel is the reference FIFO: a queue of at most limit entries, taken
-// entries stay as dead places until they leave the front.
+// histModel is the reference FIFO: a queue of at most limit places; taken
+// and aged entries stay as dead places until they leave the front. An
+// entry is valid while fewer than maxAge puts of new entries came after it.
 type histModel struct {
-	limit int
-	q     []histModelEnt
+	limit  int
+	maxAge int64
+	seq    uint32
+	q      []histModelEnt
 }
 
 type histModelEnt struct {
 	fp    uint32
 	count uint16
+	seq   uint32
 	alive bool
 }
 
@@ -30,33 +34,38 @@ func (h *histModel) find(fp uint32) int {
 }
 
 func (h *histModel) put(fp uint32, c uint32) {
+	h.seq++
 	if h.limit <= 0 {
 		return
 	}
 	c16 := uint16(min(c, 65535))
 	if i := h.find(fp); i >= 0 {
-		h.q[i].count = c16
-		return
+		if int64(h.seq-h.q[i].seq) < h.maxAge {
+			h.q[i].count = c16
+			return
+		}
+		h.q[i].alive = false
 	}
 	if len(h.q) == h.limit {
 		h.q = h.q[1:]
 	}
-	h.q = append(h.q, histModelEnt{fp, c16, true})
+	h.q = append(h.q, histModelEnt{fp, c16, h.seq, true})
 }
 
 func (h *histModel) take(fp uint32) (uint32, bool) {
 	if i := h.find(fp); i >= 0 {
 		h.q[i].alive = false
-		return uint32(h.q[i].count), true
+		return uint32(h.q[i].count), int64(h.seq-h.q[i].seq) < h.maxAge
 	}
 	return 0, false
 }
 
 // runHistoryOps applies ops decoded from data to a history and the model,
-// comparing every answer and checking the history's consistency.
+// comparing every answer and checking the history's consistency. Entries
+// never age unless an op sets a small maximum age.
 func runHistoryOps(t *testing.T, data []byte) {
 	var h history
-	ref := histModel{}
+	ref := histModel{maxAge: 1 << 30}
 	fpOf := func(b byte) uint32 {
 		if b&0x80 != 0 { // spread homes
 			return uint32(b&0x1f)*0x9E3779B1 | 1
@@ -64,78 +73,119 @@ func runHistoryOps(t *testing.T, data []byte) {
 		return uint32(b&0x1f) + 1 // all share home slot 0: long probe runs
 	}
 	for i := 0; i+1 < len(data); i += 2 {
-		op, arg := data[i]%4, data[i+1]
+		op, arg := data[i]%5, data[i+1]
 		switch op {
 		case 0, 1:
 			fp, c := fpOf(arg), uint32(data[i])
-			h.put(fp, c)
 			ref.put(fp, c)
+			h.put(fp, c, ref.seq, ref.maxAge)
 		case 2:
 			fp := fpOf(arg)
-			c, ok := h.take(fp)
+			c, ok := h.take(fp, ref.seq, ref.maxAge)
 			rc, rok := ref.take(fp)
-			if ok != rok || c != rc {
+			if ok != rok || (ok && c != rc) {
 				t.Fatalf("step %d: take(%#x) = %d,%v; model %d,%v", i/2, fp, c, ok, rc, rok)
 			}
 		case 3:
 			l := h.limit + int(arg%8)
 			h.setLimit(l)
 			ref.limit = max(ref.limit, l)
+		case 4:
+			ref.maxAge = 1 + int64(arg%24)
 		}
 		if err := h.check(); err != nil {
 			t.Fatalf("step %d: %v", i/2, err)
 		}
-		alive := 0
+		alive, valid := 0, 0
 		for _, e := range ref.q {
 			if e.alive {
 				alive++
+				if int64(ref.seq-e.seq) < ref.maxAge {
+					valid++
+				}
 			}
 		}
-		if alive != h.live {
-			t.Fatalf("step %d: %d remembered, model %d", i/2, h.live, alive)
+		if alive != h.live || valid != h.valid(ref.seq, ref.maxAge) {
+			t.Fatalf("step %d: %d held, %d valid; model %d, %d", i/2, h.live, h.valid(ref.seq, ref.maxAge), alive, valid)
 		}
 	}
-	for _, e := range ref.q { // everything the model remembers is there with its count
+	for _, e := range ref.q { // everything the model holds is there with its count and sequence
 		if !e.alive {
 			continue
 		}
-		if i := h.find(e.fp); i < 0 || h.counts[h.index[i]-1] != e.count {
-			t.Fatalf("fingerprint %#x (count %d) lost", e.fp, e.count)
+		if i := h.find(e.fp); i < 0 || h.counts[h.index[i]-1] != e.count || h.seqs[h.index[i]-1] != e.seq {
+			t.Fatalf("fingerprint %#x (count %d, seq %d) lost", e.fp, e.count, e.seq)
 		}
 	}
 }
 
 func TestHistoryFIFO(t *testing.T) {
 	var h history
+	var seq uint32
+	const never = 1 << 30
+	put := func(fp, c uint32) { seq++; h.put(fp, c, seq, never) }
+	take := func(fp uint32) (uint32, bool) { return h.take(fp, seq, never) }
 	h.setLimit(3)
 	for fp := uint32(1); fp <= 4; fp++ {
-		h.put(fp, fp*10)
+		put(fp, fp*10)
 	}
-	if _, ok := h.take(1); ok {
+	if _, ok := take(1); ok {
 		t.Fatal("oldest entry kept past the limit")
 	}
-	h.put(3, 33) // known: new count, same FIFO place
-	h.put(5, 50) // drops 2, the oldest
-	if _, ok := h.take(2); ok {
+	put(3, 33) // known: new count, same FIFO place
+	put(5, 50) // drops 2, the oldest
+	if _, ok := take(2); ok {
 		t.Fatal("2 should have left the FIFO")
 	}
-	if c, ok := h.take(3); !ok || c != 33 {
+	if c, ok := take(3); !ok || c != 33 {
 		t.Fatalf("take(3) = %d,%v", c, ok)
 	}
-	if _, ok := h.take(3); ok {
+	if _, ok := take(3); ok {
 		t.Fatal("take must forget")
 	}
 	h.setLimit(5) // a wrapped ring grows oldest first
-	h.put(6, 60)
-	h.put(7, 70)
+	put(6, 60)
+	put(7, 70)
 	for _, fp := range []uint32{4, 5, 6, 7} {
-		if c, ok := h.take(fp); !ok || c != fp*10 {
+		if c, ok := take(fp); !ok || c != fp*10 {
 			t.Fatalf("take(%d) = %d,%v", fp, c, ok)
 		}
 	}
-	h.put(8, 1<<20) // counts saturate
-	if c, _ := h.take(8); c != 65535 {
+	put(8, 1<<20) // counts saturate
+	if c, _ := take(8); c != 65535 {
 		t.Fatalf("count %d", c)
+	}
+	if err := h.check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestHistoryAges checks the master-wide validity rule: an entry is valid
+// while fewer than maxAge evictions were remembered after it, wherever they
+// went, and the sequence may wrap.
+func TestHistoryAges(t *testing.T) {
+	var h history
+	h.setLimit(100)
+	seq := uint32(1<<32 - 3) // wraps below
+	h.put(1, 7, seq, 4)
+	h.put(2, 8, seq+1, 4)
+	if c, ok := h.take(1, seq+3, 4); !ok || c != 7 { // 3 evictions later: valid
+		t.Fatalf("take(1) after 3 = %d,%v", c, ok)
+	}
+	if _, ok := h.take(2, seq+5, 4); ok { // 4 later (across the wrap): aged
+		t.Fatal("entry 2 valid 4 evictions later with maxAge 4")
+	}
+	if h.live != 0 {
+		t.Fatalf("an aged take must forget the entry: %d held", h.live)
+	}
+	h.put(3, 1, seq+6, 4)
+	h.put(3, 9, seq+7, 4) // valid: keeps its sequence, takes the count
+	if pos := h.index[h.find(3)] - 1; h.seqs[pos] != seq+6 || h.counts[pos] != 9 {
+		t.Fatalf("known valid put: seq %d count %d", h.seqs[pos], h.counts[pos])
+	}
+	h.put(3, 5, seq+10, 4) // aged: forgotten, remembered again as new
+	if c, ok := h.take(3, seq+13, 4); !ok || c != 5 {
+		t.Fatalf("re-remembered aged entry: %d,%v", c, ok)
 	}
 	if err := h.check(); err != nil {
 		t.Fatal(err)
@@ -160,6 +210,7 @@ func FuzzHistory(f *testing.F) {
 	f.Add([]byte{3, 3, 0, 1, 0, 2, 0, 3, 0, 4, 2, 1, 2, 4})
 	f.Add([]byte{3, 2, 0, 0x81, 0, 0x82, 0, 1, 3, 5, 0, 2, 2, 0x81, 0, 3, 2, 1})
 	f.Add([]byte{3, 7, 0, 1, 0, 2, 0, 3, 0, 4, 2, 2, 0, 5, 0, 6, 0, 7, 0, 8, 2, 3, 2, 8})
+	f.Add([]byte{3, 7, 4, 2, 0, 1, 0, 2, 0, 3, 2, 1, 0, 0x81, 0, 2, 0, 4, 2, 2, 4, 5, 0, 3, 2, 3})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) > 2000 {
 			data = data[:2000]
@@ -341,5 +392,58 @@ func TestFrequencyKeyIsMinOfBonusAndCap(t *testing.T) {
 	}
 	if (FrequencyPolicy{Bonus: 0, MaxBonus: time.Hour}).EvictionKey(5, 9) != 5 || (FrequencyPolicy{Bonus: time.Second}).EvictionKey(5, 9) != 5 {
 		t.Error("a zero bonus or cap must add nothing")
+	}
+}
+
+// remembered reports whether key's read count is in the history and valid,
+// without taking it.
+func remembered(m *Master, key string) bool {
+	c := ck(DefaultTenant, key)
+	sh := m.shardOf(c)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i := sh.hist.find(histFingerprint(m.ckHash(c)))
+	return i >= 0 && !aged(m.histSeq.Load(), sh.hist.seqs[sh.hist.index[i]-1], m.histLimit.Load())
+}
+
+// TestEvictionHistoryIsMasterWide: the history remembers exactly the last
+// EvictionHistory evicted keys, however they spread over the shards (a
+// per-shard FIFO of the shard's share would keep some older keys and lose
+// some newer ones).
+func TestEvictionHistoryIsMasterWide(t *testing.T) {
+	const limit = 300
+	m, fc := newTest(t, Config{OffloadMode: OffloadOff, EvictionHistory: limit})
+	mountMem(t, m, "a", "a/0", 100*64)
+	var evicted []string
+	sub := m.Subscribe(1 << 14)
+	defer sub.Close()
+	for i := 0; i < 2000; i++ { // allocation failures evict; every key read once
+		k := fmt.Sprintf("key%05d", i)
+		put(t, m, "w", k, 64)
+		m.GetReplicaList(ctx, "r", "", k)
+		fc.Advance(10 * time.Second)
+	drain:
+		for {
+			select {
+			case ev := <-sub.C():
+				if ev.Kind == "evict" {
+					evicted = append(evicted, ev.Key)
+				}
+			default:
+				break drain
+			}
+		}
+	}
+	if len(evicted) < 3*limit {
+		t.Fatalf("only %d evictions seen", len(evicted))
+	}
+	for i, k := range evicted {
+		want := i >= len(evicted)-limit
+		if got := remembered(m, k); got != want {
+			t.Fatalf("eviction %d of %d (%s): remembered %v, want %v", i, len(evicted), k, got, want)
+		}
+	}
+	if st := m.historyStats(); st.entries != limit || st.held < limit {
+		t.Fatalf("history %+v: want exactly %d valid entries", st, limit)
 	}
 }

@@ -97,6 +97,9 @@ type Master struct {
 	// histLimit is the eviction history size in entries (0 = disabled):
 	// Config.EvictionHistory, or the default grown by eviction passes.
 	histLimit atomic.Int64
+	// histSeq numbers the evictions remembered in the history (wrapping);
+	// an entry is valid while fewer than histLimit came after it.
+	histSeq atomic.Uint32
 
 	segs    segTable
 	clients clientTable

@@ -255,38 +255,55 @@ func selectSmallest(c []candidate, n int) {
 }
 
 // historyTable remembers the read counts of evicted objects, FIFO-bounded:
-// a map plus a ring of the ids in eviction order.
+// the last limit evictions, as the master's history (which keeps them in
+// per-shard rings but decides validity by a master-wide eviction count, so
+// it remembers exactly these). A remembered id that is evicted again before
+// it leaves keeps its place and takes the new count; a taken id leaves a
+// hole that the FIFO reclaims when it reaches it.
 type historyTable struct {
 	limit int
-	reads map[int64]uint32
-	fifo  []int64
+	reads map[int64]histEnt
+	fifo  []int64 // ids in eviction order (ring); stale once taken
 	head  int
 }
 
+type histEnt struct {
+	reads uint32
+	pos   int32 // its slot in fifo
+}
+
 func newHistoryTable(limit int) *historyTable {
-	return &historyTable{limit: limit, reads: make(map[int64]uint32)}
+	return &historyTable{limit: limit, reads: make(map[int64]histEnt)}
 }
 
 func (g *historyTable) put(id int64, reads uint32) {
 	if g.limit <= 0 {
 		return
 	}
-	if _, ok := g.reads[id]; !ok {
-		if len(g.fifo) < g.limit {
-			g.fifo = append(g.fifo, id)
-		} else {
-			delete(g.reads, g.fifo[g.head])
-			g.fifo[g.head] = id
-			g.head = (g.head + 1) % g.limit
-		}
+	if e, ok := g.reads[id]; ok {
+		e.reads = reads
+		g.reads[id] = e
+		return
 	}
-	g.reads[id] = reads
+	var pos int
+	if len(g.fifo) < g.limit {
+		pos = len(g.fifo)
+		g.fifo = append(g.fifo, id)
+	} else {
+		pos = g.head
+		g.head = (g.head + 1) % g.limit
+		if old := g.fifo[pos]; g.reads[old].pos == int32(pos) {
+			delete(g.reads, old) // only if the slot is still old's (not a hole)
+		}
+		g.fifo[pos] = id
+	}
+	g.reads[id] = histEnt{reads: reads, pos: int32(pos)}
 }
 
 func (g *historyTable) take(id int64) (uint32, bool) {
-	r, ok := g.reads[id]
+	e, ok := g.reads[id]
 	if ok {
-		delete(g.reads, id) // its fifo slot is reclaimed lazily
+		delete(g.reads, id) // its fifo slot becomes a hole
 	}
-	return r, ok
+	return e.reads, ok
 }

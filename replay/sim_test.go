@@ -232,3 +232,29 @@ func TestLeaseModelRules(t *testing.T) {
 		t.Error("shortfall not counted")
 	}
 }
+
+// TestHistoryTableReRemembered: an id taken and evicted again is remembered
+// at its new place; the FIFO reaching its old (stale) slot must not forget it.
+func TestHistoryTableReRemembered(t *testing.T) {
+	g := newHistoryTable(3)
+	g.put(1, 5)
+	if r, ok := g.take(1); !ok || r != 5 {
+		t.Fatalf("take(1) = %d,%v", r, ok)
+	}
+	g.put(1, 6) // new place; slot 0 is stale
+	g.put(2, 1)
+	g.put(3, 1) // overwrites the stale slot 0
+	if r, ok := g.take(1); !ok || r != 6 {
+		t.Fatalf("re-remembered id lost: %d,%v", r, ok)
+	}
+	g.put(4, 1) // overwrites slot 1 (a hole now)
+	g.put(5, 1) // overwrites slot 2: 2 leaves
+	if _, ok := g.take(2); ok {
+		t.Fatal("2 outlived the limit")
+	}
+	for _, id := range []int64{3, 4, 5} {
+		if _, ok := g.take(id); !ok {
+			t.Fatalf("%d forgotten within the limit", id)
+		}
+	}
+}
