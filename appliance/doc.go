@@ -12,8 +12,9 @@
 // recovered object with the master as a LOCAL_DISK replica.
 //
 // The offload mover takes the tasks the master hands out in heartbeat answers
-// (copy this MEMORY replica to SSD), writes them to the SSD tier and reports
-// each with OffloadDone; a full queue refuses the task for this round (the
+// (copy this MEMORY replica to SSD), writes them to the SSD tier (each worker
+// pipelines ssd.Tier.PutAsync) and reports each with OffloadDone only once the
+// tier's group commit made it durable; a full queue refuses the task for this round (the
 // master keeps the DRAM copy and counts the skip). Bucket eviction asks the
 // master to drop a bucket's LOCAL_DISK replicas before deleting it.
 //

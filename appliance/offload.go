@@ -98,42 +98,90 @@ func (a *Appliance) applySettings(s *kvtierpb.TierSettings) {
 	a.settings = s
 }
 
+// offloadPipeline is how many written objects one worker may have waiting
+// for their commit (and their OffloadDone report) before it stops taking
+// tasks.
+const offloadPipeline = 64
+
+// offloadCommitWait bounds how long a written object waits for its commit
+// once the appliance is stopping (commits take milliseconds).
+const offloadCommitWait = 30 * time.Second
+
+// offloadReport is one object on its way to OffloadDone.
+type offloadReport struct {
+	task    *kvtierpb.OffloadTask
+	pending *ssd.Pending // nil when err is set
+	err     error
+}
+
+// offloadWorker moves objects from DRAM to the SSD tier. It pipelines: it
+// writes the next object (ssd.Tier.PutAsync returns once the bytes are
+// written) while earlier ones wait for the tier's group commit, so the disk
+// is not idle during a commit's fdatasyncs; its reporter goroutine tells the
+// master OffloadDone, in task order, only once an object is durable.
 func (a *Appliance) offloadWorker(ctx context.Context) {
+	reports := make(chan offloadReport, offloadPipeline)
+	reporterDone := make(chan struct{})
+	go func() {
+		defer close(reporterDone)
+		a.offloadReporter(ctx, reports)
+	}()
+	defer func() {
+		close(reports)
+		<-reporterDone
+	}()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case t := <-a.offload:
 			a.offloadBusy.Add(1)
-			loc, err := a.offloadOne(ctx, t)
-			a.done(ctx, t, loc, err)
-			a.offloadBusy.Add(-1)
+			p, err := a.offloadOne(ctx, t)
+			reports <- offloadReport{task: t, pending: p, err: err}
 		}
 	}
 }
 
+// offloadReporter reports each object once its commit is done (or failed).
+// The master marks the LOCAL_DISK replica COMPLETE on a successful
+// OffloadDone, so a success is never sent before the object is durable.
+func (a *Appliance) offloadReporter(ctx context.Context, reports <-chan offloadReport) {
+	for r := range reports {
+		var loc ssd.Location
+		err := r.err
+		if err == nil {
+			// The commit runs within the tier's CommitInterval; at shutdown
+			// the tier is closed (committing everything) only after this
+			// returns, so wait past ctx's end, boundedly.
+			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), offloadCommitWait)
+			loc, err = r.pending.Wait(wctx)
+			cancel()
+		}
+		a.done(ctx, r.task, loc, err)
+		a.offloadBusy.Add(-1)
+	}
+}
+
 // offloadOne writes the object's MEMORY replica (in this appliance's own
-// segment, pinned by the master until OffloadDone) to the SSD tier.
-func (a *Appliance) offloadOne(ctx context.Context, t *kvtierpb.OffloadTask) (ssd.Location, error) {
+// segment, pinned by the master until OffloadDone) to the SSD tier and
+// returns before it is durable. The tier verifies the CRC32C (a DRAM copy
+// failing it is CHECKSUM_MISMATCH and stores nothing).
+func (a *Appliance) offloadOne(ctx context.Context, t *kvtierpb.OffloadTask) (*ssd.Pending, error) {
 	src := t.Source
 	if src == nil || src.Type != kvtierpb.ReplicaType_MEMORY {
-		return ssd.Location{}, kverr.New(kverr.InvalidParams, string(t.Key), "offload task without a MEMORY source")
+		return nil, kverr.New(kverr.InvalidParams, string(t.Key), "offload task without a MEMORY source")
 	}
 	a.segMu.RLock()
 	mem, ok := a.segments[src.Segment]
 	a.segMu.RUnlock()
 	if !ok {
-		return ssd.Location{}, kverr.New(kverr.SegmentNotFound, string(t.Key), "segment %s is not served here", src.Segment)
+		return nil, kverr.New(kverr.SegmentNotFound, string(t.Key), "segment %s is not served here", src.Segment)
 	}
 	end := src.Offset + src.Length
 	if end < src.Offset || end > uint64(len(mem)) || src.Length != t.Size {
-		return ssd.Location{}, kverr.New(kverr.InvalidParams, string(t.Key), "offload source [%d,+%d) outside segment %s", src.Offset, src.Length, src.Segment)
+		return nil, kverr.New(kverr.InvalidParams, string(t.Key), "offload source [%d,+%d) outside segment %s", src.Offset, src.Length, src.Segment)
 	}
-	value := mem[src.Offset:end]
-	if t.Crc32C != 0 && ssd.Checksum(value) != t.Crc32C {
-		return ssd.Location{}, kverr.New(kverr.ChecksumMismatch, string(t.Key), "DRAM copy fails its checksum; not offloaded")
-	}
-	return a.tier.Put(ctx, t.Tenant, string(t.Key), value, t.Crc32C)
+	return a.tier.PutAsync(ctx, t.Tenant, string(t.Key), mem[src.Offset:end], t.Crc32C)
 }
 
 func (a *Appliance) done(ctx context.Context, t *kvtierpb.OffloadTask, loc ssd.Location, err error) {

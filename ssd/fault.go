@@ -27,6 +27,8 @@ type FaultInjector struct {
 	gate       *ReadGate // blocks reads of files whose name contains gate.match
 	shortMatch string    // files whose name contains it look shortSize bytes long
 	shortSize  int64
+	syncErr    error // returned by Sync of files whose name contains syncMatch
+	syncMatch  string
 }
 
 var (
@@ -63,6 +65,14 @@ func (f *FaultInjector) FailWritesAfter(match string, n int64, err error) {
 func (f *FaultInjector) FailReads(match string, err error) {
 	f.mu.Lock()
 	f.readMatch, f.readErr = match, err
+	f.mu.Unlock()
+}
+
+// FailSyncs makes Sync (fdatasync) of files whose name contains match fail
+// with err, as a disk that loses a flush does; a nil err disarms.
+func (f *FaultInjector) FailSyncs(match string, err error) {
+	f.mu.Lock()
+	f.syncMatch, f.syncErr = match, err
 	f.mu.Unlock()
 }
 
@@ -241,6 +251,12 @@ func (ff *faultFile) Sync() error {
 	if ff.fi.isReadOnly() {
 		return erofs("fdatasync", ff.name)
 	}
+	ff.fi.mu.Lock()
+	serr, smatch := ff.fi.syncErr, ff.fi.syncMatch
+	ff.fi.mu.Unlock()
+	if serr != nil && strings.Contains(ff.name, smatch) {
+		return &os.PathError{Op: "fdatasync", Path: ff.name, Err: serr}
+	}
 	return ff.inner.Sync()
 }
 
@@ -249,6 +265,13 @@ func (ff *faultFile) Truncate(size int64) error {
 		return erofs("truncate", ff.name)
 	}
 	return ff.inner.Truncate(size)
+}
+
+func (ff *faultFile) Allocate(size int64) error {
+	if ff.fi.isReadOnly() {
+		return erofs("fallocate", ff.name)
+	}
+	return ff.inner.Allocate(size)
 }
 
 func (ff *faultFile) Size() (int64, error) {

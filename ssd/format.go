@@ -35,7 +35,8 @@ func padded(n uint64) uint64 {
 // Metadata file layout (see doc.go for the normative description).
 const (
 	metaMagic      = "KVTSSDM1"
-	metaVersion    = 1
+	metaVersion    = 2 // written by this build
+	metaVersion1   = 1 // still read: one record per append, no frames
 	metaHeaderSize = 32
 
 	recFixed   = 24 // offset(8) length(8) crc(4) tenantLen(2) keyLen(2)
@@ -87,25 +88,40 @@ func encodeHeader(h metaHeader) []byte {
 }
 
 func decodeHeader(b []byte) (metaHeader, error) {
+	h, _, err := decodeHeaderVersion(b)
+	return h, err
+}
+
+// encodeHeaderVersion is encodeHeader with a chosen format version (tests
+// write version 1 files with it).
+func encodeHeaderVersion(h metaHeader, v uint16) []byte {
+	b := encodeHeader(h)
+	binary.LittleEndian.PutUint16(b[8:10], v)
+	binary.LittleEndian.PutUint32(b[28:32], crc32.Checksum(b[0:28], castagnoli))
+	return b
+}
+
+func decodeHeaderVersion(b []byte) (metaHeader, int, error) {
 	if len(b) < metaHeaderSize {
-		return metaHeader{}, fmt.Errorf("%w: %d bytes, need %d", errMetaHeader, len(b), metaHeaderSize)
+		return metaHeader{}, 0, fmt.Errorf("%w: %d bytes, need %d", errMetaHeader, len(b), metaHeaderSize)
 	}
 	if string(b[0:8]) != metaMagic {
-		return metaHeader{}, fmt.Errorf("%w: magic %q", errMetaHeader, b[0:8])
+		return metaHeader{}, 0, fmt.Errorf("%w: magic %q", errMetaHeader, b[0:8])
 	}
 	if got, want := binary.LittleEndian.Uint32(b[28:32]), crc32.Checksum(b[0:28], castagnoli); got != want {
-		return metaHeader{}, fmt.Errorf("%w: checksum %08x, computed %08x", errMetaHeader, got, want)
+		return metaHeader{}, 0, fmt.Errorf("%w: checksum %08x, computed %08x", errMetaHeader, got, want)
 	}
-	if v := binary.LittleEndian.Uint16(b[8:10]); v != metaVersion {
-		return metaHeader{}, fmt.Errorf("%w: format version %d, this build reads %d", errMetaHeader, v, metaVersion)
+	v := binary.LittleEndian.Uint16(b[8:10])
+	if v != metaVersion && v != metaVersion1 {
+		return metaHeader{}, 0, fmt.Errorf("%w: format version %d, this build reads %d and %d", errMetaHeader, v, metaVersion1, metaVersion)
 	}
 	if n := binary.LittleEndian.Uint16(b[10:12]); n != metaHeaderSize {
-		return metaHeader{}, fmt.Errorf("%w: header length %d", errMetaHeader, n)
+		return metaHeader{}, 0, fmt.Errorf("%w: header length %d", errMetaHeader, n)
 	}
 	return metaHeader{
 		Bucket:  binary.LittleEndian.Uint64(b[12:20]),
 		Created: int64(binary.LittleEndian.Uint64(b[20:28])),
-	}, nil
+	}, int(v), nil
 }
 
 // recordSize is the encoded size of a record for tenant and key.
@@ -132,78 +148,226 @@ func appendRecord(dst []byte, r metaRecord) []byte {
 // decodedMeta is the result of decoding a whole metadata file.
 type decodedMeta struct {
 	Header  metaHeader
+	Version int // format version of the file: 1 or 2
 	Records []metaRecord
-	// Valid is the length of the intact prefix (header plus whole records).
-	// Bytes after it are the zero-filled reserve or a dropped torn record.
+	// Frames holds, for a version 2 file, the number of records of each
+	// commit frame in file order (nil for version 1).
+	Frames []int
+	// Valid is the length of the intact prefix (header plus whole records,
+	// or whole frames). Bytes after it are the zero-filled reserve or a
+	// dropped torn tail.
 	Valid int
-	// Torn reports that a torn trailing record was dropped.
+	// Torn reports that a torn tail (a record, or a commit frame) was
+	// dropped.
 	Torn bool
 }
 
-// decodeMeta decodes a metadata file. Zero bytes after the last record are
-// the file's reserve (see maxMetaReserve), not data. A bad header, or a record
-// that fails its checks while non-zero bytes follow its span, is corruption
-// (an error wrapping errMetaHeader or errMetaRecord). The last record is torn
-// (dropped, Torn set) when fewer than 4 non-zero bytes remain, when it runs
-// past the end of the input, or when it fails its checksum with nothing but
-// zeros after it. decodeMeta never panics on any input.
+// decodeMeta decodes a metadata file of either version. Zero bytes after
+// the last record or frame are the file's reserve (see maxMetaReserve), not
+// data. A bad header is an error wrapping errMetaHeader; a corrupt record
+// or frame that cannot be the torn tail is an error wrapping errMetaRecord.
+// decodeMeta never panics on any input.
 func decodeMeta(b []byte) (decodedMeta, error) {
-	h, err := decodeHeader(b)
+	h, v, err := decodeHeaderVersion(b)
 	if err != nil {
 		return decodedMeta{}, err
 	}
-	d := decodedMeta{Header: h, Valid: metaHeaderSize}
+	d := decodedMeta{Header: h, Version: v, Valid: metaHeaderSize}
 	z := len(bytes.TrimRight(b, "\x00")) // end of the non-zero content
-	p := metaHeaderSize
-	for p < z {
-		rest := b[p:]
+	if v == metaVersion1 {
+		return decodeRecordsV1(b, z, d)
+	}
+	return decodeFrames(b, z, d)
+}
+
+// recStatus classifies the bytes at the start of a record.
+type recStatus int
+
+const (
+	recOK     recStatus = iota
+	recShort            // the input ends inside the record
+	recBadCRC           // the record checksum fails
+)
+
+// parseRecord decodes the record at the start of rest. err reports a body
+// length out of range or, once the checksum passed, a failing field check;
+// otherwise the status says whether the record is whole and intact.
+func parseRecord(rest []byte) (r metaRecord, total int, st recStatus, err error) {
+	if len(rest) < 4 {
+		return r, 0, recShort, nil
+	}
+	body := int(binary.LittleEndian.Uint32(rest[0:4]))
+	if body < recFixed || body > maxRecBody {
+		return r, 0, recOK, fmt.Errorf("body length %d", body)
+	}
+	total = recOverhead + body
+	if total > len(rest) {
+		return r, total, recShort, nil
+	}
+	rec := rest[:total]
+	if binary.LittleEndian.Uint32(rec[total-4:]) != crc32.Checksum(rec[:total-4], castagnoli) {
+		return r, total, recBadCRC, nil
+	}
+	tl := int(binary.LittleEndian.Uint16(rec[24:26]))
+	kl := int(binary.LittleEndian.Uint16(rec[26:28]))
+	if recFixed+tl+kl != body {
+		return r, total, recOK, fmt.Errorf("tenant %d + key %d bytes do not fill body of %d", tl, kl, body)
+	}
+	r = metaRecord{
+		Offset: binary.LittleEndian.Uint64(rec[4:12]),
+		Length: binary.LittleEndian.Uint64(rec[12:20]),
+		CRC32C: binary.LittleEndian.Uint32(rec[20:24]),
+		Tenant: string(rec[28 : 28+tl]),
+		Key:    string(rec[28+tl : 28+tl+kl]),
+	}
+	switch {
+	case r.Key == "":
+		return r, total, recOK, errors.New("empty key")
+	case r.Offset%Block != 0:
+		return r, total, recOK, fmt.Errorf("offset %d not %d-aligned", r.Offset, Block)
+	case r.Offset+padded(r.Length) < r.Offset:
+		return r, total, recOK, errors.New("extent overflows")
+	}
+	return r, total, recOK, nil
+}
+
+// decodeRecordsV1 decodes the records of a version 1 file, each appended
+// (and fdatasync'd) on its own: only the last one can be torn. It is torn
+// (dropped, Torn set) when fewer than 4 non-zero bytes remain, when it runs
+// past the end of the input, or when it fails its checksum with nothing but
+// zeros after it.
+func decodeRecordsV1(b []byte, z int, d decodedMeta) (decodedMeta, error) {
+	for p := metaHeaderSize; p < z; {
 		if z-p < 4 {
 			d.Torn = true // not even a whole length field made it
 			return d, nil
 		}
-		body := int(binary.LittleEndian.Uint32(rest[0:4]))
-		if body < recFixed || body > maxRecBody {
-			return d, fmt.Errorf("%w at byte %d: body length %d", errMetaRecord, p, body)
-		}
-		total := recOverhead + body
-		if total > len(rest) {
+		r, total, st, err := parseRecord(b[p:])
+		switch {
+		case err != nil:
+			return d, fmt.Errorf("%w at byte %d: %v", errMetaRecord, p, err)
+		case st == recShort:
 			d.Torn = true // the last record is cut short
 			return d, nil
-		}
-		rec := rest[:total]
-		if got, want := binary.LittleEndian.Uint32(rec[total-4:]), crc32.Checksum(rec[:total-4], castagnoli); got != want {
-			if p+total >= z {
-				d.Torn = true // the last record's bytes did not all reach the disk
-				return d, nil
-			}
-			return d, fmt.Errorf("%w at byte %d: checksum %08x, computed %08x", errMetaRecord, p, got, want)
-		}
-		tl := int(binary.LittleEndian.Uint16(rec[24:26]))
-		kl := int(binary.LittleEndian.Uint16(rec[26:28]))
-		if recFixed+tl+kl != body {
-			return d, fmt.Errorf("%w at byte %d: tenant %d + key %d bytes do not fill body of %d", errMetaRecord, p, tl, kl, body)
-		}
-		r := metaRecord{
-			Offset: binary.LittleEndian.Uint64(rec[4:12]),
-			Length: binary.LittleEndian.Uint64(rec[12:20]),
-			CRC32C: binary.LittleEndian.Uint32(rec[20:24]),
-			Tenant: string(rec[28 : 28+tl]),
-			Key:    string(rec[28+tl : 28+tl+kl]),
-		}
-		if r.Key == "" {
-			return d, fmt.Errorf("%w at byte %d: empty key", errMetaRecord, p)
-		}
-		if r.Offset%Block != 0 {
-			return d, fmt.Errorf("%w at byte %d: offset %d not %d-aligned", errMetaRecord, p, r.Offset, Block)
-		}
-		if r.Offset+padded(r.Length) < r.Offset {
-			return d, fmt.Errorf("%w at byte %d: extent overflows", errMetaRecord, p)
+		case st == recBadCRC && p+total >= z:
+			d.Torn = true // the last record's bytes did not all reach the disk
+			return d, nil
+		case st == recBadCRC:
+			return d, fmt.Errorf("%w at byte %d: record checksum fails", errMetaRecord, p)
 		}
 		d.Records = append(d.Records, r)
 		p += total
 		d.Valid = p
 	}
 	return d, nil
+}
+
+// Version 2 commit frames (see doc.go): a 16-byte frame header, then the
+// frame's records encoded as in version 1.
+const (
+	frameHeaderSize = 16
+	// maxFrameBody bounds the records of one frame; a commit with more is
+	// written as several frames, each its own write and fdatasync, so one
+	// metadata write never exceeds frameHeaderSize + maxFrameBody bytes
+	// (plus zeros of a fresh reserve).
+	maxFrameBody = 1 << 20
+	minRecord    = recOverhead + recFixed + 1
+)
+
+// appendFrame appends a frame header for the n encoded records in body,
+// then body, to dst.
+func appendFrame(dst, body []byte, n int) []byte {
+	start := len(dst)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(body)))
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(n))
+	dst = binary.LittleEndian.AppendUint32(dst, crc32.Checksum(body, castagnoli))
+	dst = binary.LittleEndian.AppendUint32(dst, crc32.Checksum(dst[start:start+12], castagnoli))
+	return append(dst, body...)
+}
+
+// frameAt reports whether an intact frame starts at b[p:], returning its
+// body length and record count. A header whose own checksum passes but
+// whose fields are impossible is reported through err.
+func frameAt(b []byte, p int) (body, n int, headerOK, bodyOK bool, err error) {
+	if len(b)-p < frameHeaderSize {
+		return 0, 0, false, false, nil
+	}
+	h := b[p : p+frameHeaderSize]
+	if binary.LittleEndian.Uint32(h[12:16]) != crc32.Checksum(h[:12], castagnoli) {
+		return 0, 0, false, false, nil
+	}
+	bl, nr := binary.LittleEndian.Uint32(h[0:4]), binary.LittleEndian.Uint32(h[4:8])
+	if bl < minRecord || bl > maxFrameBody || nr == 0 || nr > bl/minRecord {
+		return 0, 0, true, false, fmt.Errorf("frame of %d bytes and %d records", bl, nr)
+	}
+	body, n = int(bl), int(nr)
+	end := p + frameHeaderSize + body
+	bodyOK = end <= len(b) && binary.LittleEndian.Uint32(h[8:12]) == crc32.Checksum(b[p+frameHeaderSize:end], castagnoli)
+	return body, n, true, bodyOK, nil
+}
+
+// decodeFrames decodes the commit frames of a version 2 file. A frame is
+// written only after the frame before it was fdatasync'd, so only the last
+// one can be torn, in any of its pages. The frame at p is torn (dropped with
+// everything after it, Torn set) when its header fails its checksum and no
+// intact frame starts anywhere after p, when it runs past the end of the
+// input, or when its body fails its checksum with nothing but zeros after
+// its span. Otherwise a failing frame is corruption.
+func decodeFrames(b []byte, z int, d decodedMeta) (decodedMeta, error) {
+	for p := metaHeaderSize; p < z; {
+		body, n, headerOK, bodyOK, err := frameAt(b, p)
+		if err != nil {
+			return d, fmt.Errorf("%w at byte %d: %v", errMetaRecord, p, err)
+		}
+		end := p + frameHeaderSize + body
+		switch {
+		case !headerOK:
+			if q := intactFrameAfter(b, p+1, z); q >= 0 {
+				return d, fmt.Errorf("%w at byte %d: frame header fails its checksum, intact frame at byte %d", errMetaRecord, p, q)
+			}
+			d.Torn = true
+			return d, nil
+		case end > len(b):
+			d.Torn = true // the last frame is cut short
+			return d, nil
+		case !bodyOK && end >= z:
+			d.Torn = true // the last frame's pages did not all reach the disk
+			return d, nil
+		case !bodyOK:
+			return d, fmt.Errorf("%w at byte %d: frame checksum fails", errMetaRecord, p)
+		}
+		recs := make([]metaRecord, 0, n)
+		for q := p + frameHeaderSize; q < end; {
+			r, total, st, err := parseRecord(b[q:end])
+			if err == nil && st != recOK {
+				err = errors.New("record cut or failing its checksum inside an intact frame")
+			}
+			if err != nil {
+				return d, fmt.Errorf("%w at byte %d: %v", errMetaRecord, q, err)
+			}
+			recs = append(recs, r)
+			q += total
+		}
+		if len(recs) != n {
+			return d, fmt.Errorf("%w at byte %d: frame announces %d records, holds %d", errMetaRecord, p, n, len(recs))
+		}
+		d.Records = append(d.Records, recs...)
+		d.Frames = append(d.Frames, n)
+		p = end
+		d.Valid = p
+	}
+	return d, nil
+}
+
+// intactFrameAfter returns the offset of the first intact frame starting in
+// [from, z), or -1.
+func intactFrameAfter(b []byte, from, z int) int {
+	for q := from; q+frameHeaderSize <= z; q++ {
+		if _, _, headerOK, bodyOK, err := frameAt(b, q); headerOK && bodyOK && err == nil {
+			return q
+		}
+	}
+	return -1
 }
 
 func allZero(b []byte) bool {

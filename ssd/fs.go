@@ -40,6 +40,11 @@ type File interface {
 	// Sync makes written data durable (fdatasync).
 	Sync() error
 	Truncate(size int64) error
+	// Allocate makes the file at least size bytes long with its blocks
+	// allocated (fallocate(2) mode 0): later O_DIRECT writes below size
+	// then neither extend the file nor allocate. It returns ErrNoAllocate
+	// when the file system cannot do this (the caller writes without).
+	Allocate(size int64) error
 	Size() (int64, error)
 	Close() error
 }
@@ -143,6 +148,31 @@ func (o *osFile) ReadAt(p []byte, off int64) (int, error)  { return o.f.ReadAt(p
 func (o *osFile) WriteAt(p []byte, off int64) (int, error) { return o.f.WriteAt(p, off) }
 func (o *osFile) Truncate(size int64) error                { return o.f.Truncate(size) }
 func (o *osFile) Close() error                             { return o.f.Close() }
+
+// ErrNoAllocate is returned by File.Allocate on a file system without
+// fallocate(2).
+var ErrNoAllocate = errors.New("ssd: file system cannot preallocate")
+
+// Allocate implements File with fallocate(2) mode 0 from the current size.
+func (o *osFile) Allocate(size int64) error {
+	cur, err := o.Size()
+	if err != nil || size <= cur {
+		return err
+	}
+	for {
+		err = syscall.Fallocate(int(o.f.Fd()), 0, cur, size-cur)
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	if errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.ENOSYS) {
+		return ErrNoAllocate
+	}
+	if err != nil {
+		return &os.PathError{Op: "fallocate", Path: o.f.Name(), Err: err}
+	}
+	return nil
+}
 
 // Sync is fdatasync: the data and the size, not the timestamps.
 func (o *osFile) Sync() error {

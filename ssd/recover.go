@@ -177,6 +177,13 @@ func (t *Tier) loadBucket(id uint64) {
 		}
 		end = r.Offset + padded(r.Length)
 	}
+	if uint64(dsize) > end && len(recs) > 0 {
+		// Preallocated blocks or bytes of objects never committed lie past
+		// the last object: free them.
+		if err := t.truncate(dp, int64(end)); err == nil {
+			dsize = int64(end)
+		}
+	}
 	metaSize := len(raw)
 	if d.Torn {
 		t.st.torn.Add(1)

@@ -47,72 +47,34 @@ type bucket struct {
 	metaPath   string            // full paths, immutable
 	dataPath   string
 
+	allocMu sync.Mutex
+	// allocated and noAlloc are guarded by allocMu, which is held across
+	// one Allocate (fallocate) of the data file, only against writers of
+	// this bucket that need blocks past allocated.
+	allocated uint64 // data file size with allocated blocks
+	noAlloc   bool   // the file system cannot preallocate: writes extend the file
+
 	metaMu sync.Mutex
 	// metaLen, metaAlloc and metaBad are guarded by metaMu, which is held
-	// across one record append (WriteAt + fdatasync of the metadata file):
-	// records must be contiguous, and a record is written only once the one
-	// before it is durable, so a crash can tear only the last record (which
-	// is what lets recovery tell a torn tail from corruption). These appends
-	// are small; the data writes of other Puts proceed meanwhile.
-	metaLen   int64 // end of the records
-	metaAlloc int64 // file size: records plus the zero-filled reserve
-	metaBad   bool  // an append failed: the on-disk tail may be torn, append no more
+	// across one frame append (WriteAt + fdatasync of the metadata file).
+	// Only the commit goroutine appends, one frame at a time, so a frame is
+	// written only once the one before it is durable and a crash can tear
+	// only the last frame (what lets recovery tell a torn tail from
+	// corruption).
+	metaLen   int64 // end of the frames
+	metaAlloc int64 // file size: frames plus the zero-filled reserve
+	metaBad   bool  // a commit failed: the on-disk tail may be torn, commit no more
 
-	dataSync groupSync // group commit of the data file's fdatasyncs
-}
-
-// groupSync lets concurrent writers of one data file share an fdatasync: a
-// sync started after a writer's write completed covers that write, so a
-// writer that finds such a sync done (or waits for one in progress) need not
-// issue its own. Sequential writers still sync once each. (Metadata records
-// are not group-committed: see metaMu.)
-type groupSync struct {
-	seqMu sync.Mutex
-	seq   uint64 // guarded by seqMu: writes completed so far
-
-	// syncMu is held across one Sync so that one flush runs at a time and
-	// writers arriving meanwhile wait for it and then, usually, find their
-	// write covered by the next one. It is the only lock held across disk I/O
-	// on the write path, and only writers of the same file wait on it.
-	syncMu sync.Mutex
-	synced uint64 // guarded by syncMu: writes with seq <= synced are durable
-	failed error  // guarded by syncMu: a failed sync fails every later waiter
-}
-
-// written records a completed write and returns its sequence number.
-func (g *groupSync) written() uint64 {
-	g.seqMu.Lock()
-	defer g.seqMu.Unlock()
-	g.seq++
-	return g.seq
-}
-
-// wait returns once write seq is durable in f.
-func (g *groupSync) wait(f File, seq uint64) error {
-	g.syncMu.Lock()
-	defer g.syncMu.Unlock()
-	if g.failed != nil {
-		return g.failed
-	}
-	if g.synced >= seq {
-		return nil // a sync that started after this write covered it
-	}
-	g.seqMu.Lock()
-	target := g.seq // every write up to here completed before this sync starts
-	g.seqMu.Unlock()
-	if err := f.Sync(); err != nil {
-		g.failed = err
-		return err
-	}
-	g.synced = target
-	return nil
+	// queue holds the Puts whose data is written and whose records await
+	// the next commit, in completion order. Guarded by Tier.cm.mu.
+	queue []*Pending
 }
 
 // counters are the monotonically increasing figures of Stats.
 type counters struct {
 	puts, reads, bytesWritten, bytesRead      atomic.Uint64
 	evictedBuckets, evictedBytes, evictRefuse atomic.Uint64
-	noSpace, orphans, torn                    atomic.Uint64
+	noSpace, orphans, torn, commits           atomic.Uint64
 	readErrors, writeErrors, checksumFailures atomic.Uint64
 }
 
@@ -130,6 +92,8 @@ type Tier struct {
 	// metaReserve is the zero-filled reserve of metadata files (see
 	// maxMetaReserve).
 	metaReserve int64
+	// prealloc is how far ahead of its objects a data file is allocated.
+	prealloc uint64
 
 	// onDrainWait, when set (by tests, before use), is called when an
 	// eviction starts waiting for the readers of a bucket.
@@ -139,7 +103,10 @@ type Tier struct {
 	createSem chan struct{} // one bucket creation at a time
 	evictSem  chan struct{} // one eviction pass at a time
 	kick      chan struct{} // wakes Run
-	ops       sync.WaitGroup
+	// ops counts Puts (from claiming their key to commit or failure), reads
+	// and eviction passes, for Close.
+	ops sync.WaitGroup
+	cm  committer // group commit (commit.go); has its own lock
 
 	mu sync.Mutex
 	// Fields below are guarded by mu. Add to ops only with mu held and
@@ -176,6 +143,7 @@ func Open(ctx context.Context, cfg Config) (*Tier, error) {
 		kick:        make(chan struct{}, 1),
 		capacity:    cfg.Capacity,
 		metaReserve: int64(min(maxMetaReserve, max(Block, cfg.Capacity/64/Block*Block))),
+		prealloc:    min(maxPrealloc, cfg.BucketSize),
 		high:        cfg.HighWatermark,
 		low:         cfg.LowWatermark,
 		policy:      cfg.Policy,
@@ -199,6 +167,8 @@ func Open(ctx context.Context, cfg Config) (*Tier, error) {
 		lock.Close()
 		return nil, err
 	}
+	t.cm.init(cfg.CommitInterval, cfg.CommitBytes)
+	go t.commitLoop()
 	return t, nil
 }
 
@@ -212,66 +182,31 @@ func checkKey(tenant, key string) error {
 	return nil
 }
 
-// Put stores value under (tenant, key) and returns where it lives. crc must
-// be the CRC32C of value (see Checksum), or 0 when the object has no
-// checksum (the master's convention): the tier then computes and keeps one.
-// A mismatch stores nothing. A key already stored with the same size and
-// checksum returns its location (first writer wins); with a different size
-// or checksum it is OBJECT_ALREADY_EXISTS.
-// When the tier is full and eviction cannot make room, Put returns
-// NO_AVAILABLE_HANDLE (the appliance's "not offloaded"); a full or read-only
-// disk is NO_AVAILABLE_HANDLE or FILE_WRITE_FAIL. A value larger than
-// BucketSize gets a bucket of its own; one larger than Capacity is
-// PAYLOAD_TOO_LARGE. Put returns only once data and metadata are durable.
+// Put stores value under (tenant, key) and returns where it lives, once
+// the object is durable: it is PutAsync followed by an immediate commit that
+// Puts running at the same time share (group commit). crc must be the
+// CRC32C of value (see Checksum), or 0 when the object has no checksum (the
+// master's convention): the tier then computes and keeps one. A mismatch
+// stores nothing. A key already stored with the same size and checksum
+// returns its location (first writer wins); with a different size or
+// checksum it is OBJECT_ALREADY_EXISTS. When the tier is full and eviction
+// cannot make room, Put returns NO_AVAILABLE_HANDLE (the appliance's "not
+// offloaded"); a full or read-only disk is NO_AVAILABLE_HANDLE or
+// FILE_WRITE_FAIL. A value larger than BucketSize gets a bucket of its own;
+// one larger than Capacity is PAYLOAD_TOO_LARGE. If ctx ends while Put waits
+// for the commit, Put returns ctx's error and the object may still become
+// durable and stored.
 func (t *Tier) Put(ctx context.Context, tenant, key string, value []byte, crc uint32) (Location, error) {
-	if err := checkKey(tenant, key); err != nil {
-		return Location{}, err
-	}
-	if err := ctx.Err(); err != nil {
-		return Location{}, err
-	}
-	if sum := Checksum(value); crc == 0 {
-		crc = sum // the object has no checksum at the master: the tier keeps one anyway
-	} else if sum != crc {
-		return Location{}, kverr.New(kverr.ChecksumMismatch, key, "ssd: value has CRC32C %08x, caller says %08x; nothing stored", sum, crc)
-	}
-	size := uint64(len(value))
-	need := padded(size)
-	rlen := uint64(recordSize(tenant, key))
-	k := objKey{tenant, key}
-	if loc, done, err := t.claimKey(ctx, k, size, crc); done || err != nil {
-		return loc, err
-	}
-	defer t.releaseKey(k)
-
-	b, meta, off, err := t.reserve(ctx, key, need, rlen)
+	p, err := t.PutAsync(ctx, tenant, key, value, crc)
 	if err != nil {
 		return Location{}, err
 	}
-	// No lock is held from here to commit: concurrent Puts write disjoint,
-	// reserved ranges of the same data file.
-	// Crash ordering: the data is durable (fdatasync) before its record is
-	// written, so a record never points at bytes that may not be on disk.
-	err = t.writeData(b.data, off, value, need)
-	if err == nil {
-		err = b.dataSync.wait(b.data, b.dataSync.written())
+	select {
+	case <-p.done:
+	default:
+		t.cm.signal(t.cm.now)
 	}
-	if err != nil {
-		t.abortWrite(b, err)
-		return Location{}, writeErr(key, fmt.Sprintf("bucket %d data", b.id), err)
-	}
-	e := &Entry{Tenant: tenant, Key: key, Size: size, CRC32C: crc, Loc: Location{Bucket: b.id, Offset: off, Length: size}}
-	rec := appendRecord(make([]byte, 0, rlen), metaRecord{Tenant: tenant, Key: key, Offset: off, Length: size, CRC32C: crc})
-	// The record is durable before Put returns.
-	grown, err := b.appendMeta(meta, rec, t.metaReserve)
-	if err != nil {
-		t.abortWrite(b, err)
-		return Location{}, writeErr(key, fmt.Sprintf("bucket %d metadata", b.id), err)
-	}
-	t.commit(b, e, uint64(grown))
-	t.st.puts.Add(1)
-	t.st.bytesWritten.Add(size)
-	return e.Loc, nil
+	return p.Wait(ctx)
 }
 
 // claimKey returns the location of an already stored (tenant, key), or
@@ -504,21 +439,21 @@ func (t *Tier) createBucket(id uint64) (*bucket, error) {
 	return b, nil
 }
 
-// appendMeta appends one record and makes it durable (see metaMu). When the
-// reserve runs out it is extended in the same write; grown is the number of
-// bytes the file grew by.
-func (b *bucket) appendMeta(meta File, rec []byte, reserve int64) (grown int64, err error) {
+// appendMeta appends one commit frame and makes it durable (see metaMu).
+// When the reserve runs out it is extended in the same write; grown is the
+// number of bytes the file grew by.
+func (b *bucket) appendMeta(meta File, frame []byte, reserve int64) (grown int64, err error) {
 	b.metaMu.Lock()
 	defer b.metaMu.Unlock()
 	if b.metaBad || meta == nil {
-		return 0, errors.New("metadata file failed earlier; bucket sealed")
+		return 0, errors.New("an earlier commit of this bucket failed; bucket sealed")
 	}
-	buf := rec
-	end := b.metaLen + int64(len(rec))
+	buf := frame
+	end := b.metaLen + int64(len(frame))
 	if end > b.metaAlloc {
 		grown = end + reserve - b.metaAlloc
-		buf = make([]byte, int64(len(rec))+reserve) // the record, then a fresh reserve
-		copy(buf, rec)
+		buf = make([]byte, int64(len(frame))+reserve) // the frame, then a fresh reserve
+		copy(buf, frame)
 	}
 	_, err = meta.WriteAt(buf, b.metaLen)
 	if err == nil {
@@ -545,19 +480,6 @@ func (t *Tier) abortWrite(b *bucket, err error) {
 	t.mu.Unlock()
 	if errors.Is(err, syscall.ENOSPC) {
 		t.wake()
-	}
-}
-
-func (t *Tier) commit(b *bucket, e *Entry, metaGrown uint64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	b.writers--
-	b.used += metaGrown
-	t.used += metaGrown
-	b.extents[e.Loc.Offset] = e
-	t.index[objKey{e.Tenant, e.Key}] = e
-	if b.sealed {
-		t.sealLocked(b)
 	}
 }
 
@@ -715,6 +637,7 @@ func (t *Tier) Stats() Stats {
 	}
 	t.mu.Unlock()
 	s.Puts = t.st.puts.Load()
+	s.Commits = t.st.commits.Load()
 	s.Reads = t.st.reads.Load()
 	s.BytesWritten = t.st.bytesWritten.Load()
 	s.BytesRead = t.st.bytesRead.Load()
@@ -730,8 +653,9 @@ func (t *Tier) Stats() Stats {
 	return s
 }
 
-// Close seals the open bucket, waits for in-flight Puts, reads and eviction
-// passes, and closes every file. Everything stored stays on disk for the
+// Close seals the open bucket, commits every object PutAsync has written,
+// waits for in-flight Puts, reads and eviction passes, stops the commit
+// goroutine and closes every file. Everything stored stays on disk for the
 // next Open. Run must be stopped through its context.
 func (t *Tier) Close() error {
 	t.mu.Lock()
@@ -744,8 +668,15 @@ func (t *Tier) Close() error {
 		t.sealLocked(t.open)
 	}
 	t.mu.Unlock()
+	t.cm.mu.Lock()
+	t.cm.closing = true // records queued from now on commit at once
+	t.cm.mu.Unlock()
+	t.cm.signal(t.cm.now)
 	t.ops.Wait()
+	close(t.cm.stop)
+	<-t.cm.exited
 
+	t.trimAll()
 	t.mu.Lock()
 	var files []File
 	for _, b := range t.buckets {
