@@ -1,7 +1,9 @@
 // Package client is the kvtier data-plane SDK that GPU nodes, the CLI and the
 // appliance use.
 //
-// A Client asks the master (over gRPC) where to write or read, then moves the
+// A Client asks the master where to write or read (the gRPC contract of
+// api/kvtierpb; unary calls travel over internal/fastrpc on the same port when
+// the master offers it, Config.GRPCOnly turns that off), then moves the
 // bytes itself through the transfer engine (internal/transfer): straight
 // between the caller's buffer and the target segment, by memcpy when the
 // segment lives in this process, over TCP otherwise. The master never carries

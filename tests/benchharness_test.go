@@ -11,9 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 
-	"kvtier/api/kvtierpb"
 	"kvtier/client"
 	"kvtier/master"
 )
@@ -92,12 +90,10 @@ func startInprocB(b *testing.B) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s := grpc.NewServer()
-	kvtierpb.RegisterMasterServer(s, master.NewGRPCServer(m))
+	stop := serveMaster(m, lis)
 	ctx, cancel := context.WithCancel(context.Background())
 	go m.Run(ctx)
-	go func() { _ = s.Serve(lis) }()
-	b.Cleanup(func() { s.Stop(); cancel() })
+	b.Cleanup(func() { stop(); cancel() })
 	return lis.Addr().String()
 }
 

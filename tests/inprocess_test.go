@@ -12,6 +12,7 @@ import (
 	"kvtier/api/kvtierpb"
 	"kvtier/appliance"
 	"kvtier/client"
+	"kvtier/internal/fastrpc"
 	"kvtier/dram"
 	"kvtier/internal/kverr"
 	"kvtier/master"
@@ -35,14 +36,24 @@ func startInproc(t *testing.T, cfg master.Config) *inproc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := grpc.NewServer()
-	kvtierpb.RegisterMasterServer(s, master.NewGRPCServer(m))
+	stop := serveMaster(m, lis)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); m.Run(ctx) }()
-	go func() { _ = s.Serve(lis) }()
-	t.Cleanup(func() { s.Stop(); cancel(); <-done })
+	t.Cleanup(func() { stop(); cancel(); <-done })
 	return &inproc{m: m, addr: lis.Addr().String()}
+}
+
+// serveMaster serves m on lis as `kvtier master` does: gRPC, with the fast
+// path for unary calls on the same listener.
+func serveMaster(m *master.Master, lis net.Listener) (stop func()) {
+	ms := master.NewGRPCServer(m)
+	s := grpc.NewServer()
+	kvtierpb.RegisterMasterServer(s, ms)
+	fast := fastrpc.NewServer(&kvtierpb.Master_ServiceDesc, ms, nil)
+	glis := fast.Split(lis)
+	go func() { _ = s.Serve(glis) }()
+	return func() { s.Stop(); _ = fast.Close() }
 }
 
 func (ip *inproc) appliance(t *testing.T, cfg appliance.Config) *appliance.Appliance {

@@ -1,6 +1,7 @@
 package transfer
 
 import (
+	"bytes"
 	"hash/crc32"
 	"testing"
 )
@@ -60,5 +61,22 @@ func TestReadSum(t *testing.T) {
 	}
 	if err := do1(t, cli, Request{Op: Read, Endpoint: addr, Segment: "s0", Offset: segSize - 10, Buf: make([]byte, 100), Sum: &sum}); err == nil || sum != 7 {
 		t.Fatalf("out-of-bounds read: err %v, sum %d (want an error, untouched 7)", err, sum)
+	}
+}
+
+// TestCopyCRCParallel: the parallel copy-and-checksum copies every byte and
+// returns the CRC32C of the whole, for sizes around the part boundaries.
+func TestCopyCRCParallel(t *testing.T) {
+	for _, n := range []int{0, 1, parallelPart - 1, 2 * parallelPart, 2*parallelPart + 1, 3*parallelPart + 4095, 16 << 20} {
+		src := make([]byte, n)
+		fillPattern(src, uint64(n))
+		dst := make([]byte, n)
+		got := copyCRCParallel(dst, src)
+		if want := crc32.Checksum(src, castagnoli); got != want {
+			t.Fatalf("n=%d: crc %08x, want %08x", n, got, want)
+		}
+		if !bytes.Equal(dst, src) {
+			t.Fatalf("n=%d: copy differs", n)
+		}
 	}
 }

@@ -39,7 +39,7 @@ func (t *localTransport) do(ctx context.Context, r *reqState, seg *segment, src 
 		}
 		switch {
 		case r.wantSum():
-			r.crc = copyCRC(req.Buf, seg.mem[req.Offset:req.Offset+n])
+			r.crc = copyCRCParallel(req.Buf, seg.mem[req.Offset:req.Offset+n])
 		case req.Op == Read:
 			copy(req.Buf, seg.mem[req.Offset:req.Offset+n])
 		default:
