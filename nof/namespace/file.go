@@ -75,6 +75,9 @@ var (
 	_ Namespace   = (*File)(nil)
 	_ Deallocator = (*File)(nil)
 	_ ZeroWriter  = (*File)(nil)
+	_ Starter     = (*File)(nil)
+	_ Batcher     = (*File)(nil)
+	_ Batch       = (*fileBatch)(nil)
 )
 
 // OpenFile opens (creating if cfg.Size > 0) path as a namespace.
@@ -173,6 +176,110 @@ func (f *File) ReadAt(_ context.Context, p []byte, off int64) error {
 	}
 	copy(p, bounce[off-start:])
 	return nil
+}
+
+// StartRead begins ReadAt(p, off). Aligned direct transfers are submitted
+// to the kernel at once; anything else runs in wait.
+func (f *File) StartRead(p []byte, off int64) (func() error, error) {
+	var b fileBatch
+	b.f = f
+	wait, err := b.StartRead(p, off)
+	b.Submit()
+	return wait, err
+}
+
+// StartWrite begins WriteAt(p, off). Aligned direct transfers whose stripes
+// are free are submitted to the kernel at once (holding the stripes shared
+// until wait); anything else, including a write that would have to wait
+// for a read-modify-write, runs in wait.
+func (f *File) StartWrite(p []byte, off int64) (func() error, error) {
+	var b fileBatch
+	b.f = f
+	wait, err := b.StartWrite(p, off)
+	b.Submit()
+	return wait, err
+}
+
+// NewBatch returns a Batch over f.
+func (f *File) NewBatch() Batch { return &fileBatch{f: f} }
+
+// fileBatch queues aligned direct transfers for one io_submit.
+type fileBatch struct {
+	f *File
+	q aioBatch
+}
+
+func (b *fileBatch) StartRead(p []byte, off int64) (func() error, error) {
+	f := b.f
+	if err := checkRange(off, int64(len(p)), f.size); err != nil {
+		return nil, err
+	}
+	if f.direct && f.aio != nil && len(p) > 0 && f.fast(p, off) {
+		if r, err := f.aio.queue(&b.q, iocbCmdPread, f.fd, p, off); err == nil {
+			return func() error {
+				err := f.aio.wait(r)
+				if errors.Is(err, errAIOUnavailable) {
+					return f.pread(p, off)
+				}
+				return f.ioErr("read", off, err)
+			}, nil
+		}
+	}
+	return func() error { return f.ReadAt(context.Background(), p, off) }, nil
+}
+
+func (b *fileBatch) StartWrite(p []byte, off int64) (func() error, error) {
+	f := b.f
+	if err := checkRange(off, int64(len(p)), f.size); err != nil {
+		return nil, err
+	}
+	if f.direct && f.aio != nil && len(p) > 0 && f.fast(p, off) {
+		if unlock, ok := f.tryRLockStripes(stripeMask(off, off+int64(len(p)))); ok {
+			if r, err := f.aio.queue(&b.q, iocbCmdPwrite, f.fd, p, off); err == nil {
+				return func() error {
+					defer unlock()
+					err := f.aio.wait(r)
+					if errors.Is(err, errAIOUnavailable) {
+						return f.pwrite(p, off) // the stripes are already held
+					}
+					return f.ioErr("write", off, err)
+				}, nil
+			}
+			unlock()
+		}
+	}
+	return func() error { return f.WriteAt(context.Background(), p, off) }, nil
+}
+
+func (b *fileBatch) Submit() {
+	if len(b.q.reqs) > 0 {
+		b.f.aio.submit(&b.q)
+	}
+}
+
+// tryRLockStripes takes the stripes in mask shared without waiting; ok is
+// false (and nothing is held) if one of them is held exclusively.
+func (f *File) tryRLockStripes(mask uint64) (unlock func(), ok bool) {
+	for i := 0; i < stripes; i++ {
+		if mask&(1<<i) == 0 {
+			continue
+		}
+		if !f.locks[i].TryRLock() {
+			for j := 0; j < i; j++ {
+				if mask&(1<<j) != 0 {
+					f.locks[j].RUnlock()
+				}
+			}
+			return nil, false
+		}
+	}
+	return func() {
+		for i := 0; i < stripes; i++ {
+			if mask&(1<<i) != 0 {
+				f.locks[i].RUnlock()
+			}
+		}
+	}, true
 }
 
 // pread reads fully; a short read past EOF of a sparse extension reads as

@@ -30,6 +30,36 @@ type ZeroWriter interface {
 	WriteZeroes(ctx context.Context, off, n int64) error
 }
 
+// Starter is implemented by namespaces that can begin a transfer and let
+// the caller wait for it separately, so one goroutine can put many
+// transfers in flight (nof/target starts a read or write on the goroutine
+// that decoded the command and waits elsewhere). Start never blocks on the
+// device; the returned wait blocks until the transfer ended and must be
+// called exactly once. p must not be touched (nor, for StartRead, read)
+// until wait returned. A range error is returned by Start itself; every
+// other outcome, as from ReadAt/WriteAt, by wait.
+type Starter interface {
+	StartRead(p []byte, off int64) (wait func() error, err error)
+	StartWrite(p []byte, off int64) (wait func() error, err error)
+}
+
+// Batcher is implemented by Starters whose transfers can be gathered and
+// handed to the device together (one system call for several commands
+// that arrived back to back).
+type Batcher interface {
+	Starter
+	NewBatch() Batch
+}
+
+// Batch is a Starter whose transfers are held until Submit. It belongs to
+// one goroutine at a time; a wait it returned may block until Submit ran,
+// so the caller must Submit before it waits or stops (and before anything
+// it does could depend on those transfers finishing).
+type Batch interface {
+	Starter
+	Submit()
+}
+
 // ErrOutOfRange is returned for accesses outside the namespace.
 var ErrOutOfRange = errors.New("namespace: access out of range")
 

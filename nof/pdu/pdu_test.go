@@ -262,6 +262,7 @@ func FuzzReaderControllerSide(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r := pdu.NewReader(bytes.NewReader(b), pdu.ReaderConfig{Side: pdu.ControllerSide})
 		for i := 0; i < 64; i++ {
+			r.NextBuffered() // must not panic or consume anything
 			fr, err := r.Next()
 			if err != nil {
 				var pe *pdu.Error

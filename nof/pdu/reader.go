@@ -468,3 +468,22 @@ func OptionsOf(b []byte) Options {
 	}
 	return o
 }
+
+// NextBuffered reports whether the next PDU (header, data and digests) has
+// already been received in full, so that Next and reading its data will
+// not wait for the network. It never reads from the stream.
+func (r *Reader) NextBuffered() bool {
+	skip := r.pad + r.frame.DataLen
+	if r.ddgst {
+		skip += DigestLen
+	}
+	if r.br.Buffered() < skip+CommonHeaderLen {
+		return false
+	}
+	h, err := r.br.Peek(skip + CommonHeaderLen)
+	if err != nil {
+		return false
+	}
+	plen := int(binary.LittleEndian.Uint32(h[skip+4:]))
+	return r.br.Buffered() >= skip+plen
+}

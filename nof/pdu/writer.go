@@ -176,3 +176,19 @@ func (w *Writer) Fail(err error) {
 	w.cond.Broadcast()
 	w.mu.Unlock()
 }
+
+// Flush waits until everything sent before it is on the wire (Send of a
+// small PDU may return while a flush by another goroutine is still to write
+// it) and returns the sticky write error, if any.
+func (w *Writer) Flush() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	want := w.taken
+	if len(w.segs) > 0 {
+		want++ // the flusher in progress takes them in its next round
+	}
+	for w.done < want && w.err == nil {
+		w.cond.Wait()
+	}
+	return w.err
+}

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"kvtier/nof/namespace"
 	"kvtier/nof/nvme"
 	"kvtier/nof/pdu"
 )
@@ -17,12 +19,16 @@ import (
 const icTimeout = 10 * time.Second
 
 // r2tState is one outstanding R2T: the reader goroutine fills buf from
-// H2CData PDUs and closes done when the whole window has arrived.
+// H2CData PDUs and closes done when the whole window has arrived. If start
+// is set, the reader first starts the command's device transfer with it
+// (unless a digest failed) and leaves wait for the worker.
 type r2tState struct {
 	cccid     uint16
 	buf       []byte
 	received  int  // touched only by the reader goroutine
 	badDigest bool // a data digest failed; read by the worker after done
+	start     func(buf []byte) (wait func() error)
+	wait      func() error // set by the reader before done closes
 	done      chan struct{}
 }
 
@@ -46,6 +52,12 @@ type conn struct {
 
 	sqhd     atomic.Uint32 // commands completed, for CQE SQHD (SPDK's convention)
 	inflight sync.WaitGroup
+
+	// Touched only by the reader goroutine: per-namespace batches of
+	// device transfers it started, and those holding unsubmitted ones
+	// (submitted before the reader could wait for the network).
+	batches map[*nsState]namespace.Batch
+	queued  []namespace.Batch
 
 	mu       sync.Mutex // guards r2ts and nextTTAG
 	r2ts     map[uint16]*r2tState
@@ -83,11 +95,17 @@ func (c *conn) close() {
 
 func (c *conn) serve() {
 	defer c.finish()
+	defer c.submitQueued() // before finish waits for the workers
 	if err := c.handshake(); err != nil {
 		c.fail(err)
 		return
 	}
 	for {
+		// Transfers started for commands that arrived back to back go to
+		// the device together, once no further PDU is already here.
+		if len(c.queued) > 0 && !c.r.NextBuffered() {
+			c.submitQueued()
+		}
 		f, err := c.r.Next()
 		if err != nil {
 			c.fail(err)
@@ -146,14 +164,50 @@ func (c *conn) handshake() error {
 	return nil
 }
 
+// starter returns what starts device transfers of n from the reader
+// goroutine: a batch submitted before the reader next waits for the
+// network, or n itself. nil if n cannot start transfers.
+func (c *conn) starter(n *nsState) namespace.Starter {
+	bt, ok := n.ns.(namespace.Batcher)
+	if !ok {
+		st, _ := n.ns.(namespace.Starter)
+		return st
+	}
+	b := c.batches[n]
+	if b == nil {
+		if c.batches == nil {
+			c.batches = map[*nsState]namespace.Batch{}
+		}
+		b = bt.NewBatch()
+		c.batches[n] = b
+	}
+	if !slices.Contains(c.queued, b) {
+		c.queued = append(c.queued, b)
+	}
+	return b
+}
+
+// submitQueued hands every batched transfer to its device (reader
+// goroutine only).
+func (c *conn) submitQueued() {
+	for _, b := range c.queued {
+		b.Submit()
+	}
+	clear(c.queued)
+	c.queued = c.queued[:0]
+}
+
 // fail ends the connection; a protocol error first gets a C2HTermReq.
 func (c *conn) fail(err error) {
+	c.submitQueued() // workers must not wait for them through the drain
 	var pe *pdu.Error
 	if !errors.As(err, &pe) {
 		return // I/O error or EOF: nothing to tell the host
 	}
 	c.t.cfg.Logger.Warn("nvme-tcp fatal PDU error", "remote", c.remote, "err", pe)
-	if c.w.Send(pdu.TermReqFor(pe, false)) != nil {
+	// Flush: another goroutine's flush may still be about to write the
+	// TermReq, and CloseWrite must not overtake it.
+	if c.w.Send(pdu.TermReqFor(pe, false)) != nil || c.w.Flush() != nil {
 		return
 	}
 	// Half-close and drain so the TermReq is not lost to a reset caused by
@@ -240,6 +294,16 @@ func (c *conn) dispatch(cmd *pdu.Command, data []byte) {
 		return
 	}
 	c.inflight.Add(1)
+	// Reads and in-capsule writes to a namespace that can start transfers
+	// begin here, so the device is busy before any goroutine is scheduled;
+	// a goroutine then waits for the device and answers.
+	if finish := c.begin(cmd, data); finish != nil {
+		go func() {
+			defer c.inflight.Done()
+			finish()
+		}()
+		return
+	}
 	go func() {
 		defer c.inflight.Done()
 		c.io(cmd, data)
@@ -271,30 +335,48 @@ func (c *conn) h2cData(f *pdu.Frame) error {
 	st.received += int(datal)
 	if st.received == len(st.buf) {
 		c.mu.Lock()
-		delete(c.r2ts, ttag)
+		claimed := c.r2ts[ttag] == st // else the worker gave up on it
+		if claimed {
+			delete(c.r2ts, ttag)
+		}
 		c.mu.Unlock()
+		if claimed && st.start != nil && !st.badDigest {
+			st.wait = st.start(st.buf)
+		}
 		close(st.done)
+	}
+	return nil
+}
+
+// checkInCapsule validates the SGL of a command whose data came in the
+// capsule.
+func checkInCapsule(cmd *pdu.Command, inCapsule []byte, length int) error {
+	if len(inCapsule) != length || int(cmd.SGL.Len) != length || cmd.SGL.Addr != 0 {
+		return nvme.Errf(nvme.SCTGeneric, nvme.SCSGLLengthInvalid)
 	}
 	return nil
 }
 
 // fetchData returns the host→controller data of cmd: in-capsule, or pulled
 // with one R2T. owned reports whether the buffer may go back to the pool.
-func (c *conn) fetchData(cmd *pdu.Command, inCapsule []byte, length int) (buf []byte, owned bool, err error) {
+// With start, R2T data is handed to start by the reader goroutine as soon
+// as it is complete, and wait is what start returned (nil otherwise: the
+// caller transfers the data itself).
+func (c *conn) fetchData(cmd *pdu.Command, inCapsule []byte, length int, start func([]byte) func() error) (buf []byte, owned bool, wait func() error, err error) {
 	switch cmd.SGL.Type {
 	case pdu.SGLInCapsule:
-		if len(inCapsule) != length || int(cmd.SGL.Len) != length || cmd.SGL.Addr != 0 {
-			return nil, false, nvme.Errf(nvme.SCTGeneric, nvme.SCSGLLengthInvalid)
+		if err := checkInCapsule(cmd, inCapsule, length); err != nil {
+			return nil, false, nil, err
 		}
-		return inCapsule, true, nil
+		return inCapsule, true, nil, nil
 	case pdu.SGLTransport:
 		if len(inCapsule) != 0 || int(cmd.SGL.Len) != length {
-			return nil, false, nvme.Errf(nvme.SCTGeneric, nvme.SCSGLLengthInvalid)
+			return nil, false, nil, nvme.Errf(nvme.SCTGeneric, nvme.SCSGLLengthInvalid)
 		}
 	default:
-		return nil, false, nvme.Errf(nvme.SCTGeneric, nvme.SCInvalidField)
+		return nil, false, nil, nvme.Errf(nvme.SCTGeneric, nvme.SCInvalidField)
 	}
-	st := &r2tState{cccid: cmd.CID, buf: c.t.bufs.get(length), done: make(chan struct{})}
+	st := &r2tState{cccid: cmd.CID, buf: c.t.bufs.get(length), start: start, done: make(chan struct{})}
 	c.mu.Lock()
 	ttag := c.nextTTAG
 	for i := 0; i < 65536; i++ {
@@ -307,20 +389,36 @@ func (c *conn) fetchData(cmd *pdu.Command, inCapsule []byte, length int) (buf []
 	c.r2ts[ttag] = st
 	c.mu.Unlock()
 	if err := c.w.Send(&pdu.R2T{CCCID: cmd.CID, TTAG: ttag, R2TO: 0, R2TL: uint32(length)}); err != nil {
-		return nil, false, err
+		c.abandon(ttag, st)
+		return nil, false, nil, err
 	}
 	select {
 	case <-st.done:
-		if st.badDigest {
-			c.t.bufs.put(st.buf)
-			return nil, false, nvme.Errf(nvme.SCTGeneric, nvme.SCTransientTranspt)
-		}
-		return st.buf, true, nil
 	case <-c.ctx.Done():
-		// The reader may still be filling st.buf: leave it to the GC.
-		c.mu.Lock()
-		delete(c.r2ts, ttag)
-		c.mu.Unlock()
-		return nil, false, c.ctx.Err()
+		if !c.abandon(ttag, st) {
+			// The reader claimed the data and may have started the device
+			// transfer: take its outcome as if done had won.
+			<-st.done
+			break
+		}
+		return nil, false, nil, c.ctx.Err()
 	}
+	if st.badDigest {
+		c.t.bufs.put(st.buf)
+		return nil, false, nil, nvme.Errf(nvme.SCTGeneric, nvme.SCTransientTranspt)
+	}
+	return st.buf, true, st.wait, nil
+}
+
+// abandon withdraws the R2T ttag unless the reader already claimed its
+// completed data. After true, the reader never touches st again except to
+// finish a ReadData already in progress (so st.buf is left to the GC).
+func (c *conn) abandon(ttag uint16, st *r2tState) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.r2ts[ttag] != st {
+		return false
+	}
+	delete(c.r2ts, ttag)
+	return true
 }

@@ -46,6 +46,12 @@ func (q *conn) io(cmd *pdu.Command, inCapsule []byte) {
 	default:
 		err = nvme.Errf(nvme.SCTGeneric, nvme.SCInvalidOpcode)
 	}
+	q.answer(cmd, n, err)
+}
+
+// answer completes cmd with err (nil: success), unless the connection is
+// gone.
+func (q *conn) answer(cmd *pdu.Command, n *nsState, err error) {
 	if err != nil && q.ctx.Err() != nil {
 		return // connection gone: nobody to answer
 	}
@@ -57,6 +63,67 @@ func (q *conn) io(cmd *pdu.Command, inCapsule []byte) {
 		}
 	}
 	q.complete(cmd.CID, err, 0, 0)
+}
+
+// begin starts a well-formed Read, or Write with in-capsule data, of a
+// namespace.Starter on the calling (reader) goroutine and returns what
+// finishes it: wait for the device, then answer. It never blocks on the
+// device or the network. nil means "not started: run io as usual" (other
+// commands, other namespaces, and every malformed command, which io
+// answers with its error).
+func (q *conn) begin(cmd *pdu.Command, inCapsule []byte) func() {
+	if (cmd.Opcode != nvme.CmdRead && cmd.Opcode != nvme.CmdWrite) || len(inCapsule) > q.icd {
+		return nil
+	}
+	n := q.ctrl.sub.namespace(cmd.NSID)
+	if n == nil {
+		return nil
+	}
+	if _, ok := n.ns.(namespace.Starter); !ok {
+		return nil
+	}
+	off, length, err := q.lbaRange(cmd, n, true)
+	if err != nil {
+		return nil
+	}
+	pool := &q.t.bufs
+	if cmd.Opcode == nvme.CmdRead {
+		if cmd.SGL.Type != pdu.SGLTransport || int(cmd.SGL.Len) != length {
+			return nil
+		}
+		buf := pool.get(length)
+		wait, err := q.starter(n).StartRead(buf, off)
+		if err != nil {
+			pool.put(buf)
+			return nil
+		}
+		return func() {
+			defer pool.put(buf)
+			if err := wait(); err != nil {
+				q.answer(cmd, n, err)
+				return
+			}
+			n.readOps.Add(1)
+			n.readBytes.Add(uint64(length))
+			q.sendData(cmd.CID, buf)
+		}
+	}
+	if cmd.SGL.Type != pdu.SGLInCapsule || checkInCapsule(cmd, inCapsule, length) != nil {
+		return nil
+	}
+	wait, err := q.starter(n).StartWrite(inCapsule, off)
+	if err != nil {
+		return nil
+	}
+	return func() {
+		defer pool.put(inCapsule)
+		err := wait()
+		if err == nil {
+			n.writeOps.Add(1)
+			n.writeBytes.Add(uint64(length))
+		}
+		q.answer(cmd, n, err)
+	}
 }
 
 // lbaRange validates SLBA/NLB of a Read/Write/Write Zeroes command and
@@ -100,14 +167,31 @@ func (q *conn) write(cmd *pdu.Command, n *nsState, inCapsule []byte) error {
 	if err != nil {
 		return err
 	}
-	data, owned, err := q.fetchData(cmd, inCapsule, length)
+	// With a Starter, the reader goroutine starts the device write the
+	// moment the last H2CData arrives.
+	var start func([]byte) func() error
+	if _, ok := n.ns.(namespace.Starter); ok {
+		start = func(buf []byte) func() error {
+			wait, err := q.starter(n).StartWrite(buf, off) // on the reader goroutine
+			if err != nil {
+				return func() error { return err }
+			}
+			return wait
+		}
+	}
+	data, owned, wait, err := q.fetchData(cmd, inCapsule, length, start)
 	if err != nil {
 		return err
 	}
 	if owned && len(inCapsule) == 0 {
 		defer q.t.bufs.put(data)
 	}
-	if err := n.ns.WriteAt(q.ctx, data, off); err != nil {
+	if wait != nil {
+		err = wait()
+	} else {
+		err = n.ns.WriteAt(q.ctx, data, off)
+	}
+	if err != nil {
 		return err
 	}
 	n.writeOps.Add(1)
@@ -139,7 +223,7 @@ func (q *conn) writeZeroes(cmd *pdu.Command, n *nsState) error {
 // dsm implements Dataset Management; only the deallocate attribute acts.
 func (q *conn) dsm(cmd *pdu.Command, n *nsState, inCapsule []byte) error {
 	nr := int(cmd.CDW10&0xFF) + 1
-	data, owned, err := q.fetchData(cmd, inCapsule, nr*16)
+	data, owned, _, err := q.fetchData(cmd, inCapsule, nr*16, nil)
 	if err != nil {
 		return err
 	}
