@@ -36,36 +36,43 @@
 //
 // # Performance
 //
-// tests/bench_test.go measures Put and Get against an appliance process,
-// interleaved chunk by chunk with plain Go TCP to a separate process
-// (the re-executed test binary) moving the same bytes with the same number
-// of callers and connections, and the same-process path against copy():
+// tests/bench_test.go measures Put and Get against a `kvtier standalone`
+// process (master and appliance, offload off), interleaved chunk by chunk
+// with plain Go TCP to a separate process (the re-executed test binary)
+// moving the same bytes with the same number of callers and connections,
+// and the same-process path against copy():
 //
-//	go test -run '^$' -bench 'ClientPutGet|SameProcessGet' -benchtime 1s -count 2 ./tests/
+//	go test -run '^$' -bench 'ClientPutGet|SameProcessGet|MasterRoundTrip' -benchtime 1s ./tests/
 //
-// Ranges of 2 runs on the 2-core VM (load average 3-5), ratio to raw TCP:
+// Ranges of runs on the 2-core VM (load average 3-5 from other work),
+// ratio to raw TCP; "gRPC" is the master reached over gRPC only (session 1,
+// and Config.GRPCOnly), "fast path" the default (internal/fastrpc):
 //
-//	                         before   after   after, LeaseCacheKeys
-//	Get  1 MiB, 4 callers    0.42-0.46 0.58-0.64 0.79-0.84
-//	Get 16 MiB, 4 callers    0.67-0.72 0.77-0.80 0.80-0.90
-//	Get  1 MiB, 1 caller     0.46-0.53 0.35-0.48 0.76-0.80
-//	Get  1 MiB, 50 callers   0.38-0.40 0.48-0.50 (1.5-1.9 x one caller)
-//	Put  1 MiB, 4 callers    0.40-0.43 0.40
-//	Put 16 MiB, 4 callers    0.91-0.95 0.89-0.95
-//	Put  1 MiB, 50 callers   0.56-0.59 0.57-0.62 (2.7-2.9 x one caller)
-//	same process  1 MiB      0.17-0.18 0.15-0.17 0.45-0.46 x copy()
-//	same process 16 MiB      0.45-0.47 0.49-0.51 0.59-0.60 x copy()
+//	                         gRPC       fast path  fast path + LeaseCacheKeys
+//	Get  1 MiB, 4 callers    0.53-0.64  0.58-0.71  0.74-0.82
+//	Get  1 MiB, 1 caller     0.46-0.48  0.69-0.79  0.55-0.81
+//	Get 16 MiB, 4 callers    0.75-0.80  0.77       0.75
+//	Get  1 MiB, 50 callers   0.46-0.50  0.47 (1.2 x one caller)
+//	Put  1 MiB, 4 callers    0.39-0.42  0.53-0.65
+//	Put 16 MiB, 4 callers    0.87-0.95  0.94
+//	Put  1 MiB, 50 callers   0.57-0.62  0.61 (1.3 x one caller)
+//	same process  1 MiB      0.15-0.22  0.23       0.41 x copy()
+//	same process 16 MiB      0.42-0.51  0.72       0.67 x copy()
+//	master GetReplicaList    192 µs     42 µs      (raw TCP ping-pong 24-29 µs)
+//	master PutStart+PutEnd   296 µs     79 µs
 //
-// What bounds them: every master call to the separate master process costs
-// 170-330 µs of wall time here (the same call to an in-process master: about
-// 80 µs; a cross-process TCP ping-pong: 10-17 µs), so a 1 MiB Get (one
-// call) and Put (PutStart + PutEnd) are bound by the master round trips,
-// not by moving bytes; the transfer engine alone runs at about 0.9-1.0 ×
-// raw TCP. The same-process path also pays copy plus CRC32C: copy runs at
-// 18-24 GB/s and the hardware CRC32C at about 20 GB/s on one core, so with
-// the checksum verified the bound is about 0.5 × copy() even with no
-// master call.
+// What bounds them: a 1 MiB Get is one master call plus the transfer; with
+// gRPC the call cost 170-330 µs of wall time here (four to six goroutine
+// hand-offs a call, each a futex and often a virtual-CPU exit), about half
+// of the transfer's ~450 µs; the fast path brought it to ~40 µs, 1.7 x a
+// bare ping-pong. What remains at 4 callers is CPU: three processes on two
+// cores, the CRC32C of every byte (about 20 GB/s, one core), and the
+// transfer engine's own 5-15 % over raw TCP. The same-process path pays
+// copy plus CRC32C (each ~20 GB/s on one core); large objects spread them
+// over the cores (16 MiB reaches 0.7 x one core's copy()), while a 1 MiB
+// local read is bound by its master call (~40 µs against a 50 µs copy)
+// unless LeaseCacheKeys spares it.
 //
 // Importers: cmd/kvtier, appliance, rest adapters, tests. The client never
-// imports package master: it speaks only the gRPC contract in api/kvtierpb.
+// imports package master: it speaks only the contract in api/kvtierpb.
 package client
