@@ -26,7 +26,9 @@ const (
 	DefaultLeasePolicy = PolicyFrequency
 	// DefaultFrequencyBonus and DefaultFrequencyMaxBonus were chosen with the
 	// replay simulator on both FAST'25 traces (trace time at speed 1; see the
-	// package doc, "Eviction history").
+	// package doc, "Eviction history" and "Eviction order"). Both are upper
+	// bounds: a pass also bounds the bonus of every read after the first by
+	// FrequencyExtraLifetimes DRAM lifetimes.
 	DefaultFrequencyBonus    = 270 * time.Second
 	DefaultFrequencyMaxBonus = 330 * time.Second
 	DefaultOffloadMode       = OffloadImmediate
@@ -74,7 +76,7 @@ type Config struct {
 	EvictionRatio     float64       // fraction of MEMORY capacity a pass frees at least
 	EvictInterval     time.Duration // how often the evictor checks the watermark
 	LeasePolicy       string        // "plain" | "frequency"
-	FrequencyBonus    time.Duration // frequency policy: order bonus per read
+	FrequencyBonus    time.Duration // frequency policy: order bonus per read (upper bound; see FrequencyPolicy)
 	FrequencyMaxBonus time.Duration // frequency policy: cap of the bonus
 	// EvictionHistory is how many evicted keys' read counts the master
 	// remembers (entries, FIFO, ~12 heap bytes each; split over 256 shards,
@@ -261,28 +263,42 @@ func (PlainPolicy) Name() string { return PolicyPlain }
 // EvictionKey implements LeasePolicy.
 func (PlainPolicy) EvictionKey(deadline int64, _ uint32) int64 { return deadline }
 
-// FrequencyPolicy adds min(readCount×Bonus, MaxBonus) to the deadline so hot
-// shared prefixes outlive one-off blocks.
+// FrequencyPolicy adds a bonus that grows with the read count to the
+// deadline so hot shared prefixes outlive one-off blocks:
+//
+//	bonus(r) = 0                                            r = 0
+//	bonus(r) = min(r×Bonus, MaxBonus, Bonus + (r−1)×Extra)  r ≥ 1
+//
+// Bonus is what a first read earns (the protection horizon, in time: how
+// long a reused block is kept after its last use); later reads only move
+// the object ahead of objects read less often, and Extra bounds how far
+// each one does. The master sets Extra per eviction pass from the DRAM
+// tier's lifetime (ForLifetime, Turnover); Extra = 0 means no such bound.
 type FrequencyPolicy struct {
 	Bonus    time.Duration
 	MaxBonus time.Duration
+	Extra    time.Duration
 }
 
 // Name implements LeasePolicy.
 func (FrequencyPolicy) Name() string { return PolicyFrequency }
 
 // EvictionKey implements LeasePolicy.
-// The bonus is exactly min(readCount×Bonus, MaxBonus), computed without
-// overflow; a non-positive Bonus or MaxBonus means no bonus.
+// The bonus is exactly the formula above, computed without overflow; a
+// non-positive Bonus or MaxBonus means no bonus.
 func (p FrequencyPolicy) EvictionKey(deadline int64, readCount uint32) int64 {
 	per, capB := int64(p.Bonus), int64(p.MaxBonus)
 	if per <= 0 || capB <= 0 || readCount == 0 {
 		return deadline
 	}
-	if int64(readCount) > capB/per { // readCount×per > capB (or would overflow)
-		return deadline + capB
+	b := capB
+	if int64(readCount) <= capB/per { // readCount×per ≤ capB (and does not overflow)
+		b = int64(readCount) * per
 	}
-	return deadline + min(int64(readCount)*per, capB)
+	if x := int64(p.Extra); x > 0 && int64(readCount-1) <= capB/x {
+		b = min(b, per+int64(readCount-1)*x)
+	}
+	return deadline + b
 }
 
 var (

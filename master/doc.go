@@ -61,11 +61,15 @@
 //     only in a second pass. The boundary is found with SelectByWeight, an
 //     expected-O(n) three-way quickselect on the LeasePolicy's key (the lease
 //     deadline, or the completion time of an unread object, plus for
-//     "frequency" min(reads × FrequencyBonus, FrequencyMaxBonus)). Eviction
+//     "frequency" a bonus of min(r × FrequencyBonus, FrequencyMaxBonus,
+//     FrequencyBonus + (r − 1) × FrequencyExtraLifetimes × lifetime) for an
+//     object read r ≥ 1 times; see "Eviction order"). Eviction
 //     frees only MEMORY replicas; an object with none left disappears.
 //     Defaults: "frequency", LeaseTTL 5 s, FrequencyBonus 270 s,
-//     FrequencyMaxBonus 330 s, chosen with the replay simulator (package
-//     replay computes its keys with this package's LeasePolicy). Each
+//     FrequencyMaxBonus 330 s, FrequencyExtraLifetimes 0.25, chosen with
+//     the replay simulator and replays through this master (package
+//     replay computes its keys with this package's LeasePolicy and
+//     Turnover). Each
 //     pass records freed bytes/objects and, when short, the blocked objects
 //     by reason (leased, pinned, in_flight, awaiting_offload) in counters and
 //     LastEviction.
@@ -86,10 +90,33 @@
 //     record nothing. The seeded count orders eviction only: it grants no
 //     lease (the object is ordered from its PutEnd time like any unread
 //     object) and shows in ObjectInfo.ReadCount. A remembered key that is
-//     re-put at once keeps min((count+1) × bonus, cap) of protection, so hot
-//     prefixes survive one eviction; without the history no bonus setting
-//     beats ~0.106 on conversation_trace at 5,000 blocks, with it 0.164
+//     re-put at once keeps the bonus of count+1 reads, so hot prefixes
+//     survive one eviction; without the history no bonus setting beats
+//     ~0.106 on conversation_trace at 5,000 blocks, with it 0.163
 //     (exact LRU 0.110).
+//   - Eviction order ("frequency"): the first read earns FrequencyBonus, a
+//     protection horizon in time (a reused block is kept up to that long
+//     after its last use, whatever the capacity: it reflects how often the
+//     workload comes back to a prefix). Each further read only moves the
+//     object ahead of objects read less often, by at most
+//     FrequencyExtraLifetimes (0.25) DRAM lifetimes, and the total stays
+//     within reads × FrequencyBonus and FrequencyMaxBonus (so both flags
+//     keep their meaning as upper bounds). The lifetime is measured by
+//     Turnover: the time over which the last capacity-many objects were
+//     evicted (capacity in objects as estimated by the previous pass; 64
+//     passes remembered, extrapolated by rate when they do not reach back
+//     that far; unknown, hence no such bound, until one capacity has been
+//     evicted). Each pass orders by the policy adjusted to the lifetime
+//     measured over the previous passes (LifetimeScaled.ForLifetime), so
+//     the pass stays O(n) and nothing per object is added. Why: a fixed
+//     60 s edge of two reads over one is ~0.8 lifetimes on conversation at
+//     5,000 blocks (where it is worth 0.160 → 0.164) but ~7 lifetimes on
+//     synthetic at 1,000 blocks, where blocks read twice long ago crowd out
+//     blocks read once just now and the policy fell to plain (through this
+//     master: 0.0742 vs plain 0.0752 at 1,000 blocks, 0.1039 vs 0.1063 at
+//     1,500). Scaling the whole bonus by the lifetime instead was measured
+//     and rejected: at 1–8 lifetimes it loses on conversation at
+//     1,000–5,000 blocks (0.127–0.164 at 5,000) and on synthetic at 1,000.
 //   - Offload (mode "immediate" by default, "on-evict", "off"; changed at run
 //     time by UpdateTiers): PutEnd (immediate) or an eviction candidate
 //     without a COMPLETE LOCAL_DISK replica (both modes) queues a task for the

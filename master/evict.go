@@ -249,6 +249,7 @@ func (m *Master) evictPass(ctx context.Context, need uint64) EvictionReport {
 	m.ctr.add(cEvictionPasses, 1)
 
 	now := rep.Time.UnixNano()
+	pol := m.passPolicyLocked(st.policy, now)
 	var first, soft []Candidate
 	var refs []candRef
 	memObjects, memBytes := 0, uint64(0)
@@ -275,7 +276,7 @@ func (m *Master) evictPass(ctx context.Context, need uint64) EvictionReport {
 				rep.AwaitingOffload++
 				continue
 			}
-			c := Candidate{Key: m.orderKey(st.policy, o), Bytes: b, Ref: int32(len(refs))}
+			c := Candidate{Key: m.orderKey(pol, o), Bytes: b, Ref: int32(len(refs))}
 			refs = append(refs, candRef{k, o})
 			if o.flags&flagSoftPin != 0 && o.softPinEnd > now {
 				soft = append(soft, c)
@@ -284,7 +285,8 @@ func (m *Master) evictPass(ctx context.Context, need uint64) EvictionReport {
 			}
 		}
 	})
-	m.growHistory(capacityObjects(memObjects, memBytes, capacity))
+	capObjects := capacityObjects(memObjects, memBytes, capacity)
+	m.growHistory(capObjects)
 	rep.Candidates = len(first)
 	m.evictFrom(first, refs, &rep, st, now, false)
 	if rep.FreedBytes < target && len(soft) > 0 {
@@ -301,6 +303,8 @@ func (m *Master) evictPass(ctx context.Context, need uint64) EvictionReport {
 		m.ctr.add(cShortInFlight, rep.InFlight)
 		m.ctr.add(cShortAwaitingOffload, rep.AwaitingOffload)
 	}
+	m.turnover.Record(now, int(rep.FreedObjects))
+	m.turnoverCap = capObjects
 	m.lastReport = rep
 	return rep
 }

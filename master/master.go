@@ -116,7 +116,12 @@ type Master struct {
 	lastReport EvictionReport // guarded by evictMu
 	nextEvict  time.Time      // guarded by evictMu: back-off after short passes
 	backoff    time.Duration  // guarded by evictMu
-	passGen    atomic.Uint64  // completed eviction passes
+	// turnover (guarded by evictMu) measures the DRAM lifetime over the
+	// passes; turnoverCap is the capacity in objects the last pass
+	// estimated (capacityObjects).
+	turnover    Turnover
+	turnoverCap int
+	passGen     atomic.Uint64 // completed eviction passes
 
 	interned sync.Map // client ids, so objects share writer strings
 

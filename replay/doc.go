@@ -42,19 +42,26 @@
 //
 // # Default frequency policy (chosen with Sweep; trace time at speed 1)
 //
-// LeaseTTL 5 s, FrequencyBonus 270 s, FrequencyMaxBonus 330 s, eviction
-// history of the last 4 x capacity evictions. The history is what makes it
-// work: the master keeps the read counts of evicted keys, and a re-put of a
-// remembered key starts at count+1. Without it a popular block that is
-// evicted once loses its frequency, and no bonus setting beats ~0.106 on
-// the conversation trace at 5,000 blocks; with it the default reaches 0.164
-// there (exact LRU 0.110, plain 0.093) and is never below plain on either
-// trace at 1,000..50,000 blocks. The history must be one FIFO of the last N
-// evictions (the simulator's historyTable; the master decides validity by a
-// master-wide eviction count): the blocks of a prefix are evicted together
-// and must be forgotten together, or a prefix is cut at its first block
-// that lost its count. The durations scale with replay speed: at --speed S
-// the master's durations must be divided by S.
+// LeaseTTL 5 s, FrequencyBonus 270 s, FrequencyMaxBonus 330 s, each read
+// after the first worth at most master.FrequencyExtraLifetimes (0.25) DRAM
+// lifetimes (master.Turnover: the time over which the last capacity-many
+// blocks were evicted, measured over the passes exactly as the master
+// does), eviction history of the last 4 x capacity evictions. The history
+// is what makes it work: the master keeps the read counts of evicted keys,
+// and a re-put of a remembered key starts at count+1. Without it a popular
+// block that is evicted once loses its frequency, and no bonus setting
+// beats ~0.106 on the conversation trace at 5,000 blocks; with it the
+// default reaches 0.163 there (exact LRU 0.110, plain 0.093). The lifetime
+// bound keeps the edge of blocks read often over blocks read once small
+// where the cache turns over fast: with a fixed 60 s edge (the bounds
+// alone) the policy fell to plain on the synthetic trace at 1,000-1,500
+// blocks, where 60 s is ~5 lifetimes. The history must be one FIFO of the
+// last N evictions (the simulator's historyTable; the master decides
+// validity by a master-wide eviction count): the blocks of a prefix are
+// evicted together and must be forgotten together, or a prefix is cut at
+// its first block that lost its count. The durations scale with replay
+// speed: at --speed S the master's durations must be divided by S (the
+// lifetime is measured, so it scales by itself).
 //
 // # Caveats
 //

@@ -1,5 +1,7 @@
 package replay
 
+import "kvtier/master"
+
 // model is the DRAM tier as the simulator sees it: a set of block ids with a
 // capacity in blocks. Time is virtual nanoseconds.
 type model interface {
@@ -103,6 +105,7 @@ type leaseModel struct {
 	shortfall int64          // passes that freed fewer objects than asked (all leased)
 	history   *historyTable  // nil when the policy keeps no history
 	onEvict   func(id int64) // optional; called for every evicted id
+	turnover  master.Turnover
 }
 
 type leaseEnt struct {
@@ -166,12 +169,20 @@ func (m *leaseModel) insert(id int64, now int64) bool {
 	return true
 }
 
-// evict frees up to n lease-expired objects with the smallest keys.
+// evict frees up to n lease-expired objects with the smallest keys. As
+// the master's pass, it orders by the policy adjusted to the DRAM lifetime
+// measured over the previous passes (master.Turnover, LifetimeScaled).
 func (m *leaseModel) evict(now int64, n int) {
+	pol := m.policy.Master()
+	if ls, ok := pol.(master.LifetimeScaled); ok {
+		if l, ok := m.turnover.Lifetime(now, m.capacity); ok {
+			pol = ls.ForLifetime(l)
+		}
+	}
 	c := m.cand[:0]
 	for i := range m.ents {
 		if e := &m.ents[i]; e.deadline <= now {
-			c = append(c, candidate{key: m.policy.Key(e.deadline, e.reads), id: e.id})
+			c = append(c, candidate{key: pol.EvictionKey(e.deadline, e.reads), id: e.id})
 		}
 	}
 	if len(c) > n {
@@ -192,6 +203,7 @@ func (m *leaseModel) evict(now int64, n int) {
 		}
 	}
 	m.evicted += int64(len(c))
+	m.turnover.Record(now, len(c))
 	m.cand = c[:0]
 }
 

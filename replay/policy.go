@@ -41,7 +41,11 @@ const (
 //	on evict:   remember (key, reads) in a FIFO history of History entries
 //	evictable:  deadline <= now
 //	key:        master.LeasePolicy.EvictionKey(deadline, reads): deadline +
-//	            0 (plain) or min(reads*FrequencyBonus, FrequencyMaxBonus)
+//	            0 (plain) or, for reads >= 1, min(reads*FrequencyBonus,
+//	            FrequencyMaxBonus, FrequencyBonus + (reads-1)*Extra) where
+//	            Extra = master.FrequencyExtraLifetimes x the DRAM lifetime
+//	            measured by master.Turnover over the previous passes (no
+//	            such bound until one capacity has been evicted)
 //	eviction:   the evictable objects with the smallest keys (O(n) selection)
 type LeasePolicy struct {
 	Kind              string        // PolicyPlain or PolicyFrequency; "" means frequency
@@ -83,11 +87,17 @@ func (p LeasePolicy) Validate() error {
 }
 
 // Key is the eviction order key (smaller goes first) of an object whose lease
-// deadline is deadline (ns of virtual time) and which was read reads times:
-// the master's EvictionKey.
+// deadline is deadline (ns of virtual time) and which was read reads times,
+// before the DRAM lifetime is known: the master's EvictionKey. Eviction
+// passes order by Master() adjusted to the lifetime (see leaseModel.evict).
 func (p LeasePolicy) Key(deadline int64, reads uint32) int64 {
+	return p.Master().EvictionKey(deadline, reads)
+}
+
+// Master is p as the master's LeasePolicy value.
+func (p LeasePolicy) Master() master.LeasePolicy {
 	if p.Kind == PolicyPlain {
-		return master.PlainPolicy{}.EvictionKey(deadline, reads)
+		return master.PlainPolicy{}
 	}
-	return master.FrequencyPolicy{Bonus: p.FrequencyBonus, MaxBonus: p.FrequencyMaxBonus}.EvictionKey(deadline, reads)
+	return master.FrequencyPolicy{Bonus: p.FrequencyBonus, MaxBonus: p.FrequencyMaxBonus}
 }
