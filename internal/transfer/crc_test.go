@@ -67,7 +67,7 @@ func TestReadSum(t *testing.T) {
 // TestCopyCRCParallel: the parallel copy-and-checksum copies every byte and
 // returns the CRC32C of the whole, for sizes around the part boundaries.
 func TestCopyCRCParallel(t *testing.T) {
-	for _, n := range []int{0, 1, parallelPart - 1, 2 * parallelPart, 2*parallelPart + 1, 3*parallelPart + 4095, 16 << 20} {
+	for _, n := range []int{0, 1, parallelPart - 1, 2 * parallelPart, 2*parallelPart + 1, 3*parallelPart + 4095, 32 << 20} {
 		src := make([]byte, n)
 		fillPattern(src, uint64(n))
 		dst := make([]byte, n)
