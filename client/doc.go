@@ -50,16 +50,16 @@
 //
 //	                         gRPC       fast path  fast path + LeaseCacheKeys
 //	Get  1 MiB, 4 callers    0.53-0.64  0.58-0.71  0.74-0.82
-//	Get  1 MiB, 1 caller     0.46-0.48  0.69-0.79  0.55-0.81
-//	Get 16 MiB, 4 callers    0.75-0.80  0.77       0.75
+//	Get  1 MiB, 1 caller     0.46-0.48  0.62-0.79  0.55-0.81
+//	Get 16 MiB, 4 callers    0.75-0.80  0.77       0.75-0.86
 //	Get  1 MiB, 50 callers   0.46-0.50  0.47 (1.2 x one caller)
 //	Put  1 MiB, 4 callers    0.39-0.42  0.53-0.65
 //	Put 16 MiB, 4 callers    0.87-0.95  0.94
 //	Put  1 MiB, 50 callers   0.57-0.62  0.61 (1.3 x one caller)
-//	same process  1 MiB      0.15-0.22  0.23       0.41 x copy()
-//	same process 16 MiB      0.42-0.51  0.72       0.67 x copy()
-//	master GetReplicaList    192 µs     42 µs      (raw TCP ping-pong 24-29 µs)
-//	master PutStart+PutEnd   296 µs     79 µs
+//	same process  1 MiB      0.15-0.22  0.29-0.32  0.45-0.47 x copy()
+//	same process 16 MiB      0.42-0.51  0.64-0.75  0.82-0.97 x copy()
+//	master GetReplicaList    192 µs     42-110 µs  (1.5-1.7 x a raw TCP ping-pong)
+//	master PutStart+PutEnd   296 µs     79-200 µs
 //
 // What bounds them: a 1 MiB Get is one master call plus the transfer; with
 // gRPC the call cost 170-330 µs of wall time here (four to six goroutine
@@ -68,10 +68,13 @@
 // bare ping-pong. What remains at 4 callers is CPU: three processes on two
 // cores, the CRC32C of every byte (about 20 GB/s, one core), and the
 // transfer engine's own 5-15 % over raw TCP. The same-process path pays
-// copy plus CRC32C (each ~20 GB/s on one core); large objects spread them
-// over the cores (16 MiB reaches 0.7 x one core's copy()), while a 1 MiB
-// local read is bound by its master call (~40 µs against a 50 µs copy)
-// unless LeaseCacheKeys spares it.
+// copy plus CRC32C (each ~20 GB/s on one core): objects of 4 MiB and more
+// spread them over the cores (16 MiB reaches 0.64-0.97 x one core's
+// copy()), while a 1 MiB local read is bound by copy + CRC (~0.5 x) and its
+// master call (40-110 µs against a 50 µs copy) unless LeaseCacheKeys
+// spares it. On an idle VM every wake-up is slower than on a busy one
+// (a raw ping-pong: 24 µs busy, 73 µs idle), so latency-bound figures
+// vary with the machine's load.
 //
 // Importers: cmd/kvtier, appliance, rest adapters, tests. The client never
 // imports package master: it speaks only the contract in api/kvtierpb.
