@@ -170,3 +170,40 @@ func TestSameProcessReadIsLocal(t *testing.T) {
 		t.Fatalf("same-process read did not use the local path: stats before %+v after %+v", before, after)
 	}
 }
+
+// TestFastPathAndGRPCOnlyClientsAgree: a default client (master calls over
+// the fast path) and a Config.GRPCOnly client see each other's objects and
+// get the same errors, against the same master.
+func TestFastPathAndGRPCOnlyClientsAgree(t *testing.T) {
+	ip := startInproc(t, master.Config{})
+	ip.appliance(t, appliance.Config{Name: "box"})
+	fast := ip.client(t)
+	slow, err := client.New(context.Background(), client.Config{MasterAddr: ip.addr, GRPCOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	ctx := context.Background()
+	v1, v2 := randomBytes(1, 300<<10), randomBytes(2, 5000)
+	if err := fast.Put(ctx, "via/fast", v1); err != nil {
+		t.Fatal(err)
+	}
+	if err := slow.Put(ctx, "via/grpc", v2); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*client.Client{fast, slow} {
+		for key, want := range map[string][]byte{"via/fast": v1, "via/grpc": v2} {
+			got, err := c.Get(ctx, key)
+			if err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("%s: %d bytes, %v", key, len(got), err)
+			}
+		}
+		_, err := c.Get(ctx, "via/none")
+		if kverr.CodeOf(err) != kverr.ObjectNotFound {
+			t.Fatalf("missing key: %v", err)
+		}
+		if err := c.Remove(ctx, "via/fast", false); kverr.CodeOf(err) != kverr.ObjectHasLease {
+			t.Fatalf("remove of a leased object: %v", err)
+		}
+	}
+}
