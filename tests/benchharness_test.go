@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-
 	"kvtier/client"
 	"kvtier/master"
 )

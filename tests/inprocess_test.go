@@ -12,8 +12,8 @@ import (
 	"kvtier/api/kvtierpb"
 	"kvtier/appliance"
 	"kvtier/client"
-	"kvtier/internal/fastrpc"
 	"kvtier/dram"
+	"kvtier/internal/fastrpc"
 	"kvtier/internal/kverr"
 	"kvtier/master"
 )
