@@ -108,6 +108,7 @@ type Appliance struct {
 
 	nvme        *nvmeExport
 	nofSegments []string
+	spdkStats   atomic.Pointer[kvtierpb.NvmeStats] // SPDK mode: latest figures for the heartbeat
 
 	settingsMu sync.Mutex
 	settings   *kvtierpb.TierSettings // guarded by settingsMu: last applied
@@ -206,6 +207,10 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 	}
 	if a.tier != nil {
 		a.wg.Go(func() { a.tier.Run(runCtx) })
+	}
+	if cfg.NVMe.Backend == BackendSPDK && a.nvme != nil {
+		a.refreshSPDKStats(ctx)
+		a.wg.Go(func() { a.pollSPDKStats(runCtx) })
 	}
 	a.client.Heartbeat(ctx) // report SSD figures and take offload slots now
 	return a, nil

@@ -24,7 +24,11 @@
 // an operator's SPDK target match a plan over its JSON-RPC socket (package
 // nof/spdk: attach controllers, aio files, malloc bdevs, lvols; one subsystem
 // named after the appliance). SPDK objects are left in place on Close unless
-// Teardown is set: operators own their SPDK target.
+// Teardown is set: operators own their SPDK target. Either way the heartbeat
+// carries the exported namespaces' I/O figures to the master (built-in: the
+// target's counters and connected hosts; SPDK: bdev_get_iostat, refreshed
+// every 2 s off the heartbeat path, without hosts), for REST /api/v1/nvme
+// and the web UI.
 //
 // Close drains: it stops taking offload work, unmounts every segment on the
 // master (after DrainGrace, during which reads are still served), stops the

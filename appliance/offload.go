@@ -44,6 +44,8 @@ func (a *Appliance) fillHeartbeat(req *kvtierpb.HeartbeatRequest) {
 				RemoteAddr: h.RemoteAddr, IoQueues: uint32(max(h.IOQueues, 0))})
 		}
 		req.Nvme = nv
+	} else if nof {
+		req.Nvme = a.spdkStats.Load() // SPDK mode (nil until the first refresh)
 	}
 	if a.tier == nil {
 		return

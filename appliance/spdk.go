@@ -220,9 +220,11 @@ func ensureFile(n NVMeNamespace) error {
 // SPDKNamespaceIO is one exported namespace's I/O counters as SPDK reports
 // them (bdev_get_iostat): cumulative since the bdev was created.
 type SPDKNamespaceIO struct {
-	Segment string // "<appliance>/spdk<nsid>"
-	NSID    uint32
-	Bdev    string
+	Segment   string // "<appliance>/spdk<nsid>"
+	NSID      uint32
+	Bdev      string
+	Size      uint64 // bytes
+	BlockSize uint32
 	spdk.BdevIOStat
 	TickRate uint64 // latency ticks per second
 }
@@ -264,9 +266,53 @@ func (a *Appliance) spdkIOStat(ctx context.Context, c *spdk.Client, nqn string) 
 			io.Name = ns.Bdev // not reported (yet): zero counters
 		}
 		out = append(out, SPDKNamespaceIO{Segment: fmt.Sprintf("%s/spdk%d", a.cfg.Name, ns.NSID),
-			NSID: ns.NSID, Bdev: ns.Bdev, BdevIOStat: io, TickRate: st.TickRate})
+			NSID: ns.NSID, Bdev: ns.Bdev, Size: ns.Size, BlockSize: ns.BlockSize, BdevIOStat: io, TickRate: st.TickRate})
 	}
 	return out, nil
+}
+
+// spdkStatsInterval is how often the SPDK figures shown by the master (REST
+// /api/v1/nvme, web UI) are refreshed; spdkStatsTimeout bounds one refresh,
+// so a stuck SPDK socket never delays a heartbeat (the heartbeat only reads
+// the latest snapshot).
+const (
+	spdkStatsInterval = 2 * time.Second
+	spdkStatsTimeout  = 2 * time.Second
+)
+
+// pollSPDKStats refreshes the SPDK figures until ctx ends.
+func (a *Appliance) pollSPDKStats(ctx context.Context) {
+	t := time.NewTicker(spdkStatsInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			a.refreshSPDKStats(ctx)
+		}
+	}
+}
+
+// refreshSPDKStats asks SPDK for the exported namespaces' I/O counters and
+// keeps them, as the heartbeat's NvmeStats, for the master's NVMe view. On
+// failure the previous snapshot stays (logged at debug). SPDK does not list
+// connected hosts through the methods kvtier uses, so Hosts stays empty.
+func (a *Appliance) refreshSPDKStats(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, spdkStatsTimeout)
+	defer cancel()
+	io, err := a.SPDKIOStat(rctx)
+	if err != nil {
+		a.log.Debug("spdk iostat for the heartbeat", "err", err)
+		return
+	}
+	sub := &kvtierpb.NvmeSubsystem{Nqn: a.nvme.nqn}
+	for _, n := range io {
+		sub.Namespaces = append(sub.Namespaces, &kvtierpb.NvmeNamespace{Nsid: n.NSID, Size: n.Size, BlockSize: n.BlockSize,
+			ReadOps: n.NumReadOps, ReadBytes: n.BytesRead, WriteOps: n.NumWriteOps, WriteBytes: n.BytesWritten,
+			OtherOps: n.NumUnmapOps})
+	}
+	a.spdkStats.Store(&kvtierpb.NvmeStats{Addr: a.nvme.addr, Subsystems: []*kvtierpb.NvmeSubsystem{sub}})
 }
 
 // LogSPDKIOStat logs SPDKIOStat at debug level, one line per namespace; a

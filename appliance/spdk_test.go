@@ -216,6 +216,27 @@ func TestSPDKBackendExportsMountsAndIsIdempotent(t *testing.T) {
 	if !strings.Contains(logs.String(), "spdk iostat") {
 		t.Fatalf("no debug iostat line in logs:\n%s", logs.String())
 	}
+	// The heartbeat carries them to the master (REST /api/v1/nvme, web UI).
+	var nv *kvtierpb.NvmeStats
+	for deadline := time.Now().Add(10 * time.Second); nv == nil && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		cl, err := mc.ListClients(ctx, &kvtierpb.Empty{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cl.Clients {
+			if c.ClientId == "box-1" && c.Nvme != nil {
+				nv = c.Nvme
+			}
+		}
+	}
+	if nv == nil || nv.Addr != "127.0.0.1:4420" || len(nv.Subsystems) != 1 || nv.Subsystems[0].Nqn != nqn || len(nv.Subsystems[0].Namespaces) != 3 {
+		t.Fatalf("master's NVMe view of box-1: %v", nv)
+	}
+	for _, ns := range nv.Subsystems[0].Namespaces {
+		if s, ok := segs[segName("box-1", ns.Nsid)]; !ok || ns.Size != s.Size || ns.BlockSize != 4096 {
+			t.Fatalf("namespace %v does not match its segment %v", ns, s)
+		}
+	}
 
 	// Close unmounts the segments and leaves SPDK exporting.
 	if err := a.Close(ctx); err != nil {
