@@ -247,6 +247,7 @@ func (c *Client) BatchRemove(ctx context.Context, keys []string, force bool) []e
 		return errs
 	}
 	c.leases.drop(keys...)
+	c.hints.drop(keys...)
 	rctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
 	resp, err := c.master.BatchRemove(rctx, &kvtierpb.BatchKeysRequest{ClientId: c.cfg.ClientID, Tenant: c.cfg.Tenant, Keys: c.keyBytes(keys), Force: force})

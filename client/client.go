@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"hash/crc32"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -74,6 +76,16 @@ type Config struct {
 	LeaseCacheKeys   int
 	LeaseCacheMargin time.Duration
 
+	// ReplicaHints: Get remembers the replica list of up to that many
+	// recently read keys (default 4096; negative: off) and, for a key it
+	// remembers, starts reading that replica while it asks the master, so
+	// the master call and the transfer overlap instead of running one after
+	// the other. The bytes are kept only if the master's answer lists the
+	// same replica and they pass the answer's CRC32C; otherwise they are
+	// read again from the answer. Unlike LeaseCacheKeys every Get still asks
+	// the master: leases, read counts and errors are as without hints.
+	ReplicaHints int
+
 	// GRPCOnly sends every master call over gRPC. By default unary calls
 	// use the master's fast path (internal/fastrpc, same listener, same
 	// messages and errors) when the master offers it, and gRPC otherwise.
@@ -81,6 +93,9 @@ type Config struct {
 
 	Logger *slog.Logger
 }
+
+// DefaultReplicaHints is Config.ReplicaHints when zero.
+const DefaultReplicaHints = 4096
 
 // Validate checks the configuration.
 func (c *Config) Validate() error {
@@ -112,6 +127,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.RPCTimeout == 0 {
 		out.RPCTimeout = 10 * time.Second
+	}
+	if out.ReplicaHints == 0 {
+		out.ReplicaHints = DefaultReplicaHints
 	}
 	if out.LeaseCacheMargin == 0 {
 		out.LeaseCacheMargin = time.Second
@@ -148,6 +166,9 @@ type Client struct {
 	nof nofControllers // NVMe/TCP controllers for NOF replicas
 
 	leases leaseCache
+	hints  leaseCache // Config.ReplicaHints: margin math.MinInt64, entries never expire
+
+	hintHits, hintMisses atomic.Uint64 // speculative reads kept / read again
 
 	stop     context.CancelFunc
 	done     chan struct{}
@@ -185,6 +206,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		local:    map[string]bool{},
 		done:     make(chan struct{}),
 		leases:   leaseCache{max: cfg.LeaseCacheKeys, margin: cfg.LeaseCacheMargin, m: map[string]*ReplicaList{}},
+		hints:    leaseCache{max: cfg.ReplicaHints, margin: math.MinInt64, m: map[string]*ReplicaList{}},
 	}
 	if err := c.setup(ctx); err != nil {
 		c.release()

@@ -29,6 +29,18 @@
 // off by default because cached reads neither extend the lease nor count
 // as reads for the master's eviction policies.
 //
+// Replica hints (Config.ReplicaHints, on by default) overlap the two round
+// trips of a Get instead: for a key read before, the client starts reading
+// the replica the previous answer named and asks the master at the same
+// time; it keeps the bytes only when the new answer lists that same replica
+// (type, segment, endpoint, offset, length, bucket) and they pass the
+// answer's CRC32C, else it reads again from the answer. Every Get still asks
+// the master. The cost of a stale hint is one wasted transfer (and, for a
+// replica on an unreachable node, waiting for that transfer to fail, as
+// the ordinary path would while the master still lists the node). A hint
+// is of no use to a replica in this process: the local copy runs before the
+// master call, not beside it.
+//
 // A client may also be a storage node: with GlobalSegmentSize > 0 it maps that
 // much memory and mounts it as MEMORY segments others may be allocated into;
 // with LocalBufferSize > 0 it keeps a registered staging buffer. Either way it

@@ -73,8 +73,26 @@ func (c *Client) get(ctx context.Context, key string, dst func(size uint64) ([]b
 		}
 		c.leases.drop(key) // ask the master: the object may have changed
 	}
+	var spec *speculation
+	if h := c.hints.get(key); h != nil {
+		spec = c.speculate(ctx, h, dst)
+	}
 	rl, err := c.Query(ctx, key)
+	if spec != nil && !spec.confirmed(rl, err) {
+		c.hintMisses.Add(1)
+		spec = nil
+	}
+	if spec != nil {
+		c.hintHits.Add(1)
+		if time.Now().After(rl.LeaseDeadline) {
+			return 0, kverr.New(kverr.LeaseExpired, key, "read lease ended at %s during the transfer; query again", rl.LeaseDeadline.Format(time.RFC3339Nano))
+		}
+		c.leases.put(key, rl)
+		c.hints.put(key, rl)
+		return len(spec.buf), nil
+	}
 	if err != nil {
+		c.hints.drop(key)
 		return 0, err
 	}
 	b, err := dst(rl.Size)
@@ -82,10 +100,63 @@ func (c *Client) get(ctx context.Context, key string, dst func(size uint64) ([]b
 		return 0, err
 	}
 	if err := c.read(ctx, key, rl, b); err != nil {
+		c.hints.drop(key)
 		return 0, err
 	}
 	c.leases.put(key, rl)
+	c.hints.put(key, rl)
 	return len(b), nil
+}
+
+// speculation is a read of the replica a key's previous answer named,
+// started before the master answers again (Config.ReplicaHints).
+type speculation struct {
+	hint  *ReplicaList
+	r     *kvtierpb.Replica
+	buf   []byte
+	crc   uint32
+	batch *transfer.Batch
+}
+
+// speculate starts reading h's best replica into dst(h.Size); nil when it
+// cannot (no checksum to verify the bytes by, no transfer-engine replica,
+// a buffer refused).
+func (c *Client) speculate(ctx context.Context, h *ReplicaList, dst func(uint64) ([]byte, error)) *speculation {
+	if !h.HasChecksum || len(h.Replicas) == 0 {
+		return nil
+	}
+	r := c.ordered(h.Replicas)[0]
+	if (r.Type != kvtierpb.ReplicaType_MEMORY && r.Type != kvtierpb.ReplicaType_LOCAL_DISK) || r.Length != h.Size {
+		return nil
+	}
+	b, err := dst(h.Size)
+	if err != nil {
+		return nil
+	}
+	s := &speculation{hint: h, r: r, buf: b}
+	req := []transfer.Request{{Op: transfer.Read, Endpoint: r.Endpoint, Segment: r.Segment, Bucket: r.Bucket, Offset: r.Offset, Buf: b, Sum: &s.crc}}
+	s.batch = c.engine.Submit(ctx, req)
+	return s
+}
+
+// confirmed waits for the speculative read and reports whether its bytes
+// are the object the master's answer rl describes: rl lists the same
+// replica, with the same size, and the bytes pass rl's CRC32C. The buffer
+// is free for another read once this returns.
+func (s *speculation) confirmed(rl *ReplicaList, queryErr error) bool {
+	if s.batch.Wait()[0] != nil || queryErr != nil {
+		return false
+	}
+	if !rl.HasChecksum || rl.CRC32C != s.crc || rl.Size != s.hint.Size {
+		return false
+	}
+	for _, r := range rl.Replicas {
+		if r.Type == s.r.Type && r.Segment == s.r.Segment && r.Endpoint == s.r.Endpoint &&
+			r.Offset == s.r.Offset && r.Length == s.r.Length && r.Bucket == s.r.Bucket {
+			return true
+		}
+	}
+	return false
 }
 
 // priority ranks a replica by the design's fixed order: local MEMORY, any
@@ -199,6 +270,7 @@ func (c *Client) Remove(ctx context.Context, key string, force bool) error {
 	rctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
 	c.leases.drop(key)
+	c.hints.drop(key)
 	_, err := c.master.Remove(rctx, &kvtierpb.KeyRequest{ClientId: c.cfg.ClientID, Tenant: c.cfg.Tenant, Key: []byte(key), Force: force})
 	return kverr.FromGRPC(err)
 }
@@ -212,4 +284,11 @@ func (c *Client) List(ctx context.Context, prefix, cursor string, limit int) ([]
 		return nil, "", kverr.FromGRPC(err)
 	}
 	return resp.Objects, string(resp.NextCursor), nil
+}
+
+// HintStats reports how many Gets kept the bytes they read speculatively
+// from a remembered replica (hits) and how many read them again from the
+// master's answer (misses); see Config.ReplicaHints.
+func (c *Client) HintStats() (hits, misses uint64) {
+	return c.hintHits.Load(), c.hintMisses.Load()
 }
