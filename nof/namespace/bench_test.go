@@ -2,15 +2,14 @@ package namespace_test
 
 import (
 	"context"
-	"encoding/json"
-	"os/exec"
+	"errors"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"kvtier/internal/fiotest"
 	"kvtier/nof/namespace"
 )
 
@@ -101,29 +100,13 @@ func drive(b *testing.B, f *namespace.File, write bool, bs, qd int, d time.Durat
 }
 
 func fioMBps(b *testing.B, path, rw string, bs, qd int, d time.Duration) (float64, bool) {
-	bin, err := exec.LookPath("fio")
-	if err != nil {
-		b.Logf("fio not installed: no baseline (%v)", err)
+	r, err := fiotest.Run(path, rw, bs, qd, d)
+	if errors.Is(err, fiotest.ErrNotInstalled) {
+		b.Logf("no fio baseline: %v", err)
 		return 0, false
 	}
-	out, err := exec.Command(bin, "--name=kvtier", "--filename="+path, "--rw="+rw, "--bs="+strconv.Itoa(bs),
-		"--iodepth="+strconv.Itoa(qd), "--ioengine=libaio", "--direct=1", "--time_based",
-		"--runtime="+strconv.Itoa(int(d/time.Second)), "--output-format=json").Output()
 	if err != nil {
-		b.Fatalf("fio: %v", err)
+		b.Fatal(err)
 	}
-	var j struct {
-		Jobs []struct {
-			Read, Write struct {
-				BWBytes float64 `json:"bw_bytes"`
-			}
-		} `json:"jobs"`
-	}
-	if err := json.Unmarshal(out, &j); err != nil || len(j.Jobs) == 0 {
-		b.Fatalf("fio json: %v", err)
-	}
-	if rw == "write" {
-		return j.Jobs[0].Write.BWBytes / 1e6, true
-	}
-	return j.Jobs[0].Read.BWBytes / 1e6, true
+	return r.MBps, true
 }

@@ -2,16 +2,16 @@ package target_test
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"testing"
 	"time"
 
+	"kvtier/internal/fiotest"
 	"kvtier/nof/initiator"
 	"kvtier/nof/namespace"
 	"kvtier/nof/target"
@@ -59,33 +59,15 @@ func backingFile(b *testing.B) string {
 type fioResult struct{ iops, mbps float64 }
 
 func runFio(b *testing.B, path, rw string, bs, qd int, d time.Duration) (fioResult, bool) {
-	bin, err := exec.LookPath("fio")
-	if err != nil {
-		b.Logf("fio not installed: no baseline (%v)", err)
+	r, err := fiotest.Run(path, rw, bs, qd, d)
+	if errors.Is(err, fiotest.ErrNotInstalled) {
+		b.Logf("no fio baseline: %v", err)
 		return fioResult{}, false
 	}
-	out, err := exec.Command(bin, "--name=kvtier", "--filename="+path, "--rw="+rw, "--bs="+strconv.Itoa(bs),
-		"--iodepth="+strconv.Itoa(qd), "--ioengine=libaio", "--direct=1", "--time_based",
-		"--runtime="+strconv.Itoa(int(d/time.Second)), "--output-format=json").Output()
 	if err != nil {
-		b.Fatalf("fio: %v", err)
+		b.Fatal(err)
 	}
-	var j struct {
-		Jobs []struct {
-			Read, Write struct {
-				IOPS    float64 `json:"iops"`
-				BWBytes float64 `json:"bw_bytes"`
-			}
-		} `json:"jobs"`
-	}
-	if err := json.Unmarshal(out, &j); err != nil || len(j.Jobs) == 0 {
-		b.Fatalf("fio json: %v", err)
-	}
-	s := j.Jobs[0].Read
-	if rw == "write" || rw == "randwrite" {
-		s = j.Jobs[0].Write
-	}
-	return fioResult{s.IOPS, s.BWBytes / 1e6}, true
+	return fioResult{r.IOPS, r.MBps}, true
 }
 
 func benchTarget(b *testing.B, ns namespace.Namespace, queues int) *initiator.Controller {
