@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"log/slog"
 	"math"
 	"math/rand/v2"
@@ -23,15 +22,14 @@ import (
 
 	"kvtier/api/kvtierpb"
 	"kvtier/dram"
+	"kvtier/internal/crc32c"
 	"kvtier/internal/fastrpc"
 	"kvtier/internal/kverr"
 	"kvtier/internal/transfer"
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
 // Checksum returns the CRC32C of b, the checksum kvtier stores with objects.
-func Checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+func Checksum(b []byte) uint32 { return crc32c.Checksum(b) }
 
 // Config configures a Client. The zero value (plus MasterAddr) is a pure
 // caller with defaults.

@@ -8,6 +8,8 @@ import (
 	"hash/crc32"
 	"strconv"
 	"strings"
+
+	"kvtier/internal/crc32c"
 )
 
 // castagnoli is the CRC32C table; hash/crc32 uses the SSE4.2 / ARMv8 CRC
@@ -16,7 +18,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Checksum returns the CRC32C (Castagnoli) of b, the checksum Put expects and
 // ReadExtent verifies.
-func Checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+func Checksum(b []byte) uint32 { return crc32c.Checksum(b) }
 
 // Block is the direct-I/O unit: object offsets, data-file writes and reads
 // are multiples of Block and start on Block-aligned memory.

@@ -47,6 +47,7 @@ var forbidden = map[string][]string{
 	"kvtier/internal/fastrpc":  {"kvtier/master", "kvtier/client", "kvtier/appliance", "kvtier/ssd", "kvtier/internal/transfer", "kvtier/api"},
 	"kvtier/nof":               {"kvtier/master", "kvtier/client", "kvtier/appliance", "kvtier/rest"},
 	"kvtier/internal/kverr":    {"kvtier/master", "kvtier/client"},
+	"kvtier/internal/crc32c":   {"kvtier/master", "kvtier/client", "kvtier/appliance", "kvtier/ssd", "kvtier/internal/transfer", "kvtier/api", "kvtier/internal/kverr"},
 }
 
 func TestLayering(t *testing.T) {

@@ -1,14 +1,11 @@
 package transfer
 
 import (
-	"hash/crc32"
 	"runtime"
 	"sync"
-)
 
-// castagnoli is the CRC32C table (hardware accelerated on amd64 and arm64).
-// It is read-only after package initialisation.
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+	"kvtier/internal/crc32c"
+)
 
 // crcPoly is the reflected Castagnoli polynomial.
 const crcPoly = 0x82F63B78
@@ -62,7 +59,7 @@ func copyCRC(dst, src []byte) uint32 {
 	for off := 0; off < len(src); off += crcChunk {
 		end := min(off+crcChunk, len(src))
 		copy(dst[off:end], src[off:end])
-		crc = crc32.Update(crc, castagnoli, dst[off:end])
+		crc = crc32c.Update(crc, dst[off:end])
 	}
 	return crc
 }

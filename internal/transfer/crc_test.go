@@ -6,6 +6,10 @@ import (
 	"testing"
 )
 
+// castagnoli is hash/crc32's CRC32C table, the reference the engine's
+// checksums (internal/crc32c) are compared with.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
 func TestCRCCombine(t *testing.T) {
 	data := randBytes(42, 1<<20+77)
 	want := crc32.Checksum(data, castagnoli)

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
 
+	"kvtier/internal/crc32c"
 	"kvtier/internal/kverr"
 )
 
@@ -54,7 +54,7 @@ func (t *localTransport) do(ctx context.Context, r *reqState, seg *segment, src 
 			return wrapSourceErr(req.Segment, req.Bucket, req.Offset, err)
 		}
 		if r.wantSum() {
-			r.crc = crc32.Checksum(req.Buf, castagnoli)
+			r.crc = crc32c.Checksum(req.Buf)
 		}
 		return nil
 	}

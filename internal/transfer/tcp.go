@@ -3,13 +3,13 @@ package transfer
 import (
 	"context"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"kvtier/internal/crc32c"
 	"kvtier/internal/kverr"
 )
 
@@ -525,7 +525,7 @@ func (c *clientConn) readSum(buf []byte) (uint32, error) {
 	for got := 0; got < len(buf); {
 		n, err := c.nc.Read(buf[got:])
 		if n > 0 {
-			crc = crc32.Update(crc, castagnoli, buf[got:got+n])
+			crc = crc32c.Update(crc, buf[got:got+n])
 			got += n
 		}
 		if err != nil && got < len(buf) {

@@ -3,7 +3,8 @@ package pdu
 import (
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
+
+	"kvtier/internal/crc32c"
 )
 
 // Type is the PDU-Type byte of the common header.
@@ -86,10 +87,8 @@ const (
 	FESUnsupportedParam   uint16 = 0x06
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
 // CRC32C returns the NVMe/TCP digest of b.
-func CRC32C(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+func CRC32C(b []byte) uint32 { return crc32c.Checksum(b) }
 
 // fixedHLen returns the fixed header length of t, or 0 for an unknown type.
 func fixedHLen(t Type) int {

@@ -1,0 +1,107 @@
+package crc32c
+
+import (
+	"hash/crc32"
+	"math/bits"
+	"math/rand/v2"
+	"testing"
+)
+
+// TestMatchesHashCRC32: every length around the vector path's boundaries,
+// unaligned starts and arbitrary initial values give hash/crc32's answer.
+func TestMatchesHashCRC32(t *testing.T) {
+	if !haveFold {
+		t.Logf("no AVX-512 VPCLMULQDQ on this CPU: testing the hash/crc32 path only")
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	buf := make([]byte, 3<<20)
+	for i := range buf {
+		buf[i] = byte(rng.Uint32())
+	}
+	lengths := []int{0, 1, 255, 256, 1023, 1024, 1025, 1279, 1280, 1536, 4095, 4096, 4097, 65536 + 17, 1 << 20, 3<<20 - 64}
+	for n := 0; n < 3000; n += 37 {
+		lengths = append(lengths, n)
+	}
+	for _, n := range lengths {
+		for _, start := range []int{0, 1, 7, 63} {
+			if start+n > len(buf) {
+				continue
+			}
+			p := buf[start : start+n]
+			for _, init := range []uint32{0, 0xFFFFFFFF, rng.Uint32()} {
+				if got, want := Update(init, p), crc32.Update(init, table, p); got != want {
+					t.Fatalf("len %d start %d init %08x: %08x, want %08x", n, start, init, got, want)
+				}
+			}
+		}
+	}
+	// Streaming: pieces of any size chain like one call.
+	crc := uint32(0)
+	for off := 0; off < len(buf); {
+		n := min(1+rng.IntN(300000), len(buf)-off)
+		crc = Update(crc, buf[off:off+n])
+		off += n
+	}
+	if want := crc32.Checksum(buf, table); crc != want || Checksum(buf) != want {
+		t.Fatalf("streamed %08x, one call %08x, want %08x", crc, Checksum(buf), want)
+	}
+}
+
+// xpow is x^e modulo the Castagnoli polynomial, normal bit order.
+func xpow(e int) uint32 {
+	r := uint32(1)
+	for range e {
+		hi := r & 0x80000000
+		r <<= 1
+		if hi != 0 {
+			r ^= 0x1EDC6F41
+		}
+	}
+	return r
+}
+
+// TestFoldConstants derives the constants in fold_amd64.s: for a fold
+// distance of T bits, bit-reversed x^(T+31) and x^(T-33) modulo P.
+func TestFoldConstants(t *testing.T) {
+	for _, c := range []struct {
+		T      int
+		lo, hi uint32
+	}{{2048, 0xdcb17aa4, 0xb9e02b86}, {512, 0x740eef02, 0x9e4addf8}} {
+		if lo, hi := bits.Reverse32(xpow(c.T+31)), bits.Reverse32(xpow(c.T-33)); lo != c.lo || hi != c.hi {
+			t.Fatalf("T=%d: derived %08x %08x, the assembly has %08x %08x", c.T, lo, hi, c.lo, c.hi)
+		}
+	}
+}
+
+func FuzzUpdate(f *testing.F) {
+	f.Add(uint32(0), make([]byte, 2048))
+	f.Add(uint32(0xdeadbeef), []byte("kvtier"))
+	f.Fuzz(func(t *testing.T, init uint32, p []byte) {
+		if got, want := Update(init, p), crc32.Update(init, table, p); got != want {
+			t.Fatalf("len %d: %08x, want %08x", len(p), got, want)
+		}
+	})
+}
+
+func BenchmarkChecksum(b *testing.B) {
+	for _, n := range []int{4 << 10, 64 << 10, 1 << 20, 16 << 20} {
+		p := make([]byte, n)
+		for i := range p {
+			p[i] = byte(i * 7)
+		}
+		b.Run(sizeName(n), func(b *testing.B) {
+			b.SetBytes(int64(n))
+			var base, ours float64
+			for b.Loop() {
+				t0 := nanotime()
+				crc32.Checksum(p, table)
+				t1 := nanotime()
+				Checksum(p)
+				t2 := nanotime()
+				base += float64(t1 - t0)
+				ours += float64(t2 - t1)
+			}
+			b.ReportMetric(base/ours, "x-hash/crc32")
+		})
+	}
+}

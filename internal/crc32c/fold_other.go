@@ -1,0 +1,7 @@
+//go:build !amd64
+
+package crc32c
+
+const haveFold = false
+
+func foldAVX512(uint32, []byte, *[64]byte) { panic("crc32c: no vector path on this architecture") }
