@@ -58,43 +58,41 @@
 //
 // Ranges of runs on the 2-core VM (load average 1-5 from other work),
 // ratio to raw TCP; "gRPC" is session 1's client (every master call over
-// gRPC, no hints; Config.GRPCOnly and ReplicaHints -1 today), "default"
-// the fast path (internal/fastrpc) with replica hints:
+// gRPC, no hints, hash/crc32; Config.GRPCOnly and ReplicaHints -1 today),
+// "default" today's (internal/fastrpc, replica hints, internal/crc32c):
 //
 //	                         gRPC       default    default + LeaseCacheKeys
-//	Get 64 KiB, 4 callers    0.14-0.28  0.42-0.47
-//	Get  1 MiB, 4 callers    0.53-0.64  0.65-0.69  0.74-0.82
-//	Get  1 MiB, 1 caller     0.46-0.48  0.50-0.71  0.70-0.85
-//	Get 16 MiB, 4 callers    0.75-0.80  0.69-0.85  0.75-0.89
+//	Get 64 KiB, 4 callers    0.14-0.28  0.38-0.50
+//	Get  1 MiB, 4 callers    0.53-0.64  0.75-0.76  0.79-0.83
+//	Get  1 MiB, 1 caller     0.46-0.48  0.74-0.83  0.76-0.81
+//	Get 16 MiB, 4 callers    0.75-0.80  0.88-0.91  0.85-0.92
 //	Get  1 MiB, 50 callers   0.46-0.50  0.49-0.50 (1.3-1.4 x one caller)
-//	Put  1 MiB, 4 callers    0.39-0.42  0.54-0.65
-//	Put 16 MiB, 4 callers    0.87-0.95  0.94-0.99
-//	Put  1 MiB, 50 callers   0.57-0.62  0.59-0.61 (1.8-1.9 x one caller)
-//	same process  1 MiB      0.15-0.22  0.29-0.32  0.45-0.47 x copy()
-//	same process 16 MiB      0.42-0.51  0.64-0.91  0.82-0.97 x copy()
+//	Put  1 MiB, 4 callers    0.39-0.42  0.55-0.59
+//	Put 16 MiB, 4 callers    0.87-0.95  0.95-1.05
+//	Put  1 MiB, 50 callers   0.57-0.62  0.59-0.71 (1.8-2.0 x one caller)
+//	same process  1 MiB      0.15-0.22  0.43       0.71 x copy()
+//	same process 16 MiB      0.42-0.51  0.94-1.04  0.95-1.04 x copy()
 //	master GetReplicaList    192 µs     42-110 µs  (1.5-1.7 x a raw TCP ping-pong)
 //	master PutStart+PutEnd   296 µs     79-200 µs
 //
 // The raw baseline itself moved between 1.9 and 3.7 GB/s from run to run
-// (one caller, 1 MiB): the absolute Get 1 MiB with one caller went from
-// 0.94-1.37 GB/s (gRPC) to 1.55-1.75 GB/s.
+// (one caller, 1 MiB), so compare ratios, not GB/s.
 //
-// What bounds them: a 1 MiB Get is one master call plus the transfer; with
-// gRPC the call cost 170-330 µs of wall time here (four to six goroutine
+// What bounds them: a Get is one master call plus the transfer; with gRPC
+// the call cost 170-330 µs of wall time here (four to six goroutine
 // hand-offs a call, each a futex and often a virtual-CPU exit), about half
-// of the transfer's ~450 µs; the fast path brought it to ~40 µs, 1.7 x a
-// bare ping-pong, and replica hints run it beside the transfer. What remains
-// at 4 callers is CPU (measured: 351 µs client + 471 µs store per 1 MiB Get
-// against 185 + 327 µs for raw TCP): the master's work shares the store's
-// core, the CRC32C of every byte (about 20 GB/s, one core), and the
-// transfer engine's own 5-15 % over raw TCP. The same-process path pays
-// copy plus CRC32C (each ~20 GB/s on one core): objects of 4 MiB and more
-// spread them over the cores (16 MiB reaches 0.64-0.97 x one core's
-// copy()), while a 1 MiB local read is bound by copy + CRC (~0.5 x) and its
-// master call (40-110 µs against a 50 µs copy) unless LeaseCacheKeys
-// spares it. On an idle VM every wake-up is slower than on a busy one
-// (a raw ping-pong: 24 µs busy, 73 µs idle), so latency-bound figures
-// vary with the machine's load.
+// of a 1 MiB transfer; the fast path brought it to ~40 µs, 1.7 x a bare
+// ping-pong, and replica hints run it beside the transfer. hash/crc32 ran
+// Castagnoli at ~20 GB/s, as long as the copy itself (24 % of the client's
+// CPU on a 1 MiB Get); internal/crc32c runs ~3.7 x faster. A Put is three
+// round trips in a row (PutStart, the write, PutEnd); with four callers on
+// two busy cores each master call waits ~0.5 ms for a CPU (measured:
+// PutStart 590 µs, write 920 µs, PutEnd 490 µs), which more callers
+// overlap (50 callers: 0.6-0.7 x). The same-process path pays copy plus
+// checksum; objects of 4 MiB and more spread them over the cores, and a
+// 1 MiB local read is bound by its master call (40-110 µs against a 50 µs
+// copy) unless LeaseCacheKeys spares it. On an idle VM every wake-up is
+// slower than on a busy one (a raw ping-pong: 24 µs busy, 73 µs idle).
 //
 // Importers: cmd/kvtier, appliance, rest adapters, tests. The client never
 // imports package master: it speaks only the contract in api/kvtierpb.
