@@ -115,15 +115,7 @@ func TestRestartAfterCrashWithoutClose(t *testing.T) {
 // recordsEnd returns where the next record of a metadata file would go.
 func recordsEnd(t *testing.T, path string) int64 {
 	t.Helper()
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := decodeMeta(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return int64(d.Valid)
+	return int64(readMetaFile(t, path).Valid)
 }
 
 func TestRestartDropsTornRecord(t *testing.T) {

@@ -288,9 +288,15 @@ func newMasterCmd() *cobra.Command {
 		},
 	}
 	f.register(cmd, false)
-	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the master to this file until it stops (for go tool pprof)")
-	_ = cmd.Flags().MarkHidden("cpuprofile")
+	registerCPUProfile(cmd, &cpuProfile)
 	return cmd
+}
+
+// registerCPUProfile adds the hidden --cpuprofile flag (for go tool pprof;
+// used by the benchmarks, not part of the public surface).
+func registerCPUProfile(cmd *cobra.Command, path *string) {
+	cmd.Flags().StringVar(path, "cpuprofile", "", "write a Go CPU profile of this process to this file until it stops (for go tool pprof)")
+	_ = cmd.Flags().MarkHidden("cpuprofile")
 }
 
 // startCPUProfile profiles this process into path until the returned stop
@@ -399,7 +405,6 @@ func newStandaloneCmd() *cobra.Command {
 	}
 	mf.register(cmd, true)
 	af.register(cmd, true)
-	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of this process to this file until it stops (for go tool pprof)")
-	_ = cmd.Flags().MarkHidden("cpuprofile")
+	registerCPUProfile(cmd, &cpuProfile)
 	return cmd
 }
