@@ -135,7 +135,17 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 		}
 	}()
 
-	a.region, err = dram.Map(cfg.DRAM, cfg.Hugepages)
+	if !cfg.Transfer.DisableSharedMemory {
+		// Shared (a memfd) so clients on this host map the segments and
+		// move bytes by memcpy instead of loopback TCP.
+		a.region, err = dram.MapShared(cfg.DRAM, cfg.Hugepages)
+		if err != nil {
+			a.log.Warn("dram: shared mapping failed; clients on this host will use TCP", "err", err)
+		}
+	}
+	if a.region == nil {
+		a.region, err = dram.Map(cfg.DRAM, cfg.Hugepages)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("appliance: map %d bytes of DRAM: %w", cfg.DRAM, err)
 	}
@@ -151,6 +161,11 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 	a.engine, err = transfer.New(cfg.Transfer)
 	if err != nil {
 		return nil, err
+	}
+	if f := a.region.File(); f != nil {
+		if err := a.engine.ShareMemory(a.region.Bytes(), f); err != nil {
+			return nil, fmt.Errorf("appliance: share DRAM with local clients: %w", err)
+		}
 	}
 	a.addr, err = a.engine.Listen(cfg.DataAddr)
 	if err != nil {

@@ -1,4 +1,4 @@
-// Package dram owns kvtier's DRAM segments: large anonymous memory regions
+// Package dram owns kvtier's DRAM segments: large memory regions
 // mapped once per process, backed by explicit 2 MiB hugepages, transparent
 // hugepages or normal pages, locked in memory where the host permits, touched
 // once at start and never given back while mapped.
@@ -13,6 +13,14 @@
 //     requires explicit hugepages and fails with an error naming
 //     /proc/sys/vm/nr_hugepages when too few are free. HugepageOff uses normal
 //     pages (no madvise). Region.Kind reports which was used.
+//   - MapShared is Map for memory other processes of the host map too (the
+//     transfer engine's shared-memory path): the region is a memfd
+//     (memfd_create with MFD_HUGETLB|MFD_HUGE_2MB when explicit hugepages
+//     are used) mapped MAP_SHARED, with the same page choices, locking and
+//     prefault; Region.File returns the memfd to pass on. Transparent
+//     hugepages apply to it only where the host's shmem_enabled allows
+//     (else Kind says "normal"). Close unmaps and closes the memfd; other
+//     processes' mappings keep the pages until they unmap.
 //   - The region is locked with mlock2(MLOCK_ONFAULT) (plain mlock on kernels
 //     without it). Where the kernel refuses (RLIMIT_MEMLOCK without
 //     CAP_IPC_LOCK) the region still works, Region.Locked is false and

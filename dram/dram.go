@@ -119,7 +119,8 @@ func (m *Memory) account(r *Region, sign int) {
 	}
 }
 
-// Region is one mmap'd anonymous memory region.
+// Region is one mmap'd memory region: anonymous and private (Map) or a
+// shared memfd (MapShared).
 type Region struct {
 	mem      *Memory // may be nil (package-level Map)
 	size     uint64  // requested size: len(Bytes())
@@ -128,6 +129,7 @@ type Region struct {
 	locked   bool
 	pageSize int
 	warnings []string
+	file     *os.File // the memfd of a shared region; nil for anonymous ones
 
 	mu sync.Mutex
 	// guarded by mu:
@@ -143,6 +145,22 @@ func Map(size uint64, mode HugepageMode) (*Region, error) {
 // Map maps one anonymous region of size bytes with the given page backing and
 // accounts it in m (m may be nil).
 func (m *Memory) Map(size uint64, mode HugepageMode) (*Region, error) {
+	return m.mapRegion(size, mode, false)
+}
+
+// MapShared is Map for memory other processes of the host may map too: the
+// region is a memfd (hugetlb-backed when explicit hugepages are used)
+// mapped MAP_SHARED, and Region.File returns it for passing to them.
+func (m *Memory) MapShared(size uint64, mode HugepageMode) (*Region, error) {
+	return m.mapRegion(size, mode, true)
+}
+
+// MapShared maps a shared region without accounting it in a Memory.
+func MapShared(size uint64, mode HugepageMode) (*Region, error) {
+	return (*Memory)(nil).MapShared(size, mode)
+}
+
+func (m *Memory) mapRegion(size uint64, mode HugepageMode, shared bool) (*Region, error) {
 	if size == 0 {
 		return nil, errors.New("dram: region size must be > 0")
 	}
@@ -154,6 +172,10 @@ func (m *Memory) Map(size uint64, mode HugepageMode) (*Region, error) {
 	}
 	hugeLen := roundUp(size, HugePageSize)
 	r := &Region{mem: m, size: size}
+	mmap := mmapAnon
+	if shared {
+		mmap = r.mmapMemfd
+	}
 
 	if mode != HugepageOff {
 		free, err := m.hugepagesFree()
@@ -181,8 +203,12 @@ func (m *Memory) Map(size uint64, mode HugepageMode) (*Region, error) {
 		if err != nil {
 			return nil, fmt.Errorf("dram: mmap of %d bytes failed: %w", hugeLen, err)
 		}
-		if err := unix.Madvise(data, unix.MADV_HUGEPAGE); err == nil {
+		if err := unix.Madvise(data, unix.MADV_HUGEPAGE); err == nil && (!shared || shmemTHP()) {
 			r.data, r.mapped, r.kind, r.pageSize = data, hugeLen, KindTHP, os.Getpagesize()
+		} else if err == nil {
+			// Shared memory honours the advice only where the host's
+			// shmem_enabled allows it; it is still correct without.
+			r.data, r.mapped, r.kind, r.pageSize = data, hugeLen, KindNormal, os.Getpagesize()
 		} else {
 			r.data, r.mapped, r.kind, r.pageSize = data, hugeLen, KindNormal, os.Getpagesize()
 			r.warnings = append(r.warnings, fmt.Sprintf("madvise(MADV_HUGEPAGE) refused: %v; using normal pages", err))
@@ -213,8 +239,57 @@ func (m *Memory) Map(size uint64, mode HugepageMode) (*Region, error) {
 	return r, nil
 }
 
-func mmap(n uint64, extra int) ([]byte, error) {
+func mmapAnon(n uint64, extra int) ([]byte, error) {
 	return unix.Mmap(-1, 0, int(n), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|extra)
+}
+
+// mmapMemfd creates a memfd of n bytes (on hugetlbfs when extra asks for
+// MAP_HUGETLB) and maps it shared; on success r keeps the file.
+func (r *Region) mmapMemfd(n uint64, extra int) ([]byte, error) {
+	flags := unix.MFD_CLOEXEC
+	if extra&unix.MAP_HUGETLB != 0 {
+		flags |= unix.MFD_HUGETLB | unix.MFD_HUGE_2MB
+	}
+	fd, err := unix.MemfdCreate("kvtier-dram", flags)
+	if err != nil {
+		return nil, fmt.Errorf("memfd_create: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "kvtier-dram")
+	if err := unix.Ftruncate(fd, int64(n)); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("ftruncate memfd to %d bytes: %w", n, err)
+	}
+	// MAP_NORESERVE is not given: a hugetlb mapping reserves its pages
+	// here, so a successful map never SIGBUSes later for lack of them.
+	data, err := unix.Mmap(fd, 0, int(n), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	r.file = f
+	return data, nil
+}
+
+// shmemTHPPath says whether shared memory may use transparent hugepages.
+const shmemTHPPath = "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
+
+// shmemTHP reports whether madvise(MADV_HUGEPAGE) has an effect on shared
+// memory here (shmem_enabled is advise, always, within_size or force).
+func shmemTHP() bool {
+	b, err := os.ReadFile(shmemTHPPath)
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i, j := strings.IndexByte(s, '['), strings.IndexByte(s, ']')
+	if i < 0 || j < i {
+		return false
+	}
+	switch s[i+1 : j] {
+	case "advise", "always", "within_size", "force":
+		return true
+	}
+	return false
 }
 
 // mlockOnFault locks b as its pages are faulted in (mlock2 MLOCK_ONFAULT), so
@@ -281,6 +356,11 @@ func (r *Region) Kind() string { return r.kind }
 
 // PageSize is the stride Prefault touches.
 func (r *Region) PageSize() int { return r.pageSize }
+
+// File is the memfd backing a region from MapShared (nil for Map). It is
+// valid until Close; other processes map it MAP_SHARED to reach the same
+// memory (offset 0 is the first byte of Bytes).
+func (r *Region) File() *os.File { return r.file }
 
 // Locked reports whether the region is mlock'ed.
 func (r *Region) Locked() bool { return r.locked }
@@ -364,6 +444,10 @@ func (r *Region) Close() error {
 	}
 	r.closed = true
 	r.data = nil
+	if r.file != nil {
+		// Other processes' mappings keep the pages until they unmap them.
+		_ = r.file.Close()
+	}
 	if r.mem != nil {
 		r.mem.account(r, -1)
 	}

@@ -409,3 +409,80 @@ func BenchmarkPrefault(b *testing.B) {
 		})
 	}
 }
+
+// TestMapSharedSeenThroughFile maps a shared region and checks that a second,
+// independent mapping of its memfd (what a client process does) sees the
+// region's bytes and that writes go both ways.
+func TestMapSharedSeenThroughFile(t *testing.T) {
+	var mem Memory
+	mem.meminfo = "HugePages_Free: 0\n"
+	for _, mode := range []HugepageMode{HugepageAuto, HugepageOff} {
+		r, err := mem.MapShared(3<<20+5, mode)
+		if err != nil {
+			t.Fatalf("%v: %v", mode, err)
+		}
+		if r.File() == nil {
+			t.Fatalf("%v: shared region has no file", mode)
+		}
+		if err := r.Prefault(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		checkRW(t, r)
+		other, err := unix.Mmap(int(r.File().Fd()), 0, int(r.MappedSize()), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := r.Bytes()
+		b[12345] = 0x5a
+		if other[12345] != 0x5a {
+			t.Errorf("%v: second mapping does not see the region's write", mode)
+		}
+		other[len(b)-1] = 0xa5
+		if b[len(b)-1] != 0xa5 {
+			t.Errorf("%v: region does not see the second mapping's write", mode)
+		}
+		if err := r.Close(); err != nil {
+			t.Fatal(err)
+		}
+		// The pages live on while another mapping holds them.
+		if other[12345] != 0x5a {
+			t.Errorf("%v: second mapping lost its bytes when the region closed", mode)
+		}
+		if err := unix.Munmap(other); err != nil {
+			t.Fatal(err)
+		}
+		if r.File().Fd() != ^uintptr(0) {
+			t.Errorf("%v: memfd still open after Close", mode)
+		}
+	}
+	if r, err := mem.Map(1<<20, HugepageOff); err != nil || r.File() != nil {
+		t.Fatalf("anonymous region: file %v, err %v", r.File(), err)
+	} else {
+		r.Close()
+	}
+	if st := mem.Stats(); st != (Stats{}) {
+		t.Errorf("stats after close %+v", st)
+	}
+}
+
+func TestMapSharedHugeTLB(t *testing.T) {
+	reserveHugepages(t, 8)
+	r, err := MapShared(3<<20, HugepageOn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if r.Kind() != KindHugeTLB || r.MappedSize() != 4<<20 || r.File() == nil {
+		t.Fatalf("kind %s mapped %d file %v", r.Kind(), r.MappedSize(), r.File())
+	}
+	checkRW(t, r)
+	other, err := unix.Mmap(int(r.File().Fd()), 0, int(r.MappedSize()), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(other)
+	r.Bytes()[3<<20-1] = 7
+	if other[3<<20-1] != 7 {
+		t.Error("second hugetlb mapping does not see the region's write")
+	}
+}

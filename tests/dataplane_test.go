@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -34,14 +35,36 @@ func randomBytes(seed uint64, n int) []byte {
 // TestTwoReplicasOnTwoAppliancesSurviveSIGKILL: a master, two appliances and
 // a client as separate processes; 2-replica puts land on two segments of two
 // boxes; every size reads back byte-exact; after SIGKILL of one appliance
-// every object is still readable from the other.
+// every object is still readable from the other. Once with the appliances
+// sharing their DRAM with same-host clients (the default: bytes move by
+// memcpy through the mapped memory) and once with --shm=false (loopback TCP).
 func TestTwoReplicasOnTwoAppliancesSurviveSIGKILL(t *testing.T) {
+	t.Run("shared-memory", func(t *testing.T) { twoReplicasSurviveSIGKILL(t, true) })
+	t.Run("tcp", func(t *testing.T) { twoReplicasSurviveSIGKILL(t, false) })
+}
+
+func twoReplicasSurviveSIGKILL(t *testing.T, shm bool) {
 	c := startCluster(t)
-	a1 := c.appliance("box-a")
-	c.appliance("box-b")
+	flag := "--shm=" + strconv.FormatBool(shm)
+	a1 := c.appliance("box-a", flag)
+	c.appliance("box-b", flag)
 	cl := c.client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	if shm {
+		// The client maps a box's segments in the background on first
+		// contact; until then it uses TCP.
+		n := 0
+		eventually(t, 10*time.Second, "both replicas written through shared memory", func() bool {
+			n++
+			was := cl.Engine().Stats().SharedRequests
+			if err := cl.Put(ctx, "warm-up/"+strconv.Itoa(n), []byte("x"), client.WithReplicas(2)); err != nil {
+				t.Fatal(err)
+			}
+			return cl.Engine().Stats().SharedRequests-was == 2
+		})
+	}
+	before := cl.Engine().Stats()
 
 	sizes := []int{1, 4 << 10, 1 << 20, 64 << 20}
 	sums := map[string][32]byte{}
@@ -71,6 +94,14 @@ func TestTwoReplicasOnTwoAppliancesSurviveSIGKILL(t *testing.T) {
 		if sha256.Sum256(got) != sum {
 			t.Fatalf("get %s: bytes differ", key)
 		}
+	}
+
+	st := cl.Engine().Stats()
+	if shm && (st.SharedRequests-before.SharedRequests < uint64(3*len(sizes)) || st.SharedFailures != 0) {
+		t.Fatalf("shared memory: %d of the puts' and gets' transfers went through it, want every one (%+v)", st.SharedRequests-before.SharedRequests, st)
+	}
+	if !shm && (st.SharedRequests != 0 || st.TCPRequests-before.TCPRequests < uint64(3*len(sizes))) {
+		t.Fatalf("--shm=false: transfers did not all go over TCP (%+v)", st)
 	}
 
 	a1.kill()

@@ -20,6 +20,7 @@ import (
 	"kvtier/dram"
 	"kvtier/ha"
 	"kvtier/internal/fastrpc"
+	"kvtier/internal/transfer"
 	"kvtier/master"
 	"kvtier/ssd"
 )
@@ -89,6 +90,7 @@ type applianceFlags struct {
 	offload     string
 	dataAddr    string
 	drainGrace  time.Duration
+	shm         bool
 	nvme        nvmeFlags
 }
 
@@ -116,6 +118,7 @@ func (f *applianceFlags) register(cmd *cobra.Command, standalone bool) {
 	fs.StringVar(&f.offload, "offload", master.DefaultOffloadMode, "SSD offload mode: off | immediate | on-evict")
 	fs.StringVar(&f.dataAddr, "data-addr", "127.0.0.1:0", "transfer-engine listen address")
 	fs.DurationVar(&f.drainGrace, "drain-grace", 0, "on SIGTERM, keep serving reads this long after marking segments draining")
+	fs.BoolVar(&f.shm, "shm", true, "share DRAM segments with clients on this host (same user or root): they copy through shared memory instead of loopback TCP")
 	f.nvme.register(cmd)
 }
 
@@ -142,6 +145,7 @@ func (f *applianceFlags) config(masterAddr string, log *slog.Logger) (appliance.
 		Name: f.name, MasterAddr: masterAddr, DRAM: uint64(f.dramSize), SegmentSize: uint64(f.segmentSize),
 		Hugepages: hp, DataAddr: f.dataAddr, SSDDir: f.ssdDir, SSDCapacity: uint64(f.ssdCapacity),
 		SSDPolicy: pol, DrainGrace: f.drainGrace, Logger: log,
+		Transfer: transfer.Config{DisableSharedMemory: !f.shm},
 	}, nil
 }
 

@@ -22,6 +22,12 @@
 //     are never sliced (a request with Bucket != 0 travels as one frame of at
 //     most 64 MiB) so a source always sees whole extents and can verify their
 //     checksums.
+//   - Shared memory: a request to a peer on this host (Endpoint is a
+//     loopback address or one of this host's interface addresses) whose
+//     segment the peer shares (ShareMemory: its memory is a memfd) is one
+//     copy() through the peer's memory mapped into this process; see
+//     "Shared memory" below. Everything else about it (bounds checks,
+//     errors, Sum) is as for TCP. Config.DisableSharedMemory turns it off.
 //   - Config.MaxInflightBytes bounds the caller's bytes in flight and,
 //     separately, the serving side's extent buffers. Segment traffic needs no
 //     server buffers at all, so many clients cannot exhaust the server's memory.
@@ -122,6 +128,58 @@
 // request, closes the connection and fails every request outstanding on it
 // with TRANSFER_FAIL.
 //
+// # Shared memory (same host)
+//
+// Loopback TCP costs two kernel copies and a stack traversal per byte; a
+// client on the storage box itself needs neither. An engine whose caller
+// declared memory shareable (ShareMemory(mem, memfd), what the appliance
+// does with its dram.MapShared region) listens on an abstract Unix
+// SOCK_SEQPACKET socket "@kvtier-shm-<random hex>" (abstract: no file to
+// clean up, reachable only from the same network namespace).
+//
+// Discovery: the first request a client engine makes to a same-host peer
+// starts, in the background, a TCP request with op 3 (SHM) on a connection
+// of its own: name "shm" (ignored), bucket, offset and length 0. The server
+// answers op 3 with status 0 and the socket address as payload (at most 107
+// bytes, starting with "@"), or with an error frame (INVALID_PARAMS "this
+// node shares no memory", not counted as a served error). An engine that
+// predates op 3 closes the connection (unknown op). Any failure leaves the
+// client on TCP and is counted (Stats.SharedFailures); it asks again after
+// 1 s, doubling to 1 min while it keeps failing. Requests go over TCP
+// until the mapping is complete.
+//
+// The client connects to the socket. The server admits only peers running
+// as its own user or as root (SO_PEERCRED; a mapped segment is readable
+// and writable whole) and refuses others by closing (Stats.SharedRefused).
+// It then sends one packet per shared segment, a SYNCED packet, and from
+// then on a packet per segment registered or unregistered, in order:
+//
+//	offset size field
+//	0      4    magic 0x4B56544D ("KVTM")
+//	4      1    version = 1
+//	5      1    kind: 1 = SEGMENT (its memfd attached with SCM_RIGHTS),
+//	            2 = GONE, 3 = SYNCED
+//	6      2    N = name length (1..255; 0 for SYNCED)
+//	8      8    segment size in bytes (SEGMENT)
+//	16     8    offset of the segment's first byte in the memfd (SEGMENT)
+//	24     N    segment name
+//
+// The client validates every packet (magic, version, kind, lengths, exactly
+// one descriptor with SEGMENT and none otherwise, the range inside the
+// file's size) and drops the whole connection on a bad one. It maps each
+// segment MAP_SHARED|MAP_POPULATE (2 MiB-aligned, so hugetlb memfds work)
+// and closes the descriptor. The client never sends anything; the server
+// forgets it when it hangs up.
+//
+// Safety: a copy holds its segment's mapping (a read lock) so a GONE
+// packet or the peer's death never unmaps memory under it. When the peer
+// process dies its socket closes, the client drops every mapping of it and
+// requests go to TCP (which then fails with TRANSFER_FAIL). A WRITE whose
+// copy overlapped the peer's death fails with TRANSFER_FAIL too, so a
+// writer never believes bytes landed in memory that nobody serves. A READ
+// racing a concurrent WRITE sees a mix, as over TCP; readers verify the
+// CRC32C (the client SDK always does).
+//
 // # Performance
 //
 // bench_test.go measures every size beside a baseline in the same run,
@@ -165,5 +223,5 @@
 // # Imports
 //
 // transfer is a mechanism: the client SDK and the appliance import it. It
-// imports only internal/kverr.
+// imports only internal/kverr and internal/crc32c.
 package transfer

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,6 +65,9 @@ type Config struct {
 	DialTimeout      time.Duration // default 5s
 	IOTimeout        time.Duration // deadline for one frame's I/O (default 30s)
 	SocketBuffer     int           // SO_SNDBUF/SO_RCVBUF; 0 keeps kernel autotuning
+	// DisableSharedMemory keeps every request to a peer on TCP even when
+	// the peer runs on this host and shares its segments' memory.
+	DisableSharedMemory bool
 }
 
 // Defaults.
@@ -131,6 +135,12 @@ type Stats struct {
 	LocalBytes    uint64
 	TCPRequests   uint64 // successful requests carried over TCP
 	TCPBytes      uint64
+	// SharedRequests are successful requests served by memcpy through a
+	// same-host peer's shared segment memory.
+	SharedRequests uint64
+	SharedBytes    uint64
+	SharedFailures uint64 // shared-memory discoveries of a peer that failed (TCP used)
+	SharedRefused  uint64 // shared-memory connections refused (peer of another user)
 
 	ServedFrames       uint64 // frames served to peers
 	ServedErrors       uint64 // frames refused with an error response
@@ -142,6 +152,7 @@ type Stats struct {
 
 	ClientConns int // open connections to peers, now
 	ServerConns int // open connections from peers, now
+	SharedPeers int // processes mapping this engine's shared segments, now
 }
 
 type counters struct {
@@ -149,13 +160,16 @@ type counters struct {
 	localRequests, localBytes, tcpRequests, tcpBytes atomic.Uint64
 	servedFrames, servedErrors, servedRead           atomic.Uint64
 	servedWritten, malformed, accepted, dialed       atomic.Uint64
+	shmRequests, shmBytes, shmFailed, shmRefused     atomic.Uint64
 }
 
 // segment is registered memory; refs counts requests using mem.
 type segment struct {
-	name string
-	mem  []byte
-	refs sync.WaitGroup
+	name    string
+	mem     []byte
+	refs    sync.WaitGroup
+	file    *os.File // shared memory backing mem (ShareMemory), else nil
+	fileOff int64    // mem's offset in file
 }
 
 // transport moves the requests of one batch. Implementations: localTransport
@@ -187,6 +201,9 @@ type Engine struct {
 	listeners []net.Listener
 	srvConns  map[net.Conn]struct{}
 	cliConns  map[*clientConn]struct{}
+	shared    []sharedRegion           // memory peers on this host may map
+	shmLis    *net.UnixListener        // shared-memory socket (nil until ShareMemory)
+	shmConns  map[*shmSrvConn]struct{} // peers mapping shared segments
 	closed    bool
 }
 
@@ -210,6 +227,7 @@ func New(cfg Config) (*Engine, error) {
 		peers:    map[string]*peer{},
 		srvConns: map[net.Conn]struct{}{},
 		cliConns: map[*clientConn]struct{}{},
+		shmConns: map[*shmSrvConn]struct{}{},
 	}
 	e.local = &localTransport{e: e}
 	e.tcp = &tcpTransport{e: e}
@@ -242,7 +260,10 @@ func (e *Engine) RegisterSegment(name string, mem []byte) error {
 	if _, ok := e.sources[name]; ok {
 		return kverr.New(kverr.SegmentAlreadyExists, "", "transfer: %q already registered as an extent source", name)
 	}
-	e.segments[name] = &segment{name: name, mem: mem}
+	s := &segment{name: name, mem: mem}
+	s.file, s.fileOff = e.sharedFileLocked(mem)
+	e.segments[name] = s
+	e.notifyShmLocked(shmSegment, s)
 	return nil
 }
 
@@ -254,6 +275,7 @@ func (e *Engine) UnregisterSegment(name string) error {
 	s, ok := e.segments[name]
 	if ok {
 		delete(e.segments, name)
+		e.notifyShmLocked(shmGone, s)
 	}
 	e.mu.Unlock()
 	if !ok {
@@ -344,7 +366,7 @@ type reqState struct {
 	b      *Batch
 	idx    int
 	req    Request
-	viaTCP bool
+	via    path // how the request travelled (for Stats)
 	seg    *segment     // local segment, pinned by classify
 	src    ExtentSource // local extent source
 	left   atomic.Int32
@@ -384,11 +406,20 @@ func (r *reqState) sliceDone(err error) {
 		} else if r.wantSum() {
 			*r.req.Sum = r.sum()
 		}
-		r.b.finish(r.idx, r.req, r.viaTCP, final)
+		r.b.finish(r.idx, r.req, r.via, final)
 	}
 }
 
-func (b *Batch) finish(i int, req Request, viaTCP bool, err error) {
+// path is how a request travelled.
+type path uint8
+
+const (
+	viaLocal  path = iota // memcpy within this Engine
+	viaTCP                // framed TCP
+	viaShared             // memcpy through a same-host peer's shared memory
+)
+
+func (b *Batch) finish(i int, req Request, via path, err error) {
 	c := &b.e.stats
 	c.requests.Add(1)
 	if err != nil {
@@ -400,10 +431,14 @@ func (b *Batch) finish(i int, req Request, viaTCP bool, err error) {
 		} else {
 			c.bytesWritten.Add(n)
 		}
-		if viaTCP {
+		switch via {
+		case viaTCP:
 			c.tcpRequests.Add(1)
 			c.tcpBytes.Add(n)
-		} else {
+		case viaShared:
+			c.shmRequests.Add(1)
+			c.shmBytes.Add(n)
+		default:
 			c.localRequests.Add(1)
 			c.localBytes.Add(n)
 		}
@@ -462,7 +497,14 @@ func (e *Engine) Submit(ctx context.Context, reqs []Request) *Batch {
 		case r.seg != nil || r.src != nil:
 			e.local.start(ctx, r)
 		default:
-			r.viaTCP = true
+			if p, s := e.sharedSegment(r); s != nil {
+				if ok, err := e.local.copyShared(r, p, s); ok {
+					r.via = viaShared
+					r.sliceDone(err)
+					continue
+				}
+			}
+			r.via = viaTCP
 			remote = e.tcp.slices(r, remote)
 		}
 	}
@@ -509,6 +551,18 @@ func (e *Engine) classify(ctx context.Context, rs *reqState) error {
 	return nil
 }
 
+// sharedSegment returns r's segment mapped from a same-host peer, if any.
+func (e *Engine) sharedSegment(r *reqState) (*peer, *shmSeg) {
+	if e.cfg.DisableSharedMemory || r.req.Bucket != 0 {
+		return nil, nil
+	}
+	p, err := e.peerFor(r.req.Endpoint)
+	if err != nil {
+		return nil, nil
+	}
+	return p, e.shmFor(p, r.req.Segment)
+}
+
 // Do submits reqs and waits for them.
 func (e *Engine) Do(ctx context.Context, reqs []Request) []error {
 	return e.Submit(ctx, reqs).Wait()
@@ -527,7 +581,9 @@ func (e *Engine) Stats() Stats {
 		ServedFrames: c.servedFrames.Load(), ServedErrors: c.servedErrors.Load(),
 		ServedBytesRead: c.servedRead.Load(), ServedBytesWritten: c.servedWritten.Load(),
 		MalformedFrames: c.malformed.Load(), ConnsAccepted: c.accepted.Load(), ConnsDialed: c.dialed.Load(),
-		ClientConns: len(e.cliConns), ServerConns: len(e.srvConns),
+		SharedRequests: c.shmRequests.Load(), SharedBytes: c.shmBytes.Load(),
+		SharedFailures: c.shmFailed.Load(), SharedRefused: c.shmRefused.Load(),
+		ClientConns: len(e.cliConns), ServerConns: len(e.srvConns), SharedPeers: len(e.shmConns),
 	}
 }
 
@@ -551,7 +607,18 @@ func (e *Engine) Close() error {
 	for c := range e.cliConns {
 		clis = append(clis, c)
 	}
+	shmLis := e.shmLis
+	shms := make([]*shmSrvConn, 0, len(e.shmConns))
+	for c := range e.shmConns {
+		shms = append(shms, c)
+	}
 	e.mu.Unlock()
+	if shmLis != nil {
+		shmLis.Close()
+	}
+	for _, c := range shms {
+		c.close()
+	}
 	for _, c := range clis {
 		c.fail(errClosed())
 	}

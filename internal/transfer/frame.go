@@ -21,6 +21,12 @@ const (
 	MaxFrameLength = 64 << 20
 	// maxMessageLen is the longest error message in a response.
 	maxMessageLen = 1024
+	// maxShmAddrLen is the longest Unix socket address an SHM response
+	// carries (sun_path is 108 bytes).
+	maxShmAddrLen = 107
+
+	// opShm asks a server for its shared-memory socket (see shm.go).
+	opShm Op = 3
 )
 
 var errMalformed = errors.New("malformed frame")
@@ -68,11 +74,17 @@ func parseRequestHeader(b []byte) (reqHeader, error) {
 		offset:  binary.BigEndian.Uint64(b[24:]),
 		length:  binary.BigEndian.Uint64(b[32:]),
 	}
-	if h.op != Read && h.op != Write {
+	if h.op != Read && h.op != Write && h.op != opShm {
 		return reqHeader{}, fmt.Errorf("%w: unknown op %d", errMalformed, b[5])
 	}
 	if h.nameLen < 1 || h.nameLen > MaxNameLen {
 		return reqHeader{}, fmt.Errorf("%w: name length %d outside 1..%d", errMalformed, h.nameLen, MaxNameLen)
+	}
+	if h.op == opShm {
+		if h.length != 0 || h.bucket != 0 || h.offset != 0 {
+			return reqHeader{}, fmt.Errorf("%w: SHM request with length, bucket or offset set", errMalformed)
+		}
+		return h, nil
 	}
 	if h.length < 1 || h.length > MaxFrameLength {
 		return reqHeader{}, fmt.Errorf("%w: length %d outside 1..%d", errMalformed, h.length, MaxFrameLength)
@@ -118,8 +130,11 @@ func parseResponseHeader(b []byte) (respHeader, error) {
 		payloadLen: binary.BigEndian.Uint64(b[16:]),
 		msgLen:     int(binary.BigEndian.Uint32(b[24:])),
 	}
-	if h.op != Read && h.op != Write {
+	if h.op != Read && h.op != Write && h.op != opShm {
 		return respHeader{}, fmt.Errorf("%w: unknown response op %d", errMalformed, b[5])
+	}
+	if h.op == opShm && h.payloadLen > maxShmAddrLen {
+		return respHeader{}, fmt.Errorf("%w: SHM socket address of %d bytes > %d", errMalformed, h.payloadLen, maxShmAddrLen)
 	}
 	if h.msgLen > maxMessageLen {
 		return respHeader{}, fmt.Errorf("%w: message length %d > %d", errMalformed, h.msgLen, maxMessageLen)

@@ -42,19 +42,37 @@ func fillPattern(b []byte, base uint64) {
 }
 
 func runHelper(spec string) int {
+	if addr, ok := strings.CutPrefix(spec, "shmclient:"); ok {
+		return runShmClient(addr)
+	}
+	spec, shared := strings.CutPrefix(spec, "shm:")
 	size, err := strconv.ParseUint(spec, 10, 64)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper: bad size:", err)
 		return 2
 	}
-	mem := make([]byte, size)
-	fillPattern(mem, 0)
 	e, err := New(Config{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
 	defer e.Close()
+	var mem []byte
+	if shared {
+		f, m, err := sharedMemory(int(size))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		if err := e.ShareMemory(m, f); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		mem = m
+	} else {
+		mem = make([]byte, size)
+	}
+	fillPattern(mem, 0)
 	if err := e.RegisterSegment(helperSegment, mem); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -128,12 +146,18 @@ type helperProc struct {
 // startHelper re-executes the test binary as a server of a size-byte segment.
 func startHelper(tb testing.TB, size uint64) *helperProc {
 	tb.Helper()
+	return startHelperSpec(tb, strconv.FormatUint(size, 10))
+}
+
+// startHelperSpec starts the helper with spec ("<size>" or "shm:<size>").
+func startHelperSpec(tb testing.TB, spec string) *helperProc {
+	tb.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		tb.Fatal(err)
 	}
 	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"="+strconv.FormatUint(size, 10))
+	cmd.Env = append(os.Environ(), helperEnv+"="+spec)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

@@ -112,6 +112,9 @@ func (e *Engine) acquireBytes(name []byte) (*segment, ExtentSource) {
 // refusals are answered with an error frame and return nil.
 func (c *srvConn) serveFrame(h reqHeader, name []byte) error {
 	e := c.e
+	if h.op == opShm {
+		return c.serveShm(h)
+	}
 	seg, src := e.acquireBytes(name)
 	e.stats.servedFrames.Add(1) // after acquire: tests use it to know a frame holds its segment
 	switch {
@@ -209,6 +212,11 @@ func (c *srvConn) respond(h reqHeader, payload []byte) error {
 // the stream stays in step; the connection stays open.
 func (c *srvConn) refuse(h reqHeader, cause error) error {
 	c.e.stats.servedErrors.Add(1)
+	return c.sendError(h, cause)
+}
+
+// sendError writes h's error frame (after a WRITE's payload).
+func (c *srvConn) sendError(h reqHeader, cause error) error {
 	if h.op == Write {
 		if _, err := io.CopyN(io.Discard, c.nc, int64(h.length)); err != nil {
 			return err

@@ -177,6 +177,9 @@ type peer struct {
 	mu sync.Mutex
 	// guarded by mu:
 	conns []*clientConn // live connections, oldest first
+
+	sameHost bool     // addr is this host: its segments may be mapped
+	shm      shmState // shared-memory mapping of its segments
 }
 
 // inlineWriteMax is the largest WRITE frame a caller sends from its own
@@ -245,7 +248,7 @@ func (e *Engine) peerFor(addr string) (*peer, error) {
 	if addr == "" {
 		return nil, kverr.New(kverr.InvalidParams, "", "transfer: empty endpoint for a segment not registered here")
 	}
-	p = &peer{addr: addr, work: make(chan *slice)}
+	p = &peer{addr: addr, work: make(chan *slice), sameHost: sameHostAddr(addr)}
 	e.peers[addr] = p
 	for range e.cfg.ConnsPerPeer {
 		e.wg.Add(1)
