@@ -234,6 +234,10 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 // DataAddr is the transfer-engine address the appliance serves on.
 func (a *Appliance) DataAddr() net.Addr { return a.addr }
 
+// SharedAddr is the socket through which clients on this host map the DRAM
+// segments ("" when they are not shared).
+func (a *Appliance) SharedAddr() string { return a.engine.SharedAddr() }
+
 // Name is the appliance's node identity.
 func (a *Appliance) Name() string { return a.cfg.Name }
 

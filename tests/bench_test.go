@@ -19,6 +19,7 @@ import (
 	"kvtier/api/kvtierpb"
 	"kvtier/client"
 	"kvtier/dram"
+	"kvtier/internal/transfer"
 )
 
 // The benchmarks compare kvtier with plain Go TCP moving the same bytes
@@ -234,11 +235,8 @@ func BenchmarkClientPutGet(b *testing.B) {
 	m := startBenchCluster(b)
 	raw := startRawServer(b)
 	cl := m.newClient(b)
-	cached, err := client.New(context.Background(), client.Config{MasterAddr: m.grpc, LeaseCacheKeys: 1024})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { cached.Close() })
+	cached := m.newClientWith(b, client.Config{LeaseCacheKeys: 1024})
+	tcpOnly := m.newClientWith(b, client.Config{Transfer: transfer.Config{DisableSharedMemory: true}})
 	type cfg struct {
 		op         string
 		size, p    int
@@ -248,15 +246,19 @@ func BenchmarkClientPutGet(b *testing.B) {
 	for _, size := range []int{64 << 10, 1 << 20, 16 << 20} {
 		cases = append(cases, cfg{"put", size, 4, false}, cfg{"get", size, 4, false})
 	}
-	cases = append(cases, cfg{"get", 1 << 20, 1, false}, cfg{"get", 1 << 20, 50, true}, cfg{"put", 1 << 20, 50, true},
+	cases = append(cases, cfg{"get", 1 << 20, 1, false}, cfg{"put", 1 << 20, 1, false}, cfg{"get", 1 << 20, 50, true}, cfg{"put", 1 << 20, 50, true},
+		cfg{"get-tcp", 1 << 20, 1, false}, cfg{"get-tcp", 1 << 20, 4, false}, cfg{"put-tcp", 1 << 20, 1, false}, cfg{"put-tcp", 1 << 20, 4, false},
 		cfg{"get-leasecache", 1 << 20, 1, false}, cfg{"get-leasecache", 1 << 20, 4, false}, cfg{"get-leasecache", 16 << 20, 4, false})
 	var putSeq atomic.Int64
 	for _, tc := range cases {
 		size, p := tc.size, tc.p
 		b.Run(fmt.Sprintf("%s/%dKiB/c%d", tc.op, size>>10, p), func(b *testing.B) {
 			cl, tcop := cl, tc.op
-			if tcop == "get-leasecache" { // Config.LeaseCacheKeys: reads reuse a running lease
+			switch tcop {
+			case "get-leasecache": // Config.LeaseCacheKeys: reads reuse a running lease
 				cl, tcop = cached, "get"
+			case "get-tcp", "put-tcp": // the appliance's shared memory not used
+				cl, tcop = tcpOnly, strings.TrimSuffix(tcop, "-tcp")
 			}
 			ctx := context.Background()
 			val := bytes.Repeat([]byte{0xab}, size)

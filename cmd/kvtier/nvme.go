@@ -89,11 +89,17 @@ func (f *nvmeFlags) config() (appliance.NVMeConfig, error) {
 	return cfg, nil
 }
 
+// describeNVMe names the appliance's listeners beyond its data address: the
+// NVMe/TCP target and the shared-memory socket.
 func describeNVMe(a *appliance.Appliance) string {
-	if a.NVMeAddr() == "" {
-		return ""
+	s := ""
+	if a.NVMeAddr() != "" {
+		s = " nvme=" + a.NVMeAddr() + " nqn=" + a.NVMeNQN()
 	}
-	return " nvme=" + a.NVMeAddr() + " nqn=" + a.NVMeNQN()
+	if sh := a.SharedAddr(); sh != "" {
+		s += " shm=" + sh
+	}
+	return s
 }
 
 func extraCommands() []*cobra.Command {
