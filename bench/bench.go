@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,13 @@ type Store interface {
 	BatchExist(ctx context.Context, keys []string) ([]bool, error)
 	BatchGet(ctx context.Context, keys []string) ([][]byte, []error)
 	BatchPut(ctx context.Context, keys []string, values [][]byte) []error
+}
+
+// TransferCounter is a Store that can say how its transfers travelled
+// (the client SDK's engine counters); Run records it in Result.Transport.
+type TransferCounter interface {
+	// TransferCounts returns cumulative successful transfers by path.
+	TransferCounts() (shared, tcp, local uint64)
 }
 
 // Workload names.
@@ -153,8 +161,12 @@ type Result struct {
 	P50US        float64 `json:"p50_us"`         // per call
 	P99US        float64 `json:"p99_us"`
 	P999US       float64 `json:"p999_us"`
-	Skipped      bool    `json:"skipped,omitempty"`
-	Note         string  `json:"note,omitempty"`
+	// Transport is how kvtier's bytes travelled during the workload: shm
+	// (the appliance's memory mapped by the client on the same host), tcp,
+	// local (same process), or several joined by "+"; empty for baselines.
+	Transport string `json:"transport,omitempty"`
+	Skipped   bool   `json:"skipped,omitempty"`
+	Note      string `json:"note,omitempty"`
 }
 
 func (r *Result) finish(elapsed time.Duration, h *hdr.Histogram) {
@@ -273,6 +285,11 @@ type shared struct {
 
 func runOne(ctx context.Context, o Options, s Store, op string, size, conc int, keys []string) (Result, error) {
 	sh := &shared{o: o, s: s, op: op, size: size, keys: keys}
+	tc, _ := s.(TransferCounter)
+	var shm0, tcp0, loc0 uint64
+	if tc != nil {
+		shm0, tcp0, loc0 = tc.TransferCounts()
+	}
 	sh.pool = newBufPool(size*o.Batch, o.MaxInFlightBytes, conc)
 	hists := make([]hdr.Histogram, conc)
 	okOps := make([]int64, conc)
@@ -298,6 +315,10 @@ func runOne(ctx context.Context, o Options, s Store, op string, size, conc int, 
 	}
 	var h hdr.Histogram
 	r := Result{System: o.System, Op: op, Size: size, Concurrency: conc, Batch: o.Batch, Replicas: o.Replicas}
+	if tc != nil {
+		shm1, tcp1, loc1 := tc.TransferCounts()
+		r.Transport = transportName(shm1-shm0, tcp1-tcp0, loc1-loc0)
+	}
 	for w := range hists {
 		h.Merge(&hists[w])
 		r.Ops += okOps[w]
@@ -305,6 +326,22 @@ func runOne(ctx context.Context, o Options, s Store, op string, size, conc int, 
 	}
 	r.finish(elapsed, &h)
 	return r, nil
+}
+
+// transportName names the paths that carried transfers ("shm+tcp" when the
+// client mapped the appliance's memory only part-way through).
+func transportName(shm, tcp, local uint64) string {
+	var parts []string
+	if shm > 0 {
+		parts = append(parts, "shm")
+	}
+	if tcp > 0 {
+		parts = append(parts, "tcp")
+	}
+	if local > 0 {
+		parts = append(parts, "local")
+	}
+	return strings.Join(parts, "+")
 }
 
 // work runs calls until the deadline and returns successful and failed keys.

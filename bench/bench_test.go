@@ -270,7 +270,7 @@ func TestReportFromDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	md, _ := os.ReadFile(filepath.Join(out, "results.md"))
-	for _, want := range []string{"| get | 64 KiB | 4 | 3.600 |", "1.80×", "2.01×", "spdk: skipped (not installed)", "| iperf3 | stream | 1 MiB | 1 |", "| fio | seq-write | 1 MiB |", "- host: test"} {
+	for _, want := range []string{"| get | 64 KiB | 4 | – | 3.600 |", "1.80×", "2.01×", "spdk: skipped (not installed)", "| iperf3 | stream | 1 MiB | 1 |", "| fio | seq-write | 1 MiB |", "- host: test"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("results.md lacks %q:\n%s", want, md)
 		}

@@ -316,6 +316,7 @@ type Ratio struct {
 	Op          string  `json:"op"`
 	Size        int     `json:"size"`
 	Concurrency int     `json:"concurrency"`
+	Transport   string  `json:"transport,omitempty"`
 	KvtierGBps  float64 `json:"kvtier_gbytes_per_sec"`
 	TCPGBps     float64 `json:"tcp_gbytes_per_sec,omitempty"`
 	VsTCP       float64 `json:"kvtier_over_tcp,omitempty"`
@@ -340,7 +341,7 @@ func Ratios(rs []Result) []Ratio {
 		if r.System != "kvtier" || r.Skipped {
 			continue
 		}
-		q := Ratio{Op: r.Op, Size: r.Size, Concurrency: r.Concurrency, KvtierGBps: r.GBytesPerSec}
+		q := Ratio{Op: r.Op, Size: r.Size, Concurrency: r.Concurrency, Transport: r.Transport, KvtierGBps: r.GBytesPerSec}
 		if t := find(BaselineTCP, "", r.Size, r.Concurrency); t != nil && t.GBytesPerSec > 0 {
 			q.TCPGBps, q.VsTCP = t.GBytesPerSec, r.GBytesPerSec/t.GBytesPerSec
 		}
@@ -409,8 +410,8 @@ func WriteMarkdown(w io.Writer, rs []Result, notes ...string) error {
 		b.WriteString("\n")
 	}
 	b.WriteString("## kvtier against the baselines\n\n")
-	b.WriteString("| op | size | clients | kvtier GB/s | ops/s | p50 µs | p99 µs | p99.9 µs | TCP GB/s | kvtier/TCP | Redis GB/s | kvtier/Redis |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| op | size | clients | path | kvtier GB/s | ops/s | p50 µs | p99 µs | p99.9 µs | TCP GB/s | kvtier/TCP | Redis GB/s | kvtier/Redis |\n")
+	b.WriteString("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	ratios := Ratios(rs)
 	i := 0
 	for _, r := range rs {
@@ -419,8 +420,12 @@ func WriteMarkdown(w io.Writer, rs []Result, notes ...string) error {
 		}
 		q := ratios[i]
 		i++
-		fmt.Fprintf(&b, "| %s | %s | %d | %.3f | %.0f | %.0f | %.0f | %.0f | %s | %s | %s | %s |\n",
-			r.Op, SizeString(r.Size), r.Concurrency, r.GBytesPerSec, r.OpsPerSec, r.P50US, r.P99US, r.P999US,
+		path := r.Transport
+		if path == "" {
+			path = "–"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %d | %s | %.3f | %.0f | %.0f | %.0f | %.0f | %s | %s | %s | %s |\n",
+			r.Op, SizeString(r.Size), r.Concurrency, path, r.GBytesPerSec, r.OpsPerSec, r.P50US, r.P99US, r.P999US,
 			gbCell(q.TCPGBps), ratioCell(q.VsTCP), gbCell(q.RedisGBps), ratioCell(q.VsRedis))
 	}
 	b.WriteString("\n## Baselines\n\n| system | op | size | clients | GB/s | ops/s | p50 µs | p99 µs | note |\n|---|---|---:|---:|---:|---:|---:|---:|---|\n")
@@ -458,6 +463,9 @@ func WriteSVG(w io.Writer, rs []Result) error {
 			continue
 		}
 		name := r.System + " " + r.Op
+		if r.Transport == "tcp" && r.System == "kvtier" {
+			name += " (tcp)" // the TCP-only pass, beside the default path
+		}
 		if best[name] == nil {
 			best[name] = map[int]float64{}
 			names = append(names, name)

@@ -17,6 +17,10 @@
 #   BENCH_OFFLOAD    standalone --offload mode         (off: measure the DRAM path)
 #   BENCH_SSD_DIR    SSD tier directory (fio runs here) (a fresh temporary directory)
 #   BENCH_OUT        output directory                  (results/<timestamp>)
+#   BENCH_TCP_SIZES  sizes measured again with --shm=false (1MiB; empty: none): the
+#                    bench client runs on the appliance's host, so by default it maps
+#                    the appliance's memory; this pass shows the loopback-TCP path
+#                    remote clients use
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -26,6 +30,7 @@ CLIENTS=${BENCH_CLIENTS:-1,4,50}
 OPS=${BENCH_OPS:-put,get}
 DURATION=${BENCH_DURATION:-3}
 DRAM=${BENCH_DRAM:-4GiB}
+TCP_SIZES=${BENCH_TCP_SIZES-1MiB}
 OFFLOAD=${BENCH_OFFLOAD:-off}
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 OUT=${BENCH_OUT:-results/$STAMP}
@@ -122,6 +127,7 @@ have() { command -v "$1" >/dev/null 2>&1; }
 IFS=, read -r -a SIZE_LIST <<<"$SIZES"
 IFS=, read -r -a CLIENT_LIST <<<"$CLIENTS"
 IFS=, read -r -a OP_LIST <<<"$OPS"
+IFS=, read -r -a TCP_SIZE_LIST <<<"$TCP_SIZES"
 : >"$RAW/skipped.txt"
 {
 	echo "host: $(uname -srm), $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
@@ -152,6 +158,15 @@ for op in "${OP_LIST[@]}"; do
 			log "kvtier $op size $size clients $c"
 			"$BIN" bench --master "$MASTER" --json --op "$op" --size "$size" --concurrency "$c" \
 				--duration "${DURATION}s" >>"$RAW/kvtier.jsonl"
+		done
+	done
+done
+for op in "${OP_LIST[@]}"; do
+	for size in "${TCP_SIZE_LIST[@]}"; do
+		for c in "${CLIENT_LIST[@]}"; do
+			log "kvtier $op size $size clients $c, TCP only"
+			"$BIN" bench --master "$MASTER" --json --op "$op" --size "$size" --concurrency "$c" \
+				--duration "${DURATION}s" --shm=false >>"$RAW/kvtier.jsonl"
 		done
 	done
 done

@@ -48,10 +48,22 @@ func TestBenchJSONAgainstACluster(t *testing.T) {
 		if r["ops_per_sec"].(float64) <= 0 || r["errors"].(float64) != 0 {
 			t.Fatalf("workload did no successful operation: %s", sc.Text())
 		}
+		// Gets move bytes, through the appliance's shared memory by
+		// default (the bench client runs on the same host); exist moves none.
+		if tr, _ := r["transport"].(string); (r["op"] == "get") != strings.Contains(tr, "shm") {
+			t.Fatalf("transport %q for %v: %s", tr, r["op"], sc.Text())
+		}
 		lines++
 	}
 	if lines != 4 {
 		t.Fatalf("%d result lines, want 4 (2 ops x 2 sizes):\n%s", lines, out)
+	}
+
+	out = runKvtier(t, "bench", "--master", c.grpc, "--json", "--op", "get", "--size", "64KiB",
+		"--duration", "200ms", "--shm=false")
+	var r map[string]any
+	if err := json.Unmarshal([]byte(out), &r); err != nil || r["transport"] != "tcp" {
+		t.Fatalf("--shm=false: want transport tcp: %q (%v)", out, err)
 	}
 }
 

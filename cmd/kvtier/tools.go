@@ -17,6 +17,7 @@ import (
 	"kvtier/bench"
 	"kvtier/client"
 	"kvtier/dram"
+	"kvtier/internal/transfer"
 	"kvtier/replay"
 )
 
@@ -25,6 +26,12 @@ import (
 type store struct {
 	*client.Client
 	replicas int
+}
+
+// TransferCounts reports the client engine's transfers by path (bench).
+func (s store) TransferCounts() (shared, tcp, local uint64) {
+	st := s.Client.Engine().Stats()
+	return st.SharedRequests, st.TCPRequests, st.LocalRequests
 }
 
 func (s store) Put(ctx context.Context, key string, value []byte) error {
@@ -97,7 +104,7 @@ func newBenchCmd() *cobra.Command {
 	var conc []int
 	var batch, replicas int
 	var duration time.Duration
-	var jsonOut bool
+	var jsonOut, shm bool
 	dramSize := sizeValue(2 << 30)
 	cmd := &cobra.Command{
 		Use:   "bench [--master ADDR] [--op put|get|mixed|exist] [--size 64KiB,1MiB,16MiB]",
@@ -136,7 +143,7 @@ results of a 'make bench' run into results.md, results.json and throughput.svg.`
 					defer l.stop()
 					addr = l.rm.grpcAddr.String()
 				}
-				c, err := client.New(ctx, client.Config{MasterAddr: addr})
+				c, err := client.New(ctx, client.Config{MasterAddr: addr, Transfer: transfer.Config{DisableSharedMemory: !shm}})
 				if err != nil {
 					return err
 				}
@@ -167,6 +174,7 @@ results of a 'make bench' run into results.md, results.json and throughput.svg.`
 	fs.StringVar(&baseline, "baseline", "", "measure a baseline instead: tcp | memcpy")
 	fs.StringVar(&report, "report", "", "write the report of a results directory (make bench)")
 	fs.Var(&dramSize, "dram", "DRAM of the store started without --master")
+	fs.BoolVar(&shm, "shm", true, "map the memory of appliances on this host (false: every transfer over TCP)")
 	return cmd
 }
 

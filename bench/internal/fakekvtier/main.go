@@ -78,6 +78,7 @@ func benchCmd(args []string) error {
 	dur := fs.Duration("duration", time.Second, "")
 	baseline := fs.String("baseline", "", "")
 	report := fs.String("report", "", "")
+	_ = fs.Bool("shm", true, "accepted like the real CLI; the map store has no transport")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
