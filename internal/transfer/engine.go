@@ -363,14 +363,14 @@ type Batch struct {
 
 // reqState tracks one request of a batch across its slices.
 type reqState struct {
-	b      *Batch
-	idx    int
-	req    Request
-	via    path // how the request travelled (for Stats)
-	seg    *segment     // local segment, pinned by classify
-	src    ExtentSource // local extent source
-	left   atomic.Int32
-	first  atomic.Pointer[error]
+	b     *Batch
+	idx   int
+	req   Request
+	via   path         // how the request travelled (for Stats)
+	seg   *segment     // local segment, pinned by classify
+	src   ExtentSource // local extent source
+	left  atomic.Int32
+	first atomic.Pointer[error]
 	// checksum of a READ with req.Sum set: crc for one slice (or the local
 	// path); crcs[i] for slice i of sliceLen bytes when there are several.
 	crc      uint32
