@@ -47,9 +47,34 @@ func (r *rawClient) do(op byte, buf []byte) error {
 // BenchmarkTCP moves READs and WRITEs between this process and a re-exec'd
 // server process, beside plain Go TCP moving the same bytes; ratio =
 // engine throughput / raw throughput.
-func BenchmarkTCP(b *testing.B) {
-	h := startHelper(b, 16<<20)
+func BenchmarkTCP(b *testing.B) { benchPeer(b, false) }
+
+// BenchmarkShared is BenchmarkTCP with the server process sharing its
+// segment's memory: the engine copies through the mapping, the baseline
+// still moves the bytes over TCP between the two processes.
+func BenchmarkShared(b *testing.B) { benchPeer(b, true) }
+
+func benchPeer(b *testing.B, shared bool) {
+	spec := fmt.Sprint(16 << 20)
+	if shared {
+		spec = "shm:" + spec
+	}
+	h := startHelperSpec(b, spec)
 	cli := newEngine(b, Config{})
+	if shared {
+		buf := make([]byte, 4096)
+		deadline := time.Now().Add(5 * time.Second)
+		for cli.Stats().SharedRequests == 0 {
+			if time.Now().After(deadline) {
+				b.Fatalf("never mapped the helper's memory: %+v", cli.Stats())
+			}
+			if err := cli.Do(context.Background(), []Request{{Op: Read, Endpoint: h.addr, Segment: helperSegment, Buf: buf}})[0]; err != nil {
+				b.Fatal(err)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	tcp0 := cli.Stats().TCPRequests // the warm-up's, before the mapping
 	nc, err := net.Dial("tcp", h.rawAddr)
 	if err != nil {
 		b.Fatal(err)
@@ -101,6 +126,9 @@ func BenchmarkTCP(b *testing.B) {
 					rawT += d[1]
 				}
 				b.StopTimer()
+				if st := cli.Stats(); shared != (st.SharedRequests > 0) || (shared && st.TCPRequests != tcp0) {
+					b.Fatalf("wrong path (shared=%v): %+v", shared, st)
+				}
 				total := float64(n) * float64(b.N)
 				b.ReportMetric(total/eng.Seconds()/1e9, "GB/s")
 				b.ReportMetric(total/rawT.Seconds()/1e9, "raw-GB/s")
