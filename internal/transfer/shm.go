@@ -426,12 +426,19 @@ func (e *Engine) runShm(p *peer) {
 // dialShm asks addr's engine for its shared-memory socket over TCP and
 // connects to it.
 func (e *Engine) dialShm(addr string) (*net.UnixConn, error) {
-	nc, err := net.DialTimeout("tcp", addr, e.cfg.DialTimeout)
+	ctx, cancel := context.WithTimeout(e.ctx, e.cfg.DialTimeout)
+	defer cancel()
+	d := net.Dialer{}
+	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}
 	defer nc.Close()
-	_ = nc.SetDeadline(time.Now().Add(e.cfg.IOTimeout))
+	// Close must not wait for a silent peer: the whole exchange is bounded
+	// by DialTimeout and ends when the engine closes.
+	stop := context.AfterFunc(ctx, func() { nc.Close() })
+	defer stop()
+	_ = nc.SetDeadline(time.Now().Add(e.cfg.DialTimeout))
 	const name = "shm"
 	var hdr [requestHeaderLen + len(name)]byte
 	putRequestHeader(hdr[:], reqHeader{op: opShm, nameLen: len(name), id: 1})
@@ -461,7 +468,12 @@ func (e *Engine) dialShm(addr string) (*net.UnixConn, error) {
 	if len(sock) < 2 || sock[0] != '@' {
 		return nil, fmt.Errorf("%w: SHM socket %q is not an abstract address", errMalformed, sock)
 	}
-	return net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: sock, Net: "unixpacket"})
+	var ud net.Dialer
+	uc, err := ud.DialContext(ctx, "unixpacket", sock)
+	if err != nil {
+		return nil, err
+	}
+	return uc.(*net.UnixConn), nil
 }
 
 // readShmMsg reads and validates one message; a segment comes back mapped.

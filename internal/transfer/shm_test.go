@@ -430,3 +430,42 @@ func FuzzShmMessage(f *testing.F) {
 		}
 	})
 }
+
+// TestCloseDuringSilentDiscovery: a same-host peer that accepts the SHM
+// request and never answers must not hold up Close (the discovery is
+// bounded by DialTimeout and ends when the engine closes).
+func TestCloseDuringSilentDiscovery(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan net.Conn, 8)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c // read nothing, answer nothing
+		}
+	}()
+	defer func() {
+		for len(accepted) > 0 {
+			(<-accepted).Close()
+		}
+	}()
+	cli, err := New(Config{DialTimeout: time.Minute, IOTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = do1(t, cli, Request{Op: Read, Endpoint: l.Addr().String(), Segment: "s", Buf: make([]byte, 10)})
+	wantCode(t, err, kverr.TransferFail, "")
+	start := time.Now()
+	if err := cli.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Fatalf("Close took %v behind a silent discovery (DialTimeout 1m)", d)
+	}
+}
