@@ -63,14 +63,17 @@ type Config struct {
 	OnHeartbeat      func(*kvtierpb.HeartbeatRequest)
 	OnHeartbeatReply func(*kvtierpb.HeartbeatResponse)
 
-	// LeaseCacheKeys > 0 lets Get and GetInto reuse the replica list of up
-	// to that many recently read keys, without asking the master again,
-	// while the read lease the master granted still has more than
-	// LeaseCacheMargin (default 1s) to run. Off by default: reads served
-	// from the cache do not extend the lease nor count as reads on the
-	// master (its LRU and frequency policies see one read per lease period
-	// of a hot key). Checksums and the lease check after the transfer are
-	// the same; a failed read drops the entry and asks the master.
+	// LeaseCacheKeys lets Get and GetInto reuse the replica list of up to
+	// that many recently read keys (default DefaultLeaseCacheKeys;
+	// negative: off), without asking the master again, while the read
+	// lease the master granted still has more than LeaseCacheMargin
+	// (default 1s) to run. The reads served so are reported to the master
+	// with the next heartbeat (HeartbeatRequest.cached_reads), which
+	// counts them and moves the object's last read as GetReplicaList would,
+	// so its LRU and frequency policies see them a beat late (and not at
+	// all if that beat fails). Checksums and the lease check after the
+	// transfer are the same; a failed read drops the entry and asks the
+	// master.
 	LeaseCacheKeys   int
 	LeaseCacheMargin time.Duration
 
@@ -94,6 +97,9 @@ type Config struct {
 
 // DefaultReplicaHints is Config.ReplicaHints when zero.
 const DefaultReplicaHints = 4096
+
+// DefaultLeaseCacheKeys is Config.LeaseCacheKeys when zero.
+const DefaultLeaseCacheKeys = 4096
 
 // Validate checks the configuration.
 func (c *Config) Validate() error {
@@ -128,6 +134,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.ReplicaHints == 0 {
 		out.ReplicaHints = DefaultReplicaHints
+	}
+	if out.LeaseCacheKeys == 0 {
+		out.LeaseCacheKeys = DefaultLeaseCacheKeys
 	}
 	if out.LeaseCacheMargin == 0 {
 		out.LeaseCacheMargin = time.Second
@@ -167,6 +176,9 @@ type Client struct {
 	hints  leaseCache // Config.ReplicaHints: margin math.MinInt64, entries never expire
 
 	hintHits, hintMisses atomic.Uint64 // speculative reads kept / read again
+
+	cachedMu sync.Mutex
+	cached   map[string]*cachedRead // guarded by cachedMu: lease-cache reads not yet reported
 
 	stop     context.CancelFunc
 	done     chan struct{}
@@ -403,6 +415,7 @@ func (c *Client) Heartbeat(ctx context.Context) {
 		req.Segments = append(req.Segments, s)
 	}
 	c.mu.Unlock()
+	req.CachedReads = c.takeCachedReads()
 	if c.cfg.OnHeartbeat != nil {
 		c.cfg.OnHeartbeat(req)
 	}
@@ -496,6 +509,56 @@ func (c *Client) isLocal(r *kvtierpb.Replica) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.local[r.Segment]
+}
+
+// cachedRead counts reads of one key served from the lease cache.
+type cachedRead struct {
+	count uint32
+	last  time.Time
+}
+
+// maxCachedReadKeys bounds the keys one heartbeat reports (the master's
+// MaxCachedReads); reads of further keys in the same beat are not reported.
+const maxCachedReadKeys = 1 << 16
+
+// noteCachedRead records a read served from the lease cache.
+func (c *Client) noteCachedRead(key string) {
+	now := time.Now()
+	c.cachedMu.Lock()
+	defer c.cachedMu.Unlock()
+	r := c.cached[key]
+	if r == nil {
+		if len(c.cached) >= maxCachedReadKeys {
+			return
+		}
+		if c.cached == nil {
+			c.cached = map[string]*cachedRead{}
+		}
+		r = &cachedRead{}
+		c.cached[key] = r
+	}
+	if r.count < ^uint32(0) {
+		r.count++
+	}
+	r.last = now
+}
+
+// takeCachedReads hands the unreported cached reads to a heartbeat.
+func (c *Client) takeCachedReads() []*kvtierpb.CachedRead {
+	c.cachedMu.Lock()
+	m := c.cached
+	c.cached = nil
+	c.cachedMu.Unlock()
+	if len(m) == 0 {
+		return nil
+	}
+	now := time.Now()
+	out := make([]*kvtierpb.CachedRead, 0, len(m))
+	for k, r := range m {
+		out = append(out, &kvtierpb.CachedRead{Tenant: c.cfg.Tenant, Key: []byte(k), Count: r.count,
+			LastReadAgeMs: uint64(max(now.Sub(r.last), 0).Milliseconds())})
+	}
+	return out
 }
 
 // leaseCache keeps replica lists whose read lease is still running

@@ -69,6 +69,7 @@ func (c *Client) GetInto(ctx context.Context, key string, buf []byte) (int, erro
 func (c *Client) get(ctx context.Context, key string, dst func(size uint64) ([]byte, error)) (int, error) {
 	if rl := c.leases.get(key); rl != nil {
 		if b, err := dst(rl.Size); err == nil && c.read(ctx, key, rl, b) == nil {
+			c.noteCachedRead(key)
 			return len(b), nil
 		}
 		c.leases.drop(key) // ask the master: the object may have changed

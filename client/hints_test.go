@@ -19,7 +19,7 @@ func TestReplicaHints(t *testing.T) {
 	addr, lists := startMaster(t, master.Config{})
 	ctx := context.Background()
 	owner := newClient(t, client.Config{MasterAddr: addr, GlobalSegmentSize: 8 << 20, Hugepages: dram.HugepageOff})
-	reader := newClient(t, client.Config{MasterAddr: addr})
+	reader := newClient(t, client.Config{MasterAddr: addr, LeaseCacheKeys: -1}) // every Get asks the master
 	v1 := bytes.Repeat([]byte("first!"), 20000)
 	if err := owner.Put(ctx, "k", v1); err != nil {
 		t.Fatal(err)

@@ -140,3 +140,51 @@ func TestConfigValidateLeaseMargin(t *testing.T) {
 		t.Fatalf("negative margin: %v, want INVALID_PARAMS", err)
 	}
 }
+
+// TestLeaseCacheReadsReachTheMaster: reads served from the lease cache are
+// reported with the next heartbeat, so the master's read count (what its
+// frequency policy ranks by) includes them; a reader with the cache off
+// is counted read by read.
+func TestLeaseCacheReadsReachTheMaster(t *testing.T) {
+	addr, lists := startMaster(t, master.Config{})
+	ctx := context.Background()
+	// A long heartbeat interval: the test sends the beat itself.
+	c := newClient(t, client.Config{MasterAddr: addr, GlobalSegmentSize: 8 << 20, Hugepages: dram.HugepageOff, HeartbeatInterval: time.Hour})
+	val := bytes.Repeat([]byte("lease"), 1000)
+	if err := c.Put(ctx, "hot", val); err != nil {
+		t.Fatal(err)
+	}
+	for range 7 {
+		if _, err := c.Get(ctx, "hot"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := lists.Load(); n != 1 {
+		t.Fatalf("%d GetReplicaList calls for 7 reads by default, want 1 (lease cache on by default)", n)
+	}
+	info, err := c.Stat(ctx, "hot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.ReadCount != 1 {
+		t.Fatalf("read count %d before the heartbeat, want 1", info.ReadCount)
+	}
+	c.Heartbeat(ctx)
+	if info, err = c.Stat(ctx, "hot"); err != nil || info.ReadCount != 7 {
+		t.Fatalf("read count %d after the heartbeat (%v), want 7", info.GetReadCount(), err)
+	}
+	c.Heartbeat(ctx) // nothing new: the count must not grow again
+	if info, err = c.Stat(ctx, "hot"); err != nil || info.ReadCount != 7 {
+		t.Fatalf("read count %d after a second heartbeat (%v), want still 7", info.GetReadCount(), err)
+	}
+
+	off := newClient(t, client.Config{MasterAddr: addr, LeaseCacheKeys: -1, HeartbeatInterval: time.Hour})
+	for range 3 {
+		if _, err := off.Get(ctx, "hot"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if info, err = c.Stat(ctx, "hot"); err != nil || info.ReadCount != 10 {
+		t.Fatalf("read count %d after 3 uncached reads (%v), want 10", info.GetReadCount(), err)
+	}
+}

@@ -121,6 +121,9 @@ func (m *Master) Heartbeat(ctx context.Context, req HeartbeatRequest) (Heartbeat
 	if req.OffloadSlots < 0 {
 		return HeartbeatReply{}, kverr.New(kverr.InvalidParams, "", "heartbeat: negative offload slots")
 	}
+	if err := m.validCachedReads(req.CachedReads); err != nil {
+		return HeartbeatReply{}, err
+	}
 	nvme := req.NVMe.clone() // copied outside the client lock
 	now := m.now().UnixNano()
 	known := m.clients.get(req.Client) != nil
@@ -145,6 +148,7 @@ func (m *Master) Heartbeat(ctx context.Context, req HeartbeatRequest) (Heartbeat
 	for _, s := range req.Segments {
 		_ = m.mount(req.Client, s, false) // a conflicting re-announcement changes nothing
 	}
+	m.noteCachedReads(req.CachedReads)
 	reply := HeartbeatReply{Known: known, Settings: m.settings.Load().ssd}
 	if req.OffloadSlots > 0 {
 		reply.Offload = m.dispatchOffload(c, req.OffloadSlots)

@@ -292,6 +292,13 @@ func (s *grpcServer) Heartbeat(ctx context.Context, r *kvtierpb.HeartbeatRequest
 		req.Disk = &d
 	}
 	req.NVMe = nvmeFromPB(r.GetNvme())
+	if n := len(r.GetCachedReads()); n > 0 {
+		req.CachedReads = make([]CachedRead, n)
+		for i, cr := range r.GetCachedReads() {
+			req.CachedReads[i] = CachedRead{Tenant: cr.GetTenant(), Key: string(cr.GetKey()), Count: cr.GetCount(),
+				LastReadAge: time.Duration(min(cr.GetLastReadAgeMs(), uint64(math.MaxInt64/int64(time.Millisecond)))) * time.Millisecond}
+		}
+	}
 	rep, err := s.m.Heartbeat(ctx, req)
 	if err != nil {
 		return nil, toGRPC(err)

@@ -2,6 +2,8 @@ package master
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"time"
 
 	"kvtier/internal/kverr"
@@ -336,6 +338,52 @@ func (m *Master) GetReplicaList(ctx context.Context, client, tenant, key string)
 		m.ctr.add(cGetHitsDisk, 1)
 	}
 	return out, nil
+}
+
+// validCachedReads checks a heartbeat's cached reads before any is applied.
+func (m *Master) validCachedReads(rs []CachedRead) error {
+	if len(rs) > MaxCachedReads {
+		return kverr.New(kverr.InvalidParams, "", "heartbeat: %d cached reads, at most %d per beat", len(rs), MaxCachedReads)
+	}
+	for _, r := range rs {
+		if _, err := m.validKey(r.Tenant, r.Key); err != nil {
+			return fmt.Errorf("heartbeat cached read: %w", err)
+		}
+		if r.Count == 0 || r.LastReadAge < 0 {
+			return kverr.New(kverr.InvalidParams, r.Key, "heartbeat cached read: count %d, age %v", r.Count, r.LastReadAge)
+		}
+	}
+	return nil
+}
+
+// noteCachedReads counts reads a client served from its lease cache as
+// GetReplicaList would have: the read count grows and the last read moves
+// to when the latest of them happened (never backwards), which extends the
+// lease the same way. Objects gone or not complete are skipped.
+func (m *Master) noteCachedReads(rs []CachedRead) {
+	if len(rs) == 0 {
+		return
+	}
+	now := m.now().UnixNano()
+	var buf [128]byte
+	var n uint64
+	for _, r := range rs {
+		t, _ := m.validKey(r.Tenant, r.Key) // validated by validCachedReads
+		k := appendCK(buf[:0], t, r.Key)
+		sh := m.shardOfBytes(k)
+		sh.mu.Lock()
+		if o := sh.objs[string(k)]; o != nil && o.complete {
+			at := now - min(int64(r.LastReadAge), now)
+			if o.flags&flagRead == 0 || at > o.lastRead {
+				o.lastRead = at
+			}
+			o.flags |= flagRead
+			o.readCount = uint32(min(uint64(o.readCount)+uint64(r.Count), math.MaxUint32))
+			n += uint64(r.Count)
+		}
+		sh.mu.Unlock()
+	}
+	m.ctr.add(cCachedReads, n)
 }
 
 // Exist reports whether a COMPLETE object exists. It never grants or extends

@@ -41,6 +41,7 @@ const (
 	cDiskBucketsDropped
 	cEventsDropped
 	cEvictionHistoryHits
+	cCachedReads
 	numCounters
 )
 
@@ -53,6 +54,7 @@ var counterNames = [numCounters]string{
 	"eviction_shortfall_awaiting_offload", "offloads_queued", "offloads_completed",
 	"offloads_failed", "offloads_skipped_queue_full", "abandoned_puts_reclaimed",
 	"disk_buckets_dropped", "events_dropped", "eviction_history_hits",
+	"cached_reads",
 }
 
 // CounterNames lists the names of the counters Stats reports.

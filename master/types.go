@@ -251,7 +251,22 @@ type HeartbeatRequest struct {
 	Disk         *DiskStats // nil: no SSD tier report
 	NVMe         *NVMeStats // nil: exports no NVMe/TCP namespace (clears the last report)
 	OffloadSlots int
+	// CachedReads are reads the client served from its lease cache since
+	// its last beat; each counts as a read (GetReplicaList) would.
+	CachedReads []CachedRead
 }
+
+// CachedRead is count reads of one object a client served by reusing a
+// running read lease, the latest LastReadAge before the beat.
+type CachedRead struct {
+	Tenant      string
+	Key         string
+	Count       uint32
+	LastReadAge time.Duration
+}
+
+// MaxCachedReads bounds the cached reads one heartbeat may report.
+const MaxCachedReads = 1 << 16
 
 // TierSettings are the SSD settings relayed to appliances.
 type TierSettings struct {

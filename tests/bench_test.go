@@ -235,7 +235,7 @@ func BenchmarkClientPutGet(b *testing.B) {
 	m := startBenchCluster(b)
 	raw := startRawServer(b)
 	cl := m.newClient(b)
-	cached := m.newClientWith(b, client.Config{LeaseCacheKeys: 1024})
+	uncached := m.newClientWith(b, client.Config{LeaseCacheKeys: -1})
 	tcpOnly := m.newClientWith(b, client.Config{Transfer: transfer.Config{DisableSharedMemory: true}})
 	type cfg struct {
 		op         string
@@ -248,15 +248,15 @@ func BenchmarkClientPutGet(b *testing.B) {
 	}
 	cases = append(cases, cfg{"get", 1 << 20, 1, false}, cfg{"put", 1 << 20, 1, false}, cfg{"get", 1 << 20, 50, true}, cfg{"put", 1 << 20, 50, true},
 		cfg{"get-tcp", 1 << 20, 1, false}, cfg{"get-tcp", 1 << 20, 4, false}, cfg{"put-tcp", 1 << 20, 1, false}, cfg{"put-tcp", 1 << 20, 4, false},
-		cfg{"get-leasecache", 1 << 20, 1, false}, cfg{"get-leasecache", 1 << 20, 4, false}, cfg{"get-leasecache", 16 << 20, 4, false})
+		cfg{"get-nocache", 1 << 20, 1, false}, cfg{"get-nocache", 1 << 20, 4, false}, cfg{"get-nocache", 16 << 20, 4, false})
 	var putSeq atomic.Int64
 	for _, tc := range cases {
 		size, p := tc.size, tc.p
 		b.Run(fmt.Sprintf("%s/%dKiB/c%d", tc.op, size>>10, p), func(b *testing.B) {
 			cl, tcop := cl, tc.op
 			switch tcop {
-			case "get-leasecache": // Config.LeaseCacheKeys: reads reuse a running lease
-				cl, tcop = cached, "get"
+			case "get-nocache": // LeaseCacheKeys -1: every read asks the master
+				cl, tcop = uncached, "get"
 			case "get-tcp", "put-tcp": // the appliance's shared memory not used
 				cl, tcop = tcpOnly, strings.TrimSuffix(tcop, "-tcp")
 			}
@@ -353,18 +353,20 @@ func BenchmarkClientPutGet(b *testing.B) {
 }
 
 // BenchmarkSameProcessGet: a client that serves its own segment reads
-// through the local memcpy path (GetReplicaList, then one copy fused with
-// the CRC32C check); interleaved with copy() of the same bytes.
+// through the local memcpy path (one copy fused with the CRC32C check;
+// by default, Config.LeaseCacheKeys, a key read again within its read lease
+// is not asked of the master again); interleaved with copy() of the same
+// bytes.
 //
-// The "leasecache" variants set Config.LeaseCacheKeys: repeated reads of a
-// key reuse its running read lease instead of asking the master each time.
+// The "nocache" variants turn the lease cache off: every read first asks
+// the master (GetReplicaList).
 func BenchmarkSameProcessGet(b *testing.B) {
 	ip := startInprocB(b)
 	for _, tc := range []struct {
 		name  string
 		cache int
 		size  int
-	}{{"", 0, 1 << 20}, {"", 0, 16 << 20}, {"leasecache/", 1024, 1 << 20}, {"leasecache/", 1024, 16 << 20}} {
+	}{{"", 0, 1 << 20}, {"", 0, 16 << 20}, {"nocache/", -1, 1 << 20}, {"nocache/", -1, 16 << 20}} {
 		c, err := client.New(context.Background(), client.Config{MasterAddr: ip, GlobalSegmentSize: 64 << 20, Hugepages: dram.HugepageOff, LeaseCacheKeys: tc.cache})
 		if err != nil {
 			b.Fatal(err)

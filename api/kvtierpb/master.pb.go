@@ -1942,13 +1942,17 @@ func (x *DiskTierStats) GetOffloadFailed() uint64 {
 }
 
 type HeartbeatRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	Endpoint      string                 `protobuf:"bytes,2,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
-	Segments      []*Segment             `protobuf:"bytes,3,rep,name=segments,proto3" json:"segments,omitempty"`                              // re-announced on every beat (remount after grace)
-	Disk          *DiskTierStats         `protobuf:"bytes,4,opt,name=disk,proto3" json:"disk,omitempty"`                                      // appliances with an SSD tier
-	OffloadSlots  uint32                 `protobuf:"varint,5,opt,name=offload_slots,json=offloadSlots,proto3" json:"offload_slots,omitempty"` // how many offload tasks the node can take now
-	Nvme          *NvmeStats             `protobuf:"bytes,6,opt,name=nvme,proto3" json:"nvme,omitempty"`                                      // appliances exporting namespaces over NVMe/TCP
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	ClientId     string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Endpoint     string                 `protobuf:"bytes,2,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	Segments     []*Segment             `protobuf:"bytes,3,rep,name=segments,proto3" json:"segments,omitempty"`                              // re-announced on every beat (remount after grace)
+	Disk         *DiskTierStats         `protobuf:"bytes,4,opt,name=disk,proto3" json:"disk,omitempty"`                                      // appliances with an SSD tier
+	OffloadSlots uint32                 `protobuf:"varint,5,opt,name=offload_slots,json=offloadSlots,proto3" json:"offload_slots,omitempty"` // how many offload tasks the node can take now
+	Nvme         *NvmeStats             `protobuf:"bytes,6,opt,name=nvme,proto3" json:"nvme,omitempty"`                                      // appliances exporting namespaces over NVMe/TCP
+	// Reads the client served since its last beat without asking the master,
+	// by reusing a running read lease (client LeaseCacheKeys). The master
+	// counts them as reads, as if they had been GetReplicaList calls.
+	CachedReads   []*CachedRead `protobuf:"bytes,7,rep,name=cached_reads,json=cachedReads,proto3" json:"cached_reads,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2025,6 +2029,82 @@ func (x *HeartbeatRequest) GetNvme() *NvmeStats {
 	return nil
 }
 
+func (x *HeartbeatRequest) GetCachedReads() []*CachedRead {
+	if x != nil {
+		return x.CachedReads
+	}
+	return nil
+}
+
+// Reads of one object served from a client's lease cache.
+type CachedRead struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Key           []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Count         uint32                 `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`                                          // reads since the last beat, >= 1
+	LastReadAgeMs uint64                 `protobuf:"varint,4,opt,name=last_read_age_ms,json=lastReadAgeMs,proto3" json:"last_read_age_ms,omitempty"` // how long before this beat the latest one happened
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CachedRead) Reset() {
+	*x = CachedRead{}
+	mi := &file_master_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CachedRead) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CachedRead) ProtoMessage() {}
+
+func (x *CachedRead) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CachedRead.ProtoReflect.Descriptor instead.
+func (*CachedRead) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *CachedRead) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *CachedRead) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *CachedRead) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *CachedRead) GetLastReadAgeMs() uint64 {
+	if x != nil {
+		return x.LastReadAgeMs
+	}
+	return 0
+}
+
 // The figures of an appliance's built-in NVMe/TCP target, as of one heartbeat.
 // Counters are totals since the target started.
 type NvmeStats struct {
@@ -2038,7 +2118,7 @@ type NvmeStats struct {
 
 func (x *NvmeStats) Reset() {
 	*x = NvmeStats{}
-	mi := &file_master_proto_msgTypes[25]
+	mi := &file_master_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2050,7 +2130,7 @@ func (x *NvmeStats) String() string {
 func (*NvmeStats) ProtoMessage() {}
 
 func (x *NvmeStats) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[25]
+	mi := &file_master_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2063,7 +2143,7 @@ func (x *NvmeStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NvmeStats.ProtoReflect.Descriptor instead.
 func (*NvmeStats) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{25}
+	return file_master_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *NvmeStats) GetAddr() string {
@@ -2097,7 +2177,7 @@ type NvmeSubsystem struct {
 
 func (x *NvmeSubsystem) Reset() {
 	*x = NvmeSubsystem{}
-	mi := &file_master_proto_msgTypes[26]
+	mi := &file_master_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2109,7 +2189,7 @@ func (x *NvmeSubsystem) String() string {
 func (*NvmeSubsystem) ProtoMessage() {}
 
 func (x *NvmeSubsystem) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[26]
+	mi := &file_master_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2122,7 +2202,7 @@ func (x *NvmeSubsystem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NvmeSubsystem.ProtoReflect.Descriptor instead.
 func (*NvmeSubsystem) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{26}
+	return file_master_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *NvmeSubsystem) GetNqn() string {
@@ -2156,7 +2236,7 @@ type NvmeNamespace struct {
 
 func (x *NvmeNamespace) Reset() {
 	*x = NvmeNamespace{}
-	mi := &file_master_proto_msgTypes[27]
+	mi := &file_master_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2168,7 +2248,7 @@ func (x *NvmeNamespace) String() string {
 func (*NvmeNamespace) ProtoMessage() {}
 
 func (x *NvmeNamespace) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[27]
+	mi := &file_master_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2181,7 +2261,7 @@ func (x *NvmeNamespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NvmeNamespace.ProtoReflect.Descriptor instead.
 func (*NvmeNamespace) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{27}
+	return file_master_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *NvmeNamespace) GetNsid() uint32 {
@@ -2260,7 +2340,7 @@ type NvmeHost struct {
 
 func (x *NvmeHost) Reset() {
 	*x = NvmeHost{}
-	mi := &file_master_proto_msgTypes[28]
+	mi := &file_master_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2272,7 +2352,7 @@ func (x *NvmeHost) String() string {
 func (*NvmeHost) ProtoMessage() {}
 
 func (x *NvmeHost) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[28]
+	mi := &file_master_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2285,7 +2365,7 @@ func (x *NvmeHost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NvmeHost.ProtoReflect.Descriptor instead.
 func (*NvmeHost) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{28}
+	return file_master_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *NvmeHost) GetCntlid() uint32 {
@@ -2336,7 +2416,7 @@ type TierSettings struct {
 
 func (x *TierSettings) Reset() {
 	*x = TierSettings{}
-	mi := &file_master_proto_msgTypes[29]
+	mi := &file_master_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2348,7 +2428,7 @@ func (x *TierSettings) String() string {
 func (*TierSettings) ProtoMessage() {}
 
 func (x *TierSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[29]
+	mi := &file_master_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2361,7 +2441,7 @@ func (x *TierSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TierSettings.ProtoReflect.Descriptor instead.
 func (*TierSettings) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{29}
+	return file_master_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *TierSettings) GetOffloadMode() string {
@@ -2405,7 +2485,7 @@ type OffloadTask struct {
 
 func (x *OffloadTask) Reset() {
 	*x = OffloadTask{}
-	mi := &file_master_proto_msgTypes[30]
+	mi := &file_master_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2417,7 +2497,7 @@ func (x *OffloadTask) String() string {
 func (*OffloadTask) ProtoMessage() {}
 
 func (x *OffloadTask) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[30]
+	mi := &file_master_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2430,7 +2510,7 @@ func (x *OffloadTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffloadTask.ProtoReflect.Descriptor instead.
 func (*OffloadTask) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{30}
+	return file_master_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *OffloadTask) GetTenant() string {
@@ -2479,7 +2559,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_master_proto_msgTypes[31]
+	mi := &file_master_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2491,7 +2571,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[31]
+	mi := &file_master_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2504,7 +2584,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{31}
+	return file_master_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *HeartbeatResponse) GetKnown() bool {
@@ -2544,7 +2624,7 @@ type OffloadDoneRequest struct {
 
 func (x *OffloadDoneRequest) Reset() {
 	*x = OffloadDoneRequest{}
-	mi := &file_master_proto_msgTypes[32]
+	mi := &file_master_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2556,7 +2636,7 @@ func (x *OffloadDoneRequest) String() string {
 func (*OffloadDoneRequest) ProtoMessage() {}
 
 func (x *OffloadDoneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[32]
+	mi := &file_master_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2569,7 +2649,7 @@ func (x *OffloadDoneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffloadDoneRequest.ProtoReflect.Descriptor instead.
 func (*OffloadDoneRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{32}
+	return file_master_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *OffloadDoneRequest) GetClientId() string {
@@ -2643,7 +2723,7 @@ type DiskObject struct {
 
 func (x *DiskObject) Reset() {
 	*x = DiskObject{}
-	mi := &file_master_proto_msgTypes[33]
+	mi := &file_master_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2655,7 +2735,7 @@ func (x *DiskObject) String() string {
 func (*DiskObject) ProtoMessage() {}
 
 func (x *DiskObject) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[33]
+	mi := &file_master_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2668,7 +2748,7 @@ func (x *DiskObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskObject.ProtoReflect.Descriptor instead.
 func (*DiskObject) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{33}
+	return file_master_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DiskObject) GetTenant() string {
@@ -2730,7 +2810,7 @@ type RegisterDiskObjectsRequest struct {
 
 func (x *RegisterDiskObjectsRequest) Reset() {
 	*x = RegisterDiskObjectsRequest{}
-	mi := &file_master_proto_msgTypes[34]
+	mi := &file_master_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2742,7 +2822,7 @@ func (x *RegisterDiskObjectsRequest) String() string {
 func (*RegisterDiskObjectsRequest) ProtoMessage() {}
 
 func (x *RegisterDiskObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[34]
+	mi := &file_master_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2755,7 +2835,7 @@ func (x *RegisterDiskObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterDiskObjectsRequest.ProtoReflect.Descriptor instead.
 func (*RegisterDiskObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{34}
+	return file_master_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RegisterDiskObjectsRequest) GetClientId() string {
@@ -2782,7 +2862,7 @@ type DropBucketRequest struct {
 
 func (x *DropBucketRequest) Reset() {
 	*x = DropBucketRequest{}
-	mi := &file_master_proto_msgTypes[35]
+	mi := &file_master_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2794,7 +2874,7 @@ func (x *DropBucketRequest) String() string {
 func (*DropBucketRequest) ProtoMessage() {}
 
 func (x *DropBucketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[35]
+	mi := &file_master_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2807,7 +2887,7 @@ func (x *DropBucketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropBucketRequest.ProtoReflect.Descriptor instead.
 func (*DropBucketRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{35}
+	return file_master_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DropBucketRequest) GetClientId() string {
@@ -2837,7 +2917,7 @@ type ListObjectsRequest struct {
 
 func (x *ListObjectsRequest) Reset() {
 	*x = ListObjectsRequest{}
-	mi := &file_master_proto_msgTypes[36]
+	mi := &file_master_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2849,7 +2929,7 @@ func (x *ListObjectsRequest) String() string {
 func (*ListObjectsRequest) ProtoMessage() {}
 
 func (x *ListObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[36]
+	mi := &file_master_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2862,7 +2942,7 @@ func (x *ListObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListObjectsRequest.ProtoReflect.Descriptor instead.
 func (*ListObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{36}
+	return file_master_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListObjectsRequest) GetTenant() string {
@@ -2922,7 +3002,7 @@ type ObjectInfo struct {
 
 func (x *ObjectInfo) Reset() {
 	*x = ObjectInfo{}
-	mi := &file_master_proto_msgTypes[37]
+	mi := &file_master_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2934,7 +3014,7 @@ func (x *ObjectInfo) String() string {
 func (*ObjectInfo) ProtoMessage() {}
 
 func (x *ObjectInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[37]
+	mi := &file_master_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2947,7 +3027,7 @@ func (x *ObjectInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectInfo.ProtoReflect.Descriptor instead.
 func (*ObjectInfo) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{37}
+	return file_master_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ObjectInfo) GetTenant() string {
@@ -3058,7 +3138,7 @@ type ListObjectsResponse struct {
 
 func (x *ListObjectsResponse) Reset() {
 	*x = ListObjectsResponse{}
-	mi := &file_master_proto_msgTypes[38]
+	mi := &file_master_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3070,7 +3150,7 @@ func (x *ListObjectsResponse) String() string {
 func (*ListObjectsResponse) ProtoMessage() {}
 
 func (x *ListObjectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[38]
+	mi := &file_master_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3083,7 +3163,7 @@ func (x *ListObjectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListObjectsResponse.ProtoReflect.Descriptor instead.
 func (*ListObjectsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{38}
+	return file_master_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListObjectsResponse) GetObjects() []*ObjectInfo {
@@ -3114,7 +3194,7 @@ type SegmentInfo struct {
 
 func (x *SegmentInfo) Reset() {
 	*x = SegmentInfo{}
-	mi := &file_master_proto_msgTypes[39]
+	mi := &file_master_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3126,7 +3206,7 @@ func (x *SegmentInfo) String() string {
 func (*SegmentInfo) ProtoMessage() {}
 
 func (x *SegmentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[39]
+	mi := &file_master_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3139,7 +3219,7 @@ func (x *SegmentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegmentInfo.ProtoReflect.Descriptor instead.
 func (*SegmentInfo) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{39}
+	return file_master_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SegmentInfo) GetSegment() *Segment {
@@ -3193,7 +3273,7 @@ type ListSegmentsResponse struct {
 
 func (x *ListSegmentsResponse) Reset() {
 	*x = ListSegmentsResponse{}
-	mi := &file_master_proto_msgTypes[40]
+	mi := &file_master_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3205,7 +3285,7 @@ func (x *ListSegmentsResponse) String() string {
 func (*ListSegmentsResponse) ProtoMessage() {}
 
 func (x *ListSegmentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[40]
+	mi := &file_master_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3218,7 +3298,7 @@ func (x *ListSegmentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSegmentsResponse.ProtoReflect.Descriptor instead.
 func (*ListSegmentsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{40}
+	return file_master_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListSegmentsResponse) GetSegments() []*SegmentInfo {
@@ -3243,7 +3323,7 @@ type ClientInfo struct {
 
 func (x *ClientInfo) Reset() {
 	*x = ClientInfo{}
-	mi := &file_master_proto_msgTypes[41]
+	mi := &file_master_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3255,7 +3335,7 @@ func (x *ClientInfo) String() string {
 func (*ClientInfo) ProtoMessage() {}
 
 func (x *ClientInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[41]
+	mi := &file_master_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3268,7 +3348,7 @@ func (x *ClientInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientInfo.ProtoReflect.Descriptor instead.
 func (*ClientInfo) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{41}
+	return file_master_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ClientInfo) GetClientId() string {
@@ -3329,7 +3409,7 @@ type ListClientsResponse struct {
 
 func (x *ListClientsResponse) Reset() {
 	*x = ListClientsResponse{}
-	mi := &file_master_proto_msgTypes[42]
+	mi := &file_master_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3341,7 +3421,7 @@ func (x *ListClientsResponse) String() string {
 func (*ListClientsResponse) ProtoMessage() {}
 
 func (x *ListClientsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[42]
+	mi := &file_master_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3354,7 +3434,7 @@ func (x *ListClientsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClientsResponse.ProtoReflect.Descriptor instead.
 func (*ListClientsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{42}
+	return file_master_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListClientsResponse) GetClients() []*ClientInfo {
@@ -3378,7 +3458,7 @@ type TierStats struct {
 
 func (x *TierStats) Reset() {
 	*x = TierStats{}
-	mi := &file_master_proto_msgTypes[43]
+	mi := &file_master_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3390,7 +3470,7 @@ func (x *TierStats) String() string {
 func (*TierStats) ProtoMessage() {}
 
 func (x *TierStats) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[43]
+	mi := &file_master_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3403,7 +3483,7 @@ func (x *TierStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TierStats.ProtoReflect.Descriptor instead.
 func (*TierStats) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{43}
+	return file_master_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TierStats) GetTier() string {
@@ -3461,7 +3541,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_master_proto_msgTypes[44]
+	mi := &file_master_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3473,7 +3553,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[44]
+	mi := &file_master_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3486,7 +3566,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{44}
+	return file_master_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *StatsResponse) GetObjects() uint64 {
@@ -3536,7 +3616,7 @@ type DramSettings struct {
 
 func (x *DramSettings) Reset() {
 	*x = DramSettings{}
-	mi := &file_master_proto_msgTypes[45]
+	mi := &file_master_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3548,7 +3628,7 @@ func (x *DramSettings) String() string {
 func (*DramSettings) ProtoMessage() {}
 
 func (x *DramSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[45]
+	mi := &file_master_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3561,7 +3641,7 @@ func (x *DramSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DramSettings.ProtoReflect.Descriptor instead.
 func (*DramSettings) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{45}
+	return file_master_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DramSettings) GetHighWatermark() float64 {
@@ -3596,7 +3676,7 @@ type TiersResponse struct {
 
 func (x *TiersResponse) Reset() {
 	*x = TiersResponse{}
-	mi := &file_master_proto_msgTypes[46]
+	mi := &file_master_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3608,7 +3688,7 @@ func (x *TiersResponse) String() string {
 func (*TiersResponse) ProtoMessage() {}
 
 func (x *TiersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[46]
+	mi := &file_master_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3621,7 +3701,7 @@ func (x *TiersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TiersResponse.ProtoReflect.Descriptor instead.
 func (*TiersResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{46}
+	return file_master_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *TiersResponse) GetDram() *DramSettings {
@@ -3661,7 +3741,7 @@ type UpdateTiersRequest struct {
 
 func (x *UpdateTiersRequest) Reset() {
 	*x = UpdateTiersRequest{}
-	mi := &file_master_proto_msgTypes[47]
+	mi := &file_master_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3673,7 +3753,7 @@ func (x *UpdateTiersRequest) String() string {
 func (*UpdateTiersRequest) ProtoMessage() {}
 
 func (x *UpdateTiersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[47]
+	mi := &file_master_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3686,7 +3766,7 @@ func (x *UpdateTiersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTiersRequest.ProtoReflect.Descriptor instead.
 func (*UpdateTiersRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{47}
+	return file_master_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *UpdateTiersRequest) GetHighWatermark() float64 {
@@ -3755,7 +3835,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_master_proto_msgTypes[48]
+	mi := &file_master_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3767,7 +3847,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[48]
+	mi := &file_master_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3780,7 +3860,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{48}
+	return file_master_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Event) GetTimeMs() int64 {
@@ -3966,14 +4046,21 @@ const file_master_proto_rawDesc = "" +
 	"\findex_loaded\x18\n" +
 	" \x01(\bR\vindexLoaded\x12'\n" +
 	"\x0foffload_skipped\x18\v \x01(\x04R\x0eoffloadSkipped\x12%\n" +
-	"\x0eoffload_failed\x18\f \x01(\x04R\roffloadFailed\"\xf8\x01\n" +
+	"\x0eoffload_failed\x18\f \x01(\x04R\roffloadFailed\"\xb2\x02\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1a\n" +
 	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12.\n" +
 	"\bsegments\x18\x03 \x03(\v2\x12.kvtier.v1.SegmentR\bsegments\x12,\n" +
 	"\x04disk\x18\x04 \x01(\v2\x18.kvtier.v1.DiskTierStatsR\x04disk\x12#\n" +
 	"\roffload_slots\x18\x05 \x01(\rR\foffloadSlots\x12(\n" +
-	"\x04nvme\x18\x06 \x01(\v2\x14.kvtier.v1.NvmeStatsR\x04nvme\"\x84\x01\n" +
+	"\x04nvme\x18\x06 \x01(\v2\x14.kvtier.v1.NvmeStatsR\x04nvme\x128\n" +
+	"\fcached_reads\x18\a \x03(\v2\x15.kvtier.v1.CachedReadR\vcachedReads\"u\n" +
+	"\n" +
+	"CachedRead\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
+	"\x05count\x18\x03 \x01(\rR\x05count\x12'\n" +
+	"\x10last_read_age_ms\x18\x04 \x01(\x04R\rlastReadAgeMs\"\x84\x01\n" +
 	"\tNvmeStats\x12\x12\n" +
 	"\x04addr\x18\x01 \x01(\tR\x04addr\x128\n" +
 	"\n" +
@@ -4243,7 +4330,7 @@ func file_master_proto_rawDescGZIP() []byte {
 }
 
 var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_master_proto_goTypes = []any{
 	(ErrorCode)(0),                      // 0: kvtier.v1.ErrorCode
 	(ReplicaType)(0),                    // 1: kvtier.v1.ReplicaType
@@ -4275,31 +4362,32 @@ var file_master_proto_goTypes = []any{
 	(*UnmountSegmentRequest)(nil),       // 27: kvtier.v1.UnmountSegmentRequest
 	(*DiskTierStats)(nil),               // 28: kvtier.v1.DiskTierStats
 	(*HeartbeatRequest)(nil),            // 29: kvtier.v1.HeartbeatRequest
-	(*NvmeStats)(nil),                   // 30: kvtier.v1.NvmeStats
-	(*NvmeSubsystem)(nil),               // 31: kvtier.v1.NvmeSubsystem
-	(*NvmeNamespace)(nil),               // 32: kvtier.v1.NvmeNamespace
-	(*NvmeHost)(nil),                    // 33: kvtier.v1.NvmeHost
-	(*TierSettings)(nil),                // 34: kvtier.v1.TierSettings
-	(*OffloadTask)(nil),                 // 35: kvtier.v1.OffloadTask
-	(*HeartbeatResponse)(nil),           // 36: kvtier.v1.HeartbeatResponse
-	(*OffloadDoneRequest)(nil),          // 37: kvtier.v1.OffloadDoneRequest
-	(*DiskObject)(nil),                  // 38: kvtier.v1.DiskObject
-	(*RegisterDiskObjectsRequest)(nil),  // 39: kvtier.v1.RegisterDiskObjectsRequest
-	(*DropBucketRequest)(nil),           // 40: kvtier.v1.DropBucketRequest
-	(*ListObjectsRequest)(nil),          // 41: kvtier.v1.ListObjectsRequest
-	(*ObjectInfo)(nil),                  // 42: kvtier.v1.ObjectInfo
-	(*ListObjectsResponse)(nil),         // 43: kvtier.v1.ListObjectsResponse
-	(*SegmentInfo)(nil),                 // 44: kvtier.v1.SegmentInfo
-	(*ListSegmentsResponse)(nil),        // 45: kvtier.v1.ListSegmentsResponse
-	(*ClientInfo)(nil),                  // 46: kvtier.v1.ClientInfo
-	(*ListClientsResponse)(nil),         // 47: kvtier.v1.ListClientsResponse
-	(*TierStats)(nil),                   // 48: kvtier.v1.TierStats
-	(*StatsResponse)(nil),               // 49: kvtier.v1.StatsResponse
-	(*DramSettings)(nil),                // 50: kvtier.v1.DramSettings
-	(*TiersResponse)(nil),               // 51: kvtier.v1.TiersResponse
-	(*UpdateTiersRequest)(nil),          // 52: kvtier.v1.UpdateTiersRequest
-	(*Event)(nil),                       // 53: kvtier.v1.Event
-	nil,                                 // 54: kvtier.v1.StatsResponse.CountersEntry
+	(*CachedRead)(nil),                  // 30: kvtier.v1.CachedRead
+	(*NvmeStats)(nil),                   // 31: kvtier.v1.NvmeStats
+	(*NvmeSubsystem)(nil),               // 32: kvtier.v1.NvmeSubsystem
+	(*NvmeNamespace)(nil),               // 33: kvtier.v1.NvmeNamespace
+	(*NvmeHost)(nil),                    // 34: kvtier.v1.NvmeHost
+	(*TierSettings)(nil),                // 35: kvtier.v1.TierSettings
+	(*OffloadTask)(nil),                 // 36: kvtier.v1.OffloadTask
+	(*HeartbeatResponse)(nil),           // 37: kvtier.v1.HeartbeatResponse
+	(*OffloadDoneRequest)(nil),          // 38: kvtier.v1.OffloadDoneRequest
+	(*DiskObject)(nil),                  // 39: kvtier.v1.DiskObject
+	(*RegisterDiskObjectsRequest)(nil),  // 40: kvtier.v1.RegisterDiskObjectsRequest
+	(*DropBucketRequest)(nil),           // 41: kvtier.v1.DropBucketRequest
+	(*ListObjectsRequest)(nil),          // 42: kvtier.v1.ListObjectsRequest
+	(*ObjectInfo)(nil),                  // 43: kvtier.v1.ObjectInfo
+	(*ListObjectsResponse)(nil),         // 44: kvtier.v1.ListObjectsResponse
+	(*SegmentInfo)(nil),                 // 45: kvtier.v1.SegmentInfo
+	(*ListSegmentsResponse)(nil),        // 46: kvtier.v1.ListSegmentsResponse
+	(*ClientInfo)(nil),                  // 47: kvtier.v1.ClientInfo
+	(*ListClientsResponse)(nil),         // 48: kvtier.v1.ListClientsResponse
+	(*TierStats)(nil),                   // 49: kvtier.v1.TierStats
+	(*StatsResponse)(nil),               // 50: kvtier.v1.StatsResponse
+	(*DramSettings)(nil),                // 51: kvtier.v1.DramSettings
+	(*TiersResponse)(nil),               // 52: kvtier.v1.TiersResponse
+	(*UpdateTiersRequest)(nil),          // 53: kvtier.v1.UpdateTiersRequest
+	(*Event)(nil),                       // 54: kvtier.v1.Event
+	nil,                                 // 55: kvtier.v1.StatsResponse.CountersEntry
 }
 var file_master_proto_depIdxs = []int32{
 	1,  // 0: kvtier.v1.Replica.type:type_name -> kvtier.v1.ReplicaType
@@ -4321,89 +4409,90 @@ var file_master_proto_depIdxs = []int32{
 	25, // 16: kvtier.v1.MountSegmentRequest.segment:type_name -> kvtier.v1.Segment
 	25, // 17: kvtier.v1.HeartbeatRequest.segments:type_name -> kvtier.v1.Segment
 	28, // 18: kvtier.v1.HeartbeatRequest.disk:type_name -> kvtier.v1.DiskTierStats
-	30, // 19: kvtier.v1.HeartbeatRequest.nvme:type_name -> kvtier.v1.NvmeStats
-	31, // 20: kvtier.v1.NvmeStats.subsystems:type_name -> kvtier.v1.NvmeSubsystem
-	33, // 21: kvtier.v1.NvmeStats.hosts:type_name -> kvtier.v1.NvmeHost
-	32, // 22: kvtier.v1.NvmeSubsystem.namespaces:type_name -> kvtier.v1.NvmeNamespace
-	5,  // 23: kvtier.v1.OffloadTask.source:type_name -> kvtier.v1.Replica
-	35, // 24: kvtier.v1.HeartbeatResponse.offload:type_name -> kvtier.v1.OffloadTask
-	34, // 25: kvtier.v1.HeartbeatResponse.settings:type_name -> kvtier.v1.TierSettings
-	38, // 26: kvtier.v1.RegisterDiskObjectsRequest.objects:type_name -> kvtier.v1.DiskObject
-	5,  // 27: kvtier.v1.ObjectInfo.replicas:type_name -> kvtier.v1.Replica
-	42, // 28: kvtier.v1.ListObjectsResponse.objects:type_name -> kvtier.v1.ObjectInfo
-	25, // 29: kvtier.v1.SegmentInfo.segment:type_name -> kvtier.v1.Segment
-	3,  // 30: kvtier.v1.SegmentInfo.state:type_name -> kvtier.v1.SegmentState
-	44, // 31: kvtier.v1.ListSegmentsResponse.segments:type_name -> kvtier.v1.SegmentInfo
-	4,  // 32: kvtier.v1.ClientInfo.state:type_name -> kvtier.v1.ClientState
-	28, // 33: kvtier.v1.ClientInfo.disk:type_name -> kvtier.v1.DiskTierStats
-	30, // 34: kvtier.v1.ClientInfo.nvme:type_name -> kvtier.v1.NvmeStats
-	46, // 35: kvtier.v1.ListClientsResponse.clients:type_name -> kvtier.v1.ClientInfo
-	48, // 36: kvtier.v1.StatsResponse.tiers:type_name -> kvtier.v1.TierStats
-	54, // 37: kvtier.v1.StatsResponse.counters:type_name -> kvtier.v1.StatsResponse.CountersEntry
-	50, // 38: kvtier.v1.TiersResponse.dram:type_name -> kvtier.v1.DramSettings
-	34, // 39: kvtier.v1.TiersResponse.ssd:type_name -> kvtier.v1.TierSettings
-	48, // 40: kvtier.v1.TiersResponse.stats:type_name -> kvtier.v1.TierStats
-	7,  // 41: kvtier.v1.Master.PutStart:input_type -> kvtier.v1.PutStartRequest
-	9,  // 42: kvtier.v1.Master.PutEnd:input_type -> kvtier.v1.KeyRequest
-	9,  // 43: kvtier.v1.Master.PutRevoke:input_type -> kvtier.v1.KeyRequest
-	9,  // 44: kvtier.v1.Master.GetReplicaList:input_type -> kvtier.v1.KeyRequest
-	9,  // 45: kvtier.v1.Master.Exist:input_type -> kvtier.v1.KeyRequest
-	9,  // 46: kvtier.v1.Master.Remove:input_type -> kvtier.v1.KeyRequest
-	13, // 47: kvtier.v1.Master.RemoveByRegex:input_type -> kvtier.v1.RemoveByRegexRequest
-	14, // 48: kvtier.v1.Master.RemoveAll:input_type -> kvtier.v1.RemoveAllRequest
-	16, // 49: kvtier.v1.Master.BatchPutStart:input_type -> kvtier.v1.BatchPutStartRequest
-	19, // 50: kvtier.v1.Master.BatchPutEnd:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 51: kvtier.v1.Master.BatchPutRevoke:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 52: kvtier.v1.Master.BatchGetReplicaList:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 53: kvtier.v1.Master.BatchExist:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 54: kvtier.v1.Master.BatchRemove:input_type -> kvtier.v1.BatchKeysRequest
-	26, // 55: kvtier.v1.Master.MountSegment:input_type -> kvtier.v1.MountSegmentRequest
-	27, // 56: kvtier.v1.Master.UnmountSegment:input_type -> kvtier.v1.UnmountSegmentRequest
-	29, // 57: kvtier.v1.Master.Heartbeat:input_type -> kvtier.v1.HeartbeatRequest
-	37, // 58: kvtier.v1.Master.OffloadDone:input_type -> kvtier.v1.OffloadDoneRequest
-	39, // 59: kvtier.v1.Master.RegisterDiskObjects:input_type -> kvtier.v1.RegisterDiskObjectsRequest
-	40, // 60: kvtier.v1.Master.DropBucket:input_type -> kvtier.v1.DropBucketRequest
-	41, // 61: kvtier.v1.Master.ListObjects:input_type -> kvtier.v1.ListObjectsRequest
-	9,  // 62: kvtier.v1.Master.GetObject:input_type -> kvtier.v1.KeyRequest
-	10, // 63: kvtier.v1.Master.ListSegments:input_type -> kvtier.v1.Empty
-	10, // 64: kvtier.v1.Master.ListClients:input_type -> kvtier.v1.Empty
-	10, // 65: kvtier.v1.Master.Stats:input_type -> kvtier.v1.Empty
-	10, // 66: kvtier.v1.Master.GetTiers:input_type -> kvtier.v1.Empty
-	52, // 67: kvtier.v1.Master.UpdateTiers:input_type -> kvtier.v1.UpdateTiersRequest
-	10, // 68: kvtier.v1.Master.WatchEvents:input_type -> kvtier.v1.Empty
-	8,  // 69: kvtier.v1.Master.PutStart:output_type -> kvtier.v1.PutStartResponse
-	10, // 70: kvtier.v1.Master.PutEnd:output_type -> kvtier.v1.Empty
-	10, // 71: kvtier.v1.Master.PutRevoke:output_type -> kvtier.v1.Empty
-	11, // 72: kvtier.v1.Master.GetReplicaList:output_type -> kvtier.v1.GetReplicaListResponse
-	12, // 73: kvtier.v1.Master.Exist:output_type -> kvtier.v1.ExistResponse
-	10, // 74: kvtier.v1.Master.Remove:output_type -> kvtier.v1.Empty
-	15, // 75: kvtier.v1.Master.RemoveByRegex:output_type -> kvtier.v1.CountResponse
-	15, // 76: kvtier.v1.Master.RemoveAll:output_type -> kvtier.v1.CountResponse
-	18, // 77: kvtier.v1.Master.BatchPutStart:output_type -> kvtier.v1.BatchPutStartResponse
-	21, // 78: kvtier.v1.Master.BatchPutEnd:output_type -> kvtier.v1.BatchResponse
-	21, // 79: kvtier.v1.Master.BatchPutRevoke:output_type -> kvtier.v1.BatchResponse
-	23, // 80: kvtier.v1.Master.BatchGetReplicaList:output_type -> kvtier.v1.BatchGetReplicaListResponse
-	24, // 81: kvtier.v1.Master.BatchExist:output_type -> kvtier.v1.BatchExistResponse
-	21, // 82: kvtier.v1.Master.BatchRemove:output_type -> kvtier.v1.BatchResponse
-	10, // 83: kvtier.v1.Master.MountSegment:output_type -> kvtier.v1.Empty
-	10, // 84: kvtier.v1.Master.UnmountSegment:output_type -> kvtier.v1.Empty
-	36, // 85: kvtier.v1.Master.Heartbeat:output_type -> kvtier.v1.HeartbeatResponse
-	10, // 86: kvtier.v1.Master.OffloadDone:output_type -> kvtier.v1.Empty
-	21, // 87: kvtier.v1.Master.RegisterDiskObjects:output_type -> kvtier.v1.BatchResponse
-	10, // 88: kvtier.v1.Master.DropBucket:output_type -> kvtier.v1.Empty
-	43, // 89: kvtier.v1.Master.ListObjects:output_type -> kvtier.v1.ListObjectsResponse
-	42, // 90: kvtier.v1.Master.GetObject:output_type -> kvtier.v1.ObjectInfo
-	45, // 91: kvtier.v1.Master.ListSegments:output_type -> kvtier.v1.ListSegmentsResponse
-	47, // 92: kvtier.v1.Master.ListClients:output_type -> kvtier.v1.ListClientsResponse
-	49, // 93: kvtier.v1.Master.Stats:output_type -> kvtier.v1.StatsResponse
-	51, // 94: kvtier.v1.Master.GetTiers:output_type -> kvtier.v1.TiersResponse
-	51, // 95: kvtier.v1.Master.UpdateTiers:output_type -> kvtier.v1.TiersResponse
-	53, // 96: kvtier.v1.Master.WatchEvents:output_type -> kvtier.v1.Event
-	69, // [69:97] is the sub-list for method output_type
-	41, // [41:69] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	31, // 19: kvtier.v1.HeartbeatRequest.nvme:type_name -> kvtier.v1.NvmeStats
+	30, // 20: kvtier.v1.HeartbeatRequest.cached_reads:type_name -> kvtier.v1.CachedRead
+	32, // 21: kvtier.v1.NvmeStats.subsystems:type_name -> kvtier.v1.NvmeSubsystem
+	34, // 22: kvtier.v1.NvmeStats.hosts:type_name -> kvtier.v1.NvmeHost
+	33, // 23: kvtier.v1.NvmeSubsystem.namespaces:type_name -> kvtier.v1.NvmeNamespace
+	5,  // 24: kvtier.v1.OffloadTask.source:type_name -> kvtier.v1.Replica
+	36, // 25: kvtier.v1.HeartbeatResponse.offload:type_name -> kvtier.v1.OffloadTask
+	35, // 26: kvtier.v1.HeartbeatResponse.settings:type_name -> kvtier.v1.TierSettings
+	39, // 27: kvtier.v1.RegisterDiskObjectsRequest.objects:type_name -> kvtier.v1.DiskObject
+	5,  // 28: kvtier.v1.ObjectInfo.replicas:type_name -> kvtier.v1.Replica
+	43, // 29: kvtier.v1.ListObjectsResponse.objects:type_name -> kvtier.v1.ObjectInfo
+	25, // 30: kvtier.v1.SegmentInfo.segment:type_name -> kvtier.v1.Segment
+	3,  // 31: kvtier.v1.SegmentInfo.state:type_name -> kvtier.v1.SegmentState
+	45, // 32: kvtier.v1.ListSegmentsResponse.segments:type_name -> kvtier.v1.SegmentInfo
+	4,  // 33: kvtier.v1.ClientInfo.state:type_name -> kvtier.v1.ClientState
+	28, // 34: kvtier.v1.ClientInfo.disk:type_name -> kvtier.v1.DiskTierStats
+	31, // 35: kvtier.v1.ClientInfo.nvme:type_name -> kvtier.v1.NvmeStats
+	47, // 36: kvtier.v1.ListClientsResponse.clients:type_name -> kvtier.v1.ClientInfo
+	49, // 37: kvtier.v1.StatsResponse.tiers:type_name -> kvtier.v1.TierStats
+	55, // 38: kvtier.v1.StatsResponse.counters:type_name -> kvtier.v1.StatsResponse.CountersEntry
+	51, // 39: kvtier.v1.TiersResponse.dram:type_name -> kvtier.v1.DramSettings
+	35, // 40: kvtier.v1.TiersResponse.ssd:type_name -> kvtier.v1.TierSettings
+	49, // 41: kvtier.v1.TiersResponse.stats:type_name -> kvtier.v1.TierStats
+	7,  // 42: kvtier.v1.Master.PutStart:input_type -> kvtier.v1.PutStartRequest
+	9,  // 43: kvtier.v1.Master.PutEnd:input_type -> kvtier.v1.KeyRequest
+	9,  // 44: kvtier.v1.Master.PutRevoke:input_type -> kvtier.v1.KeyRequest
+	9,  // 45: kvtier.v1.Master.GetReplicaList:input_type -> kvtier.v1.KeyRequest
+	9,  // 46: kvtier.v1.Master.Exist:input_type -> kvtier.v1.KeyRequest
+	9,  // 47: kvtier.v1.Master.Remove:input_type -> kvtier.v1.KeyRequest
+	13, // 48: kvtier.v1.Master.RemoveByRegex:input_type -> kvtier.v1.RemoveByRegexRequest
+	14, // 49: kvtier.v1.Master.RemoveAll:input_type -> kvtier.v1.RemoveAllRequest
+	16, // 50: kvtier.v1.Master.BatchPutStart:input_type -> kvtier.v1.BatchPutStartRequest
+	19, // 51: kvtier.v1.Master.BatchPutEnd:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 52: kvtier.v1.Master.BatchPutRevoke:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 53: kvtier.v1.Master.BatchGetReplicaList:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 54: kvtier.v1.Master.BatchExist:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 55: kvtier.v1.Master.BatchRemove:input_type -> kvtier.v1.BatchKeysRequest
+	26, // 56: kvtier.v1.Master.MountSegment:input_type -> kvtier.v1.MountSegmentRequest
+	27, // 57: kvtier.v1.Master.UnmountSegment:input_type -> kvtier.v1.UnmountSegmentRequest
+	29, // 58: kvtier.v1.Master.Heartbeat:input_type -> kvtier.v1.HeartbeatRequest
+	38, // 59: kvtier.v1.Master.OffloadDone:input_type -> kvtier.v1.OffloadDoneRequest
+	40, // 60: kvtier.v1.Master.RegisterDiskObjects:input_type -> kvtier.v1.RegisterDiskObjectsRequest
+	41, // 61: kvtier.v1.Master.DropBucket:input_type -> kvtier.v1.DropBucketRequest
+	42, // 62: kvtier.v1.Master.ListObjects:input_type -> kvtier.v1.ListObjectsRequest
+	9,  // 63: kvtier.v1.Master.GetObject:input_type -> kvtier.v1.KeyRequest
+	10, // 64: kvtier.v1.Master.ListSegments:input_type -> kvtier.v1.Empty
+	10, // 65: kvtier.v1.Master.ListClients:input_type -> kvtier.v1.Empty
+	10, // 66: kvtier.v1.Master.Stats:input_type -> kvtier.v1.Empty
+	10, // 67: kvtier.v1.Master.GetTiers:input_type -> kvtier.v1.Empty
+	53, // 68: kvtier.v1.Master.UpdateTiers:input_type -> kvtier.v1.UpdateTiersRequest
+	10, // 69: kvtier.v1.Master.WatchEvents:input_type -> kvtier.v1.Empty
+	8,  // 70: kvtier.v1.Master.PutStart:output_type -> kvtier.v1.PutStartResponse
+	10, // 71: kvtier.v1.Master.PutEnd:output_type -> kvtier.v1.Empty
+	10, // 72: kvtier.v1.Master.PutRevoke:output_type -> kvtier.v1.Empty
+	11, // 73: kvtier.v1.Master.GetReplicaList:output_type -> kvtier.v1.GetReplicaListResponse
+	12, // 74: kvtier.v1.Master.Exist:output_type -> kvtier.v1.ExistResponse
+	10, // 75: kvtier.v1.Master.Remove:output_type -> kvtier.v1.Empty
+	15, // 76: kvtier.v1.Master.RemoveByRegex:output_type -> kvtier.v1.CountResponse
+	15, // 77: kvtier.v1.Master.RemoveAll:output_type -> kvtier.v1.CountResponse
+	18, // 78: kvtier.v1.Master.BatchPutStart:output_type -> kvtier.v1.BatchPutStartResponse
+	21, // 79: kvtier.v1.Master.BatchPutEnd:output_type -> kvtier.v1.BatchResponse
+	21, // 80: kvtier.v1.Master.BatchPutRevoke:output_type -> kvtier.v1.BatchResponse
+	23, // 81: kvtier.v1.Master.BatchGetReplicaList:output_type -> kvtier.v1.BatchGetReplicaListResponse
+	24, // 82: kvtier.v1.Master.BatchExist:output_type -> kvtier.v1.BatchExistResponse
+	21, // 83: kvtier.v1.Master.BatchRemove:output_type -> kvtier.v1.BatchResponse
+	10, // 84: kvtier.v1.Master.MountSegment:output_type -> kvtier.v1.Empty
+	10, // 85: kvtier.v1.Master.UnmountSegment:output_type -> kvtier.v1.Empty
+	37, // 86: kvtier.v1.Master.Heartbeat:output_type -> kvtier.v1.HeartbeatResponse
+	10, // 87: kvtier.v1.Master.OffloadDone:output_type -> kvtier.v1.Empty
+	21, // 88: kvtier.v1.Master.RegisterDiskObjects:output_type -> kvtier.v1.BatchResponse
+	10, // 89: kvtier.v1.Master.DropBucket:output_type -> kvtier.v1.Empty
+	44, // 90: kvtier.v1.Master.ListObjects:output_type -> kvtier.v1.ListObjectsResponse
+	43, // 91: kvtier.v1.Master.GetObject:output_type -> kvtier.v1.ObjectInfo
+	46, // 92: kvtier.v1.Master.ListSegments:output_type -> kvtier.v1.ListSegmentsResponse
+	48, // 93: kvtier.v1.Master.ListClients:output_type -> kvtier.v1.ListClientsResponse
+	50, // 94: kvtier.v1.Master.Stats:output_type -> kvtier.v1.StatsResponse
+	52, // 95: kvtier.v1.Master.GetTiers:output_type -> kvtier.v1.TiersResponse
+	52, // 96: kvtier.v1.Master.UpdateTiers:output_type -> kvtier.v1.TiersResponse
+	54, // 97: kvtier.v1.Master.WatchEvents:output_type -> kvtier.v1.Event
+	70, // [70:98] is the sub-list for method output_type
+	42, // [42:70] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_master_proto_init() }
@@ -4411,14 +4500,14 @@ func file_master_proto_init() {
 	if File_master_proto != nil {
 		return
 	}
-	file_master_proto_msgTypes[47].OneofWrappers = []any{}
+	file_master_proto_msgTypes[48].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_proto_rawDesc), len(file_master_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   50,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
