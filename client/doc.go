@@ -22,13 +22,15 @@
 //
 // The checksum a Get verifies is computed by the transfer engine while the
 // bytes arrive (transfer.Request.Sum), not in a second pass over the
-// buffer. With Config.LeaseCacheKeys > 0 a Get of a key read recently
-// reuses the replica list while the read lease the master granted still
-// has more than LeaseCacheMargin to run (no master call); the checksum and
-// the lease check after the transfer are unchanged, a failed read drops the
-// entry and asks the master, and the client's own Remove drops it. It is
-// off by default because cached reads neither extend the lease nor count
-// as reads for the master's eviction policies.
+// buffer. With the lease cache (Config.LeaseCacheKeys, on by default) a Get
+// of a key read recently reuses the replica list while the read lease the
+// master granted still has more than LeaseCacheMargin to run (no master
+// call); the checksum and the lease check after the transfer are
+// unchanged, a failed read drops the entry and asks the master, and the
+// client's own Remove drops it. The reads it serves are reported with the
+// next heartbeat (HeartbeatRequest.cached_reads), so the master counts
+// them for its eviction policies a beat late; a beat that fails loses
+// them.
 //
 // Replica hints (Config.ReplicaHints, on by default) overlap the two round
 // trips of a Get instead: for a key read before, the client starts reading

@@ -53,6 +53,12 @@
 //     HeartbeatReply.Known is false for an unknown or GONE client. A beat's
 //     SSD figures (when present) and NVMe/TCP figures replace the last ones;
 //     a beat without NVMe figures clears them. ListClients returns copies.
+//     A beat's CachedReads (reads the client served by reusing a running
+//     read lease, at most MaxCachedReads) count as reads: read count + Count
+//     and last read = beat time − LastReadAge when later than the current
+//     one (so the lease moves as a GetReplicaList then would have moved
+//     it); objects gone meanwhile are skipped; one invalid entry refuses
+//     the whole beat before anything changes (counter cached_reads).
 //   - Eviction (Run's evictor every EvictInterval, EvictNow, and on allocation
 //     failure): when MEMORY use exceeds HighWatermark it frees at least
 //     max(EvictionRatio × capacity, use − watermark, need) bytes. Candidates:
