@@ -105,3 +105,30 @@ func BenchmarkChecksum(b *testing.B) {
 		})
 	}
 }
+
+func TestCombine(t *testing.T) {
+	data := make([]byte, 1<<20+77)
+	for i := range data {
+		data[i] = byte(i*7 + i>>11)
+	}
+	want := crc32.Checksum(data, table)
+	for _, cut := range []int{0, 1, 4095, 65536, 1 << 19, len(data) - 1, len(data)} {
+		a, b := data[:cut], data[cut:]
+		if got := Combine(Checksum(a), Checksum(b), uint64(len(b))); got != want {
+			t.Fatalf("cut %d: combined %08x, want %08x", cut, got, want)
+		}
+	}
+}
+
+func FuzzCombine(f *testing.F) {
+	f.Add([]byte("hello, world"), uint16(5))
+	f.Add([]byte{}, uint16(0))
+	f.Add(make([]byte, 300), uint16(299))
+	f.Fuzz(func(t *testing.T, data []byte, cut uint16) {
+		c := min(int(cut), len(data))
+		got := Combine(crc32.Checksum(data[:c], table), crc32.Checksum(data[c:], table), uint64(len(data)-c))
+		if want := crc32.Checksum(data, table); got != want {
+			t.Fatalf("combined %08x, want %08x", got, want)
+		}
+	})
+}

@@ -10,32 +10,18 @@ import (
 // checksums (internal/crc32c) are compared with.
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-func TestCRCCombine(t *testing.T) {
+func TestCopyCRC(t *testing.T) {
 	data := randBytes(42, 1<<20+77)
 	want := crc32.Checksum(data, castagnoli)
-	for _, cut := range []int{0, 1, 4095, 65536, 1 << 19, len(data) - 1, len(data)} {
-		a, b := data[:cut], data[cut:]
-		got := crcCombine(crc32.Checksum(a, castagnoli), crc32.Checksum(b, castagnoli), uint64(len(b)))
-		if got != want {
-			t.Fatalf("cut %d: combined %08x, want %08x", cut, got, want)
-		}
-	}
 	if got := copyCRC(make([]byte, len(data)), data); got != want {
 		t.Fatalf("copyCRC %08x, want %08x", got, want)
 	}
-}
-
-func FuzzCRCCombine(f *testing.F) {
-	f.Add([]byte("hello, world"), uint16(5))
-	f.Add([]byte{}, uint16(0))
-	f.Add(make([]byte, 300), uint16(299))
-	f.Fuzz(func(t *testing.T, data []byte, cut uint16) {
-		c := min(int(cut), len(data))
-		got := crcCombine(crc32.Checksum(data[:c], castagnoli), crc32.Checksum(data[c:], castagnoli), uint64(len(data)-c))
-		if want := crc32.Checksum(data, castagnoli); got != want {
-			t.Fatalf("combined %08x, want %08x", got, want)
+	for _, n := range []int{4<<20 + 3, 9 << 20} { // the parallel path
+		data := randBytes(7, n)
+		if got, want := copyCRCParallel(make([]byte, n), data), crc32.Checksum(data, castagnoli); got != want {
+			t.Fatalf("copyCRCParallel of %d bytes: %08x, want %08x", n, got, want)
 		}
-	})
+	}
 }
 
 // TestReadSum checks Request.Sum on every path: local copy, one TCP slice,

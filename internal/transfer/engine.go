@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"kvtier/internal/crc32c"
 	"kvtier/internal/kverr"
 )
 
@@ -390,7 +391,7 @@ func (r *reqState) sum() uint32 {
 	n := len(r.req.Buf)
 	for i := 1; i < len(r.crcs); i++ {
 		l := min(r.sliceLen, n-i*r.sliceLen)
-		crc = crcCombine(crc, r.crcs[i], uint64(l))
+		crc = crc32c.Combine(crc, r.crcs[i], uint64(l))
 	}
 	return crc
 }
