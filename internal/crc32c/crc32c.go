@@ -13,7 +13,8 @@
 // hash/crc32.
 //
 // Update and Checksum have exactly hash/crc32's semantics with the
-// Castagnoli table. The package has no state but read-only tables; it
+// Castagnoli table; Combine joins the checksums of consecutive parts (so
+// parts checksummed in parallel or as they arrive give the whole one). The package has no state but read-only tables; it
 // imports nothing of kvtier.
 package crc32c
 
