@@ -498,8 +498,8 @@ func (e *Engine) Submit(ctx context.Context, reqs []Request) *Batch {
 		case r.seg != nil || r.src != nil:
 			e.local.start(ctx, r)
 		default:
-			if p, s := e.sharedSegment(r); s != nil {
-				if ok, err := e.local.copyShared(r, p, s); ok {
+			if sp, s := e.sharedSegment(r); s != nil {
+				if ok, err := e.local.copyShared(r, sp, s); ok {
 					r.via = viaShared
 					r.sliceDone(err)
 					continue
@@ -552,8 +552,9 @@ func (e *Engine) classify(ctx context.Context, rs *reqState) error {
 	return nil
 }
 
-// sharedSegment returns r's segment mapped from a same-host peer, if any.
-func (e *Engine) sharedSegment(r *reqState) (*peer, *shmSeg) {
+// sharedSegment returns r's segment mapped from a same-host peer (and the
+// mapping it belongs to), if any.
+func (e *Engine) sharedSegment(r *reqState) (*shmPeer, *shmSeg) {
 	if e.cfg.DisableSharedMemory || r.req.Bucket != 0 {
 		return nil, nil
 	}
@@ -561,7 +562,7 @@ func (e *Engine) sharedSegment(r *reqState) (*peer, *shmSeg) {
 	if err != nil {
 		return nil, nil
 	}
-	return p, e.shmFor(p, r.req.Segment)
+	return e.shmFor(p, r.req.Segment)
 }
 
 // Do submits reqs and waits for them.

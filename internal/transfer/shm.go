@@ -165,13 +165,15 @@ func (e *Engine) acceptShm(l *net.UnixListener) {
 			uc.Close()
 			continue
 		}
-		c := &shmSrvConn{uc: uc, out: make(chan shmMsg, shmQueue)}
 		e.mu.Lock()
 		if e.closed {
 			e.mu.Unlock()
 			uc.Close()
 			return
 		}
+		// Room for the whole list below (sent under mu, so it must never
+		// block) and shmQueue updates after it.
+		c := &shmSrvConn{uc: uc, out: make(chan shmMsg, len(e.segments)+1+shmQueue)}
 		// Under mu, so no registration slips between the list and the
 		// updates that follow it.
 		for _, s := range e.segments {
@@ -332,25 +334,25 @@ func (s *shmState) failed() {
 	s.backoff.Store(int64(min(2*max(time.Duration(s.backoff.Load()), shmRetry), shmRetryMax)))
 }
 
-// shmFor returns p's mapped segment name when p shares memory with this
-// process, starting (or restarting, at most once per shmRetry) the
-// discovery otherwise.
-func (e *Engine) shmFor(p *peer, name string) *shmSeg {
+// shmFor returns p's mapped segment name, and the mapping it belongs to,
+// when p shares memory with this process, starting (or restarting, at most
+// once per shmRetry) the discovery otherwise.
+func (e *Engine) shmFor(p *peer, name string) (*shmPeer, *shmSeg) {
 	if e.cfg.DisableSharedMemory || !p.sameHost {
-		return nil
+		return nil, nil
 	}
 	if sp := p.shm.active.Load(); sp != nil {
 		if s := sp.lookup(name); s != nil {
-			return s
+			return sp, s
 		}
 		if !sp.dead.Load() {
-			return nil // not a shared segment (or not yet announced)
+			return nil, nil // not a shared segment (or not yet announced)
 		}
 	}
 	now := time.Now().UnixNano()
 	wait := max(p.shm.backoff.Load(), int64(shmRetry))
 	if last := p.shm.lastStart.Load(); (last != 0 && now-last < wait) || p.shm.running.Load() {
-		return nil
+		return nil, nil
 	}
 	if p.shm.running.CompareAndSwap(false, true) {
 		p.shm.lastStart.Store(now)
@@ -358,7 +360,7 @@ func (e *Engine) shmFor(p *peer, name string) *shmSeg {
 			p.shm.running.Store(false)
 		}
 	}
-	return nil
+	return nil, nil
 }
 
 // runShm discovers p's shared-memory socket, maps what it announces, keeps
@@ -600,9 +602,9 @@ func sameHostAddr(addr string) bool {
 	return false
 }
 
-// copyShared moves r through a peer's mapped segment. ok is false when the
+// copyShared moves r through segment s of mapping sp. ok is false when the
 // segment was unmapped meanwhile (the caller goes over TCP instead).
-func (t *localTransport) copyShared(r *reqState, p *peer, s *shmSeg) (ok bool, err error) {
+func (t *localTransport) copyShared(r *reqState, sp *shmPeer, s *shmSeg) (ok bool, err error) {
 	req := &r.req
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -621,9 +623,10 @@ func (t *localTransport) copyShared(r *reqState, p *peer, s *shmSeg) (ok bool, e
 		copy(req.Buf, mem)
 	default:
 		copy(mem, req.Buf)
-		if sp := p.shm.active.Load(); sp == nil || sp.dead.Load() {
-			// The peer went away during the copy: the bytes may have
-			// landed in memory nobody serves any more.
+		if sp.dead.Load() {
+			// The peer went away during the copy (even if a new mapping of
+			// its successor exists by now): the bytes may have landed in
+			// memory nobody serves any more.
 			return true, kverr.New(kverr.TransferFail, "", "transfer: WRITE segment %q on %s: peer closed its shared memory during the copy", req.Segment, req.Endpoint)
 		}
 	}
