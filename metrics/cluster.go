@@ -118,6 +118,7 @@ func newClusterCollector(src Source, timeout time.Duration) *clusterCollector {
 		one("abandoned_puts_reclaimed", "kvtier_abandoned_puts_reclaimed_total", "Puts never finished whose space was reclaimed."),
 		one("disk_buckets_dropped", "kvtier_disk_buckets_dropped_total", "SSD buckets whose replicas the master dropped."),
 		one("events_dropped", "kvtier_events_dropped_total", "Operator events dropped because a watcher was slow."),
+		one("cached_reads", "kvtier_cached_reads_total", "Reads clients served from their lease cache, reported with heartbeats."),
 	}
 	return c
 }
