@@ -110,6 +110,20 @@ func (e *Engine) SharedAddr() string {
 	return e.shmLis.Addr().String()
 }
 
+// SharedPending reports whether a discovery of some peer's shared memory
+// is still running (requests to that peer go over TCP until it ends), so
+// a caller that wants to measure the steady state can wait for it.
+func (e *Engine) SharedPending() bool {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	for _, p := range e.peers {
+		if p.shm.running.Load() && p.shm.active.Load() == nil {
+			return true // discovering, not mapped yet
+		}
+	}
+	return false
+}
+
 func overlaps(a, b []byte) bool {
 	a0, b0 := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
 	return a0 < b0+uintptr(len(b)) && b0 < a0+uintptr(len(a))

@@ -100,6 +100,9 @@ func TestSharedMemoryAcrossProcesses(t *testing.T) {
 	if !bytes.Equal(buf, want) {
 		t.Fatal("shared READ returned wrong bytes")
 	}
+	if cli.SharedPending() {
+		t.Fatal("SharedPending after the mapping is in use")
+	}
 	before := cli.Stats()
 
 	// A checksummed read, a write, and both again across the segment end.
