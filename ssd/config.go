@@ -76,6 +76,8 @@ const (
 	DefaultEvictInterval    = time.Second
 	DefaultCommitInterval   = 25 * time.Millisecond
 	DefaultCommitBytes      = 32 << 20
+	DefaultReadPieces       = 4
+	MaxReadPieces           = 16
 )
 
 // Config configures a Tier. The zero value of every field means its default;
@@ -114,6 +116,13 @@ type Config struct {
 	// (medians of ten interleaved runs on the shared VM disk).
 	CommitInterval time.Duration
 	CommitBytes    uint64
+	// ReadPieces is how many Block-aligned pieces of one extent
+	// ReadExtent may have in flight at once, each checksummed as it lands
+	// (see "Reads" in the package doc); pieces are at least 1 MiB, so
+	// objects below 2 MiB are always read with one pread and checksummed
+	// after it. Default 4 (a 4 MiB object: four 1 MiB reads); 1 reads
+	// every extent with one pread; at most MaxReadPieces.
+	ReadPieces int
 	// FS is the file seam; nil means OSFS (O_DIRECT data files).
 	FS FS
 	// Notifier reaches the master before a bucket is deleted. nil means no
@@ -142,6 +151,9 @@ func (c Config) Validate() error {
 	}
 	if d.BucketSize%Block != 0 {
 		return fmt.Errorf("ssd: BucketSize %d is not a multiple of %d", d.BucketSize, Block)
+	}
+	if d.ReadPieces < 1 || d.ReadPieces > MaxReadPieces {
+		return fmt.Errorf("ssd: ReadPieces %d must be in [1, %d] (0: default)", c.ReadPieces, MaxReadPieces)
 	}
 	if d.BucketMaxObjects < 0 || c.ReadDrainTimeout < 0 || c.EvictInterval < 0 || c.CommitInterval < 0 {
 		return errors.New("ssd: BucketMaxObjects, ReadDrainTimeout, EvictInterval and CommitInterval must not be negative")
@@ -189,6 +201,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.CommitBytes == 0 {
 		c.CommitBytes = DefaultCommitBytes
+	}
+	if c.ReadPieces == 0 {
+		c.ReadPieces = DefaultReadPieces
 	}
 	if c.FS == nil {
 		c.FS = OSFS{}

@@ -225,14 +225,18 @@ func TestConfigValidate(t *testing.T) {
 		{Dir: "x", Policy: 7},
 		{Dir: "x", Capacity: 10},
 		{Dir: "x", BucketMaxObjects: -1},
+		{Dir: "x", ReadPieces: -1},
+		{Dir: "x", ReadPieces: MaxReadPieces + 1},
 	}
 	for i, c := range bad {
 		if c.Validate() == nil {
 			t.Errorf("config %d %+v: no error", i, c)
 		}
 	}
-	if err := (Config{Dir: "x"}).Validate(); err != nil {
-		t.Fatal(err)
+	for _, ok := range []Config{{Dir: "x"}, {Dir: "x", ReadPieces: 1}, {Dir: "x", ReadPieces: MaxReadPieces}} {
+		if err := ok.Validate(); err != nil {
+			t.Fatalf("%+v: %v", ok, err)
+		}
 	}
 	if err := (Config{Dir: "x", HighWatermark: 0.5}).Validate(); err != nil {
 		t.Fatalf("high watermark below the default low one: %v", err)
