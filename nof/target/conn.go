@@ -52,6 +52,8 @@ type conn struct {
 
 	sqhd     atomic.Uint32 // commands completed, for CQE SQHD (SPDK's convention)
 	inflight sync.WaitGroup
+	active   atomic.Int32 // I/O commands handed to workers and not yet done
+	turn     *answerTurn  // answers of device-backed commands (see turn.go)
 
 	// Touched only by the reader goroutine: per-namespace batches of
 	// device transfers it started, and those holding unsubmitted ones
@@ -69,7 +71,7 @@ func (t *Target) newConn(nc net.Conn) *conn {
 		tc.SetNoDelay(true)
 	}
 	ctx, cancel := context.WithCancel(t.ctx)
-	c := &conn{t: t, nc: nc, ctx: ctx, cancel: cancel, remote: nc.RemoteAddr().String(), r2ts: map[uint16]*r2tState{}}
+	c := &conn{t: t, nc: nc, ctx: ctx, cancel: cancel, remote: nc.RemoteAddr().String(), r2ts: map[uint16]*r2tState{}, turn: newAnswerTurn()}
 	c.r = pdu.NewReader(nc, pdu.ReaderConfig{Side: pdu.ControllerSide, MaxCapsuleData: max(8192, t.cfg.InCapsuleDataSize),
 		MaxH2CData: t.cfg.MaxH2CData, BufferSize: 64 << 10})
 	c.w = pdu.NewWriter(nc)
@@ -223,6 +225,7 @@ func (c *conn) fail(err error) {
 func (c *conn) finish() {
 	c.close()
 	c.inflight.Wait()
+	c.turn.close()
 	t := c.t
 	t.mu.Lock()
 	delete(t.conns, c)
@@ -294,20 +297,36 @@ func (c *conn) dispatch(cmd *pdu.Command, data []byte) {
 		return
 	}
 	c.inflight.Add(1)
+	c.active.Add(1)
 	// Reads and in-capsule writes to a namespace that can start transfers
 	// begin here, so the device is busy before any goroutine is scheduled;
 	// a goroutine then waits for the device and answers.
 	if finish := c.begin(cmd, data); finish != nil {
 		go func() {
 			defer c.inflight.Done()
+			defer c.active.Add(-1)
 			finish()
 		}()
 		return
 	}
 	go func() {
 		defer c.inflight.Done()
+		defer c.active.Add(-1)
 		c.io(cmd, data)
 	}()
+}
+
+// inTurn sends the answer of a device-backed command that moved length
+// bytes in the connection's answer turn, letting the netpoller run
+// afterwards when other commands are in flight (see answerTurn). Smaller
+// transfers answer at once: their sends are cheap next to the yields and
+// coalesce in the Writer when they come together.
+func (c *conn) inTurn(length int, send func()) {
+	if length < turnMinTransfer {
+		send()
+		return
+	}
+	c.turn.do(send, func() bool { return c.active.Load() > 1 })
 }
 
 // h2cData places one H2CData PDU's payload into its R2T buffer.

@@ -45,6 +45,12 @@
 //     to the device together, once no further whole PDU is already buffered
 //     (pdu.Reader.NextBuffered), so back-to-back commands cost one io_submit.
 //     A worker goroutine per command waits for the device and answers.
+//     Answers of such device-backed commands moving at least 64 KiB go out
+//     one at a time per connection (the answer turn); while other commands
+//     are in flight, the answering worker then lets the Go netpoller run
+//     twice (it waits for its own eventfd through the poller) before the
+//     next answer may go out, so the host's next command is read and handed
+//     to the device first (see turn.go and Performance).
 //   - A data digest mismatch (in-capsule data or H2CData) fails only that
 //     command with Transient Transport Error (SCT 0 SC 0x22), as NVMe/TCP 1.0
 //     and SPDK v26 do; the connection goes on.
@@ -85,6 +91,37 @@
 // command's chain of wake-ups counts, throughput went from 126-207 to
 // 212-265 MB/s for reads and from 98-200 to 107-304 MB/s for writes.
 //
+// Where the overlap went (2026-11-29 19:55-20:40 UTC, per-command
+// timestamps): the virtual disk completes a QD-8 batch all at once, for
+// fio too (one io_getevents wait, then seven immediate ones), and a
+// namespace-only test shows requests submitted up to ~700 µs apart still
+// completing together; and the process effectively runs on one scheduler P
+// (trace: one goroutine running ~55-60% of the time, two ~3-10%; P1 stayed
+// idle for milliseconds with seven runnable goroutines queued on P0;
+// GOMAXPROCS=1 measured the same throughput), because waking an idle P
+// costs tens of µs or more on this VM. Go runs runnable goroutines before
+// it polls the network, so the eight workers readied by one batch sent all
+// eight 128 KiB answers (~25-80 µs of writev each) before the host's next
+// command was even read: the first command of the next batch reached the
+// device 590-750 µs (p50) after the batch completed (reads and writes),
+// while fio resubmits within ~20 µs; disk and network alternated. With the
+// answer turn the first resubmission comes 110-150 µs (reads) and
+// 200-280 µs (R2T writes) after the batch, each command's round trip
+// (C2HData, host read, next command, io_submit) runs back to back at
+// ~65 µs, and the device has work while the rest of the batch is answered.
+// In-run ratios, one I/O queue, three runs each alternated with the code
+// before the turn (20:25 UTC, fio steady at 1.13-1.27 GB/s read and
+// 1.6-2.0 GB/s write): 128 KiB seq read 0.60-0.72 × fio (744-843 MB/s)
+// against 0.46-0.56 (530-672 MB/s); write unchanged at 0.46-0.53 against
+// 0.44-0.51, as writes are bound by the protocol path itself (fio writes
+// at 1.6-2.0 GB/s, the DRAM namespace takes 128 KiB writes at ~1.1 GB/s).
+// 4 KiB and DRAM-namespace paths do not use turns and are unchanged.
+// Checked and not the cause: the batched io_submit (command received →
+// submit 5-8 µs p50), eventfd reaping (completions come from the device
+// together), Writer.Send's lock (the sends serialise on the one P, not on
+// the lock), socket buffer sizes (4 MiB buffers did not change loopback
+// throughput).
+//
 // The 0.8 × fio sequential goal is not met on this machine. The file
 // layer alone keeps up with fio (nof/namespace BenchmarkFileSeq128KQD8:
 // 0.7-1.7 × fio at the same depth), so the gap is the NVMe/TCP path: per
@@ -99,5 +136,8 @@
 // Locking: Target.mu guards the subsystem, controller, listener and
 // connection tables; controller.mu guards one controller's registers and
 // queues; conn.mu guards its R2T table. None is held across network or disk
-// I/O (CC shutdown flushes outside controller.mu).
+// I/O (CC shutdown flushes outside controller.mu). The answer turn
+// (answerTurn.tok) is not a lock over data but an ordering token that is
+// held across one send and its yields by design; a failed connection fails
+// Send at once, so the token keeps moving while the connection drains.
 package target

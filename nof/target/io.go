@@ -46,6 +46,10 @@ func (q *conn) io(cmd *pdu.Command, inCapsule []byte) {
 	default:
 		err = nvme.Errf(nvme.SCTGeneric, nvme.SCInvalidOpcode)
 	}
+	if _, ok := n.ns.(namespace.Starter); ok && cmd.Opcode == nvme.CmdWrite {
+		q.inTurn(int(cmd.SGL.Len), func() { q.answer(cmd, n, err) }) // an R2T write begun by the reader
+		return
+	}
 	q.answer(cmd, n, err)
 }
 
@@ -105,7 +109,7 @@ func (q *conn) begin(cmd *pdu.Command, inCapsule []byte) func() {
 			}
 			n.readOps.Add(1)
 			n.readBytes.Add(uint64(length))
-			q.sendData(cmd.CID, buf)
+			q.inTurn(length, func() { q.sendData(cmd.CID, buf) })
 		}
 	}
 	if cmd.SGL.Type != pdu.SGLInCapsule || checkInCapsule(cmd, inCapsule, length) != nil {
@@ -122,7 +126,7 @@ func (q *conn) begin(cmd *pdu.Command, inCapsule []byte) func() {
 			n.writeOps.Add(1)
 			n.writeBytes.Add(uint64(length))
 		}
-		q.answer(cmd, n, err)
+		q.inTurn(length, func() { q.answer(cmd, n, err) })
 	}
 }
 
