@@ -79,24 +79,27 @@
 //	master PutStart+PutEnd   296 µs     79-200 µs
 //
 // Session 3 made the appliance's DRAM a memfd that clients on its host map
-// (internal/transfer "Shared memory"); the benchmark client runs on the
-// appliance's host, so by default it copies instead of crossing loopback
-// TCP. Two runs, ratio to the same raw TCP baseline (the TCP rows are the
-// same client with Transfer.DisableSharedMemory, the path remote clients
-// take; they are slightly below the table above because shared DRAM uses
-// 4 KiB pages on this host, see the README):
+// (internal/transfer "Shared memory") and turned the lease cache on by
+// default; the benchmark client runs on the appliance's host, so by default
+// it copies instead of crossing loopback TCP. Two runs on a quiet machine,
+// ratio to the same raw TCP baseline; "no cache" is LeaseCacheKeys -1
+// (every Get asks the master); the TCP column is Transfer.
+// DisableSharedMemory, the path remote clients take (slightly below the
+// table above: shared DRAM uses 4 KiB pages on this host, see the README):
 //
-//	                         shared memory   TCP only
-//	Get 64 KiB, 4 callers    0.60-0.69
-//	Get  1 MiB, 4 callers    1.72-1.89       0.66-0.75
-//	Get  1 MiB, 1 caller     1.25-1.54       0.60-0.76
-//	Get  1 MiB, 50 callers   1.38-2.03
-//	Get 16 MiB, 4 callers    2.83-2.92
-//	Put 64 KiB, 4 callers    0.37-0.38
-//	Put  1 MiB, 4 callers    1.35-1.37       0.53-0.60
-//	Put  1 MiB, 1 caller     1.00-1.22       0.41-0.50
-//	Put  1 MiB, 50 callers   1.61-1.66
-//	Put 16 MiB, 4 callers    3.07-3.37
+//	                         default    no cache   TCP only
+//	Get 64 KiB, 4 callers    6.1-6.4
+//	Get  1 MiB, 4 callers    3.4-3.9    1.77-1.82  0.76-0.82
+//	Get  1 MiB, 1 caller     2.9-3.4    1.69-1.74  0.70-0.79
+//	Get  1 MiB, 50 callers   4.0-4.6
+//	Get 16 MiB, 4 callers    2.9-3.1    2.9-3.1
+//	Put 64 KiB, 4 callers    0.32-0.35
+//	Put  1 MiB, 4 callers    1.24-1.35             0.54-0.57
+//	Put  1 MiB, 1 caller     0.92-1.07             0.51
+//	Put  1 MiB, 50 callers   1.30-1.37
+//	Put 16 MiB, 4 callers    2.8-3.1
+//	same process  1 MiB      0.73       0.41-0.42  x copy()
+//	same process 16 MiB      1.07-1.17  0.99       x copy()
 //
 // Through shared memory a 1 MiB Get costs the master call plus one copy
 // fused with the CRC32C check from memory that is rarely in cache (about
@@ -119,7 +122,7 @@
 // overlap (50 callers: 0.6-0.7 x). The same-process path pays copy plus
 // checksum; objects of 4 MiB and more spread them over the cores, and a
 // 1 MiB local read is bound by its master call (40-110 µs against a 50 µs
-// copy) unless LeaseCacheKeys spares it. On an idle VM every wake-up is
+// copy) unless the lease cache spares it. On an idle VM every wake-up is
 // slower than on a busy one (a raw ping-pong: 24 µs busy, 73 µs idle).
 //
 // Importers: cmd/kvtier, appliance, rest adapters, tests. The client never
