@@ -20,6 +20,7 @@ func FuzzMasterOps(f *testing.F) {
 	f.Add([]byte{9, 0, 0, 3, 1, 3, 10, 2, 6, 3, 7, 0, 3, 3, 12, 1, 13, 0})
 	f.Add([]byte{0, 1, 0, 4, 1, 1, 14, 5, 3, 5, 6, 2, 7, 0, 8, 0, 11, 1, 3, 1})
 	f.Add([]byte{0, 7, 1, 7, 3, 7, 6, 0, 8, 0, 0, 8, 6, 2, 7, 0, 0, 8, 9, 3, 7, 0})
+	f.Add([]byte{0, 2, 1, 2, 15, 2, 6, 0, 15, 20, 8, 0, 5, 2, 6, 1, 8, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) > 400 {
 			data = data[:400]
@@ -55,7 +56,7 @@ func FuzzMasterOps(f *testing.F) {
 			}
 		}
 		for i := 0; i+1 < len(data); i += 2 {
-			op, arg := data[i]%15, data[i+1]
+			op, arg := data[i]%16, data[i+1]
 			key, cl := keyOf(arg), clients[int(arg/6)%3]
 			switch op {
 			case 0:
@@ -89,8 +90,12 @@ func FuzzMasterOps(f *testing.F) {
 				if _, err := m.GetObject(ctx, "", key); err != nil {
 					was = false
 				}
-				if err := m.Remove(ctx, "", key, force); err == nil && !force && was && u > now() {
+				err := m.Remove(ctx, "", key, force)
+				if err == nil && !force && was && u > now() {
 					t.Fatalf("step %d: leased %s removed without force", i, key)
+				}
+				if err == nil {
+					delete(leaseUntil, key) // a later object of that key starts unleased
 				}
 			case 6:
 				fc.Advance([]time.Duration{time.Second, 6 * time.Second, 31 * time.Second, 11 * time.Minute}[arg%4])
@@ -120,6 +125,7 @@ func FuzzMasterOps(f *testing.F) {
 				if _, err := m.RemoveAll(ctx, "", true); err != nil {
 					t.Fatal(err)
 				}
+				clear(leaseUntil)
 			case 13:
 				if err := m.DropBucket(ctx, "A", uint64(arg%2)); err != nil && !kverr.Is(err, kverr.ClientNotFound) {
 					t.Fatal(err)
@@ -130,6 +136,22 @@ func FuzzMasterOps(f *testing.F) {
 					// Success means a COMPLETE object: a new disk-only one,
 					// or a replica added to a complete one (never in flight).
 					ended[key] = true
+				}
+			case 15:
+				// Reads a client served from its lease cache: they never make
+				// an unfinished put readable, and the lease they extend is
+				// honoured by eviction and Remove like any other.
+				_, err := m.Heartbeat(ctx, HeartbeatRequest{Client: cl, CachedReads: []CachedRead{{Key: key, Count: uint32(arg%4) + 1, LastReadAge: time.Duration(arg) * 100 * time.Millisecond}}})
+				if err != nil {
+					t.Fatalf("step %d: valid cached read refused: %v", i, err)
+				}
+				if info, err := m.GetObject(ctx, "", key); err == nil && !info.LeaseDeadline.IsZero() {
+					if !ended[key] && info.Complete {
+						t.Fatalf("step %d: %s complete before PutEnd", i, key)
+					}
+					if d := info.LeaseDeadline.UnixNano(); d > leaseUntil[key] && info.Complete {
+						leaseUntil[key] = d
+					}
 				}
 			}
 			if err := m.CheckInvariants(); err != nil {
