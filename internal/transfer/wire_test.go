@@ -248,12 +248,16 @@ func FuzzFrame(f *testing.F) {
 	f.Add(frame(Write, 1<<60, "a-very-long-segment-name", 7, 1<<40, MaxFrameLength))
 	f.Add(make([]byte, requestHeaderLen))
 	f.Add([]byte("KVTQ"))
+	f.Add(frame(opShm, 1, "shm", 0, 0, 0))
+	f.Add(frame(opShm, 1, "shm", 0, 0, 5))
 	r := make([]byte, responseHeaderLen)
 	putResponseHeader(r, respHeader{op: Read, status: 9, id: 3, msgLen: 20})
 	f.Add(r)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if h, err := parseRequestHeader(b); err == nil {
-			if h.nameLen < 1 || h.nameLen > MaxNameLen || h.length < 1 || h.length > MaxFrameLength || (h.op != Read && h.op != Write) {
+			shm := h.op == opShm && h.length == 0 && h.bucket == 0 && h.offset == 0
+			data := (h.op == Read || h.op == Write) && h.length >= 1 && h.length <= MaxFrameLength
+			if h.nameLen < 1 || h.nameLen > MaxNameLen || !(shm || data) {
 				t.Fatalf("accepted invalid header %+v", h)
 			}
 			out := make([]byte, requestHeaderLen)
@@ -265,7 +269,7 @@ func FuzzFrame(f *testing.F) {
 			t.Fatalf("error not marked malformed: %v", err)
 		}
 		if h, err := parseResponseHeader(b); err == nil {
-			if h.msgLen > maxMessageLen || h.payloadLen > MaxFrameLength {
+			if h.msgLen > maxMessageLen || h.payloadLen > MaxFrameLength || (h.op == opShm && h.payloadLen > maxShmAddrLen) {
 				t.Fatalf("accepted invalid response %+v", h)
 			}
 			out := make([]byte, responseHeaderLen)
@@ -287,6 +291,7 @@ func FuzzServe(f *testing.F) {
 	f.Add(append(frame(Write, 1, "seg", 0, 62, 4), 1, 2, 3, 4))
 	f.Add(append(frame(Read, 1, "seg", 0, 0, 1), frame(Read, 2, "nope", 0, 0, 1)...))
 	f.Add([]byte("garbage"))
+	f.Add(append(frame(opShm, 1, "shm", 0, 0, 0), frame(Read, 2, "seg", 0, 0, 1)...))
 	e, err := New(Config{IOTimeout: time.Second})
 	if err != nil {
 		f.Fatal(err)
