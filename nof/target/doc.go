@@ -113,9 +113,49 @@
 // before the turn (20:25 UTC, fio steady at 1.13-1.27 GB/s read and
 // 1.6-2.0 GB/s write): 128 KiB seq read 0.60-0.72 × fio (744-843 MB/s)
 // against 0.46-0.56 (530-672 MB/s); write unchanged at 0.46-0.53 against
-// 0.44-0.51, as writes are bound by the protocol path itself (fio writes
-// at 1.6-2.0 GB/s, the DRAM namespace takes 128 KiB writes at ~1.1 GB/s).
-// 4 KiB and DRAM-namespace paths do not use turns and are unchanged.
+// 0.44-0.51. 4 KiB and DRAM-namespace paths do not use turns and are
+// unchanged.
+//
+// Where a 128 KiB write goes (2026-11-29 20:43-21:01 UTC, quiet machine,
+// CPU profiles of SeqWrite128KFile queues=1, per write): the process
+// spends ≈166 µs of CPU per write, on ≈1.2 CPUs, at 7.4-7.9k writes/s
+// (0.48-0.51 × fio at 1.9-2.1 GB/s). The initiator's writev of the 128 KiB
+// H2CData is 60 µs (the loopback send copies into cold socket pages and
+// runs the receiver's TCP input), io_submit 25 µs (fio's slat: 14 µs;
+// 56-60 µs on a loaded machine), socket reads 20 µs (one copy into the
+// pool buffer, plus up to 64 KiB of the payload that arrived with the
+// header copied out of the Reader's bufio, ≈5 µs), the three small PDUs
+// (command, R2T, CapsuleResp) 21 µs, the answer turn 10 µs, the rest Go
+// scheduling and netpoll. There is one copy of the payload per side (the
+// initiator writes from the caller's buffer, the target reads into an
+// aligned pool buffer that O_DIRECT writes from); data digests are off in
+// the benchmarks; buffer pools do not churn (≈3 MB of AlignedBlock per
+// 6 s run). Raw loopback TCP with 128 KiB writes alone moves 2.0-3.0 GB/s
+// at ≈70 µs of CPU per 128 KiB (BenchmarkSeq128KMemory reports it as
+// tcp-MB/s), so the copies through loopback plus io_submit (≈95-100 µs
+// of CPU per write) already use up the ≈82-98 µs that 0.8 × fio
+// (≈1.6 GB/s, 12.2k writes/s) allows on the 1-1.2 CPUs the process gets:
+// with the initiator in the same VM, the goal would need a protocol path
+// that costs nothing, and 0.8 × fio is not reachable on this VM. (About
+// 80 of the 166 µs are the initiator's: its copy, command and reads.)
+// Measured and not the lever: sending the data in the capsule instead of
+// R2T (InCapsuleDataSize 131072: 1.08-1.10 GB/s against 0.98-1.11, three
+// alternations, ≈+5%, no R2T, no second hand-off); the reader sending
+// the R2T itself (0.54-0.59 against 0.48-0.55, 930-1043 against
+// 924-1033 MB/s, four alternations; reverted: a reader that writes to the
+// socket can deadlock with a host blocked writing H2CData) or queueing the
+// R2Ts of commands that arrived together for their first worker to write
+// in one go (0.49-0.54 against 0.51-0.56); answering writes
+// without the turn (0.47-0.50 against 0.48-0.61 with it); holding
+// io_submit while more bytes sit in the socket (1.15-1.37 transfers per
+// call, no change); adaptive goroutine stacks (no change); and running
+// the initiator in a separate process (0.34-0.36 against 0.44-0.50 in
+// one process: cross-CPU wake-ups cost more than the P the process
+// shares). The "DRAM ceiling" of ~1.1 GB/s for writes was the namespace's
+// untouched memory (a page fault per 4 KiB on first write, while reads
+// copied from the shared zero page); with its memory written first the
+// DRAM namespace takes 128 KiB writes at 1.40-1.64 GB/s and reads at
+// 1.22-1.72 GB/s; writes 0.51-0.75 × raw TCP in the same run.
 // Checked and not the cause: the batched io_submit (command received →
 // submit 5-8 µs p50), eventfd reaping (completions come from the device
 // together), Writer.Send's lock (the sends serialise on the one P, not on
