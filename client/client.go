@@ -176,6 +176,7 @@ type Client struct {
 	hints  leaseCache // Config.ReplicaHints: margin math.MinInt64, entries never expire
 
 	hintHits, hintMisses atomic.Uint64 // speculative reads kept / read again
+	sinceYield           atomic.Int64  // bytes of non-blocking Gets since the last yield
 
 	cachedMu sync.Mutex
 	cached   map[string]*cachedRead // guarded by cachedMu: lease-cache reads not yet reported
