@@ -177,6 +177,7 @@ type Client struct {
 
 	hintHits, hintMisses atomic.Uint64 // speculative reads kept / read again
 	sinceYield           atomic.Int64  // bytes of non-blocking Gets since the last yield
+	activeGets           atomic.Int32  // Gets running now
 
 	cachedMu sync.Mutex
 	cached   map[string]*cachedRead // guarded by cachedMu: lease-cache reads not yet reported

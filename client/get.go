@@ -68,6 +68,8 @@ func (c *Client) GetInto(ctx context.Context, key string, buf []byte) (int, erro
 // get asks the master for key's replicas (or reuses a running lease, see
 // Config.LeaseCacheKeys) and reads the object into dst(size).
 func (c *Client) get(ctx context.Context, key string, dst func(size uint64) ([]byte, error)) (int, error) {
+	c.activeGets.Add(1)
+	defer c.activeGets.Add(-1)
 	if rl := c.leases.get(key); rl != nil {
 		if b, err := dst(rl.Size); err == nil && c.read(ctx, key, rl, b) == nil {
 			c.noteCachedRead(key)
@@ -118,12 +120,19 @@ const yieldEvery = 1 << 20
 // yieldAfter yields the CPU once every yieldEvery bytes of Gets that never
 // blocked (lease cache, then a copy from this process's or a shared
 // segment). Without it a busy caller keeps its P for the scheduler's whole
-// 10 ms slice while the other callers wait: kvtier bench, 50 callers on 2
-// cores, 1 MiB Gets had p99 44-150 ms and p99.9 ~500 ms, 64 KiB Gets p99.9
-// 55-63 ms; yielding once per MiB brought them to 7-24 ms, 22-37 ms and
-// 5-8 ms. A yield costs about a microsecond; throughput moved within this
-// VM's noise.
+// 10 ms slice while the other callers wait. kvtier bench against a
+// standalone on 2 cores, same run, without / with: 1 MiB Gets at 50
+// callers p99 60 / 6.9 ms, p99.9 581 / 17.5 ms; at 4 callers p99.9 35 /
+// 1 ms; 64 KiB at 50 callers p99.9 60 / 5.6 ms; throughput unchanged
+// (14.6 / 14.3 GB/s at 50 callers, 7.0 / 7.3 at one).
+//
+// Only while more Gets run than there are Ps: a yield with an idle P
+// around wakes it (a futex and often a virtual-CPU wake-up here), which
+// cost a lone caller ~10 % of a 1 MiB same-process Get.
 func (c *Client) yieldAfter(n int) {
+	if c.activeGets.Load() <= int32(runtime.GOMAXPROCS(0)) {
+		return
+	}
 	if c.sinceYield.Add(int64(n)) >= yieldEvery {
 		c.sinceYield.Store(0)
 		runtime.Gosched()
