@@ -40,6 +40,32 @@ func Update(crc uint32, p []byte) uint32 {
 // Checksum returns the CRC32C of p.
 func Checksum(p []byte) uint32 { return Update(0, p) }
 
+// CopyUpdate copies src into dst (which must be at least as long) and
+// returns Update(crc, src), reading src once: the vector path stores each
+// 256-byte block as it folds it, so a verified copy costs about a copy.
+func CopyUpdate(crc uint32, dst, src []byte) uint32 {
+	dst = dst[:len(src)] // bounds check up front
+	if len(src) >= minFold && haveFold {
+		n := len(src) &^ (foldBlock - 1)
+		var state [64]byte
+		foldCopyAVX512(^crc, dst[:n], src[:n], &state)
+		crc = crc32.Update(0xFFFFFFFF, table, state[:])
+		dst, src = dst[n:], src[n:]
+	}
+	// The rest (or everything, without the vector path): copy a cache-sized
+	// chunk, then checksum it while it is still in cache.
+	for len(src) > 0 {
+		c := min(len(src), copyChunk)
+		copy(dst[:c], src[:c])
+		crc = crc32.Update(crc, table, dst[:c])
+		dst, src = dst[c:], src[c:]
+	}
+	return crc
+}
+
+// copyChunk is how much CopyUpdate's scalar path copies before checksumming.
+const copyChunk = 64 << 10
+
 // foldBlock is what one vector step consumes.
 const foldBlock = 256
 

@@ -132,3 +132,77 @@ func FuzzCombine(f *testing.F) {
 		}
 	})
 }
+
+// TestCopyUpdate: the copy is exact (and touches nothing past len(src)) and
+// the checksum is hash/crc32's, for every length around the vector path's
+// block and threshold edges and for unaligned buffers.
+func TestCopyUpdate(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	src := make([]byte, 1<<20+333)
+	for i := range src {
+		src[i] = byte(r.Uint32())
+	}
+	for _, n := range []int{0, 1, 255, 256, 1023, 1024, 1025, 1280, 4096 + 17, 65536, 1 << 20, 1<<20 + 333} {
+		for _, off := range []int{0, 1, 7} {
+			if off+n > len(src) {
+				continue
+			}
+			s := src[off : off+n]
+			dst := make([]byte, n+64)
+			for i := range dst {
+				dst[i] = 0xEE
+			}
+			for _, init := range []uint32{0, 0xDEADBEEF} {
+				got := CopyUpdate(init, dst[3:3+n], s)
+				if want := crc32.Update(init, table, s); got != want {
+					t.Fatalf("n=%d off=%d init=%x: crc %08x, want %08x", n, off, init, got, want)
+				}
+				if string(dst[3:3+n]) != string(s) {
+					t.Fatalf("n=%d off=%d: copy differs", n, off)
+				}
+				if dst[0] != 0xEE || dst[1] != 0xEE || dst[2] != 0xEE || dst[3+n] != 0xEE {
+					t.Fatalf("n=%d off=%d: bytes outside dst written", n, off)
+				}
+			}
+		}
+	}
+}
+
+func FuzzCopyUpdate(f *testing.F) {
+	f.Add([]byte("hello"), uint32(0))
+	f.Add(make([]byte, 2000), uint32(1))
+	f.Fuzz(func(t *testing.T, p []byte, init uint32) {
+		dst := make([]byte, len(p))
+		if got, want := CopyUpdate(init, dst, p), crc32.Update(init, table, p); got != want || string(dst) != string(p) {
+			t.Fatalf("len %d: crc %08x want %08x, copy ok %v", len(p), got, want, string(dst) == string(p))
+		}
+	})
+}
+
+func BenchmarkCopyUpdate(b *testing.B) {
+	src := make([]byte, 1<<20)
+	dst := make([]byte, 1<<20)
+	b.Run("fused", func(b *testing.B) {
+		b.SetBytes(int64(len(src)))
+		for b.Loop() {
+			CopyUpdate(0, dst, src)
+		}
+	})
+	b.Run("copy-then-checksum-64KiB-chunks", func(b *testing.B) {
+		b.SetBytes(int64(len(src)))
+		for b.Loop() {
+			var crc uint32
+			for off := 0; off < len(src); off += 64 << 10 {
+				copy(dst[off:off+64<<10], src[off:off+64<<10])
+				crc = Update(crc, dst[off:off+64<<10])
+			}
+			_ = crc
+		}
+	})
+	b.Run("copy-only", func(b *testing.B) {
+		b.SetBytes(int64(len(src)))
+		for b.Loop() {
+			copy(dst, src)
+		}
+	})
+}

@@ -11,3 +11,9 @@ var haveFold = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VPCLMULQDQ
 //
 //go:noescape
 func foldAVX512(init uint32, p []byte, state *[64]byte)
+
+// foldCopyAVX512 is foldAVX512 over src that also copies each block it
+// reads into dst (len(dst) >= len(src)). Implemented in fold_amd64.s.
+//
+//go:noescape
+func foldCopyAVX512(init uint32, dst, src []byte, state *[64]byte)

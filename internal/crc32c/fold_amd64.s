@@ -70,3 +70,73 @@ reduce:
 	VMOVDQU64       Z3, 0(DI)
 	VZEROUPPER
 	RET
+
+// func foldCopyAVX512(init uint32, dst, src []byte, state *[64]byte)
+// is foldAVX512 over src that also stores every block it loads into dst
+// (len(dst) >= len(src)): one pass over the bytes instead of a copy and
+// then a checksum.
+TEXT ·foldCopyAVX512(SB), NOSPLIT, $0-64
+	MOVL init+0(FP), AX
+	MOVQ dst_base+8(FP), DX
+	MOVQ src_base+32(FP), SI
+	MOVQ src_len+40(FP), CX
+	MOVQ state+56(FP), DI
+
+	VMOVDQU64 0(SI), Z0
+	VMOVDQU64 64(SI), Z1
+	VMOVDQU64 128(SI), Z2
+	VMOVDQU64 192(SI), Z3
+	VMOVDQU64 Z0, 0(DX)
+	VMOVDQU64 Z1, 64(DX)
+	VMOVDQU64 Z2, 128(DX)
+	VMOVDQU64 Z3, 192(DX)
+	VMOVD     AX, X4
+	VPXORQ    Z4, Z0, Z0
+	ADDQ      $256, SI
+	ADDQ      $256, DX
+	SUBQ      $256, CX
+
+	VBROADCASTI32X4 k2048<>(SB), Z8
+
+copyloop:
+	CMPQ CX, $256
+	JB   copyreduce
+	VMOVDQU64  0(SI), Z12
+	VMOVDQU64  64(SI), Z13
+	VMOVDQU64  128(SI), Z14
+	VMOVDQU64  192(SI), Z15
+	VMOVDQU64  Z12, 0(DX)
+	VMOVDQU64  Z13, 64(DX)
+	VMOVDQU64  Z14, 128(DX)
+	VMOVDQU64  Z15, 192(DX)
+	VPCLMULQDQ $0x00, Z8, Z0, Z4
+	VPCLMULQDQ $0x11, Z8, Z0, Z0
+	VPCLMULQDQ $0x00, Z8, Z1, Z5
+	VPCLMULQDQ $0x11, Z8, Z1, Z1
+	VPCLMULQDQ $0x00, Z8, Z2, Z6
+	VPCLMULQDQ $0x11, Z8, Z2, Z2
+	VPCLMULQDQ $0x00, Z8, Z3, Z7
+	VPCLMULQDQ $0x11, Z8, Z3, Z3
+	VPTERNLOGD $0x96, Z12, Z4, Z0
+	VPTERNLOGD $0x96, Z13, Z5, Z1
+	VPTERNLOGD $0x96, Z14, Z6, Z2
+	VPTERNLOGD $0x96, Z15, Z7, Z3
+	ADDQ       $256, SI
+	ADDQ       $256, DX
+	SUBQ       $256, CX
+	JMP        copyloop
+
+copyreduce:
+	VBROADCASTI32X4 k512<>(SB), Z8
+	VPCLMULQDQ      $0x00, Z8, Z0, Z4
+	VPCLMULQDQ      $0x11, Z8, Z0, Z0
+	VPTERNLOGD      $0x96, Z4, Z0, Z1
+	VPCLMULQDQ      $0x00, Z8, Z1, Z4
+	VPCLMULQDQ      $0x11, Z8, Z1, Z1
+	VPTERNLOGD      $0x96, Z4, Z1, Z2
+	VPCLMULQDQ      $0x00, Z8, Z2, Z4
+	VPCLMULQDQ      $0x11, Z8, Z2, Z2
+	VPTERNLOGD      $0x96, Z4, Z2, Z3
+	VMOVDQU64       Z3, 0(DI)
+	VZEROUPPER
+	RET

@@ -7,21 +7,9 @@ import (
 	"kvtier/internal/crc32c"
 )
 
-// crcChunk is how many bytes the local path copies before checksumming them
-// while they are still in cache.
-const crcChunk = 64 << 10
-
-// copyCRC copies src to dst (same length) in cache-sized chunks and returns
-// the CRC32C of the bytes, computed on each chunk just after it is copied.
-func copyCRC(dst, src []byte) uint32 {
-	var crc uint32
-	for off := 0; off < len(src); off += crcChunk {
-		end := min(off+crcChunk, len(src))
-		copy(dst[off:end], src[off:end])
-		crc = crc32c.Update(crc, dst[off:end])
-	}
-	return crc
-}
+// copyCRC copies src to dst (same length) and returns the CRC32C of the
+// bytes, reading them once (crc32c.CopyUpdate).
+func copyCRC(dst, src []byte) uint32 { return crc32c.CopyUpdate(0, dst, src) }
 
 // parallelPart is the smallest share of a local copy-and-checksum worth a
 // goroutine of its own: copy and CRC32C each run near 20 GB/s on one core,

@@ -67,8 +67,8 @@
 //     the bytes read. It is computed while they arrive: the receive
 //     goroutine checksums each socket read as it lands (still in cache),
 //     slices of one request are combined in order (crc32c.Combine, zlib's
-//     crc32_combine), and the local path copies and checksums in 64 KiB
-//     chunks. A verifying reader (the client's Get) so needs no second pass
+//     crc32_combine), and the local and shared-memory paths copy and
+//     checksum in one pass (crc32c.CopyUpdate). A verifying reader (the client's Get) so needs no second pass
 //     over the object. *Sum is written only when the request succeeds.
 //
 // There is no package-level state: several Engines may live in one process.

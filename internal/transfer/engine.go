@@ -43,9 +43,9 @@ type Request struct {
 	Offset   uint64 // byte offset in the segment (or in the bucket)
 	Buf      []byte // Write: source bytes; Read: destination; length = len(Buf)
 	// Sum, when non-nil on a READ, receives the CRC32C (Castagnoli) of the
-	// bytes read, computed while they arrive (each socket read, or each
-	// 64 KiB of a local copy, is checksummed while still in cache) instead
-	// of in a second pass over Buf. Written only when the request succeeds,
+	// bytes read, computed while they arrive (each socket read is
+	// checksummed while still in cache; a local or shared-memory copy
+	// checksums as it copies) instead of in a second pass over Buf. Written only when the request succeeds,
 	// before Wait returns. Ignored for WRITE.
 	Sum *uint32
 }
