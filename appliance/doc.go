@@ -6,7 +6,11 @@
 // fresh memory is ~60x slower than reuse on these VMs, so segments are
 // pre-faulted once and never given back), splits it into segments of
 // SegmentSize, serves them over the transfer engine and mounts them on the
-// master. With an SSD directory it opens the SSD tier (rebuilding its index
+// master. Unless Transfer.DisableSharedMemory is set (--shm=false) the DRAM
+// is a shared memfd (dram.MapShared) offered to clients on the same host
+// (transfer.Engine.ShareMemory), which then copy through it instead of
+// crossing loopback TCP; if the memfd cannot be made, the DRAM is mapped
+// privately with a warning. With an SSD directory it opens the SSD tier (rebuilding its index
 // from the bucket metadata after a restart), serves bucket extents to readers
 // through the same engine (extent source "<name>/ssd") and re-registers every
 // recovered object with the master as a LOCAL_DISK replica.

@@ -89,9 +89,9 @@ func (f *nvmeFlags) config() (appliance.NVMeConfig, error) {
 	return cfg, nil
 }
 
-// describeNVMe names the appliance's listeners beyond its data address: the
+// describeListeners names the appliance's listeners beyond its data address: the
 // NVMe/TCP target and the shared-memory socket.
-func describeNVMe(a *appliance.Appliance) string {
+func describeListeners(a *appliance.Appliance) string {
 	s := ""
 	if a.NVMeAddr() != "" {
 		s = " nvme=" + a.NVMeAddr() + " nqn=" + a.NVMeNQN()

@@ -344,7 +344,7 @@ func newApplianceCmd() *cobra.Command {
 					return err
 				}
 			}
-			line := fmt.Sprintf("listening data=%s%s name=%s", a.DataAddr(), describeNVMe(a), a.Name())
+			line := fmt.Sprintf("listening data=%s%s name=%s", a.DataAddr(), describeListeners(a), a.Name())
 			log.Info(line)
 			fmt.Println(line)
 			<-ctx.Done()
@@ -398,7 +398,7 @@ func newStandaloneCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			line := fmt.Sprintf("listening grpc=%s http=%s data=%s%s", rm.grpcAddr, rm.httpAddr, a.DataAddr(), describeNVMe(a))
+			line := fmt.Sprintf("listening grpc=%s http=%s data=%s%s", rm.grpcAddr, rm.httpAddr, a.DataAddr(), describeListeners(a))
 			log.Info(line)
 			fmt.Println(line)
 			fmt.Printf("web UI: http://%s/\n", rm.httpAddr)
