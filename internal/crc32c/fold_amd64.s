@@ -11,6 +11,39 @@ DATA k512<>+0(SB)/8, $0x00000000740eef02
 DATA k512<>+8(SB)/8, $0x000000009e4addf8
 GLOBL k512<>(SB), RODATA, $16
 
+// FOLD_STEP moves each accumulator Z0-Z3 2048 bits ahead (constants in Z8)
+// and xors in the next 256 bytes, loaded into Z12-Z15.
+#define FOLD_STEP \
+	VPCLMULQDQ $0x00, Z8, Z0, Z4 \
+	VPCLMULQDQ $0x11, Z8, Z0, Z0 \
+	VPCLMULQDQ $0x00, Z8, Z1, Z5 \
+	VPCLMULQDQ $0x11, Z8, Z1, Z1 \
+	VPCLMULQDQ $0x00, Z8, Z2, Z6 \
+	VPCLMULQDQ $0x11, Z8, Z2, Z2 \
+	VPCLMULQDQ $0x00, Z8, Z3, Z7 \
+	VPCLMULQDQ $0x11, Z8, Z3, Z3 \
+	VPTERNLOGD $0x96, Z12, Z4, Z0 \
+	VPTERNLOGD $0x96, Z13, Z5, Z1 \
+	VPTERNLOGD $0x96, Z14, Z6, Z2 \
+	VPTERNLOGD $0x96, Z15, Z7, Z3
+
+// REDUCE_STORE moves Z0 512 bits ahead into Z1, Z1 into Z2, Z2 into Z3,
+// stores Z3 (the 64-byte state) at 0(DI) and returns.
+#define REDUCE_STORE \
+	VBROADCASTI32X4 k512<>(SB), Z8 \
+	VPCLMULQDQ      $0x00, Z8, Z0, Z4 \
+	VPCLMULQDQ      $0x11, Z8, Z0, Z0 \
+	VPTERNLOGD      $0x96, Z4, Z0, Z1 \
+	VPCLMULQDQ      $0x00, Z8, Z1, Z4 \
+	VPCLMULQDQ      $0x11, Z8, Z1, Z1 \
+	VPTERNLOGD      $0x96, Z4, Z1, Z2 \
+	VPCLMULQDQ      $0x00, Z8, Z2, Z4 \
+	VPCLMULQDQ      $0x11, Z8, Z2, Z2 \
+	VPTERNLOGD      $0x96, Z4, Z2, Z3 \
+	VMOVDQU64       Z3, 0(DI) \
+	VZEROUPPER \
+	RET
+
 // func foldAVX512(init uint32, p []byte, state *[64]byte)
 TEXT ·foldAVX512(SB), NOSPLIT, $0-40
 	MOVL init+0(FP), AX
@@ -39,37 +72,13 @@ loop:
 	VMOVDQU64  64(SI), Z13
 	VMOVDQU64  128(SI), Z14
 	VMOVDQU64  192(SI), Z15
-	VPCLMULQDQ $0x00, Z8, Z0, Z4
-	VPCLMULQDQ $0x11, Z8, Z0, Z0
-	VPCLMULQDQ $0x00, Z8, Z1, Z5
-	VPCLMULQDQ $0x11, Z8, Z1, Z1
-	VPCLMULQDQ $0x00, Z8, Z2, Z6
-	VPCLMULQDQ $0x11, Z8, Z2, Z2
-	VPCLMULQDQ $0x00, Z8, Z3, Z7
-	VPCLMULQDQ $0x11, Z8, Z3, Z3
-	VPTERNLOGD $0x96, Z12, Z4, Z0
-	VPTERNLOGD $0x96, Z13, Z5, Z1
-	VPTERNLOGD $0x96, Z14, Z6, Z2
-	VPTERNLOGD $0x96, Z15, Z7, Z3
+	FOLD_STEP
 	ADDQ       $256, SI
 	SUBQ       $256, CX
 	JMP        loop
 
 reduce:
-	// Z0 moves 512 bits ahead into Z1, Z1 into Z2, Z2 into Z3.
-	VBROADCASTI32X4 k512<>(SB), Z8
-	VPCLMULQDQ      $0x00, Z8, Z0, Z4
-	VPCLMULQDQ      $0x11, Z8, Z0, Z0
-	VPTERNLOGD      $0x96, Z4, Z0, Z1
-	VPCLMULQDQ      $0x00, Z8, Z1, Z4
-	VPCLMULQDQ      $0x11, Z8, Z1, Z1
-	VPTERNLOGD      $0x96, Z4, Z1, Z2
-	VPCLMULQDQ      $0x00, Z8, Z2, Z4
-	VPCLMULQDQ      $0x11, Z8, Z2, Z2
-	VPTERNLOGD      $0x96, Z4, Z2, Z3
-	VMOVDQU64       Z3, 0(DI)
-	VZEROUPPER
-	RET
+	REDUCE_STORE
 
 // func foldCopyAVX512(init uint32, dst, src []byte, state *[64]byte)
 // is foldAVX512 over src that also stores every block it loads into dst
@@ -109,34 +118,11 @@ copyloop:
 	VMOVDQU64  Z13, 64(DX)
 	VMOVDQU64  Z14, 128(DX)
 	VMOVDQU64  Z15, 192(DX)
-	VPCLMULQDQ $0x00, Z8, Z0, Z4
-	VPCLMULQDQ $0x11, Z8, Z0, Z0
-	VPCLMULQDQ $0x00, Z8, Z1, Z5
-	VPCLMULQDQ $0x11, Z8, Z1, Z1
-	VPCLMULQDQ $0x00, Z8, Z2, Z6
-	VPCLMULQDQ $0x11, Z8, Z2, Z2
-	VPCLMULQDQ $0x00, Z8, Z3, Z7
-	VPCLMULQDQ $0x11, Z8, Z3, Z3
-	VPTERNLOGD $0x96, Z12, Z4, Z0
-	VPTERNLOGD $0x96, Z13, Z5, Z1
-	VPTERNLOGD $0x96, Z14, Z6, Z2
-	VPTERNLOGD $0x96, Z15, Z7, Z3
+	FOLD_STEP
 	ADDQ       $256, SI
 	ADDQ       $256, DX
 	SUBQ       $256, CX
 	JMP        copyloop
 
 copyreduce:
-	VBROADCASTI32X4 k512<>(SB), Z8
-	VPCLMULQDQ      $0x00, Z8, Z0, Z4
-	VPCLMULQDQ      $0x11, Z8, Z0, Z0
-	VPTERNLOGD      $0x96, Z4, Z0, Z1
-	VPCLMULQDQ      $0x00, Z8, Z1, Z4
-	VPCLMULQDQ      $0x11, Z8, Z1, Z1
-	VPTERNLOGD      $0x96, Z4, Z1, Z2
-	VPCLMULQDQ      $0x00, Z8, Z2, Z4
-	VPCLMULQDQ      $0x11, Z8, Z2, Z2
-	VPTERNLOGD      $0x96, Z4, Z2, Z3
-	VMOVDQU64       Z3, 0(DI)
-	VZEROUPPER
-	RET
+	REDUCE_STORE
