@@ -421,12 +421,8 @@ func TestConcurrentPutAsyncAndSync(t *testing.T) {
 		t.Fatal(err)
 	}
 	const workers, per = 4, 30
-	type put struct {
-		loc Location
-		v   []byte
-	}
 	var mu sync.Mutex
-	var durable []put
+	var durable []durablePut
 	var wg sync.WaitGroup
 	errs := make(chan error, workers*per+1)
 	for w := range workers {
@@ -460,7 +456,7 @@ func TestConcurrentPutAsyncAndSync(t *testing.T) {
 					return
 				}
 				mu.Lock()
-				durable = append(durable, put{loc, vals[i]})
+				durable = append(durable, durablePut{loc, vals[i]})
 				mu.Unlock()
 			}
 		})
@@ -470,15 +466,7 @@ func TestConcurrentPutAsyncAndSync(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	checkInvariants(t, tr)
-	crash(t, tr)
-	re := openTier(t, Config{Dir: dir})
-	if n := re.Stats().Objects; n != workers*per {
-		t.Fatalf("recovered %d objects, want %d", n, workers*per)
-	}
-	for _, p := range durable {
-		mustRead(t, re, p.loc, p.v)
-	}
+	crashAndRecoverAll(t, tr, dir, durable)
 }
 
 // TestPreallocatedTail checks that a data file is allocated ahead of its
@@ -608,12 +596,8 @@ func TestPutMixedWithPutAsync(t *testing.T) {
 		t.Fatal(err)
 	}
 	const workers, per = 4, 24
-	type put struct {
-		loc Location
-		v   []byte
-	}
 	var mu sync.Mutex
-	var durable []put
+	var durable []durablePut
 	var wg sync.WaitGroup
 	errs := make(chan error, workers*per)
 	for w := range workers {
@@ -630,7 +614,7 @@ func TestPutMixedWithPutAsync(t *testing.T) {
 						return
 					}
 					mu.Lock()
-					durable = append(durable, put{loc, v})
+					durable = append(durable, durablePut{loc, v})
 					mu.Unlock()
 					continue
 				}
@@ -662,7 +646,7 @@ func TestPutMixedWithPutAsync(t *testing.T) {
 					return
 				}
 				mu.Lock()
-				durable = append(durable, put{loc, vals[i]})
+				durable = append(durable, durablePut{loc, vals[i]})
 				mu.Unlock()
 			}
 		})
@@ -672,11 +656,25 @@ func TestPutMixedWithPutAsync(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
+	crashAndRecoverAll(t, tr, dir, durable)
+}
+
+// durablePut is an object whose Put returned or whose Pending completed.
+type durablePut struct {
+	loc Location
+	v   []byte
+}
+
+// crashAndRecoverAll checks tr, crashes it, reopens dir and requires every
+// durable object back intact: exactly those objects, nothing torn or
+// quarantined.
+func crashAndRecoverAll(t *testing.T, tr *Tier, dir string, durable []durablePut) {
+	t.Helper()
 	checkInvariants(t, tr)
 	crash(t, tr)
 	re := openTier(t, Config{Dir: dir})
-	if st := re.Stats(); st.Objects != workers*per || st.QuarantinedBuckets != 0 || st.TornRecords != 0 {
-		t.Fatalf("recovered %+v, want %d objects, nothing torn or quarantined", st, workers*per)
+	if st := re.Stats(); st.Objects != len(durable) || st.QuarantinedBuckets != 0 || st.TornRecords != 0 {
+		t.Fatalf("recovered %+v, want %d objects, nothing torn or quarantined", st, len(durable))
 	}
 	for _, p := range durable {
 		mustRead(t, re, p.loc, p.v)
