@@ -112,7 +112,7 @@
 // goroutines with pread(2) through the FS seam (so fault injection sees
 // every piece). Each goroutine computes the CRC32C of its piece as soon as
 // the piece has landed; once every piece has returned, the checksums are
-// combined in order (zlib's crc32_combine: CRC(A‖B) = CRC(A)·x^(8·len B)
+// combined in order (crc32c.Combine, zlib's crc32_combine: CRC(A‖B) = CRC(A)·x^(8·len B)
 // ⊕ CRC(B) modulo the polynomial) and compared with the record's. Any
 // failed piece fails the whole read (FILE_READ_FAIL); a mismatch is
 // CHECKSUM_MISMATCH; either way dst is zeroed after every piece has
