@@ -43,6 +43,7 @@ type masterFlags struct {
 	maxObjects         int
 	httpToken          string
 	offload            string
+	rpcPoll            time.Duration
 }
 
 func (f *masterFlags) register(cmd *cobra.Command, standalone bool) {
@@ -63,6 +64,7 @@ func (f *masterFlags) register(cmd *cobra.Command, standalone bool) {
 	fs.DurationVar(&f.putRelease, "put-release-timeout", master.DefaultPutReleaseTimeout, "an abandoned put's space is freed this long after its start")
 	fs.IntVar(&f.maxObjects, "max-objects", master.DefaultMaxObjects, "maximum number of objects")
 	fs.StringVar(&f.httpToken, "http-token", "", "bearer token required by mutating REST calls and UI actions (default: none)")
+	fs.DurationVar(&f.rpcPoll, "rpc-poll", fastrpc.DefaultPoll, "after answering a data-path call, poll the connection this long for the next one before sleeping (0: off; saves a CPU wake-up per call on VMs)")
 	if !standalone {
 		fs.StringVar(&f.offload, "offload", master.DefaultOffloadMode, "SSD offload mode: off | immediate | on-evict")
 	}
@@ -180,6 +182,9 @@ type runningMaster struct {
 }
 
 func startMaster(f *masterFlags, log *slog.Logger) (*runningMaster, error) {
+	if f.rpcPoll < 0 || f.rpcPoll > fastrpc.MaxPoll {
+		return nil, fmt.Errorf("--rpc-poll %v: want 0 (off) up to %v", f.rpcPoll, fastrpc.MaxPoll)
+	}
 	lead, err := campaign(f, log)
 	if err != nil {
 		return nil, err
@@ -212,6 +217,7 @@ func startMaster(f *masterFlags, log *slog.Logger) (*runningMaster, error) {
 	rm.grpc = grpc.NewServer(fe.grpcOptions()...)
 	kvtierpb.RegisterMasterServer(rm.grpc, ms)
 	rm.fast = fastrpc.NewServer(&kvtierpb.Master_ServiceDesc, ms, fe.metrics.UnaryServerInterceptor())
+	rm.fast.SetPoll(f.rpcPoll)
 	glis := rm.fast.Split(lis)
 	ctx, cancel := context.WithCancel(context.Background())
 	rm.cancel = cancel

@@ -17,6 +17,7 @@ import (
 	"kvtier/bench"
 	"kvtier/client"
 	"kvtier/dram"
+	"kvtier/internal/fastrpc"
 	"kvtier/internal/transfer"
 	"kvtier/replay"
 )
@@ -124,6 +125,8 @@ func newBenchCmd() *cobra.Command {
 	var batch, replicas int
 	var duration time.Duration
 	var jsonOut, shm bool
+	var cpuProfile string
+	rpcPoll := fastrpc.DefaultPoll
 	dramSize := sizeValue(2 << 30)
 	cmd := &cobra.Command{
 		Use:   "bench [--master ADDR] [--op put|get|mixed|exist] [--size 64KiB,1MiB,16MiB]",
@@ -137,6 +140,11 @@ results of a 'make bench' run into results.md, results.json and throughput.svg.`
 			if report != "" {
 				return bench.Report(report)
 			}
+			stopProfile, err := startCPUProfile(cpuProfile)
+			if err != nil {
+				return err
+			}
+			defer stopProfile()
 			sz, err := parseSizes(sizes)
 			if err != nil {
 				return fmt.Errorf("--size: %w", err)
@@ -162,7 +170,7 @@ results of a 'make bench' run into results.md, results.json and throughput.svg.`
 					defer l.stop()
 					addr = l.rm.grpcAddr.String()
 				}
-				c, err := client.New(ctx, client.Config{MasterAddr: addr, Transfer: transfer.Config{DisableSharedMemory: !shm}})
+				c, err := client.New(ctx, client.Config{MasterAddr: addr, Transfer: transfer.Config{DisableSharedMemory: !shm}, RPCPoll: clientPoll(rpcPoll)})
 				if err != nil {
 					return err
 				}
@@ -195,7 +203,18 @@ results of a 'make bench' run into results.md, results.json and throughput.svg.`
 	fs.StringVar(&report, "report", "", "write the report of a results directory (make bench)")
 	fs.Var(&dramSize, "dram", "DRAM of the store started without --master")
 	fs.BoolVar(&shm, "shm", true, "map the memory of appliances on this host (false: every transfer over TCP)")
+	fs.DurationVar(&rpcPoll, "rpc-poll", fastrpc.DefaultPoll, "poll for a master call's answer this long before sleeping (0: off)")
+	registerCPUProfile(cmd, &cpuProfile)
 	return cmd
+}
+
+// clientPoll maps a --rpc-poll flag (0: off) to client.Config.RPCPoll
+// (0: default, negative: off).
+func clientPoll(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
 }
 
 func parseIntList(s string) ([]int, error) {

@@ -33,6 +33,8 @@ type Server struct {
 	cancel      context.CancelFunc
 	wg          sync.WaitGroup
 
+	poll poller // waits for the next request (see "Polling")
+
 	mu        sync.Mutex
 	closed    bool
 	conns     map[net.Conn]struct{}
@@ -47,8 +49,15 @@ func NewServer(desc *grpc.ServiceDesc, impl any, interceptor grpc.UnaryServerInt
 		s.methods["/"+desc.ServiceName+"/"+m.MethodName] = m
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.poll.polling = &serverPolling
+	s.poll.d.Store(int64(DefaultPoll))
 	return s
 }
+
+// SetPoll sets how long a connection polls for its next request before it
+// parks (DefaultPoll unless set; zero or negative: never). It may be
+// called at any time; connections pick it up at their next wait.
+func (s *Server) SetPoll(d time.Duration) { s.poll.d.Store(int64(d)) }
 
 // Split takes over lis: fast-path connections are served by s, every other
 // connection is returned by the returned listener's Accept (give it to
@@ -128,12 +137,17 @@ func (s *Server) serveConn(c net.Conn) {
 	r := bufio.NewReaderSize(c, 4096)
 	var in, out []byte
 	for {
+		if r.Buffered() == 0 {
+			s.poll.wait(c, 0) // only while no other call is being answered
+		}
 		q, buf, err := readRequest(r, in)
 		if err != nil {
 			return
 		}
 		in = buf
+		s.poll.calls.Add(1)
 		out = s.call(q, out[:0])
+		s.poll.calls.Add(-1)
 		if _, err := c.Write(out); err != nil {
 			return
 		}

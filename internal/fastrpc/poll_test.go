@@ -1,0 +1,200 @@
+package fastrpc
+
+import (
+	"context"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"kvtier/api/kvtierpb"
+	"kvtier/master"
+)
+
+// exist makes one cheap unary call.
+func exist(t *testing.T, mc kvtierpb.MasterClient) {
+	t.Helper()
+	if _, err := mc.Exist(context.Background(), &kvtierpb.KeyRequest{Key: []byte("k")}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fastClient dials addr's fast path with the given client poll.
+func fastClient(t *testing.T, addr string, poll time.Duration) (kvtierpb.MasterClient, *Conn) {
+	t.Helper()
+	gc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gc.Close() })
+	fc, err := Dial(ClientConfig{Addrs: []string{addr}, Fallback: gc, Poll: poll})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fc.Close() })
+	return kvtierpb.NewMasterClient(fc), fc
+}
+
+// TestServerPollCatchesNextRequest: a request sent while the server polls
+// its connection is found by the poll; with polling off nothing polls.
+func TestServerPollCatchesNextRequest(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		c := startCluster(t, true, "127.0.0.1:0")
+		if on {
+			c.fast.SetPoll(time.Second) // far longer than the gap below
+		} else {
+			c.fast.SetPoll(0)
+		}
+		mc, _ := fastClient(t, c.addr, -1)
+		exist(t, mc)
+		time.Sleep(2 * time.Millisecond) // the server is polling meanwhile
+		exist(t, mc)
+		caught, missed := c.fast.poll.caught.Load(), c.fast.poll.missed.Load()
+		if on && caught < 1 {
+			t.Errorf("poll on: the second request was not caught by a poll (caught %d, missed %d)", caught, missed)
+		}
+		if !on && caught+missed != 0 {
+			t.Errorf("poll off: %d polls caught, %d missed; want none", caught, missed)
+		}
+		c.stop()
+	}
+}
+
+// TestClientPollCatchesAnswer: a caller whose answer takes a while finds it
+// by polling when polling is on, and never polls when it is off.
+func TestClientPollCatchesAnswer(t *testing.T) {
+	m, err := master.New(master.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := slowExist{MasterServer: master.NewGRPCServer(m), delay: 2 * time.Millisecond}
+	c := serveMaster(t, slow, true, "127.0.0.1:0")
+	c.fast.SetPoll(0)
+	for _, poll := range []time.Duration{time.Second, -1} {
+		mc, conn := fastClient(t, c.addr, poll)
+		exist(t, mc)
+		caught, missed := conn.poll.caught.Load(), conn.poll.missed.Load()
+		if poll > 0 && caught != 1 {
+			t.Errorf("poll %v: caught %d answers by polling (missed %d), want 1", poll, caught, missed)
+		}
+		if poll < 0 && caught+missed != 0 {
+			t.Errorf("poll off: %d polls caught, %d missed; want none", caught, missed)
+		}
+	}
+}
+
+type slowExist struct {
+	kvtierpb.MasterServer
+	delay time.Duration
+}
+
+func (s slowExist) Exist(ctx context.Context, req *kvtierpb.KeyRequest) (*kvtierpb.ExistResponse, error) {
+	time.Sleep(s.delay)
+	return s.MasterServer.Exist(ctx, req)
+}
+
+// tcpPair returns both ends of a loopback TCP connection.
+func tcpPair(t *testing.T) (net.Conn, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	a, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}
+
+// waitDone runs p.wait(c, others) and fails the test if it has not
+// returned within limit (a generous bound: wait must not hang).
+func waitDone(t *testing.T, p *poller, c net.Conn, others int32, limit time.Duration) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { p.wait(c, others); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(limit):
+		t.Fatalf("poll still running after %v", limit)
+	}
+}
+
+func TestPollerStops(t *testing.T) {
+	var gate atomic.Bool
+	newPoller := func(d time.Duration) *poller {
+		p := &poller{polling: &gate}
+		p.d.Store(int64(d))
+		return p
+	}
+	a, b := tcpPair(t)
+
+	t.Run("times out", func(t *testing.T) {
+		p := newPoller(20 * time.Millisecond)
+		start := time.Now()
+		waitDone(t, p, a, 0, 10*time.Second)
+		if el := time.Since(start); el < 20*time.Millisecond {
+			t.Errorf("poll of 20ms gave up after %v", el)
+		}
+		if p.missed.Load() != 1 || p.caught.Load() != 0 {
+			t.Errorf("caught %d missed %d, want 0 and 1", p.caught.Load(), p.missed.Load())
+		}
+		if gate.Load() {
+			t.Error("the gate is still held after the poll")
+		}
+	})
+	t.Run("another call starts", func(t *testing.T) {
+		p := newPoller(time.Hour)
+		go func() { time.Sleep(5 * time.Millisecond); p.calls.Add(1) }()
+		waitDone(t, p, a, 0, 10*time.Second)
+		if p.missed.Load() != 1 {
+			t.Errorf("missed %d, want 1", p.missed.Load())
+		}
+	})
+	t.Run("busy before it starts", func(t *testing.T) {
+		p := newPoller(time.Hour)
+		p.calls.Store(2)
+		waitDone(t, p, a, 1, 10*time.Second)
+		if p.missed.Load()+p.caught.Load() != 0 {
+			t.Error("polled although more calls than allowed were in progress")
+		}
+	})
+	t.Run("another poller holds the gate", func(t *testing.T) {
+		p := newPoller(time.Hour)
+		gate.Store(true)
+		waitDone(t, p, a, 0, 10*time.Second)
+		gate.Store(false)
+		if p.missed.Load()+p.caught.Load() != 0 {
+			t.Error("polled while another poller held the gate")
+		}
+	})
+	t.Run("bytes arrive", func(t *testing.T) {
+		p := newPoller(time.Hour)
+		go func() { time.Sleep(5 * time.Millisecond); _, _ = b.Write([]byte{7}) }()
+		waitDone(t, p, a, 0, 10*time.Second)
+		if p.caught.Load() != 1 {
+			t.Errorf("caught %d, want 1", p.caught.Load())
+		}
+		var got [1]byte
+		if _, err := a.Read(got[:]); err != nil || got[0] != 7 {
+			t.Errorf("the polled byte was consumed or changed: %v %v", got, err)
+		}
+	})
+	t.Run("peer closes", func(t *testing.T) {
+		p := newPoller(time.Hour)
+		go func() { time.Sleep(5 * time.Millisecond); _ = b.Close() }()
+		waitDone(t, p, a, 0, 10*time.Second)
+		if p.caught.Load() != 1 {
+			t.Errorf("end of stream: caught %d, want 1", p.caught.Load())
+		}
+	})
+}
