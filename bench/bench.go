@@ -155,6 +155,7 @@ type Result struct {
 	Replicas     int     `json:"replicas,omitempty"`
 	Ops          int64   `json:"ops"`    // successful operations (keys)
 	Errors       int64   `json:"errors"` // failed operations (keys)
+	FirstError   string  `json:"first_error,omitempty"` // the first failure's message
 	Seconds      float64 `json:"seconds"`
 	OpsPerSec    float64 `json:"ops_per_sec"`
 	GBytesPerSec float64 `json:"gbytes_per_sec"` // 10^9 bytes/s of object data
@@ -281,6 +282,21 @@ type shared struct {
 	seq   atomic.Int64
 	stop  atomic.Bool
 	calls atomic.Int64
+
+	errMu    sync.Mutex
+	firstErr error // guarded by errMu
+}
+
+// noteErr keeps the workload's first error.
+func (sh *shared) noteErr(err error) {
+	if err == nil {
+		return
+	}
+	sh.errMu.Lock()
+	if sh.firstErr == nil {
+		sh.firstErr = err
+	}
+	sh.errMu.Unlock()
 }
 
 func runOne(ctx context.Context, o Options, s Store, op string, size, conc int, keys []string) (Result, error) {
@@ -323,6 +339,9 @@ func runOne(ctx context.Context, o Options, s Store, op string, size, conc int, 
 		h.Merge(&hists[w])
 		r.Ops += okOps[w]
 		r.Errors += errOps[w]
+	}
+	if sh.firstErr != nil {
+		r.FirstError = sh.firstErr.Error()
 	}
 	r.finish(elapsed, &h)
 	return r, nil
@@ -389,7 +408,19 @@ func (sh *shared) work(ctx context.Context, w int, rng *rand.Rand, h *hdr.Histog
 	return ok, bad
 }
 
-var errShortRead = errors.New("bench: short read")
+var errShortRead = errors.New("bench: short read (or an exist that found nothing)")
+
+// Failed reports the first workload in which every operation failed: it
+// measured nothing, so the run should not pass for a measurement.
+func Failed(results []Result) error {
+	for _, r := range results {
+		if r.Ops == 0 && r.Errors > 0 {
+			return fmt.Errorf("bench: every %s of %d B with %d callers failed (%d errors); first: %s",
+				r.Op, r.Size, r.Concurrency, r.Errors, r.FirstError)
+		}
+	}
+	return nil
+}
 
 // call performs one operation and returns how many keys succeeded.
 func (sh *shared) call(ctx context.Context, op string, keys []string, vals [][]byte) int {
@@ -411,6 +442,7 @@ func (sh *shared) call(ctx context.Context, op string, keys []string, vals [][]b
 			}
 		}
 		if err != nil {
+			sh.noteErr(err)
 			return 0
 		}
 		return 1
@@ -422,17 +454,25 @@ func (sh *shared) call(ctx context.Context, op string, keys []string, vals [][]b
 		for i := range keys {
 			if errs == nil || (i < len(errs) && errs[i] == nil) {
 				n++
+			} else if i < len(errs) {
+				sh.noteErr(errs[i])
 			}
 		}
 	case OpGet:
 		got, errs := s.BatchGet(ctx, keys)
 		for i := range keys {
-			if i < len(got) && len(got[i]) == sh.size && (errs == nil || (i < len(errs) && errs[i] == nil)) {
+			switch {
+			case i < len(got) && len(got[i]) == sh.size && (errs == nil || (i < len(errs) && errs[i] == nil)):
 				n++
+			case i < len(errs) && errs[i] != nil:
+				sh.noteErr(errs[i])
+			default:
+				sh.noteErr(errShortRead)
 			}
 		}
 	case OpExist:
 		found, err := s.BatchExist(ctx, keys)
+		sh.noteErr(err)
 		for i := range keys {
 			if err == nil && i < len(found) && found[i] {
 				n++

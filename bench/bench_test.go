@@ -358,3 +358,43 @@ func FuzzParseRedisCSV(f *testing.F) {
 		}
 	})
 }
+
+// failingStore refuses every put, as an unreachable master does.
+type failingStore struct{ *testMemStore }
+
+func (failingStore) Put(context.Context, string, []byte) error {
+	return kverr.New(kverr.RPCFail, "", "master unreachable")
+}
+
+func (failingStore) BatchPut(_ context.Context, keys []string, _ [][]byte) []error {
+	errs := make([]error, len(keys))
+	for i := range errs {
+		errs[i] = kverr.New(kverr.RPCFail, "", "master unreachable")
+	}
+	return errs
+}
+
+// TestEveryOpFailedIsAnError: a workload that measured nothing carries its
+// first error and makes Failed report it; a healthy one does not.
+func TestEveryOpFailedIsAnError(t *testing.T) {
+	for _, batch := range []int{1, 4} {
+		o := Options{Ops: []string{OpPut}, Sizes: []int{4096}, Concurrency: []int{2}, Batch: batch, Duration: 10 * time.Millisecond}
+		rs, err := Run(context.Background(), o, failingStore{newTestMemStore()}, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rs) != 1 || rs[0].Ops != 0 || rs[0].Errors == 0 || !strings.Contains(rs[0].FirstError, "master unreachable") {
+			t.Fatalf("batch %d: result %+v, want no ops, errors and the first error", batch, rs)
+		}
+		if err := Failed(rs); err == nil || !strings.Contains(err.Error(), "every put of 4096 B") || !strings.Contains(err.Error(), "RPC_FAIL") {
+			t.Errorf("batch %d: Failed = %v", batch, err)
+		}
+	}
+	rs, err := Run(context.Background(), Options{Ops: []string{OpPut}, Sizes: []int{4096}, Concurrency: []int{1}, Duration: 10 * time.Millisecond}, newTestMemStore(), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Failed(rs); err != nil || rs[0].FirstError != "" {
+		t.Errorf("healthy run: Failed = %v, first error %q", err, rs[0].FirstError)
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -185,9 +186,11 @@ results of a 'make bench' run into results.md, results.json and throughput.svg.`
 				return err
 			}
 			if jsonOut {
-				return bench.WriteJSONLines(os.Stdout, results)
+				err = bench.WriteJSONLines(os.Stdout, results)
+			} else {
+				err = bench.WriteMarkdown(os.Stdout, results)
 			}
-			return bench.WriteMarkdown(os.Stdout, results)
+			return errors.Join(err, bench.Failed(results))
 		},
 	}
 	fs := cmd.Flags()
