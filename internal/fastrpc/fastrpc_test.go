@@ -294,6 +294,14 @@ func (s *slowMaster) GetObject(ctx context.Context, _ *kvtierpb.KeyRequest) (*kv
 	case <-s.release:
 		return &kvtierpb.ObjectInfo{Key: []byte("ok")}, nil
 	case <-ctx.Done():
+		// The server's deadline is the caller's rounded up to the next
+		// millisecond: answer well after the caller gave up, so that the
+		// test sees the caller's own timeout (an answer that still arrived
+		// first would leave a healthy connection, rightly pooled).
+		select {
+		case <-s.release:
+		case <-time.After(200 * time.Millisecond):
+		}
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 }
