@@ -153,8 +153,8 @@ type Result struct {
 	Concurrency  int     `json:"concurrency"`
 	Batch        int     `json:"batch,omitempty"`
 	Replicas     int     `json:"replicas,omitempty"`
-	Ops          int64   `json:"ops"`    // successful operations (keys)
-	Errors       int64   `json:"errors"` // failed operations (keys)
+	Ops          int64   `json:"ops"`                   // successful operations (keys)
+	Errors       int64   `json:"errors"`                // failed operations (keys)
 	FirstError   string  `json:"first_error,omitempty"` // the first failure's message
 	Seconds      float64 `json:"seconds"`
 	OpsPerSec    float64 `json:"ops_per_sec"`
