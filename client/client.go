@@ -93,8 +93,8 @@ type Config struct {
 	GRPCOnly bool
 	// RPCPoll is how long a master call on the fast path that is this
 	// client's only one in flight polls for its answer before it sleeps
-	// (default fastrpc.DefaultPoll; negative: never). See "Polling" in
-	// internal/fastrpc.
+	// (zero or negative, the default: never; fastrpc.DefaultPoll is a good
+	// value). See "Polling" in internal/fastrpc.
 	RPCPoll time.Duration
 
 	Logger *slog.Logger

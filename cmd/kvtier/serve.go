@@ -64,7 +64,7 @@ func (f *masterFlags) register(cmd *cobra.Command, standalone bool) {
 	fs.DurationVar(&f.putRelease, "put-release-timeout", master.DefaultPutReleaseTimeout, "an abandoned put's space is freed this long after its start")
 	fs.IntVar(&f.maxObjects, "max-objects", master.DefaultMaxObjects, "maximum number of objects")
 	fs.StringVar(&f.httpToken, "http-token", "", "bearer token required by mutating REST calls and UI actions (default: none)")
-	fs.DurationVar(&f.rpcPoll, "rpc-poll", fastrpc.DefaultPoll, "after answering a data-path call, poll the connection this long for the next one before sleeping (0: off; saves a CPU wake-up per call on VMs)")
+	fs.DurationVar(&f.rpcPoll, "rpc-poll", fastrpc.DefaultServerPoll, "longest a master connection polls for its next data-path call before sleeping, when its calls come that close together (0: off; saves a CPU wake-up per call on VMs)")
 	if !standalone {
 		fs.StringVar(&f.offload, "offload", master.DefaultOffloadMode, "SSD offload mode: off | immediate | on-evict")
 	}

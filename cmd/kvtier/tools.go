@@ -18,7 +18,6 @@ import (
 	"kvtier/bench"
 	"kvtier/client"
 	"kvtier/dram"
-	"kvtier/internal/fastrpc"
 	"kvtier/internal/transfer"
 	"kvtier/replay"
 )
@@ -127,7 +126,7 @@ func newBenchCmd() *cobra.Command {
 	var duration time.Duration
 	var jsonOut, shm bool
 	var cpuProfile string
-	rpcPoll := fastrpc.DefaultPoll
+	var rpcPoll time.Duration
 	dramSize := sizeValue(2 << 30)
 	cmd := &cobra.Command{
 		Use:   "bench [--master ADDR] [--op put|get|mixed|exist] [--size 64KiB,1MiB,16MiB]",
@@ -171,7 +170,7 @@ results of a 'make bench' run into results.md, results.json and throughput.svg.`
 					defer l.stop()
 					addr = l.rm.grpcAddr.String()
 				}
-				c, err := client.New(ctx, client.Config{MasterAddr: addr, Transfer: transfer.Config{DisableSharedMemory: !shm}, RPCPoll: clientPoll(rpcPoll)})
+				c, err := client.New(ctx, client.Config{MasterAddr: addr, Transfer: transfer.Config{DisableSharedMemory: !shm}, RPCPoll: rpcPoll})
 				if err != nil {
 					return err
 				}
@@ -206,18 +205,9 @@ results of a 'make bench' run into results.md, results.json and throughput.svg.`
 	fs.StringVar(&report, "report", "", "write the report of a results directory (make bench)")
 	fs.Var(&dramSize, "dram", "DRAM of the store started without --master")
 	fs.BoolVar(&shm, "shm", true, "map the memory of appliances on this host (false: every transfer over TCP)")
-	fs.DurationVar(&rpcPoll, "rpc-poll", fastrpc.DefaultPoll, "poll for a master call's answer this long before sleeping (0: off)")
+	fs.DurationVar(&rpcPoll, "rpc-poll", 0, "poll for a master call's answer this long before sleeping (0: off; e.g. 300us)")
 	registerCPUProfile(cmd, &cpuProfile)
 	return cmd
-}
-
-// clientPoll maps a --rpc-poll flag (0: off) to client.Config.RPCPoll
-// (0: default, negative: off).
-func clientPoll(d time.Duration) time.Duration {
-	if d <= 0 {
-		return -1
-	}
-	return d
 }
 
 func parseIntList(s string) ([]int, error) {

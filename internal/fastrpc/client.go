@@ -35,7 +35,7 @@ type ClientConfig struct {
 	DialTimeout time.Duration
 	// Poll is how long a caller that is the Conn's only call in flight
 	// polls for its answer before it parks (see "Polling" in the package
-	// doc). Default DefaultPoll; negative: never.
+	// doc). Zero or negative (the default): never.
 	Poll time.Duration
 }
 
@@ -94,9 +94,6 @@ func Dial(cfg ClientConfig) (*Conn, error) {
 	}
 	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = DefaultDialTimeout
-	}
-	if cfg.Poll == 0 {
-		cfg.Poll = DefaultPoll
 	}
 	c := &Conn{cfg: cfg, slots: make(chan struct{}, cfg.MaxConns)}
 	c.poll.polling = &clientPolling

@@ -47,18 +47,20 @@
 //
 // # Polling
 //
-// A put is two calls (PutStart, PutEnd) with a ~150 µs copy between them,
-// so the master is idle between them, and on VMs whose idle vCPUs halt at
-// once (this one: cpuidle haltpoll with guest_halt_poll_ns=0) every call
-// then pays for waking the master's vCPU and, for the answer, the
-// caller's: each of a 1 MiB put's two calls took ~130 µs against ~30 µs
-// back to back. So a waiter polls before it parks:
+// A put is two calls (PutStart, PutEnd) with the client's copy between
+// them, so the master is idle between them, and on VMs whose idle vCPUs
+// halt at once (this one: cpuidle haltpoll with guest_halt_poll_ns=0)
+// every call then pays for waking the master's vCPU: each of a 1 MiB
+// put's two calls took ~130 µs against ~30 µs back to back. So a server
+// connection polls for its next request before it parks:
 //
-//   - Server: after answering, a connection polls its socket for the next
-//     request for up to Server.SetPoll (DefaultPoll, 300 µs), only while
-//     no other call is being answered.
-//   - Conn: a caller polls for its answer for up to ClientConfig.Poll
-//     (DefaultPoll), only while it is the Conn's only call in flight.
+//   - After answering, a connection polls its socket for up to
+//     Server.SetPoll (DefaultServerPoll, 1 ms), only while one of its last
+//     four requests came within that of the answer before it (so a client
+//     in a run of calls is polled for, a heartbeat every second never is),
+//     and only while no other call is being answered.
+//   - A caller may poll for its answer likewise (ClientConfig.Poll; off by
+//     default: measured, it added nothing once the server polls).
 //   - At most one goroutine per process and side polls at once; a poll
 //     stops as soon as another call starts on its Server or Conn. Each
 //     round is a non-blocking MSG_PEEK recv, then sched_yield(2) and
@@ -67,13 +69,15 @@
 //     does not take it from work. The read that follows is the ordinary
 //     one (deadlines, errors and end of stream as before).
 //
-// Measured with kvtier bench on the 2-vCPU VM (standalone, shared memory,
-// 1 MiB puts, 3 s each, polling on against off in alternating runs): one
-// caller 2.81-2.89 GB/s against 2.16-2.19 (p50 341-347 µs against
-// 460-472); four callers 4.01-4.69 against 4.40 and fifty 5.75-6.74 against
-// 5.29-5.51, within the noise. `kvtier master|standalone --rpc-poll` and
-// client.Config.RPCPoll set the two durations; 0 (flag) or negative
-// (config) turns polling off.
+// Measured with kvtier bench on the 2-vCPU VM (standalone, one caller,
+// 1 MiB puts, 3 s each, the four settings alternated three times,
+// 22:20 UTC): through shared memory, server polling 2.72-3.13 GB/s (p50
+// 306-327 µs) against 1.85-2.23 (368-515 µs) with neither side polling,
+// 2.40-2.48 with only the caller polling and 2.71-3.03 with both; at four
+// callers within the noise (4.0-4.9 GB/s either way). Over TCP, where the
+// transfer dominates a put, 0.86-1.19 GB/s with any setting.
+// `kvtier master|standalone --rpc-poll` sets the server's bound (0: off),
+// client.Config.RPCPoll and `kvtier bench --rpc-poll` the caller's.
 //
 // # Wire protocol (version 1)
 //

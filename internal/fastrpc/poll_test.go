@@ -198,3 +198,54 @@ func TestPollerStops(t *testing.T) {
 		}
 	})
 }
+
+func TestGapsWindow(t *testing.T) {
+	const limit = time.Millisecond
+	var g gaps
+	if w := g.window(limit); w != limit {
+		t.Errorf("new connection: window %v, want %v", w, limit)
+	}
+	if w := g.window(0); w != 0 {
+		t.Errorf("polling off: window %v", w)
+	}
+	for range 4 {
+		g.add(time.Second) // heartbeats
+	}
+	if w := g.window(limit); w != 0 {
+		t.Errorf("sporadic calls: window %v, want none", w)
+	}
+	g.add(40 * time.Microsecond) // a run of calls starts
+	if w := g.window(limit); w != limit {
+		t.Errorf("after a close call: window %v, want %v", w, limit)
+	}
+	for range 3 {
+		g.add(5 * time.Millisecond)
+	}
+	if w := g.window(limit); w != limit {
+		t.Errorf("one close call among the last four: window %v, want %v", w, limit)
+	}
+	g.add(5 * time.Millisecond)
+	if w := g.window(limit); w != 0 {
+		t.Errorf("four far-apart calls: window %v, want none", w)
+	}
+}
+
+// TestServerDoesNotPollForSporadicCalls: calls further apart than the poll
+// bound make the connection stop polling after four of them.
+func TestServerDoesNotPollForSporadicCalls(t *testing.T) {
+	c := startCluster(t, true, "127.0.0.1:0")
+	c.fast.SetPoll(time.Millisecond)
+	mc, _ := fastClient(t, c.addr, 0)
+	for range 5 {
+		exist(t, mc)
+		time.Sleep(20 * time.Millisecond)
+	}
+	before := c.fast.poll.caught.Load() + c.fast.poll.missed.Load()
+	for range 3 {
+		exist(t, mc)
+		time.Sleep(20 * time.Millisecond)
+	}
+	if after := c.fast.poll.caught.Load() + c.fast.poll.missed.Load(); after != before {
+		t.Errorf("%d polls during sporadic calls, want none", after-before)
+	}
+}

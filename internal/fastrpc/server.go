@@ -50,13 +50,13 @@ func NewServer(desc *grpc.ServiceDesc, impl any, interceptor grpc.UnaryServerInt
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.poll.polling = &serverPolling
-	s.poll.d.Store(int64(DefaultPoll))
+	s.poll.d.Store(int64(DefaultServerPoll))
 	return s
 }
 
-// SetPoll sets how long a connection polls for its next request before it
-// parks (DefaultPoll unless set; zero or negative: never). It may be
-// called at any time; connections pick it up at their next wait.
+// SetPoll sets the longest a connection polls for its next request before
+// it parks (DefaultServerPoll unless set; zero or negative: never). It may
+// be called at any time; connections pick it up at their next wait.
 func (s *Server) SetPoll(d time.Duration) { s.poll.d.Store(int64(d)) }
 
 // Split takes over lis: fast-path connections are served by s, every other
@@ -136,13 +136,19 @@ func (s *Server) serveConn(c net.Conn) {
 	}
 	r := bufio.NewReaderSize(c, 4096)
 	var in, out []byte
+	var g gaps
+	var answered time.Time
 	for {
 		if r.Buffered() == 0 {
-			s.poll.wait(c, 0) // only while no other call is being answered
+			// Only while no other call is being answered.
+			s.poll.waitFor(c, 0, g.window(time.Duration(s.poll.d.Load())))
 		}
 		q, buf, err := readRequest(r, in)
 		if err != nil {
 			return
+		}
+		if !answered.IsZero() {
+			g.add(time.Since(answered))
 		}
 		in = buf
 		s.poll.calls.Add(1)
@@ -151,6 +157,7 @@ func (s *Server) serveConn(c net.Conn) {
 		if _, err := c.Write(out); err != nil {
 			return
 		}
+		answered = time.Now()
 		if cap(in) > keepBuffer {
 			in = nil
 		}
