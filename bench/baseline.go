@@ -1,11 +1,16 @@
 package bench
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,15 +20,17 @@ import (
 
 // Baseline names accepted by RunBaseline.
 const (
-	BaselineTCP    = "tcp"
-	BaselineMemcpy = "memcpy"
+	BaselineTCP        = "tcp"
+	BaselineTCPProcess = "tcp-process" // the receiver in another process
+	BaselineMemcpy     = "memcpy"
 )
 
 // RawTCP measures a plain Go sender and receiver on loopback moving the same
 // bytes kvtier moves: each of conns connections sends size-byte messages and
 // waits for a 1-byte acknowledgement after each (one request/response per
-// op, like a put). The receiver is a separate goroutine set that reads into
-// one reused buffer per connection. It runs for duration.
+// op, like a put). The receiver (ServeSink) is a goroutine set of this
+// process that reads into one reused buffer per connection. It runs for
+// duration.
 func RawTCP(ctx context.Context, size, conns int, duration time.Duration) (Result, error) {
 	if size <= 0 || conns <= 0 || duration <= 0 {
 		return Result{}, fmt.Errorf("bench: RawTCP needs size, conns and duration > 0")
@@ -32,54 +39,90 @@ func RawTCP(ctx context.Context, size, conns int, duration time.Duration) (Resul
 	if err != nil {
 		return Result{}, fmt.Errorf("bench: listen: %w", err)
 	}
-	defer ln.Close()
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	served := make(chan struct{})
+	go func() { defer close(served); _ = ServeSink(ctx, ln, size) }()
+	defer func() { cancel(); <-served }()
+	r, err := SendTCP(ctx, ln.Addr().String(), size, conns, duration)
+	r.System = BaselineTCP
+	return r, err
+}
 
-	var recvWG sync.WaitGroup
-	var accepted []net.Conn
-	var acceptMu sync.Mutex
-	recvWG.Add(1)
-	go func() { // receiver set: one goroutine per accepted connection
-		defer recvWG.Done()
-		for i := 0; i < conns; i++ {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			acceptMu.Lock()
-			accepted = append(accepted, c)
-			acceptMu.Unlock()
-			recvWG.Add(1)
-			go func() {
-				defer recvWG.Done()
-				buf := make([]byte, min(size, 4<<20))
-				ack := []byte{1}
-				for {
-					for left := size; left > 0; {
-						n, err := c.Read(buf[:min(left, len(buf))])
-						if err != nil {
-							return
-						}
-						left -= n
-					}
-					if _, err := c.Write(ack); err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	defer func() {
-		acceptMu.Lock()
-		for _, c := range accepted {
+// ServeSink is RawTCP's receiver: on every connection accepted from ln it
+// reads size-byte messages and acknowledges each with one byte, until the
+// peer closes. It returns when ln is closed or ctx ends (which closes ln and
+// every connection), once its connections' goroutines are done.
+func ServeSink(ctx context.Context, ln net.Listener, size int) error {
+	if size <= 0 {
+		ln.Close()
+		return fmt.Errorf("bench: sink message size %d", size)
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		conns = map[net.Conn]struct{}{}
+		done  bool
+	)
+	stop := context.AfterFunc(ctx, func() {
+		ln.Close()
+		mu.Lock()
+		done = true
+		for c := range conns {
 			c.Close()
 		}
-		acceptMu.Unlock()
-		ln.Close()
-		recvWG.Wait()
-	}()
+		mu.Unlock()
+	})
+	defer stop()
+	defer wg.Wait()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("bench: sink: %w", err)
+		}
+		mu.Lock()
+		if done {
+			mu.Unlock()
+			c.Close()
+			continue
+		}
+		conns[c] = struct{}{}
+		mu.Unlock()
+		wg.Go(func() {
+			defer func() {
+				mu.Lock()
+				delete(conns, c)
+				mu.Unlock()
+				c.Close()
+			}()
+			buf := make([]byte, min(size, 4<<20))
+			ack := []byte{1}
+			for {
+				for left := size; left > 0; {
+					n, err := c.Read(buf[:min(left, len(buf))])
+					if err != nil {
+						return
+					}
+					left -= n
+				}
+				if _, err := c.Write(ack); err != nil {
+					return
+				}
+			}
+		})
+	}
+}
 
+// SendTCP is RawTCP's sender against a ServeSink at addr (in this process
+// or another one): conns connections each send size-byte messages, waiting
+// for the one-byte acknowledgement of each, for duration. The result has
+// no System; the caller names it.
+func SendTCP(ctx context.Context, addr string, size, conns int, duration time.Duration) (Result, error) {
+	if size <= 0 || conns <= 0 || duration <= 0 {
+		return Result{}, fmt.Errorf("bench: SendTCP needs size, conns and duration > 0")
+	}
 	senders := make([]net.Conn, 0, conns)
 	defer func() {
 		for _, c := range senders {
@@ -88,7 +131,7 @@ func RawTCP(ctx context.Context, size, conns int, duration time.Duration) (Resul
 	}()
 	var d net.Dialer
 	for i := 0; i < conns; i++ {
-		c, err := d.DialContext(ctx, "tcp", ln.Addr().String())
+		c, err := d.DialContext(ctx, "tcp", addr)
 		if err != nil {
 			return Result{}, fmt.Errorf("bench: dial: %w", err)
 		}
@@ -137,7 +180,7 @@ func RawTCP(ctx context.Context, size, conns int, duration time.Duration) (Resul
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	r := Result{System: BaselineTCP, Op: "send", Size: size, Concurrency: conns, Batch: 1}
+	r := Result{Op: "send", Size: size, Concurrency: conns, Batch: 1}
 	var h hdr.Histogram
 	for i := range hists {
 		h.Merge(&hists[i])
@@ -147,10 +190,112 @@ func RawTCP(ctx context.Context, size, conns int, duration time.Duration) (Resul
 		}
 	}
 	if err := errors.Join(errs...); err != nil && r.Ops == 0 {
-		return Result{}, fmt.Errorf("bench: RawTCP: %w", err)
+		return Result{}, fmt.Errorf("bench: raw TCP: %w", err)
 	}
 	r.finish(elapsed, &h)
 	return r, nil
+}
+
+// RawTCPProcess is RawTCP with the receiver in another process, as kvtier's
+// client and appliance are: sink starts that process (see StartSink) for
+// size-byte messages. Two processes pay the cross-CPU wake-ups that one
+// process's goroutines mostly avoid, so this is the limit for bytes that
+// cross from one program to another over loopback.
+func RawTCPProcess(ctx context.Context, sink []string, size, conns int, duration time.Duration) (Result, error) {
+	addr, stopSink, err := StartSink(ctx, sink, size)
+	if err != nil {
+		return Result{}, err
+	}
+	r, err := SendTCP(ctx, addr, size, conns, duration)
+	r.System = BaselineTCPProcess
+	return r, errors.Join(err, stopSink())
+}
+
+// RunSink is the sink process's side of StartSink: it listens on a free
+// loopback port, prints SinkBanner and the address on out, and serves
+// ServeSink for size-byte messages until in reaches its end (the parent
+// closed it or died) or ctx ends.
+func RunSink(ctx context.Context, size int, in io.Reader, out io.Writer) error {
+	if size <= 0 {
+		return fmt.Errorf("bench: sink message size %d: want > 0", size)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("bench: sink: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		_, _ = io.Copy(io.Discard, in)
+		cancel()
+	}()
+	if _, err := fmt.Fprintf(out, "%s%s\n", SinkBanner, ln.Addr()); err != nil {
+		ln.Close()
+		return err
+	}
+	return ServeSink(ctx, ln, size)
+}
+
+// SinkBanner starts the line a sink process prints once it listens:
+// "sink 127.0.0.1:PORT".
+const SinkBanner = "sink "
+
+// StartSink runs argv with the message size appended as its last argument;
+// the command must print SinkBanner and its address on its first line of
+// standard output, serve ServeSink there, and exit when its standard input
+// closes (kvtier bench --tcp-sink SIZE does). stop closes that input and
+// waits for the process (killing it after 5 s).
+func StartSink(ctx context.Context, argv []string, size int) (addr string, stop func() error, err error) {
+	if len(argv) == 0 {
+		return "", nil, errors.New("bench: no sink command for the tcp-process baseline")
+	}
+	cmd := exec.Command(argv[0], append(argv[1:len(argv):len(argv)], strconv.Itoa(size))...)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return "", nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return "", nil, fmt.Errorf("bench: start sink %s: %w", argv[0], err)
+	}
+	exited := make(chan error, 1)
+	stop = func() error {
+		stdin.Close()
+		go func() { exited <- cmd.Wait() }()
+		select {
+		case err := <-exited:
+			if err != nil {
+				return fmt.Errorf("bench: sink process: %w", err)
+			}
+			return nil
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+			return errors.New("bench: sink process did not exit when its input closed; killed")
+		}
+	}
+	line := make(chan string, 1)
+	go func() {
+		l, _ := bufio.NewReader(stdout).ReadString('\n')
+		line <- l
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	select {
+	case l := <-line:
+		if a, ok := strings.CutPrefix(strings.TrimSpace(l), SinkBanner); ok && a != "" {
+			return a, stop, nil
+		}
+		err = fmt.Errorf("bench: sink printed %q, want %q and an address", l, SinkBanner)
+	case <-time.After(10 * time.Second):
+		err = errors.New("bench: sink printed no address within 10 s")
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	return "", nil, errors.Join(err, stop())
 }
 
 // Memcpy measures copy() of size bytes between two pre-faulted buffers on one
@@ -177,8 +322,10 @@ func Memcpy(size int, duration time.Duration) Result {
 	return r
 }
 
-// RunBaseline measures baseline name (tcp or memcpy) at every size of o
-// (and, for tcp, every concurrency), each for o.Duration.
+// RunBaseline measures baseline name (tcp, tcp-process or memcpy) at every
+// size of o (and, for the TCP ones, every concurrency), each for
+// o.Duration. tcp-process starts o.SinkCommand (see StartSink) once per
+// size and concurrency.
 func RunBaseline(ctx context.Context, name string, o Options) ([]Result, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
@@ -192,16 +339,22 @@ func RunBaseline(ctx context.Context, name string, o Options) ([]Result, error) 
 				return out, err
 			}
 			out = append(out, Memcpy(size, o.Duration))
-		case BaselineTCP:
+		case BaselineTCP, BaselineTCPProcess:
 			for _, c := range o.Concurrency {
-				r, err := RawTCP(ctx, size, c, o.Duration)
+				var r Result
+				var err error
+				if name == BaselineTCP {
+					r, err = RawTCP(ctx, size, c, o.Duration)
+				} else {
+					r, err = RawTCPProcess(ctx, o.SinkCommand, size, c, o.Duration)
+				}
 				if err != nil {
 					return out, err
 				}
 				out = append(out, r)
 			}
 		default:
-			return nil, fmt.Errorf("bench: unknown baseline %q (want tcp or memcpy)", name)
+			return nil, fmt.Errorf("bench: unknown baseline %q (want tcp, tcp-process or memcpy)", name)
 		}
 	}
 	return out, nil

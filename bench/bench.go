@@ -60,6 +60,7 @@ type Options struct {
 	Ops         []string      // put | get | mixed | exist; nil means put, get
 	Sizes       []int         // object sizes in bytes; nil means DefaultSizes
 	Concurrency []int         // parallel callers; nil means 1
+	SinkCommand []string      // tcp-process baseline: the receiver's command (StartSink)
 	Batch       int           // keys per call (> 1 uses the Batch* calls); 0 means 1
 	Duration    time.Duration // per workload; 0 means DefaultDuration
 	// MaxInFlightBytes bounds the value bytes held by callers at once (value

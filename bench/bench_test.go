@@ -256,6 +256,7 @@ func TestReportFromDir(t *testing.T) {
 		{System: "kvtier", Op: OpGet, Size: 65536, Concurrency: 4, GBytesPerSec: 3.6, OpsPerSec: 54932, P50US: 50, P99US: 90, P999US: 200},
 		{System: "kvtier", Op: OpPut, Size: 65536, Concurrency: 4, GBytesPerSec: 1.0},
 		{System: BaselineTCP, Op: "send", Size: 65536, Concurrency: 4, GBytesPerSec: 2.0},
+		{System: BaselineTCPProcess, Op: "send", Size: 65536, Concurrency: 4, GBytesPerSec: 1.2},
 		{System: BaselineMemcpy, Op: "copy", Size: 65536, Concurrency: 1, GBytesPerSec: 12},
 	}
 	var buf bytes.Buffer
@@ -270,7 +271,7 @@ func TestReportFromDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	md, _ := os.ReadFile(filepath.Join(out, "results.md"))
-	for _, want := range []string{"| get | 64 KiB | 4 | – | 3.600 |", "1.80×", "2.01×", "spdk: skipped (not installed)", "| iperf3 | stream | 1 MiB | 1 |", "| fio | seq-write | 1 MiB |", "- host: test"} {
+	for _, want := range []string{"| get | 64 KiB | 4 | – | 3.600 |", "1.80×", "3.00×", "2.01×", "| tcp-process | send | 64 KiB | 4 |", "spdk: skipped (not installed)", "| iperf3 | stream | 1 MiB | 1 |", "| fio | seq-write | 1 MiB |", "- host: test"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("results.md lacks %q:\n%s", want, md)
 		}
@@ -284,7 +285,8 @@ func TestReportFromDir(t *testing.T) {
 	if err := json.Unmarshal(js, &parsed); err != nil {
 		t.Fatal(err)
 	}
-	if len(parsed.Ratios) != 2 || parsed.Ratios[0].VsTCP < 1.79 || parsed.Ratios[0].VsTCP > 1.81 {
+	if len(parsed.Ratios) != 2 || parsed.Ratios[0].VsTCP < 1.79 || parsed.Ratios[0].VsTCP > 1.81 ||
+		parsed.Ratios[0].VsTCPProcess < 2.99 || parsed.Ratios[0].VsTCPProcess > 3.01 || parsed.Ratios[0].TCPProcessGBps != 1.2 {
 		t.Errorf("ratios %+v", parsed.Ratios)
 	}
 	svg, _ := os.Open(filepath.Join(out, "throughput.svg"))

@@ -4,6 +4,9 @@
 // It owns: the workloads (Run: put | get | mixed | exist over object sizes,
 // concurrency and batch size, with bounded bytes in flight), the baselines
 // (RawTCP: a plain Go sender and receiver on loopback moving the same bytes;
+// RawTCPProcess: the same with the receiver, ServeSink, in a second process
+// started through StartSink, since kvtier's client and appliance are two
+// processes and cross-process wake-ups cost more than a goroutine hand-off;
 // Memcpy), the converters for external tools (ParseRedisCSV for
 // redis-benchmark --csv, ParseIperf3 for iperf3 -J, ParseFio for fio
 // --output-format=json) and the report (Report: Markdown, JSON and an SVG
@@ -29,7 +32,9 @@
 //
 // One JSON object per line and workload: system, op, size (bytes),
 // concurrency, batch, replicas, ops, errors, seconds, ops_per_sec,
-// gbytes_per_sec (10^9 B/s of object data), p50_us, p99_us, p999_us, and for
+// gbytes_per_sec (10^9 B/s of object data), p50_us, p99_us, p999_us,
+// first_error when any operation failed (a workload where all failed makes
+// the CLI exit non-zero: see Failed), transport for kvtier, and for
 // baselines skipped and note.
 //
 // # Report input directory (written by scripts/bench.sh, read by LoadDir)

@@ -320,12 +320,16 @@ type Ratio struct {
 	KvtierGBps  float64 `json:"kvtier_gbytes_per_sec"`
 	TCPGBps     float64 `json:"tcp_gbytes_per_sec,omitempty"`
 	VsTCP       float64 `json:"kvtier_over_tcp,omitempty"`
-	RedisGBps   float64 `json:"redis_gbytes_per_sec,omitempty"`
-	VsRedis     float64 `json:"kvtier_over_redis,omitempty"`
+	// The same sender with its receiver in another process (tcp-process).
+	TCPProcessGBps float64 `json:"tcp_process_gbytes_per_sec,omitempty"`
+	VsTCPProcess   float64 `json:"kvtier_over_tcp_process,omitempty"`
+	RedisGBps      float64 `json:"redis_gbytes_per_sec,omitempty"`
+	VsRedis        float64 `json:"kvtier_over_redis,omitempty"`
 }
 
-// Ratios matches every kvtier result with the tcp result of the same size and
-// concurrency and the redis result of the same op, size and client count.
+// Ratios matches every kvtier result with the tcp and tcp-process results of
+// the same size and concurrency and the redis result of the same op, size
+// and client count.
 func Ratios(rs []Result) []Ratio {
 	find := func(sys, op string, size, c int) *Result {
 		for i := range rs {
@@ -344,6 +348,9 @@ func Ratios(rs []Result) []Ratio {
 		q := Ratio{Op: r.Op, Size: r.Size, Concurrency: r.Concurrency, Transport: r.Transport, KvtierGBps: r.GBytesPerSec}
 		if t := find(BaselineTCP, "", r.Size, r.Concurrency); t != nil && t.GBytesPerSec > 0 {
 			q.TCPGBps, q.VsTCP = t.GBytesPerSec, r.GBytesPerSec/t.GBytesPerSec
+		}
+		if t := find(BaselineTCPProcess, "", r.Size, r.Concurrency); t != nil && t.GBytesPerSec > 0 {
+			q.TCPProcessGBps, q.VsTCPProcess = t.GBytesPerSec, r.GBytesPerSec/t.GBytesPerSec
 		}
 		if d := find("redis", r.Op, r.Size, r.Concurrency); d != nil && d.GBytesPerSec > 0 {
 			q.RedisGBps, q.VsRedis = d.GBytesPerSec, r.GBytesPerSec/d.GBytesPerSec
@@ -410,8 +417,9 @@ func WriteMarkdown(w io.Writer, rs []Result, notes ...string) error {
 		b.WriteString("\n")
 	}
 	b.WriteString("## kvtier against the baselines\n\n")
-	b.WriteString("| op | size | clients | path | kvtier GB/s | ops/s | p50 µs | p99 µs | p99.9 µs | TCP GB/s | kvtier/TCP | Redis GB/s | kvtier/Redis |\n")
-	b.WriteString("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("TCP: a Go sender and receiver in one process (hot buffers); TCP 2-proc: the same with the receiver in another process, as kvtier's client and appliance are.\n\n")
+	b.WriteString("| op | size | clients | path | kvtier GB/s | ops/s | p50 µs | p99 µs | p99.9 µs | TCP GB/s | kvtier/TCP | TCP 2-proc GB/s | kvtier/2-proc | Redis GB/s | kvtier/Redis |\n")
+	b.WriteString("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	ratios := Ratios(rs)
 	i := 0
 	for _, r := range rs {
@@ -424,9 +432,9 @@ func WriteMarkdown(w io.Writer, rs []Result, notes ...string) error {
 		if path == "" {
 			path = "–"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %s | %.3f | %.0f | %.0f | %.0f | %.0f | %s | %s | %s | %s |\n",
+		fmt.Fprintf(&b, "| %s | %s | %d | %s | %.3f | %.0f | %.0f | %.0f | %.0f | %s | %s | %s | %s | %s | %s |\n",
 			r.Op, SizeString(r.Size), r.Concurrency, path, r.GBytesPerSec, r.OpsPerSec, r.P50US, r.P99US, r.P999US,
-			gbCell(q.TCPGBps), ratioCell(q.VsTCP), gbCell(q.RedisGBps), ratioCell(q.VsRedis))
+			gbCell(q.TCPGBps), ratioCell(q.VsTCP), gbCell(q.TCPProcessGBps), ratioCell(q.VsTCPProcess), gbCell(q.RedisGBps), ratioCell(q.VsRedis))
 	}
 	b.WriteString("\n## Baselines\n\n| system | op | size | clients | GB/s | ops/s | p50 µs | p99 µs | note |\n|---|---|---:|---:|---:|---:|---:|---:|---|\n")
 	base := make([]Result, 0, len(rs))

@@ -36,7 +36,7 @@ func TestBenchScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| put | 64 KiB | 1 |", "| get | 64 KiB | 2 |", "| tcp | send | 64 KiB | 2 |", "| memcpy | copy | 64 KiB |"} {
+	for _, want := range []string{"| put | 64 KiB | 1 |", "| get | 64 KiB | 2 |", "| tcp | send | 64 KiB | 2 |", "| tcp-process | send | 64 KiB | 2 |", "| memcpy | copy | 64 KiB |"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("results.md lacks %q:\n%s", want, md)
 		}

@@ -2,7 +2,8 @@
 # scripts/bench.sh — `make bench`: measure kvtier and its baselines on this host, in
 # one run, and write results/<UTC timestamp>/{results.md,results.json,throughput.svg}
 # (raw tool outputs under raw/). Baselines: raw loopback TCP (kvtier's Go sender and
-# receiver, plus iperf3 when installed), memcpy, Redis (redis-server + redis-benchmark
+# receiver in one process, the same with the receiver in a second process as kvtier's
+# client and appliance are, plus iperf3 when installed), memcpy, Redis (redis-server + redis-benchmark
 # when installed, same value sizes and client counts), fio on the SSD directory when
 # installed. A tool that is missing is reported as "skipped (not installed)", never
 # faked. Every process this script starts is stopped on exit, error or Ctrl-C.
@@ -179,6 +180,8 @@ for size in "${SIZE_LIST[@]}"; do
 	for c in "${CLIENT_LIST[@]}"; do
 		log "raw TCP size $size connections $c"
 		"$BIN" bench --baseline tcp --json --size "$size" --concurrency "$c" --duration "${DURATION}s" >>"$RAW/baselines.jsonl"
+		log "raw TCP to another process, size $size connections $c"
+		"$BIN" bench --baseline tcp-process --json --size "$size" --concurrency "$c" --duration "${DURATION}s" >>"$RAW/baselines.jsonl"
 	done
 done
 

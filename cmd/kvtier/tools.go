@@ -126,6 +126,7 @@ func newBenchCmd() *cobra.Command {
 	var duration time.Duration
 	var jsonOut, shm bool
 	var cpuProfile string
+	var tcpSink int
 	var rpcPoll time.Duration
 	dramSize := sizeValue(2 << 30)
 	cmd := &cobra.Command{
@@ -140,6 +141,11 @@ results of a 'make bench' run into results.md, results.json and throughput.svg.`
 			if report != "" {
 				return bench.Report(report)
 			}
+			if cmd.Flags().Changed("tcp-sink") {
+				ctx, cancel := signalContext()
+				defer cancel()
+				return bench.RunSink(ctx, tcpSink, os.Stdin, os.Stdout)
+			}
 			stopProfile, err := startCPUProfile(cpuProfile)
 			if err != nil {
 				return err
@@ -150,6 +156,13 @@ results of a 'make bench' run into results.md, results.json and throughput.svg.`
 				return fmt.Errorf("--size: %w", err)
 			}
 			o := bench.Options{Ops: ops, Sizes: sz, Concurrency: conc, Batch: batch, Duration: duration, Replicas: replicas}
+			if baseline == bench.BaselineTCPProcess {
+				exe, err := os.Executable()
+				if err != nil {
+					return fmt.Errorf("--baseline %s: %w", baseline, err)
+				}
+				o.SinkCommand = []string{exe, "bench", "--tcp-sink"}
+			}
 			if err := o.Validate(); err != nil {
 				return err
 			}
@@ -201,7 +214,9 @@ results of a 'make bench' run into results.md, results.json and throughput.svg.`
 	fs.IntVar(&replicas, "replicas", 1, "replicas per put")
 	fs.DurationVar(&duration, "duration", 5*time.Second, "time per workload")
 	fs.BoolVar(&jsonOut, "json", false, "one JSON object per line and workload")
-	fs.StringVar(&baseline, "baseline", "", "measure a baseline instead: tcp | memcpy")
+	fs.StringVar(&baseline, "baseline", "", "measure a baseline instead: tcp | tcp-process (receiver in another process) | memcpy")
+	fs.IntVar(&tcpSink, "tcp-sink", 0, "serve as the receiving process of --baseline tcp-process for messages of this many bytes")
+	_ = fs.MarkHidden("tcp-sink")
 	fs.StringVar(&report, "report", "", "write the report of a results directory (make bench)")
 	fs.Var(&dramSize, "dram", "DRAM of the store started without --master")
 	fs.BoolVar(&shm, "shm", true, "map the memory of appliances on this host (false: every transfer over TCP)")

@@ -78,6 +78,7 @@ func benchCmd(args []string) error {
 	dur := fs.Duration("duration", time.Second, "")
 	baseline := fs.String("baseline", "", "")
 	report := fs.String("report", "", "")
+	tcpSink := fs.Int("tcp-sink", 0, "")
 	_ = fs.Bool("shm", true, "accepted like the real CLI; the map store has no transport")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -85,11 +86,21 @@ func benchCmd(args []string) error {
 	if *report != "" {
 		return bench.Report(*report)
 	}
+	if *tcpSink != 0 {
+		return bench.RunSink(context.Background(), *tcpSink, os.Stdin, os.Stdout)
+	}
 	sz, err := parseSize(*size)
 	if err != nil {
 		return err
 	}
 	o := bench.Options{Ops: []string{*op}, Sizes: []int{sz}, Concurrency: []int{*conc}, Duration: *dur}
+	if *baseline == bench.BaselineTCPProcess {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		o.SinkCommand = []string{exe, "bench", "--tcp-sink"}
+	}
 	var rs []bench.Result
 	switch {
 	case *baseline != "":
