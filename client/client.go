@@ -91,11 +91,6 @@ type Config struct {
 	// use the master's fast path (internal/fastrpc, same listener, same
 	// messages and errors) when the master offers it, and gRPC otherwise.
 	GRPCOnly bool
-	// RPCPoll is how long a master call on the fast path that is this
-	// client's only one in flight polls for its answer before it sleeps
-	// (zero or negative, the default: never; fastrpc.DefaultPoll is a good
-	// value). See "Polling" in internal/fastrpc.
-	RPCPoll time.Duration
 
 	Logger *slog.Logger
 }
@@ -118,9 +113,6 @@ func (c *Config) Validate() error {
 	}
 	if c.HeartbeatInterval < 0 || c.RPCTimeout < 0 || c.LeaseCacheMargin < 0 {
 		return kverr.New(kverr.InvalidParams, "", "client: negative interval")
-	}
-	if c.RPCPoll > fastrpc.MaxPoll {
-		return kverr.New(kverr.InvalidParams, "", "client: RPCPoll %v above %v", c.RPCPoll, fastrpc.MaxPoll)
 	}
 	return nil
 }
@@ -210,7 +202,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	var cc grpc.ClientConnInterface = conn
 	var fast *fastrpc.Conn
 	if !cfg.GRPCOnly {
-		fast, err = fastrpc.Dial(fastrpc.ClientConfig{Addrs: masterAddrs(cfg.MasterAddr), Fallback: conn, Poll: cfg.RPCPoll})
+		fast, err = fastrpc.Dial(fastrpc.ClientConfig{Addrs: masterAddrs(cfg.MasterAddr), Fallback: conn})
 		if err != nil {
 			conn.Close()
 			return nil, kverr.New(kverr.InvalidParams, "", "client: %v", err)

@@ -127,7 +127,6 @@ func newBenchCmd() *cobra.Command {
 	var jsonOut, shm bool
 	var cpuProfile string
 	var tcpSink int
-	var rpcPoll time.Duration
 	dramSize := sizeValue(2 << 30)
 	cmd := &cobra.Command{
 		Use:   "bench [--master ADDR] [--op put|get|mixed|exist] [--size 64KiB,1MiB,16MiB]",
@@ -183,7 +182,7 @@ results of a 'make bench' run into results.md, results.json and throughput.svg.`
 					defer l.stop()
 					addr = l.rm.grpcAddr.String()
 				}
-				c, err := client.New(ctx, client.Config{MasterAddr: addr, Transfer: transfer.Config{DisableSharedMemory: !shm}, RPCPoll: rpcPoll})
+				c, err := client.New(ctx, client.Config{MasterAddr: addr, Transfer: transfer.Config{DisableSharedMemory: !shm}})
 				if err != nil {
 					return err
 				}
@@ -220,7 +219,6 @@ results of a 'make bench' run into results.md, results.json and throughput.svg.`
 	fs.StringVar(&report, "report", "", "write the report of a results directory (make bench)")
 	fs.Var(&dramSize, "dram", "DRAM of the store started without --master")
 	fs.BoolVar(&shm, "shm", true, "map the memory of appliances on this host (false: every transfer over TCP)")
-	fs.DurationVar(&rpcPoll, "rpc-poll", 0, "poll for a master call's answer this long before sleeping (0: off; e.g. 300us)")
 	registerCPUProfile(cmd, &cpuProfile)
 	return cmd
 }

@@ -33,10 +33,6 @@ type ClientConfig struct {
 	MaxIdle int
 	// DialTimeout bounds dialling and the hello. Default 5s.
 	DialTimeout time.Duration
-	// Poll is how long a caller that is the Conn's only call in flight
-	// polls for its answer before it parks (see "Polling" in the package
-	// doc). Zero or negative (the default): never.
-	Poll time.Duration
 }
 
 // Defaults.
@@ -75,8 +71,6 @@ type Conn struct {
 	next     int       // index in Addrs of the server that last answered
 	offUntil time.Time // fast path not tried before this time
 	closed   bool
-
-	poll poller // waits for answers (see "Polling")
 }
 
 var _ grpc.ClientConnInterface = (*Conn)(nil)
@@ -95,10 +89,7 @@ func Dial(cfg ClientConfig) (*Conn, error) {
 	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = DefaultDialTimeout
 	}
-	c := &Conn{cfg: cfg, slots: make(chan struct{}, cfg.MaxConns)}
-	c.poll.polling = &clientPolling
-	c.poll.d.Store(int64(cfg.Poll))
-	return c, nil
+	return &Conn{cfg: cfg, slots: make(chan struct{}, cfg.MaxConns)}, nil
 }
 
 // NewStream opens a stream over the fallback connection.
@@ -126,9 +117,7 @@ func (c *Conn) Invoke(ctx context.Context, method string, args, reply any, opts 
 		}
 		return c.cfg.Fallback.Invoke(ctx, method, args, reply, opts...)
 	}
-	c.poll.calls.Add(1)
-	err, broken := fc.call(ctx, method, in, out, &c.poll)
-	c.poll.calls.Add(-1)
+	err, broken := fc.call(ctx, method, in, out)
 	if broken {
 		fc.nc.Close()
 	} else {
@@ -275,7 +264,7 @@ var aLongTimeAgo = time.Unix(1, 0)
 // call sends one request and reads its answer. broken reports that the
 // connection can no longer be used (the error is then Unavailable or the
 // context's).
-func (fc *fconn) call(ctx context.Context, method string, in, out proto.Message, poll *poller) (err error, broken bool) {
+func (fc *fconn) call(ctx context.Context, method string, in, out proto.Message) (err error, broken bool) {
 	var timeoutMs uint32
 	dl, hasDL := ctx.Deadline()
 	if hasDL {
@@ -330,7 +319,6 @@ func (fc *fconn) call(ctx context.Context, method string, in, out proto.Message,
 		fc.wbuf = nil
 	}
 
-	poll.wait(fc.nc, 1) // only while this is the Conn's one call in flight
 	var h [respHeaderLen]byte
 	if _, err := io.ReadFull(fc.r, h[:]); err != nil {
 		return ioError(method, err), true

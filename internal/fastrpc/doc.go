@@ -50,8 +50,7 @@
 // A put is two calls (PutStart, PutEnd) with the client's copy between
 // them, so the master is idle between them, and on VMs whose idle vCPUs
 // halt at once (this one: cpuidle haltpoll with guest_halt_poll_ns=0)
-// every call then pays for waking the master's vCPU: each of a 1 MiB
-// put's two calls took ~130 µs against ~30 µs back to back. So a server
+// every call then pays for waking the master's vCPU. So a server
 // connection polls for its next request before it parks:
 //
 //   - After answering, a connection polls its socket for up to
@@ -59,25 +58,30 @@
 //     four requests came within that of the answer before it (so a client
 //     in a run of calls is polled for, a heartbeat every second never is),
 //     and only while no other call is being answered.
-//   - A caller may poll for its answer likewise (ClientConfig.Poll; off by
-//     default: measured, it added nothing once the server polls).
-//   - At most one goroutine per process and side polls at once; a poll
-//     stops as soon as another call starts on its Server or Conn. Each
-//     round is a non-blocking MSG_PEEK recv, then sched_yield(2) and
-//     runtime.Gosched, so any runnable thread of any process and any
-//     goroutine of this one runs first: a poll keeps its vCPU awake, it
-//     does not take it from work. The read that follows is the ordinary
-//     one (deadlines, errors and end of stream as before).
+//   - At most one goroutine per process polls at once; a poll stops as soon
+//     as another call starts on its Server. Each round is a non-blocking
+//     MSG_PEEK recv, then sched_yield(2) and runtime.Gosched, so any
+//     runnable thread of any process and any goroutine of this one runs
+//     first: a poll keeps its vCPU awake, it does not take it from work.
+//     The read that follows is the ordinary one (deadlines, errors and end
+//     of stream as before).
 //
 // Measured with kvtier bench on the 2-vCPU VM (standalone, one caller,
-// 1 MiB puts, 3 s each, the four settings alternated three times,
-// 22:20 UTC): through shared memory, server polling 2.72-3.13 GB/s (p50
-// 306-327 µs) against 1.85-2.23 (368-515 µs) with neither side polling,
-// 2.40-2.48 with only the caller polling and 2.71-3.03 with both; at four
-// callers within the noise (4.0-4.9 GB/s either way). Over TCP, where the
-// transfer dominates a put, 0.86-1.19 GB/s with any setting.
-// `kvtier master|standalone --rpc-poll` sets the server's bound (0: off),
-// client.Config.RPCPoll and `kvtier bench --rpc-poll` the caller's.
+// 1 MiB puts through shared memory, 3 s each, settings alternated three
+// times, 22:20 UTC): server polling 2.72-3.13 GB/s (p50 306-327 µs)
+// against 1.85-2.23 (368-515 µs) without; at four callers within the
+// noise (4.0-4.9 GB/s either way; the polls caught 7,349 of 29,376
+// requests and gave up on 580); over TCP, where the transfer dominates a
+// put, 0.86-1.19 GB/s either way. `kvtier master|standalone --rpc-poll`
+// sets the bound; 0 turns polling off.
+//
+// Still open: with the master polling (it caught 22,737 of a single
+// caller's 22,744 calls), a call made right after the caller was busy
+// copying takes ~90-130 µs against ~30 µs back to back (an Exist after a
+// memcpy loop: 108-135 µs; PutStart in a put: 87-110 µs). The cost is on
+// the caller's side, and polling there does not remove it: a caller that
+// polled for its answer the same way made back-to-back Exists slower (p50
+// 27 → 53 µs) and puts no faster, so callers do not poll.
 //
 // # Wire protocol (version 1)
 //

@@ -12,10 +12,6 @@ import (
 
 // Polling for the next frame (see "Polling" in the package doc).
 
-// DefaultPoll is a good ClientConfig.Poll where callers poll: a master
-// call is answered in 20-120 µs here.
-const DefaultPoll = 300 * time.Microsecond
-
 // DefaultServerPoll bounds how long a server connection polls for its next
 // request: long enough to span what a client does between a put's two
 // calls (~150 µs for 1 MiB through shared memory, ~550 µs over TCP here).
@@ -27,32 +23,27 @@ const DefaultServerPoll = time.Millisecond
 // a few milliseconds polling only burns a core.
 const MaxPoll = 10 * time.Millisecond
 
-// One poller per process and side: a spinning goroutine holds a thread,
-// so two of them would hold both cores of the machines kvtier is measured
-// on. The server and client sides have one each, since a standalone
-// process is both.
-var serverPolling, clientPolling atomic.Bool
+// One poller per process: a spinning goroutine holds a thread, so two of
+// them would hold both cores of the machines kvtier is measured on.
+var serverPolling atomic.Bool
 
 // poller decides whether a goroutine about to wait for bytes polls first.
 type poller struct {
 	d       atomic.Int64 // time.Duration; <= 0: never poll
-	calls   atomic.Int32 // calls in progress on this Server or Conn
-	polling *atomic.Bool // the process-wide gate of this side
+	calls   atomic.Int32 // calls being answered by this Server
+	polling *atomic.Bool // the process-wide gate
 
 	// caught counts polls that found bytes (or the end of the stream),
 	// missed those that gave up; for tests and tuning.
 	caught, missed atomic.Int64
 }
 
-// wait polls c until it has bytes (or an error) to read, p.d has passed,
-// or more than others calls of this Server or Conn are in progress, so
-// that the read that follows finds its bytes without parking. Each round
-// is a non-blocking MSG_PEEK recv, then sched_yield(2) and
-// runtime.Gosched: any runnable thread of any process, and any runnable
-// goroutine of this one, takes the CPU before the next round.
-func (p *poller) wait(c net.Conn, others int32) { p.waitFor(c, others, time.Duration(p.d.Load())) }
-
-// waitFor is wait for at most d.
+// waitFor polls c until it has bytes (or an error) to read, d has passed,
+// or more than others calls of this Server are being answered, so that the
+// read that follows finds its bytes without parking. Each round is a
+// non-blocking MSG_PEEK recv, then sched_yield(2) and runtime.Gosched: any
+// runnable thread of any process, and any runnable goroutine of this one,
+// takes the CPU before the next round.
 func (p *poller) waitFor(c net.Conn, others int32, d time.Duration) {
 	if d <= 0 || p.calls.Load() > others || !p.polling.CompareAndSwap(false, true) {
 		return

@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"kvtier/api/kvtierpb"
-	"kvtier/master"
 )
 
 // exist makes one cheap unary call.
@@ -22,15 +21,15 @@ func exist(t *testing.T, mc kvtierpb.MasterClient) {
 	}
 }
 
-// fastClient dials addr's fast path with the given client poll.
-func fastClient(t *testing.T, addr string, poll time.Duration) (kvtierpb.MasterClient, *Conn) {
+// fastClient dials addr's fast path.
+func fastClient(t *testing.T, addr string) (kvtierpb.MasterClient, *Conn) {
 	t.Helper()
 	gc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { gc.Close() })
-	fc, err := Dial(ClientConfig{Addrs: []string{addr}, Fallback: gc, Poll: poll})
+	fc, err := Dial(ClientConfig{Addrs: []string{addr}, Fallback: gc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +47,7 @@ func TestServerPollCatchesNextRequest(t *testing.T) {
 		} else {
 			c.fast.SetPoll(0)
 		}
-		mc, _ := fastClient(t, c.addr, -1)
+		mc, _ := fastClient(t, c.addr)
 		exist(t, mc)
 		time.Sleep(2 * time.Millisecond) // the server is polling meanwhile
 		exist(t, mc)
@@ -61,39 +60,6 @@ func TestServerPollCatchesNextRequest(t *testing.T) {
 		}
 		c.stop()
 	}
-}
-
-// TestClientPollCatchesAnswer: a caller whose answer takes a while finds it
-// by polling when polling is on, and never polls when it is off.
-func TestClientPollCatchesAnswer(t *testing.T) {
-	m, err := master.New(master.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	slow := slowExist{MasterServer: master.NewGRPCServer(m), delay: 2 * time.Millisecond}
-	c := serveMaster(t, slow, true, "127.0.0.1:0")
-	c.fast.SetPoll(0)
-	for _, poll := range []time.Duration{time.Second, -1} {
-		mc, conn := fastClient(t, c.addr, poll)
-		exist(t, mc)
-		caught, missed := conn.poll.caught.Load(), conn.poll.missed.Load()
-		if poll > 0 && caught != 1 {
-			t.Errorf("poll %v: caught %d answers by polling (missed %d), want 1", poll, caught, missed)
-		}
-		if poll < 0 && caught+missed != 0 {
-			t.Errorf("poll off: %d polls caught, %d missed; want none", caught, missed)
-		}
-	}
-}
-
-type slowExist struct {
-	kvtierpb.MasterServer
-	delay time.Duration
-}
-
-func (s slowExist) Exist(ctx context.Context, req *kvtierpb.KeyRequest) (*kvtierpb.ExistResponse, error) {
-	time.Sleep(s.delay)
-	return s.MasterServer.Exist(ctx, req)
 }
 
 // tcpPair returns both ends of a loopback TCP connection.
@@ -116,12 +82,12 @@ func tcpPair(t *testing.T) (net.Conn, net.Conn) {
 	return a, b
 }
 
-// waitDone runs p.wait(c, others) and fails the test if it has not
-// returned within limit (a generous bound: wait must not hang).
-func waitDone(t *testing.T, p *poller, c net.Conn, others int32, limit time.Duration) {
+// waitDone runs p.waitFor(c, others, d) and fails the test if it has not
+// returned within limit (a generous bound: a poll must not hang).
+func waitDone(t *testing.T, p *poller, c net.Conn, others int32, d, limit time.Duration) {
 	t.Helper()
 	done := make(chan struct{})
-	go func() { p.wait(c, others); close(done) }()
+	go func() { p.waitFor(c, others, d); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(limit):
@@ -141,7 +107,7 @@ func TestPollerStops(t *testing.T) {
 	t.Run("times out", func(t *testing.T) {
 		p := newPoller(20 * time.Millisecond)
 		start := time.Now()
-		waitDone(t, p, a, 0, 10*time.Second)
+		waitDone(t, p, a, 0, time.Duration(p.d.Load()), 10*time.Second)
 		if el := time.Since(start); el < 20*time.Millisecond {
 			t.Errorf("poll of 20ms gave up after %v", el)
 		}
@@ -155,7 +121,7 @@ func TestPollerStops(t *testing.T) {
 	t.Run("another call starts", func(t *testing.T) {
 		p := newPoller(time.Hour)
 		go func() { time.Sleep(5 * time.Millisecond); p.calls.Add(1) }()
-		waitDone(t, p, a, 0, 10*time.Second)
+		waitDone(t, p, a, 0, time.Duration(p.d.Load()), 10*time.Second)
 		if p.missed.Load() != 1 {
 			t.Errorf("missed %d, want 1", p.missed.Load())
 		}
@@ -163,7 +129,7 @@ func TestPollerStops(t *testing.T) {
 	t.Run("busy before it starts", func(t *testing.T) {
 		p := newPoller(time.Hour)
 		p.calls.Store(2)
-		waitDone(t, p, a, 1, 10*time.Second)
+		waitDone(t, p, a, 1, time.Duration(p.d.Load()), 10*time.Second)
 		if p.missed.Load()+p.caught.Load() != 0 {
 			t.Error("polled although more calls than allowed were in progress")
 		}
@@ -171,7 +137,7 @@ func TestPollerStops(t *testing.T) {
 	t.Run("another poller holds the gate", func(t *testing.T) {
 		p := newPoller(time.Hour)
 		gate.Store(true)
-		waitDone(t, p, a, 0, 10*time.Second)
+		waitDone(t, p, a, 0, time.Duration(p.d.Load()), 10*time.Second)
 		gate.Store(false)
 		if p.missed.Load()+p.caught.Load() != 0 {
 			t.Error("polled while another poller held the gate")
@@ -180,7 +146,7 @@ func TestPollerStops(t *testing.T) {
 	t.Run("bytes arrive", func(t *testing.T) {
 		p := newPoller(time.Hour)
 		go func() { time.Sleep(5 * time.Millisecond); _, _ = b.Write([]byte{7}) }()
-		waitDone(t, p, a, 0, 10*time.Second)
+		waitDone(t, p, a, 0, time.Duration(p.d.Load()), 10*time.Second)
 		if p.caught.Load() != 1 {
 			t.Errorf("caught %d, want 1", p.caught.Load())
 		}
@@ -192,7 +158,7 @@ func TestPollerStops(t *testing.T) {
 	t.Run("peer closes", func(t *testing.T) {
 		p := newPoller(time.Hour)
 		go func() { time.Sleep(5 * time.Millisecond); _ = b.Close() }()
-		waitDone(t, p, a, 0, 10*time.Second)
+		waitDone(t, p, a, 0, time.Duration(p.d.Load()), 10*time.Second)
 		if p.caught.Load() != 1 {
 			t.Errorf("end of stream: caught %d, want 1", p.caught.Load())
 		}
@@ -235,7 +201,7 @@ func TestGapsWindow(t *testing.T) {
 func TestServerDoesNotPollForSporadicCalls(t *testing.T) {
 	c := startCluster(t, true, "127.0.0.1:0")
 	c.fast.SetPoll(time.Millisecond)
-	mc, _ := fastClient(t, c.addr, 0)
+	mc, _ := fastClient(t, c.addr)
 	for range 5 {
 		exist(t, mc)
 		time.Sleep(20 * time.Millisecond)
