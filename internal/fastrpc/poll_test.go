@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	"kvtier/api/kvtierpb"
 )
 
@@ -19,22 +16,6 @@ func exist(t *testing.T, mc kvtierpb.MasterClient) {
 	if _, err := mc.Exist(context.Background(), &kvtierpb.KeyRequest{Key: []byte("k")}); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// fastClient dials addr's fast path.
-func fastClient(t *testing.T, addr string) (kvtierpb.MasterClient, *Conn) {
-	t.Helper()
-	gc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { gc.Close() })
-	fc, err := Dial(ClientConfig{Addrs: []string{addr}, Fallback: gc})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { fc.Close() })
-	return kvtierpb.NewMasterClient(fc), fc
 }
 
 // TestServerPollCatchesNextRequest: a request sent while the server polls
@@ -47,7 +28,7 @@ func TestServerPollCatchesNextRequest(t *testing.T) {
 		} else {
 			c.fast.SetPoll(0)
 		}
-		mc, _ := fastClient(t, c.addr)
+		_, mc, _ := dialBoth(t, c.addr)
 		exist(t, mc)
 		time.Sleep(2 * time.Millisecond) // the server is polling meanwhile
 		exist(t, mc)
@@ -201,7 +182,7 @@ func TestGapsWindow(t *testing.T) {
 func TestServerDoesNotPollForSporadicCalls(t *testing.T) {
 	c := startCluster(t, true, "127.0.0.1:0")
 	c.fast.SetPoll(time.Millisecond)
-	mc, _ := fastClient(t, c.addr)
+	_, mc, _ := dialBoth(t, c.addr)
 	for range 5 {
 		exist(t, mc)
 		time.Sleep(20 * time.Millisecond)
