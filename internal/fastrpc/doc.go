@@ -77,11 +77,22 @@
 //
 // Still open: with the master polling (it caught 22,737 of a single
 // caller's 22,744 calls), a call made right after the caller was busy
-// copying takes ~90-130 µs against ~30 µs back to back (an Exist after a
-// memcpy loop: 108-135 µs; PutStart in a put: 87-110 µs). The cost is on
-// the caller's side, and polling there does not remove it: a caller that
-// polled for its answer the same way made back-to-back Exists slower (p50
-// 27 → 53 µs) and puts no faster, so callers do not poll.
+// copying takes ~90-130 µs against ~30 µs back to back. Timestamps in both
+// processes (1 MiB puts, one caller, 22:40 UTC): the master answers in
+// ~15 µs, but its write of the ~150-byte answer took 107 µs on average and
+// the caller waited 57 µs: the write wakes the caller's thread onto the
+// master's vCPU, where it preempts the master. With the standalone pinned
+// to one vCPU and the caller to the other (taskset), the master's write
+// took 13 µs and the caller still waited 71 µs (its own vCPU had halted);
+// a caller spinning on MSG_PEEK for its answer then cut the wait to
+// 32-40 µs and reached 3.9-4.1 GB/s (p50 205-224 µs) against 2.9-3.1
+// unpinned, but pinned callers lose at four callers (3.5-4.2 against
+// 4.3-4.6 GB/s: they share one vCPU), pinning without the spin loses
+// (2.5 GB/s), and unpinned a spinning caller gained little or lost (a
+// caller polling with sched_yield and Gosched made back-to-back Exists
+// slower, p50 27 → 53 µs). So callers do not poll and nothing is pinned;
+// an operator who dedicates cores to the appliance (taskset, cpusets) gets
+// the first half of that gain.
 //
 // # Wire protocol (version 1)
 //
