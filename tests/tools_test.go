@@ -3,13 +3,15 @@ package tests
 import (
 	"bufio"
 	"encoding/json"
-	"kvtier/internal/shared"
 	"math"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"kvtier/internal/shared"
 )
 
 func runKvtier(t *testing.T, args ...string) string {
@@ -114,5 +116,64 @@ func TestReplayThroughTheStoreAgreesWithSimulation(t *testing.T) {
 	t.Logf("prefix-hit rate: real store %.4f, simulation %.4f", real.Total.PrefixHitRate, sim.Total.PrefixHitRate)
 	if math.Abs(real.Total.PrefixHitRate-sim.Total.PrefixHitRate) > 0.03 {
 		t.Fatalf("real store %.4f and simulation %.4f disagree", real.Total.PrefixHitRate, sim.Total.PrefixHitRate)
+	}
+}
+
+// runKvtierCode runs the binary and returns stdout, stderr and the exit code.
+func runKvtierCode(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(kvtierBin, args...)
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	code := 0
+	if err := cmd.Run(); err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			t.Fatalf("kvtier %v: %v", args, err)
+		}
+		code = ee.ExitCode()
+	}
+	return out.String(), errb.String(), code
+}
+
+// TestBenchFailuresAndTCPProcessBaseline: bench against a master that is
+// not there exits non-zero naming the first error; the tcp-process
+// baseline runs its receiver as a second kvtier process; --rpc-poll out of
+// range is refused before anything starts.
+func TestBenchFailuresAndTCPProcessBaseline(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	out, errs, code := runKvtierCode(t, "bench", "--master", dead, "--json", "--op", "put", "--size", "4KiB", "--duration", "200ms")
+	if code == 0 || !strings.Contains(errs, "every put of 4096 B") || !strings.Contains(out, `"first_error"`) {
+		t.Fatalf("bench against %s: exit %d, stdout %q, stderr %q; want a failure naming the first error", dead, code, out, errs)
+	}
+
+	out = runKvtier(t, "bench", "--baseline", "tcp-process", "--json", "--size", "64KiB", "--concurrency", "1,2", "--duration", "200ms")
+	n := 0
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r struct {
+			System       string  `json:"system"`
+			Concurrency  int     `json:"concurrency"`
+			Ops          int64   `json:"ops"`
+			GBytesPerSec float64 `json:"gbytes_per_sec"`
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil || r.System != "tcp-process" || r.Ops <= 0 || r.GBytesPerSec <= 0 {
+			t.Fatalf("tcp-process line %q: %+v %v", line, r, err)
+		}
+		n++
+	}
+	if n != 2 {
+		t.Fatalf("%d tcp-process results, want 2:\n%s", n, out)
+	}
+
+	for _, bad := range []string{"-1ms", "1s"} {
+		_, errs, code := runKvtierCode(t, "master", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--rpc-poll", bad)
+		if code == 0 || !strings.Contains(errs, "--rpc-poll") {
+			t.Errorf("master --rpc-poll %s: exit %d, stderr %q; want a refusal naming the flag", bad, code, errs)
+		}
 	}
 }
