@@ -48,6 +48,7 @@ var forbidden = map[string][]string{
 	"kvtier/nof":               {"kvtier/master", "kvtier/client", "kvtier/appliance", "kvtier/rest"},
 	"kvtier/internal/kverr":    {"kvtier/master", "kvtier/client"},
 	"kvtier/internal/crc32c":   {"kvtier/master", "kvtier/client", "kvtier/appliance", "kvtier/ssd", "kvtier/internal/transfer", "kvtier/api", "kvtier/internal/kverr"},
+	"kvtier/internal/memcopy":  {"kvtier/master", "kvtier/client", "kvtier/appliance", "kvtier/ssd", "kvtier/internal/transfer", "kvtier/api", "kvtier/internal/kverr"},
 }
 
 func TestLayering(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 
 	"kvtier/internal/crc32c"
 	"kvtier/internal/kverr"
+	"kvtier/internal/memcopy"
 )
 
 // localTransport serves requests whose segment is registered in the same
@@ -43,7 +44,7 @@ func (t *localTransport) do(ctx context.Context, r *reqState, seg *segment, src 
 		case req.Op == Read:
 			copy(req.Buf, seg.mem[req.Offset:req.Offset+n])
 		default:
-			copy(seg.mem[req.Offset:req.Offset+n], req.Buf)
+			memcopy.NonTemporal(seg.mem[req.Offset:req.Offset+n], req.Buf)
 		}
 		return nil
 	case src != nil:

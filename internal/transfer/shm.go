@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"kvtier/internal/kverr"
+	"kvtier/internal/memcopy"
 )
 
 // Shared memory between processes of one host: see "Shared memory" in the
@@ -636,7 +637,9 @@ func (t *localTransport) copyShared(r *reqState, sp *shmPeer, s *shmSeg) (ok boo
 	case req.Op == Read:
 		copy(req.Buf, mem)
 	default:
-		copy(mem, req.Buf)
+		// Segment memory is written once per put and read later, mostly by
+		// other processes: past the cache (see internal/memcopy).
+		memcopy.NonTemporal(mem, req.Buf)
 		if sp.dead.Load() {
 			// The peer went away during the copy (even if a new mapping of
 			// its successor exists by now): the bytes may have landed in
