@@ -16,8 +16,8 @@
 //
 // Contract: NonTemporal(dst, src) copies min(len(dst), len(src)) bytes and
 // returns that count, like copy, for any lengths and alignments (it stores
-// the unaligned head and the tail with ordinary stores) and for
-// overlapping slices only as copy would not: dst and src must not overlap.
+// the unaligned head and the tail with ordinary stores). Unlike copy, dst
+// and src must not overlap.
 // The stores are fenced (SFENCE) before it returns, so they are ordered
 // before any later store of the caller, as ordinary stores are. Copies
 // under 64 KiB, and every copy without AVX2 or on other architectures, are

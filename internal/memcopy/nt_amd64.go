@@ -23,8 +23,10 @@ func NonTemporal(dst, src []byte) int {
 	head := int((32 - uintptrOf(dst)%32) % 32)
 	copy(dst[:head], src[:head])
 	body := (n - head) &^ (ntBlock - 1)
-	raceAccess(dst[head:head+body], src[head:head+body])
-	copyNT(dst[head:head+body], src[head:head+body])
+	if body > 0 { // always, given minNT; copyNT needs at least one block
+		raceAccess(dst[head:head+body], src[head:head+body])
+		copyNT(dst[head:head+body], src[head:head+body])
+	}
 	copy(dst[head+body:], src[head+body:])
 	return n
 }

@@ -4,12 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"kvtier/internal/memcopy"
 	"net"
 	"sync"
 	"time"
 
 	"kvtier/internal/kverr"
+	"kvtier/internal/memcopy"
 )
 
 // Listen serves the registered segments and sources on addr (port 0 picks a
