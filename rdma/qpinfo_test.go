@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"kvtier/internal/kverr"
+	"kvtier/internal/testnet"
 )
 
 var sample = QPInfo{LID: 0x12, QPN: 0x00abcdef, PSN: 0x123456, MTU: 5, GIDValid: true,
@@ -106,29 +107,12 @@ func TestExchangeOverTCP(t *testing.T) {
 // deadline all end the handshake with an error, never a hang.
 func TestExchangeFailures(t *testing.T) {
 	ctx := context.Background()
-	pair := func() (net.Conn, net.Conn) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		a, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := ln.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { a.Close(); b.Close() })
-		return a, b
-	}
-	a, b := pair()
+	a, b := testnet.TCPPair(t)
 	go b.Write(bytes.Repeat([]byte{0xee}, QPInfoSize))
 	if _, err := exchange(ctx, a, sample, func(QPInfo) error { return nil }); !kverr.Is(err, kverr.InvalidParams) {
 		t.Fatalf("garbage: %v", err)
 	}
-	a, b = pair()
+	a, b = testnet.TCPPair(t)
 	go func() {
 		x, _ := sample.MarshalBinary()
 		b.Write(x)
@@ -137,7 +121,7 @@ func TestExchangeFailures(t *testing.T) {
 	if _, err := exchange(ctx, a, sample, func(QPInfo) error { return boom }); !errors.Is(err, boom) {
 		t.Fatalf("ready failure: %v", err)
 	}
-	a, _ = pair()
+	a, _ = testnet.TCPPair(t)
 	dctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
 	if _, err := exchange(dctx, a, sample, func(QPInfo) error { return nil }); !kverr.Is(err, kverr.TransferFail) {

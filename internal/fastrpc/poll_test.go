@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"kvtier/api/kvtierpb"
+	"kvtier/internal/testnet"
 )
 
 // exist makes one cheap unary call.
@@ -43,26 +44,6 @@ func TestServerPollCatchesNextRequest(t *testing.T) {
 	}
 }
 
-// tcpPair returns both ends of a loopback TCP connection.
-func tcpPair(t *testing.T) (net.Conn, net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	a, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close(); b.Close() })
-	return a, b
-}
-
 // waitDone runs p.waitFor(c, others, d) and fails the test if it has not
 // returned within limit (a generous bound: a poll must not hang).
 func waitDone(t *testing.T, p *poller, c net.Conn, others int32, d, limit time.Duration) {
@@ -83,7 +64,7 @@ func TestPollerStops(t *testing.T) {
 		p.d.Store(int64(d))
 		return p
 	}
-	a, b := tcpPair(t)
+	a, b := testnet.TCPPair(t)
 
 	t.Run("times out", func(t *testing.T) {
 		p := newPoller(20 * time.Millisecond)

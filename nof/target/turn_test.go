@@ -2,12 +2,13 @@ package target
 
 import (
 	"io"
-	"net"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"kvtier/internal/testnet"
 )
 
 // TestPollYieldRunsNetworkReader checks the property answerTurn relies
@@ -20,21 +21,7 @@ func TestPollYieldRunsNetworkReader(t *testing.T) {
 		t.Skip("eventfd not available: answer turns run without yielding")
 	}
 	defer y.f.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	a, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a, b := testnet.TCPPair(t)
 
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	const rounds = 50
