@@ -1,7 +1,6 @@
 package ssd
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"strings"
@@ -90,12 +89,7 @@ func TestReadIOError(t *testing.T) {
 	v := value(1, 3*Block)
 	loc := mustPut(t, tr, "k", v)
 	fi.FailReads(dataSuffix, syscall.EIO)
-	dst := bytes.Repeat([]byte{0xaa}, len(v))
-	err := tr.ReadExtent(context.Background(), loc.Bucket, loc.Offset, dst)
-	wantCode(t, err, kverr.FileReadFail)
-	if !allZero(dst) {
-		t.Fatal("failed read left bytes in dst")
-	}
+	wantFailedRead(t, tr, loc, make([]byte, len(v)), kverr.FileReadFail, "EIO on the data file")
 	fi.FailReads("", nil)
 	mustRead(t, tr, loc, v)
 	if st := tr.Stats(); st.ReadErrors != 1 {
@@ -126,14 +120,7 @@ func TestChecksumMismatchNeverReturnsBytes(t *testing.T) {
 		"unaligned": make([]byte, len(v)),
 		"aligned":   directio.AlignedBlock(int(padded(uint64(len(v)))))[:len(v)],
 	} {
-		for i := range dst {
-			dst[i] = 0xaa
-		}
-		err := tr.ReadExtent(context.Background(), loc.Bucket, loc.Offset, dst)
-		wantCode(t, err, kverr.ChecksumMismatch)
-		if !allZero(dst) {
-			t.Fatalf("%s: checksum mismatch left bytes in dst", name)
-		}
+		wantFailedRead(t, tr, loc, dst, kverr.ChecksumMismatch, name)
 	}
 	if st := tr.Stats(); st.ChecksumFailures != 2 || st.BytesRead != 0 {
 		t.Fatalf("stats %+v", st)

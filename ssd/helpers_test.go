@@ -143,6 +143,21 @@ func wantCode(t testing.TB, err error, code kverr.Code) {
 	}
 }
 
+// wantFailedRead reads loc into dst, first filled with 0xaa, and requires
+// the read to fail with code and to leave dst all zero (a failed read
+// never hands out bytes); what names the case in the failure.
+func wantFailedRead(t testing.TB, tr *Tier, loc Location, dst []byte, code kverr.Code, what string) {
+	t.Helper()
+	for i := range dst {
+		dst[i] = 0xaa
+	}
+	err := tr.ReadExtent(context.Background(), loc.Bucket, loc.Offset, dst)
+	wantCode(t, err, code)
+	if !allZero(dst) {
+		t.Fatalf("%s: failed read (%v) left bytes in dst", what, err)
+	}
+}
+
 func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return !errors.Is(err, os.ErrNotExist)

@@ -81,15 +81,7 @@ func TestPiecedReadCorruptPiece(t *testing.T) {
 		if err := f.Sync(); err != nil {
 			t.Fatal(err)
 		}
-		dst := alignedCopy(n)
-		for i := range dst {
-			dst[i] = 0xaa
-		}
-		err := tr.ReadExtent(context.Background(), loc.Bucket, loc.Offset, dst)
-		wantCode(t, err, kverr.ChecksumMismatch)
-		if !allZero(dst) {
-			t.Fatalf("byte %d flipped: checksum mismatch left bytes in dst", at)
-		}
+		wantFailedRead(t, tr, loc, alignedCopy(n), kverr.ChecksumMismatch, fmt.Sprintf("byte %d flipped", at))
 		if _, err := f.WriteAt([]byte{v[at]}, off); err != nil { // repair
 			t.Fatal(err)
 		}
@@ -114,15 +106,7 @@ func TestPiecedReadShortFile(t *testing.T) {
 	loc := mustPut(t, tr, "k", v)
 	for _, cut := range []int64{readPiece, 3*readPiece + Block, int64(padded(uint64(n))) - Block} {
 		fi.ShortFiles(dataSuffix, int64(loc.Offset)+cut)
-		dst := alignedCopy(n)
-		for i := range dst {
-			dst[i] = 0xaa
-		}
-		err := tr.ReadExtent(context.Background(), loc.Bucket, loc.Offset, dst)
-		wantCode(t, err, kverr.FileReadFail)
-		if !allZero(dst) {
-			t.Fatalf("file cut at %d: failed read left bytes in dst", cut)
-		}
+		wantFailedRead(t, tr, loc, alignedCopy(n), kverr.FileReadFail, fmt.Sprintf("file cut at %d", cut))
 	}
 	fi.ShortFiles("", 0)
 	mustRead(t, tr, loc, v)
