@@ -236,6 +236,16 @@ func RunSink(ctx context.Context, size int, in io.Reader, out io.Writer) error {
 	return ServeSink(ctx, ln, size)
 }
 
+// SelfSink is the SinkCommand of a program whose `bench --tcp-sink SIZE`
+// runs RunSink: this executable (kvtier, or the fake CLI of the script test).
+func SelfSink() ([]string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("bench: tcp-process sink: %w", err)
+	}
+	return []string{exe, "bench", "--tcp-sink"}, nil
+}
+
 // SinkBanner starts the line a sink process prints once it listens:
 // "sink 127.0.0.1:PORT".
 const SinkBanner = "sink "

@@ -183,15 +183,21 @@ func (c *cluster) cli(t *testing.T, stdin []byte, args ...string) (string, strin
 	if args[0] != "nvme" { // the NVMe initiator verbs talk to a target, not the master
 		args = append(args, "--master", c.grpc)
 	}
+	return runKvtierCode(t, stdin, args...)
+}
+
+// runKvtierCode runs the binary with stdin (nil: none) and returns stdout,
+// stderr and the exit code.
+func runKvtierCode(t *testing.T, stdin []byte, args ...string) (string, string, int) {
+	t.Helper()
 	cmd := exec.Command(kvtierBin, args...)
 	if stdin != nil {
 		cmd.Stdin = strings.NewReader(string(stdin))
 	}
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
 	code := 0
-	if err != nil {
+	if err := cmd.Run(); err != nil {
 		ee, ok := err.(*exec.ExitError)
 		if !ok {
 			t.Fatalf("kvtier %v: %v", args, err)

@@ -119,23 +119,6 @@ func TestReplayThroughTheStoreAgreesWithSimulation(t *testing.T) {
 	}
 }
 
-// runKvtierCode runs the binary and returns stdout, stderr and the exit code.
-func runKvtierCode(t *testing.T, args ...string) (string, string, int) {
-	t.Helper()
-	cmd := exec.Command(kvtierBin, args...)
-	var out, errb strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	code := 0
-	if err := cmd.Run(); err != nil {
-		ee, ok := err.(*exec.ExitError)
-		if !ok {
-			t.Fatalf("kvtier %v: %v", args, err)
-		}
-		code = ee.ExitCode()
-	}
-	return out.String(), errb.String(), code
-}
-
 // TestBenchFailuresAndTCPProcessBaseline: bench against a master that is
 // not there exits non-zero naming the first error; the tcp-process
 // baseline runs its receiver as a second kvtier process; --rpc-poll out of
@@ -147,7 +130,7 @@ func TestBenchFailuresAndTCPProcessBaseline(t *testing.T) {
 	}
 	dead := ln.Addr().String()
 	ln.Close() // nothing listens there now
-	out, errs, code := runKvtierCode(t, "bench", "--master", dead, "--json", "--op", "put", "--size", "4KiB", "--duration", "200ms")
+	out, errs, code := runKvtierCode(t, nil, "bench", "--master", dead, "--json", "--op", "put", "--size", "4KiB", "--duration", "200ms")
 	if code == 0 || !strings.Contains(errs, "every put of 4096 B") || !strings.Contains(out, `"first_error"`) {
 		t.Fatalf("bench against %s: exit %d, stdout %q, stderr %q; want a failure naming the first error", dead, code, out, errs)
 	}
@@ -171,7 +154,7 @@ func TestBenchFailuresAndTCPProcessBaseline(t *testing.T) {
 	}
 
 	for _, bad := range []string{"-1ms", "1s"} {
-		_, errs, code := runKvtierCode(t, "master", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--rpc-poll", bad)
+		_, errs, code := runKvtierCode(t, nil, "master", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--rpc-poll", bad)
 		if code == 0 || !strings.Contains(errs, "--rpc-poll") {
 			t.Errorf("master --rpc-poll %s: exit %d, stderr %q; want a refusal naming the flag", bad, code, errs)
 		}

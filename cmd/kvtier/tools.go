@@ -156,11 +156,9 @@ results of a 'make bench' run into results.md, results.json and throughput.svg.`
 			}
 			o := bench.Options{Ops: ops, Sizes: sz, Concurrency: conc, Batch: batch, Duration: duration, Replicas: replicas}
 			if baseline == bench.BaselineTCPProcess {
-				exe, err := os.Executable()
-				if err != nil {
-					return fmt.Errorf("--baseline %s: %w", baseline, err)
+				if o.SinkCommand, err = bench.SelfSink(); err != nil {
+					return err
 				}
-				o.SinkCommand = []string{exe, "bench", "--tcp-sink"}
 			}
 			if err := o.Validate(); err != nil {
 				return err

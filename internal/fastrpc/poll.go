@@ -29,7 +29,7 @@ var serverPolling atomic.Bool
 
 // poller decides whether a goroutine about to wait for bytes polls first.
 type poller struct {
-	d       atomic.Int64 // time.Duration; <= 0: never poll
+	d       atomic.Int64 // the Server's bound (time.Duration); <= 0: never poll
 	calls   atomic.Int32 // calls being answered by this Server
 	polling *atomic.Bool // the process-wide gate
 
@@ -39,13 +39,14 @@ type poller struct {
 }
 
 // waitFor polls c until it has bytes (or an error) to read, d has passed,
-// or more than others calls of this Server are being answered, so that the
-// read that follows finds its bytes without parking. Each round is a
+// or a call of this Server is being answered (then the CPU is awake and
+// busy anyway), so that the read that follows finds its bytes without
+// parking. Each round is a
 // non-blocking MSG_PEEK recv, then sched_yield(2) and runtime.Gosched: any
 // runnable thread of any process, and any runnable goroutine of this one,
 // takes the CPU before the next round.
-func (p *poller) waitFor(c net.Conn, others int32, d time.Duration) {
-	if d <= 0 || p.calls.Load() > others || !p.polling.CompareAndSwap(false, true) {
+func (p *poller) waitFor(c net.Conn, d time.Duration) {
+	if d <= 0 || p.calls.Load() > 0 || !p.polling.CompareAndSwap(false, true) {
 		return
 	}
 	defer p.polling.Store(false)
@@ -66,7 +67,7 @@ func (p *poller) waitFor(c net.Conn, others int32, d time.Duration) {
 				p.caught.Add(1) // bytes, end of stream or an error: the read reports it
 				return true
 			}
-			if p.calls.Load() > others || i%8 == 0 && !time.Now().Before(end) {
+			if p.calls.Load() > 0 || i%8 == 0 && !time.Now().Before(end) {
 				p.missed.Add(1)
 				return true
 			}

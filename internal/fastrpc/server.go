@@ -140,8 +140,7 @@ func (s *Server) serveConn(c net.Conn) {
 	var answered time.Time
 	for {
 		if r.Buffered() == 0 {
-			// Only while no other call is being answered.
-			s.poll.waitFor(c, 0, g.window(time.Duration(s.poll.d.Load())))
+			s.poll.waitFor(c, g.window(time.Duration(s.poll.d.Load())))
 		}
 		q, buf, err := readRequest(r, in)
 		if err != nil {

@@ -95,11 +95,9 @@ func benchCmd(args []string) error {
 	}
 	o := bench.Options{Ops: []string{*op}, Sizes: []int{sz}, Concurrency: []int{*conc}, Duration: *dur}
 	if *baseline == bench.BaselineTCPProcess {
-		exe, err := os.Executable()
-		if err != nil {
+		if o.SinkCommand, err = bench.SelfSink(); err != nil {
 			return err
 		}
-		o.SinkCommand = []string{exe, "bench", "--tcp-sink"}
 	}
 	var rs []bench.Result
 	switch {
