@@ -368,6 +368,27 @@
 //	ReadExtent/1MiB    0.67-1.11   0.74-1.08              -
 //	ReadExtent/4MiB    0.70-0.80   0.85-0.99              -
 //
+// Three runs of the same command on a quieter machine (2026-11-29
+// 23:29-23:47 UTC, load average 0.5-1.9, fio 840-1490 MB/s), plus four
+// runs of ReadExtent alone at -benchtime 256x (one of both sizes, three of
+// 1 MiB):
+//
+//	benchmark          kvtier/fio  kvtier/fio-median  kvtier/fio-fdatasync
+//	PutAsync/1MiB      0.99-1.08   1.03               1.18-1.22
+//	PutAsync/4MiB      1.03-1.12   1.07-1.14          1.08-1.17
+//	PutAsync2Way/1MiB  0.94-1.07   0.94-1.10          1.21-1.24
+//	PutAsync2Way/4MiB  0.88-1.01   0.91-1.02          1.12-1.15
+//	Put/1MiB           0.54-0.72   0.54-0.73          0.65-0.83
+//	Put/4MiB           0.74-0.87   0.71-0.90          0.81-0.94
+//	Put4Way/1MiB       0.62-0.79   0.73-0.81          0.81-0.97
+//	Put4Way/4MiB       0.88-0.94   0.90-1.02          0.97-1.03
+//	ReadExtent/1MiB    0.84-0.95   0.87-0.95          (fio on the bucket file 0.80-0.97)
+//	ReadExtent/4MiB    0.82-1.01   0.80-1.06          (0.92-1.01)
+//
+// The wider spans of the earlier runs are the shared disk's: a read of
+// 1 MiB costs the tier one pread plus ~100 µs of checksum of cold memory,
+// which caps it near 0.9 of fio at queue depth 1.
+//
 // Streaming writes (PutAsync, one or two writers) are at the target in
 // most rounds: the writer never waits for a flush, one commit (two
 // fdatasyncs) covers every object written in its interval, and a large
