@@ -36,7 +36,10 @@ func benchDuration() time.Duration {
 	return 3 * time.Second
 }
 
-// backingFile creates a 256 MiB file of random-ish data.
+// backingSize is the size of the benchmarks' backing file.
+const backingSize = 256 << 20
+
+// backingFile creates a backingSize file of random-ish data.
 func backingFile(b *testing.B) string {
 	path := filepath.Join(b.TempDir(), "backing.img")
 	f, err := os.Create(path)
@@ -47,7 +50,7 @@ func backingFile(b *testing.B) string {
 	for i := range buf {
 		buf[i] = byte(i * 31)
 	}
-	for i := 0; i < 256; i++ {
+	for i := 0; i < backingSize/len(buf); i++ {
 		buf[0] = byte(i)
 		if _, err := f.Write(buf); err != nil {
 			b.Fatal(err)
@@ -96,7 +99,10 @@ func perf(b *testing.B, c *initiator.Controller, rw string, bs, qd int) initiato
 // falls on both sides alike rather than on whichever ran second; the ratio
 // is total throughput over total throughput. fio runs at the same block
 // size and queue depth (libaio, direct=1, one job), like our QD goroutines
-// on one I/O queue.
+// on one I/O queue. Sequential transfers also run the floor baseline
+// (floor_test.go) between the two in every round: floor-MB/s, ratio-vs-floor
+// (ours over the floor) and floor-vs-fio (what moving the bytes through
+// loopback TCP leaves of fio on this machine).
 func benchFile(b *testing.B, rw, fioRW string, bs, qd, queues int) {
 	path := backingFile(b)
 	f, err := namespace.OpenFile(path, namespace.FileConfig{})
@@ -114,6 +120,10 @@ func benchFile(b *testing.B, rw, fioRW string, bs, qd, queues int) {
 	var p99 time.Duration
 	haveFio := true
 	var ratios []string
+	// Sequential transfers also run the floor baseline (floor_test.go):
+	// the payload through loopback TCP plus O_DIRECT I/O, no protocol.
+	withFloor := bs >= 64<<10 && (rw == "read" || rw == "write")
+	var floorSum float64 // MB/s summed over rounds
 	for i := 0; i < b.N; i++ {
 		for round := 0; round < rounds; round++ {
 			var fr fioResult
@@ -122,12 +132,26 @@ func benchFile(b *testing.B, rw, fioRW string, bs, qd, queues int) {
 				fr, haveFio = runFio(b, path, fioRW, bs, qd, time.Second)
 				b.StartTimer()
 			}
+			floorRound := func() {
+				if !withFloor {
+					return
+				}
+				b.StopTimer()
+				floorSum += floor(b, rw, path, backingSize, bs, qd, queues, time.Second)
+				b.StartTimer()
+			}
 			if round%2 == 0 && haveFio {
 				fioRound()
+			}
+			if round%2 == 0 {
+				floorRound()
 			}
 			r, err := initiator.Perf(context.Background(), c, initiator.PerfConfig{RW: rw, BlockSize: bs, QueueDepth: qd, Duration: time.Second})
 			if err != nil {
 				b.Fatal(err)
+			}
+			if round%2 == 1 {
+				floorRound()
 			}
 			if round%2 == 1 && haveFio {
 				fioRound()
@@ -147,8 +171,17 @@ func benchFile(b *testing.B, rw, fioRW string, bs, qd, queues int) {
 	b.ReportMetric(iops*float64(bs)/1e6, "MB/s")
 	b.ReportMetric(float64(p99.Microseconds()), "p99-µs")
 	b.Logf("%s bs %d qd %d: %.0f IOPS, %.1f MB/s, worst round p99 %v", rw, bs, qd, iops, iops*float64(bs)/1e6, p99)
+	var floorMBps float64
+	if withFloor {
+		floorMBps = floorSum / float64(rounds*b.N)
+		b.ReportMetric(floorMBps, "floor-MB/s")
+		b.ReportMetric(iops*float64(bs)/1e6/floorMBps, "ratio-vs-floor")
+	}
 	if haveFio && fioSum.seconds > 0 {
 		fioIOPS := fioSum.ios / fioSum.seconds
+		if withFloor {
+			b.ReportMetric(floorMBps/(fioIOPS*float64(bs)/1e6), "floor-vs-fio")
+		}
 		b.Logf("fio %s on the same file: %.0f IOPS, %.1f MB/s; per-round ratios %v", fioRW, fioIOPS, fioIOPS*float64(bs)/1e6, ratios)
 		b.ReportMetric(fioIOPS, "fio-IOPS")
 		b.ReportMetric(iops/fioIOPS, "ratio-vs-fio")

@@ -173,6 +173,34 @@
 // thread adds to each command's latency (p50 1.0-2.0 ms against fio's
 // 0.6-1.0 ms), and throughput is depth / latency.
 //
+// The floor (2026-11-29 23:55 to 2026-11-30 00:10 UTC). The sequential
+// file benchmarks also run, in every round between ours and fio, a
+// program with no protocol at all (floor_test.go): the payload through
+// one loopback TCP connection per I/O queue and O_DIRECT I/O by QD
+// goroutines at the same block size and depth, the least that any target
+// serving a file to a host on loopback can cost on this machine. The file
+// half alone keeps up with fio (1.6-2.2 GB/s of 128 KiB writes at depth 8
+// against fio's 1.4-2.0 in the same runs), the TCP half alone moves
+// 1.7-2.0 GB/s; together, sharing the two vCPUs, they add up. Five runs of
+// one queue and three of two (ranges; floor-MB/s, floor-vs-fio,
+// ratio-vs-floor in the output):
+//
+//	                     floor × fio   ours × fio   ours × floor
+//	read, 1 I/O queue    0.64-0.78     0.56-0.77    0.83-1.00
+//	read, 2 I/O queues   0.76-0.87     0.68-0.75    0.86-0.93
+//	write, 1 I/O queue   0.53-0.72     0.52-0.59    0.83-1.06
+//	write, 2 I/O queues  0.54-0.64     0.55-0.62    0.86-1.12
+//
+// Our target runs at the floor (0.83-1.12 of it). The 0.8 × fio goal is
+// above the floor for writes in every run and at its top for reads: no
+// target design can meet it here while the host shares the VM's two
+// vCPUs and the bytes cross loopback TCP. Against a host on another
+// machine the TCP receive (writes) or send (reads) half would not be
+// paid on the target's CPUs. The DRAM namespace meets TARGETS.md's figures
+// against SPDK (malloc namespace): 99k IOPS 4 KiB randread at QD 32
+// (0.84 × 118k) and 1.48-1.52 GB/s 128 KiB read at QD 8 (1.14-1.17 ×
+// 1.3 GB/s), same evening.
+//
 // Locking: Target.mu guards the subsystem, controller, listener and
 // connection tables; controller.mu guards one controller's registers and
 // queues; conn.mu guards its R2T table. None is held across network or disk
