@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -263,38 +261,7 @@ func BenchmarkSeq128KMemory(b *testing.B) {
 // connection for d while another reads them into one buffer. It returns
 // MB/s received. Every 128 KiB NVMe/TCP data transfer pays this path once.
 func rawTCP(b *testing.B, bs int, d time.Duration) float64 {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	type res struct {
-		n   int64
-		err error
-	}
-	got := make(chan res, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			got <- res{err: err}
-			return
-		}
-		defer c.Close()
-		buf := make([]byte, bs)
-		var n int64
-		for {
-			k, err := io.ReadFull(c, buf)
-			n += int64(k)
-			if err != nil {
-				if err == io.EOF || err == io.ErrUnexpectedEOF {
-					err = nil
-				}
-				got <- res{n, err}
-				return
-			}
-		}
-	}()
-	c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
+	c, received, err := loopbackSink()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -309,10 +276,10 @@ func rawTCP(b *testing.B, bs int, d time.Duration) float64 {
 		}
 	}
 	c.Close()
-	r := <-got
+	n, err := received()
 	elapsed := time.Since(start)
-	if r.err != nil {
-		b.Fatal(r.err)
+	if err != nil {
+		b.Fatal(err)
 	}
-	return float64(r.n) / elapsed.Seconds() / 1e6
+	return float64(n) / elapsed.Seconds() / 1e6
 }

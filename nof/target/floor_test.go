@@ -65,7 +65,7 @@ func floorRead(path string, base, size int64, bs, qd int, d time.Duration) (floa
 		return 0, err
 	}
 	defer f.Close()
-	send, received, err := floorLink()
+	send, received, err := loopbackSink()
 	if err != nil {
 		return 0, err
 	}
@@ -212,10 +212,11 @@ func floorWrite(path string, base, size int64, bs, qd int, d time.Duration) (flo
 	return float64(r.n) / elapsed.Seconds() / 1e6, nil
 }
 
-// floorLink returns the sending end of a loopback TCP connection and a
+// loopbackSink returns the sending end of a loopback TCP connection and a
 // function that waits for the receiver, which reads and discards until the
-// sender closes, and returns the bytes it read.
-func floorLink() (net.Conn, func() (int64, error), error) {
+// sender closes, and returns the bytes it read (the floor's and rawTCP's
+// receiver).
+func loopbackSink() (net.Conn, func() (int64, error), error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, nil, err
