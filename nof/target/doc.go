@@ -173,7 +173,7 @@
 // thread adds to each command's latency (p50 1.0-2.0 ms against fio's
 // 0.6-1.0 ms), and throughput is depth / latency.
 //
-// The floor (2026-11-29 23:55 to 2026-11-30 00:10 UTC). The sequential
+// The floor (2026-11-29 23:45-23:55 UTC). The sequential
 // file benchmarks also run, in every round between ours and fio, a
 // program with no protocol at all (floor_test.go): the payload through
 // one loopback TCP connection per I/O queue and O_DIRECT I/O by QD
