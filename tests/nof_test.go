@@ -3,7 +3,9 @@ package tests
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -50,5 +52,25 @@ func TestNOFReplicasReadStraightFromTheNamespace(t *testing.T) {
 	out, _, code = c.cli(t, nil, "nvme", "discover", "--target", nvmeAddr)
 	if code != 0 || !strings.Contains(out, box.addrs["nqn"]) {
 		t.Fatalf("kvtier nvme discover: exit %d %s", code, out)
+	}
+	// perf connects one I/O queue per CPU (at most 8) unless told otherwise,
+	// as the Linux host does.
+	for _, tc := range []struct {
+		args   []string
+		queues int
+	}{{nil, min(runtime.NumCPU(), 8)}, {[]string{"--queues", "1"}, 1}} {
+		args := append([]string{"nvme", "perf", "--target", nvmeAddr, "--rw", "read", "--bs", "4KiB", "--qd", "4", "--duration", "200ms", "--json"}, tc.args...)
+		out, errs, code := c.cli(t, nil, args...)
+		var res struct {
+			Queues int     `json:"queues"`
+			IOs    uint64  `json:"ios"`
+			IOPS   float64 `json:"iops"`
+		}
+		if code != 0 || json.Unmarshal([]byte(out), &res) != nil {
+			t.Fatalf("kvtier %v: exit %d\n%s\n%s", args, code, out, errs)
+		}
+		if res.Queues != tc.queues || res.IOs == 0 || res.IOPS <= 0 {
+			t.Fatalf("kvtier %v: %+v, want %d queues and some I/O", args, res, tc.queues)
+		}
 	}
 }

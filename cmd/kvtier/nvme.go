@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -130,7 +131,10 @@ func (f *nvmeCLIFlags) register(cmd *cobra.Command) {
 	fs.Uint32Var(&f.nsid, "nsid", 1, "namespace id")
 	fs.BoolVar(&f.jsonOut, "json", false, "print JSON")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "give up after this long")
-	fs.IntVar(&f.queues, "queues", 1, "I/O queues (connections)")
+	// One I/O queue per CPU, as the Linux host connects by default: over
+	// loopback on two vCPUs two queues moved 128 KiB reads 1.1-1.3 x and
+	// writes 1.3 x faster than one (kvtier nvme perf from another process).
+	fs.IntVar(&f.queues, "queues", min(runtime.NumCPU(), 8), "I/O queues (connections; default one per CPU, at most 8)")
 	fs.IntVar(&f.queueDepth, "queue-depth", 128, "entries per I/O queue")
 }
 
@@ -309,12 +313,12 @@ func nvmePerf() *cobra.Command {
 				return err
 			}
 			if f.jsonOut {
-				return printJSON(map[string]any{"rw": res.RW, "bs": res.BlockSize, "qd": qd, "ios": res.IOs, "bytes": res.Bytes,
+				return printJSON(map[string]any{"rw": res.RW, "bs": res.BlockSize, "qd": qd, "queues": ctrl.IOQueues(), "ios": res.IOs, "bytes": res.Bytes,
 					"seconds": res.Elapsed.Seconds(), "iops": res.IOPS, "mb_per_sec": res.MBps,
 					"p50_us": res.P50.Microseconds(), "p99_us": res.P99.Microseconds()})
 			}
-			fmt.Printf("%s bs=%s qd=%d: %.0f IOPS, %.1f MB/s, p50 %v, p99 %v (%d I/Os in %v)\n",
-				res.RW, formatSize(uint64(res.BlockSize)), qd, res.IOPS, res.MBps, res.P50, res.P99, res.IOs, res.Elapsed.Round(time.Millisecond))
+			fmt.Printf("%s bs=%s qd=%d queues=%d: %.0f IOPS, %.1f MB/s, p50 %v, p99 %v (%d I/Os in %v)\n",
+				res.RW, formatSize(uint64(res.BlockSize)), qd, ctrl.IOQueues(), res.IOPS, res.MBps, res.P50, res.P99, res.IOs, res.Elapsed.Round(time.Millisecond))
 			return nil
 		}}
 	f.register(cmd)

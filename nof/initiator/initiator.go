@@ -127,6 +127,14 @@ func (c *Controller) CNTLID() uint16 {
 	return c.cntlid
 }
 
+// IOQueues returns how many I/O queues are connected (Config.IOQueues,
+// or fewer when the target granted fewer).
+func (c *Controller) IOQueues() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.io)
+}
+
 // Identify returns the Identify Controller data.
 func (c *Controller) Identify() nvme.IdentifyController {
 	c.mu.RLock()
