@@ -102,6 +102,8 @@ type Appliance struct {
 	segments map[string][]byte // guarded by segMu: segment name -> memory
 
 	offload     chan *kvtierpb.OffloadTask
+	slotFreed   chan struct{} // a worker took a task from offload (capacity 1)
+	taking      atomic.Bool   // takeOffload runs: heartbeats offer no slots
 	offloadBusy atomic.Int64
 	skipped     atomic.Uint64
 	failed      atomic.Uint64
@@ -127,7 +129,7 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 	}
 	cfg = cfg.withDefaults()
 	a := &Appliance{cfg: cfg, log: cfg.Logger, segments: map[string][]byte{},
-		offload: make(chan *kvtierpb.OffloadTask, cfg.OffloadQueue)}
+		offload: make(chan *kvtierpb.OffloadTask, cfg.OffloadQueue), slotFreed: make(chan struct{}, 1)}
 	defer func() {
 		if err != nil {
 			a.unmountAll(ctx)
@@ -230,6 +232,9 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 		a.wg.Go(func() { a.pollSPDKStats(runCtx) })
 	}
 	a.client.Heartbeat(ctx) // report SSD figures and take offload slots now
+	if a.tier != nil {
+		a.wg.Go(func() { a.takeOffload(runCtx) })
+	}
 	return a, nil
 }
 

@@ -130,8 +130,11 @@
 //     (HeartbeatRequest.Disk.Capacity > 0). The queue is bounded
 //     (OffloadQueueLimit); a full queue is counted
 //     (offloads_skipped_queue_full) and the object keeps its DRAM copy.
-//     Heartbeats take at most OffloadSlots tasks; a queued or dispatched task
-//     pins the object in DRAM. OffloadDone(ok) adds a COMPLETE LOCAL_DISK
+//     Tasks are handed out by TakeOffload (an appliance's long poll: it
+//     waits up to MaxTakeOffloadWait for a first task and ends at once when
+//     a PutEnd queues one) and by heartbeats (at most OffloadSlots each,
+//     for appliances without TakeOffload); each task goes out once. A
+//     queued or dispatched task pins the object in DRAM. OffloadDone(ok) adds a COMPLETE LOCAL_DISK
 //     replica {segment "<node>/ssd", node, endpoint, bucket, offset, length};
 //     failure or OffloadTimeout releases the pin (offloads_failed).
 //     DropBucket forgets a bucket's LOCAL_DISK replicas; RegisterDiskObjects

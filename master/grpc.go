@@ -305,10 +305,28 @@ func (s *grpcServer) Heartbeat(ctx context.Context, r *kvtierpb.HeartbeatRequest
 	}
 	out := &kvtierpb.HeartbeatResponse{Known: rep.Known, Settings: settingsToPB(rep.Settings)}
 	for _, t := range rep.Offload {
-		out.Offload = append(out.Offload, &kvtierpb.OffloadTask{Tenant: t.Tenant, Key: []byte(t.Key), Size: t.Size,
-			Crc32C: t.CRC32C, Source: replicaToPB(t.Source)})
+		out.Offload = append(out.Offload, offloadTaskToPB(t))
 	}
 	return out, nil
+}
+
+func offloadTaskToPB(t OffloadTask) *kvtierpb.OffloadTask {
+	return &kvtierpb.OffloadTask{Tenant: t.Tenant, Key: []byte(t.Key), Size: t.Size, Crc32C: t.CRC32C, Source: replicaToPB(t.Source)}
+}
+
+func (s *grpcServer) TakeOffload(r *kvtierpb.TakeOffloadRequest, stream grpc.ServerStreamingServer[kvtierpb.OffloadTask]) error {
+	tasks, err := s.m.TakeOffload(stream.Context(), r.GetClientId(), int(r.GetSlots()), time.Duration(r.GetWaitMs())*time.Millisecond)
+	if err != nil {
+		return toGRPC(err)
+	}
+	for _, t := range tasks {
+		// A task whose send fails stays dispatched until OffloadTimeout
+		// frees it, as one in a lost heartbeat reply does.
+		if err := stream.Send(offloadTaskToPB(t)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (s *grpcServer) OffloadDone(ctx context.Context, r *kvtierpb.OffloadDoneRequest) (*kvtierpb.Empty, error) {

@@ -1,6 +1,7 @@
 package master
 
 import (
+	"io"
 	"net"
 	"strings"
 	"testing"
@@ -206,5 +207,48 @@ func TestGRPCTranslation(t *testing.T) {
 		if i > 100 {
 			t.Fatal("no event on the stream")
 		}
+	}
+}
+
+// TestGRPCTakeOffload: the stream carries the tasks with their source
+// replica and ends; bad input is INVALID_PARAMS, an unknown client
+// CLIENT_NOT_FOUND.
+func TestGRPCTakeOffload(t *testing.T) {
+	m, _ := newTest(t, Config{})
+	c, _ := serve(t, m)
+	take := func(req *kvtierpb.TakeOffloadRequest) ([]*kvtierpb.OffloadTask, error) {
+		stream, err := c.TakeOffload(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		var out []*kvtierpb.OffloadTask
+		for {
+			tk, err := stream.Recv()
+			if err != nil {
+				if err == io.EOF {
+					return out, nil
+				}
+				return out, err
+			}
+			out = append(out, tk)
+		}
+	}
+	_, err := take(&kvtierpb.TakeOffloadRequest{ClientId: "A", Slots: 1, WaitMs: 10})
+	wantCode(t, kverr.FromGRPC(err), kverr.ClientNotFound)
+	appliance(t, m, 0)
+	for _, bad := range []*kvtierpb.TakeOffloadRequest{
+		{ClientId: "A", Slots: 0, WaitMs: 10},
+		{ClientId: "A", Slots: 1, WaitMs: 0},
+		{ClientId: "A", Slots: 1, WaitMs: 5001},
+		{ClientId: "A", Slots: 1 << 31, WaitMs: 10},
+	} {
+		_, err := take(bad)
+		wantCode(t, kverr.FromGRPC(err), kverr.InvalidParams)
+	}
+	fill(t, m, 2, nil)
+	tasks, err := take(&kvtierpb.TakeOffloadRequest{ClientId: "A", Slots: 8, WaitMs: 1000})
+	if err != nil || len(tasks) != 2 || string(tasks[0].Key) != "k00" || tasks[0].Size != 64 ||
+		tasks[0].Source.GetSegment() != "A/0" || tasks[0].Source.GetType() != kvtierpb.ReplicaType_MEMORY {
+		t.Fatalf("tasks %v, err %v", tasks, err)
 	}
 }

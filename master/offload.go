@@ -3,6 +3,7 @@ package master
 import (
 	"context"
 	"sync"
+	"time"
 
 	"kvtier/internal/kverr"
 )
@@ -14,9 +15,10 @@ import (
 type offloadQueue struct {
 	mu          sync.Mutex
 	limit       int
-	queued      map[string]string   // guarded by mu: composite key → node
-	fifo        map[string][]string // guarded by mu: node → composite keys (stale entries skipped)
-	outstanding map[string]outTask  // guarded by mu: composite key → task
+	queued      map[string]string        // guarded by mu: composite key → node
+	fifo        map[string][]string      // guarded by mu: node → composite keys (stale entries skipped)
+	outstanding map[string]outTask       // guarded by mu: composite key → task
+	wake        map[string]chan struct{} // guarded by mu: node → closed at its next enqueue (TakeOffload waiters)
 }
 
 type outTask struct {
@@ -29,6 +31,7 @@ func (q *offloadQueue) init(limit int) {
 	q.queued = map[string]string{}
 	q.fifo = map[string][]string{}
 	q.outstanding = map[string]outTask{}
+	q.wake = map[string]chan struct{}{}
 }
 
 // enqueue queues c for node; false when the queue is full.
@@ -43,8 +46,30 @@ func (q *offloadQueue) enqueue(node, c string) bool {
 	}
 	q.queued[c] = node
 	q.fifo[node] = append(q.fifo[node], c)
+	if ch := q.wake[node]; ch != nil {
+		close(ch)
+		delete(q.wake, node)
+	}
 	return true
 }
+
+// ready returns a channel that is closed once node has queued tasks: at
+// once when it has some now, else at its next enqueue.
+func (q *offloadQueue) ready(node string) <-chan struct{} {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.fifo[node]) > 0 {
+		return closedChan
+	}
+	ch := q.wake[node]
+	if ch == nil {
+		ch = make(chan struct{})
+		q.wake[node] = ch
+	}
+	return ch
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // pop takes up to n queued keys of node, oldest first.
 func (q *offloadQueue) pop(node string, n int) []string {
@@ -208,6 +233,49 @@ func (m *Master) dispatchOffload(c *client, slots int) []OffloadTask {
 		sh.mu.Unlock()
 	}
 	return out
+}
+
+// MaxTakeOffloadWait bounds how long one TakeOffload call waits for a
+// first task, and MaxTakeOffloadSlots how many tasks it asks for.
+const (
+	MaxTakeOffloadWait  = 5 * time.Second
+	MaxTakeOffloadSlots = 65536
+)
+
+// TakeOffload hands up to slots queued offload tasks to client, waiting up
+// to wait for a first one to be queued (no tasks and no error when the
+// wait ends first, or ctx ends). It is the heartbeat's dispatch without the
+// heartbeat's delay: an appliance calls it again whenever it has free
+// slots, so a put's offload starts as soon as its PutEnd queued it.
+func (m *Master) TakeOffload(ctx context.Context, client string, slots int, wait time.Duration) ([]OffloadTask, error) {
+	switch {
+	case client == "":
+		return nil, kverr.New(kverr.InvalidParams, "", "take offload: empty client id")
+	case slots < 1 || slots > MaxTakeOffloadSlots:
+		return nil, kverr.New(kverr.InvalidParams, "", "take offload: slots %d not in 1..%d", slots, MaxTakeOffloadSlots)
+	case wait <= 0 || wait > MaxTakeOffloadWait:
+		return nil, kverr.New(kverr.InvalidParams, "", "take offload: wait %v not in (0, %v]", wait, MaxTakeOffloadWait)
+	}
+	c := m.clients.get(client)
+	if c == nil || ClientState(c.state.Load()) == ClientGone {
+		return nil, kverr.New(kverr.ClientNotFound, "", "take offload: client %q is not known (heartbeat first)", client)
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		if out := m.dispatchOffload(c, slots); len(out) > 0 {
+			return out, nil
+		}
+		// Every queued entry was stale (dispatchOffload skipped it), or
+		// there was none: wait for the next enqueue.
+		select {
+		case <-m.offload.ready(c.id):
+		case <-timer.C:
+			return nil, nil
+		case <-ctx.Done():
+			return nil, nil
+		}
+	}
 }
 
 // reapOffloads fails dispatched tasks older than the offload timeout.

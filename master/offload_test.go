@@ -1,6 +1,7 @@
 package master
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -242,5 +243,93 @@ func TestHeartbeatCarriesSettings(t *testing.T) {
 	put(t, m, "w", "k", 64)
 	if ctrOf(m, "offloads_queued") != 0 {
 		t.Fatal("mode switch to on-evict ignored at PutEnd")
+	}
+}
+
+// TestTakeOffload: the long-poll dispatch validates its input, waits for a
+// first task (returning none when the wait ends first or ctx ends), hands
+// out a task the moment a PutEnd queues it, and never hands a task out
+// twice (neither to itself nor to a heartbeat).
+func TestTakeOffload(t *testing.T) {
+	m, _ := newTest(t, Config{})
+	for _, tc := range []struct {
+		client string
+		slots  int
+		wait   time.Duration
+		code   kverr.Code
+	}{
+		{"", 1, time.Millisecond, kverr.InvalidParams},
+		{"A", 0, time.Millisecond, kverr.InvalidParams},
+		{"A", MaxTakeOffloadSlots + 1, time.Millisecond, kverr.InvalidParams},
+		{"A", 1, 0, kverr.InvalidParams},
+		{"A", 1, MaxTakeOffloadWait + time.Millisecond, kverr.InvalidParams},
+		{"A", 1, time.Millisecond, kverr.ClientNotFound}, // before its first beat
+	} {
+		tasks, err := m.TakeOffload(ctx, tc.client, tc.slots, tc.wait)
+		wantCode(t, err, tc.code)
+		if tasks != nil {
+			t.Fatalf("%+v: tasks %v with an error", tc, tasks)
+		}
+	}
+	appliance(t, m, 0)
+
+	start := time.Now()
+	tasks, err := m.TakeOffload(ctx, "A", 4, 50*time.Millisecond)
+	if err != nil || len(tasks) != 0 || time.Since(start) < 50*time.Millisecond {
+		t.Fatalf("nothing queued: got %v, %v after %v; want no task after the whole wait", tasks, err, time.Since(start))
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	time.AfterFunc(20*time.Millisecond, cancel)
+	start = time.Now()
+	if tasks, err := m.TakeOffload(cctx, "A", 4, 5*time.Second); err != nil || len(tasks) != 0 || time.Since(start) > 4*time.Second {
+		t.Fatalf("cancelled wait: %v, %v after %v", tasks, err, time.Since(start))
+	}
+
+	type result struct {
+		tasks []OffloadTask
+		err   error
+		took  time.Duration
+	}
+	done := make(chan result, 1)
+	go func() {
+		start := time.Now()
+		tasks, err := m.TakeOffload(ctx, "A", 8, 5*time.Second)
+		done <- result{tasks, err, time.Since(start)}
+	}()
+	time.Sleep(20 * time.Millisecond) // most likely waiting by now; either way it must see the puts
+	fill(t, m, 3, nil)
+	r := <-done
+	if r.err != nil || len(r.tasks) == 0 || r.took > 4*time.Second {
+		t.Fatalf("a queued task must end the wait at once: %+v", r)
+	}
+	seen := map[string]int{}
+	for _, tk := range r.tasks {
+		seen[tk.Key]++
+	}
+	for len(seen) < 3 {
+		more, err := m.TakeOffload(ctx, "A", 8, time.Second)
+		if err != nil || len(more) == 0 {
+			t.Fatalf("queued tasks not handed out: have %v, got %v %v", seen, more, err)
+		}
+		for _, tk := range more {
+			seen[tk.Key]++
+			if tk.Source.Segment != "A/0" || tk.Size != 64 {
+				t.Fatalf("task %+v", tk)
+			}
+		}
+	}
+	for _, k := range []string{"k00", "k01", "k02"} {
+		if seen[k] != 1 {
+			t.Fatalf("task %s handed out %d times (%v)", k, seen[k], seen)
+		}
+	}
+	if r := appliance(t, m, 16); len(r.Offload) != 0 {
+		t.Fatalf("a heartbeat got tasks TakeOffload already handed out: %v", r.Offload)
+	}
+	if err := m.OffloadDone(ctx, OffloadResult{Client: "A", Key: "k00", OK: true, Bucket: 1, Offset: 0, Length: 64}); err != nil {
+		t.Fatal(err)
+	}
+	if i := info(t, m, "k00"); i.OffloadPending || len(i.Replicas) != 2 || i.Replicas[1].Type != LocalDisk {
+		t.Fatalf("OffloadDone after TakeOffload: %+v", i)
 	}
 }

@@ -63,7 +63,9 @@ func (ip *inproc) appliance(t *testing.T, cfg appliance.Config) *appliance.Appli
 		cfg.DRAM = 32 << 20
 	}
 	cfg.Hugepages = dram.HugepageOff
-	cfg.HeartbeatInterval = 100 * time.Millisecond
+	if cfg.HeartbeatInterval == 0 {
+		cfg.HeartbeatInterval = 100 * time.Millisecond
+	}
 	a, err := appliance.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -2548,6 +2548,67 @@ func (x *OffloadTask) GetSource() *Replica {
 	return nil
 }
 
+// TakeOffload: an appliance with free offload slots asks for tasks.
+type TakeOffloadRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Slots         uint32                 `protobuf:"varint,2,opt,name=slots,proto3" json:"slots,omitempty"`                 // most tasks to hand out, 1..65536
+	WaitMs        uint32                 `protobuf:"varint,3,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"` // longest the master waits for a first task, 1..5000
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TakeOffloadRequest) Reset() {
+	*x = TakeOffloadRequest{}
+	mi := &file_master_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TakeOffloadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TakeOffloadRequest) ProtoMessage() {}
+
+func (x *TakeOffloadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TakeOffloadRequest.ProtoReflect.Descriptor instead.
+func (*TakeOffloadRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *TakeOffloadRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *TakeOffloadRequest) GetSlots() uint32 {
+	if x != nil {
+		return x.Slots
+	}
+	return 0
+}
+
+func (x *TakeOffloadRequest) GetWaitMs() uint32 {
+	if x != nil {
+		return x.WaitMs
+	}
+	return 0
+}
+
 type HeartbeatResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Known         bool                   `protobuf:"varint,1,opt,name=known,proto3" json:"known,omitempty"` // false: the master had forgotten the client
@@ -2559,7 +2620,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_master_proto_msgTypes[32]
+	mi := &file_master_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2571,7 +2632,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[32]
+	mi := &file_master_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2584,7 +2645,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{32}
+	return file_master_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *HeartbeatResponse) GetKnown() bool {
@@ -2624,7 +2685,7 @@ type OffloadDoneRequest struct {
 
 func (x *OffloadDoneRequest) Reset() {
 	*x = OffloadDoneRequest{}
-	mi := &file_master_proto_msgTypes[33]
+	mi := &file_master_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2636,7 +2697,7 @@ func (x *OffloadDoneRequest) String() string {
 func (*OffloadDoneRequest) ProtoMessage() {}
 
 func (x *OffloadDoneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[33]
+	mi := &file_master_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2649,7 +2710,7 @@ func (x *OffloadDoneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffloadDoneRequest.ProtoReflect.Descriptor instead.
 func (*OffloadDoneRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{33}
+	return file_master_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *OffloadDoneRequest) GetClientId() string {
@@ -2723,7 +2784,7 @@ type DiskObject struct {
 
 func (x *DiskObject) Reset() {
 	*x = DiskObject{}
-	mi := &file_master_proto_msgTypes[34]
+	mi := &file_master_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2735,7 +2796,7 @@ func (x *DiskObject) String() string {
 func (*DiskObject) ProtoMessage() {}
 
 func (x *DiskObject) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[34]
+	mi := &file_master_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2748,7 +2809,7 @@ func (x *DiskObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskObject.ProtoReflect.Descriptor instead.
 func (*DiskObject) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{34}
+	return file_master_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DiskObject) GetTenant() string {
@@ -2810,7 +2871,7 @@ type RegisterDiskObjectsRequest struct {
 
 func (x *RegisterDiskObjectsRequest) Reset() {
 	*x = RegisterDiskObjectsRequest{}
-	mi := &file_master_proto_msgTypes[35]
+	mi := &file_master_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2822,7 +2883,7 @@ func (x *RegisterDiskObjectsRequest) String() string {
 func (*RegisterDiskObjectsRequest) ProtoMessage() {}
 
 func (x *RegisterDiskObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[35]
+	mi := &file_master_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2835,7 +2896,7 @@ func (x *RegisterDiskObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterDiskObjectsRequest.ProtoReflect.Descriptor instead.
 func (*RegisterDiskObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{35}
+	return file_master_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RegisterDiskObjectsRequest) GetClientId() string {
@@ -2862,7 +2923,7 @@ type DropBucketRequest struct {
 
 func (x *DropBucketRequest) Reset() {
 	*x = DropBucketRequest{}
-	mi := &file_master_proto_msgTypes[36]
+	mi := &file_master_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2874,7 +2935,7 @@ func (x *DropBucketRequest) String() string {
 func (*DropBucketRequest) ProtoMessage() {}
 
 func (x *DropBucketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[36]
+	mi := &file_master_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2887,7 +2948,7 @@ func (x *DropBucketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropBucketRequest.ProtoReflect.Descriptor instead.
 func (*DropBucketRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{36}
+	return file_master_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DropBucketRequest) GetClientId() string {
@@ -2917,7 +2978,7 @@ type ListObjectsRequest struct {
 
 func (x *ListObjectsRequest) Reset() {
 	*x = ListObjectsRequest{}
-	mi := &file_master_proto_msgTypes[37]
+	mi := &file_master_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2929,7 +2990,7 @@ func (x *ListObjectsRequest) String() string {
 func (*ListObjectsRequest) ProtoMessage() {}
 
 func (x *ListObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[37]
+	mi := &file_master_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2942,7 +3003,7 @@ func (x *ListObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListObjectsRequest.ProtoReflect.Descriptor instead.
 func (*ListObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{37}
+	return file_master_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListObjectsRequest) GetTenant() string {
@@ -3002,7 +3063,7 @@ type ObjectInfo struct {
 
 func (x *ObjectInfo) Reset() {
 	*x = ObjectInfo{}
-	mi := &file_master_proto_msgTypes[38]
+	mi := &file_master_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3014,7 +3075,7 @@ func (x *ObjectInfo) String() string {
 func (*ObjectInfo) ProtoMessage() {}
 
 func (x *ObjectInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[38]
+	mi := &file_master_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3027,7 +3088,7 @@ func (x *ObjectInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectInfo.ProtoReflect.Descriptor instead.
 func (*ObjectInfo) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{38}
+	return file_master_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ObjectInfo) GetTenant() string {
@@ -3138,7 +3199,7 @@ type ListObjectsResponse struct {
 
 func (x *ListObjectsResponse) Reset() {
 	*x = ListObjectsResponse{}
-	mi := &file_master_proto_msgTypes[39]
+	mi := &file_master_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3150,7 +3211,7 @@ func (x *ListObjectsResponse) String() string {
 func (*ListObjectsResponse) ProtoMessage() {}
 
 func (x *ListObjectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[39]
+	mi := &file_master_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3163,7 +3224,7 @@ func (x *ListObjectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListObjectsResponse.ProtoReflect.Descriptor instead.
 func (*ListObjectsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{39}
+	return file_master_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListObjectsResponse) GetObjects() []*ObjectInfo {
@@ -3194,7 +3255,7 @@ type SegmentInfo struct {
 
 func (x *SegmentInfo) Reset() {
 	*x = SegmentInfo{}
-	mi := &file_master_proto_msgTypes[40]
+	mi := &file_master_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3206,7 +3267,7 @@ func (x *SegmentInfo) String() string {
 func (*SegmentInfo) ProtoMessage() {}
 
 func (x *SegmentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[40]
+	mi := &file_master_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3219,7 +3280,7 @@ func (x *SegmentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegmentInfo.ProtoReflect.Descriptor instead.
 func (*SegmentInfo) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{40}
+	return file_master_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SegmentInfo) GetSegment() *Segment {
@@ -3273,7 +3334,7 @@ type ListSegmentsResponse struct {
 
 func (x *ListSegmentsResponse) Reset() {
 	*x = ListSegmentsResponse{}
-	mi := &file_master_proto_msgTypes[41]
+	mi := &file_master_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3285,7 +3346,7 @@ func (x *ListSegmentsResponse) String() string {
 func (*ListSegmentsResponse) ProtoMessage() {}
 
 func (x *ListSegmentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[41]
+	mi := &file_master_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3298,7 +3359,7 @@ func (x *ListSegmentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSegmentsResponse.ProtoReflect.Descriptor instead.
 func (*ListSegmentsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{41}
+	return file_master_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListSegmentsResponse) GetSegments() []*SegmentInfo {
@@ -3323,7 +3384,7 @@ type ClientInfo struct {
 
 func (x *ClientInfo) Reset() {
 	*x = ClientInfo{}
-	mi := &file_master_proto_msgTypes[42]
+	mi := &file_master_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3335,7 +3396,7 @@ func (x *ClientInfo) String() string {
 func (*ClientInfo) ProtoMessage() {}
 
 func (x *ClientInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[42]
+	mi := &file_master_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3348,7 +3409,7 @@ func (x *ClientInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientInfo.ProtoReflect.Descriptor instead.
 func (*ClientInfo) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{42}
+	return file_master_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ClientInfo) GetClientId() string {
@@ -3409,7 +3470,7 @@ type ListClientsResponse struct {
 
 func (x *ListClientsResponse) Reset() {
 	*x = ListClientsResponse{}
-	mi := &file_master_proto_msgTypes[43]
+	mi := &file_master_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3421,7 +3482,7 @@ func (x *ListClientsResponse) String() string {
 func (*ListClientsResponse) ProtoMessage() {}
 
 func (x *ListClientsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[43]
+	mi := &file_master_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3434,7 +3495,7 @@ func (x *ListClientsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClientsResponse.ProtoReflect.Descriptor instead.
 func (*ListClientsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{43}
+	return file_master_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListClientsResponse) GetClients() []*ClientInfo {
@@ -3458,7 +3519,7 @@ type TierStats struct {
 
 func (x *TierStats) Reset() {
 	*x = TierStats{}
-	mi := &file_master_proto_msgTypes[44]
+	mi := &file_master_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3470,7 +3531,7 @@ func (x *TierStats) String() string {
 func (*TierStats) ProtoMessage() {}
 
 func (x *TierStats) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[44]
+	mi := &file_master_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3483,7 +3544,7 @@ func (x *TierStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TierStats.ProtoReflect.Descriptor instead.
 func (*TierStats) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{44}
+	return file_master_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TierStats) GetTier() string {
@@ -3541,7 +3602,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_master_proto_msgTypes[45]
+	mi := &file_master_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3553,7 +3614,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[45]
+	mi := &file_master_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3566,7 +3627,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{45}
+	return file_master_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *StatsResponse) GetObjects() uint64 {
@@ -3616,7 +3677,7 @@ type DramSettings struct {
 
 func (x *DramSettings) Reset() {
 	*x = DramSettings{}
-	mi := &file_master_proto_msgTypes[46]
+	mi := &file_master_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3628,7 +3689,7 @@ func (x *DramSettings) String() string {
 func (*DramSettings) ProtoMessage() {}
 
 func (x *DramSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[46]
+	mi := &file_master_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3641,7 +3702,7 @@ func (x *DramSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DramSettings.ProtoReflect.Descriptor instead.
 func (*DramSettings) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{46}
+	return file_master_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DramSettings) GetHighWatermark() float64 {
@@ -3676,7 +3737,7 @@ type TiersResponse struct {
 
 func (x *TiersResponse) Reset() {
 	*x = TiersResponse{}
-	mi := &file_master_proto_msgTypes[47]
+	mi := &file_master_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3688,7 +3749,7 @@ func (x *TiersResponse) String() string {
 func (*TiersResponse) ProtoMessage() {}
 
 func (x *TiersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[47]
+	mi := &file_master_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3701,7 +3762,7 @@ func (x *TiersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TiersResponse.ProtoReflect.Descriptor instead.
 func (*TiersResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{47}
+	return file_master_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *TiersResponse) GetDram() *DramSettings {
@@ -3741,7 +3802,7 @@ type UpdateTiersRequest struct {
 
 func (x *UpdateTiersRequest) Reset() {
 	*x = UpdateTiersRequest{}
-	mi := &file_master_proto_msgTypes[48]
+	mi := &file_master_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3753,7 +3814,7 @@ func (x *UpdateTiersRequest) String() string {
 func (*UpdateTiersRequest) ProtoMessage() {}
 
 func (x *UpdateTiersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[48]
+	mi := &file_master_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3766,7 +3827,7 @@ func (x *UpdateTiersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTiersRequest.ProtoReflect.Descriptor instead.
 func (*UpdateTiersRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{48}
+	return file_master_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *UpdateTiersRequest) GetHighWatermark() float64 {
@@ -3835,7 +3896,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_master_proto_msgTypes[49]
+	mi := &file_master_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3847,7 +3908,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[49]
+	mi := &file_master_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3860,7 +3921,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{49}
+	return file_master_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *Event) GetTimeMs() int64 {
@@ -4103,7 +4164,11 @@ const file_master_proto_rawDesc = "" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x04R\x04size\x12\x16\n" +
 	"\x06crc32c\x18\x04 \x01(\rR\x06crc32c\x12*\n" +
-	"\x06source\x18\x05 \x01(\v2\x12.kvtier.v1.ReplicaR\x06source\"\x90\x01\n" +
+	"\x06source\x18\x05 \x01(\v2\x12.kvtier.v1.ReplicaR\x06source\"`\n" +
+	"\x12TakeOffloadRequest\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x14\n" +
+	"\x05slots\x18\x02 \x01(\rR\x05slots\x12\x17\n" +
+	"\await_ms\x18\x03 \x01(\rR\x06waitMs\"\x90\x01\n" +
 	"\x11HeartbeatResponse\x12\x14\n" +
 	"\x05known\x18\x01 \x01(\bR\x05known\x120\n" +
 	"\aoffload\x18\x02 \x03(\v2\x16.kvtier.v1.OffloadTaskR\aoffload\x123\n" +
@@ -4284,7 +4349,7 @@ const file_master_proto_rawDesc = "" +
 	"\x18CLIENT_STATE_UNSPECIFIED\x10\x00\x12\b\n" +
 	"\x04LIVE\x10\x01\x12\x10\n" +
 	"\fCLIENT_GRACE\x10\x02\x12\b\n" +
-	"\x04GONE\x10\x032\xeb\x0e\n" +
+	"\x04GONE\x10\x032\xb3\x0f\n" +
 	"\x06Master\x12C\n" +
 	"\bPutStart\x12\x1a.kvtier.v1.PutStartRequest\x1a\x1b.kvtier.v1.PutStartResponse\x121\n" +
 	"\x06PutEnd\x12\x15.kvtier.v1.KeyRequest\x1a\x10.kvtier.v1.Empty\x124\n" +
@@ -4304,7 +4369,8 @@ const file_master_proto_rawDesc = "" +
 	"\fMountSegment\x12\x1e.kvtier.v1.MountSegmentRequest\x1a\x10.kvtier.v1.Empty\x12D\n" +
 	"\x0eUnmountSegment\x12 .kvtier.v1.UnmountSegmentRequest\x1a\x10.kvtier.v1.Empty\x12F\n" +
 	"\tHeartbeat\x12\x1b.kvtier.v1.HeartbeatRequest\x1a\x1c.kvtier.v1.HeartbeatResponse\x12>\n" +
-	"\vOffloadDone\x12\x1d.kvtier.v1.OffloadDoneRequest\x1a\x10.kvtier.v1.Empty\x12V\n" +
+	"\vOffloadDone\x12\x1d.kvtier.v1.OffloadDoneRequest\x1a\x10.kvtier.v1.Empty\x12F\n" +
+	"\vTakeOffload\x12\x1d.kvtier.v1.TakeOffloadRequest\x1a\x16.kvtier.v1.OffloadTask0\x01\x12V\n" +
 	"\x13RegisterDiskObjects\x12%.kvtier.v1.RegisterDiskObjectsRequest\x1a\x18.kvtier.v1.BatchResponse\x12<\n" +
 	"\n" +
 	"DropBucket\x12\x1c.kvtier.v1.DropBucketRequest\x1a\x10.kvtier.v1.Empty\x12L\n" +
@@ -4330,7 +4396,7 @@ func file_master_proto_rawDescGZIP() []byte {
 }
 
 var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_master_proto_goTypes = []any{
 	(ErrorCode)(0),                      // 0: kvtier.v1.ErrorCode
 	(ReplicaType)(0),                    // 1: kvtier.v1.ReplicaType
@@ -4369,25 +4435,26 @@ var file_master_proto_goTypes = []any{
 	(*NvmeHost)(nil),                    // 34: kvtier.v1.NvmeHost
 	(*TierSettings)(nil),                // 35: kvtier.v1.TierSettings
 	(*OffloadTask)(nil),                 // 36: kvtier.v1.OffloadTask
-	(*HeartbeatResponse)(nil),           // 37: kvtier.v1.HeartbeatResponse
-	(*OffloadDoneRequest)(nil),          // 38: kvtier.v1.OffloadDoneRequest
-	(*DiskObject)(nil),                  // 39: kvtier.v1.DiskObject
-	(*RegisterDiskObjectsRequest)(nil),  // 40: kvtier.v1.RegisterDiskObjectsRequest
-	(*DropBucketRequest)(nil),           // 41: kvtier.v1.DropBucketRequest
-	(*ListObjectsRequest)(nil),          // 42: kvtier.v1.ListObjectsRequest
-	(*ObjectInfo)(nil),                  // 43: kvtier.v1.ObjectInfo
-	(*ListObjectsResponse)(nil),         // 44: kvtier.v1.ListObjectsResponse
-	(*SegmentInfo)(nil),                 // 45: kvtier.v1.SegmentInfo
-	(*ListSegmentsResponse)(nil),        // 46: kvtier.v1.ListSegmentsResponse
-	(*ClientInfo)(nil),                  // 47: kvtier.v1.ClientInfo
-	(*ListClientsResponse)(nil),         // 48: kvtier.v1.ListClientsResponse
-	(*TierStats)(nil),                   // 49: kvtier.v1.TierStats
-	(*StatsResponse)(nil),               // 50: kvtier.v1.StatsResponse
-	(*DramSettings)(nil),                // 51: kvtier.v1.DramSettings
-	(*TiersResponse)(nil),               // 52: kvtier.v1.TiersResponse
-	(*UpdateTiersRequest)(nil),          // 53: kvtier.v1.UpdateTiersRequest
-	(*Event)(nil),                       // 54: kvtier.v1.Event
-	nil,                                 // 55: kvtier.v1.StatsResponse.CountersEntry
+	(*TakeOffloadRequest)(nil),          // 37: kvtier.v1.TakeOffloadRequest
+	(*HeartbeatResponse)(nil),           // 38: kvtier.v1.HeartbeatResponse
+	(*OffloadDoneRequest)(nil),          // 39: kvtier.v1.OffloadDoneRequest
+	(*DiskObject)(nil),                  // 40: kvtier.v1.DiskObject
+	(*RegisterDiskObjectsRequest)(nil),  // 41: kvtier.v1.RegisterDiskObjectsRequest
+	(*DropBucketRequest)(nil),           // 42: kvtier.v1.DropBucketRequest
+	(*ListObjectsRequest)(nil),          // 43: kvtier.v1.ListObjectsRequest
+	(*ObjectInfo)(nil),                  // 44: kvtier.v1.ObjectInfo
+	(*ListObjectsResponse)(nil),         // 45: kvtier.v1.ListObjectsResponse
+	(*SegmentInfo)(nil),                 // 46: kvtier.v1.SegmentInfo
+	(*ListSegmentsResponse)(nil),        // 47: kvtier.v1.ListSegmentsResponse
+	(*ClientInfo)(nil),                  // 48: kvtier.v1.ClientInfo
+	(*ListClientsResponse)(nil),         // 49: kvtier.v1.ListClientsResponse
+	(*TierStats)(nil),                   // 50: kvtier.v1.TierStats
+	(*StatsResponse)(nil),               // 51: kvtier.v1.StatsResponse
+	(*DramSettings)(nil),                // 52: kvtier.v1.DramSettings
+	(*TiersResponse)(nil),               // 53: kvtier.v1.TiersResponse
+	(*UpdateTiersRequest)(nil),          // 54: kvtier.v1.UpdateTiersRequest
+	(*Event)(nil),                       // 55: kvtier.v1.Event
+	nil,                                 // 56: kvtier.v1.StatsResponse.CountersEntry
 }
 var file_master_proto_depIdxs = []int32{
 	1,  // 0: kvtier.v1.Replica.type:type_name -> kvtier.v1.ReplicaType
@@ -4417,21 +4484,21 @@ var file_master_proto_depIdxs = []int32{
 	5,  // 24: kvtier.v1.OffloadTask.source:type_name -> kvtier.v1.Replica
 	36, // 25: kvtier.v1.HeartbeatResponse.offload:type_name -> kvtier.v1.OffloadTask
 	35, // 26: kvtier.v1.HeartbeatResponse.settings:type_name -> kvtier.v1.TierSettings
-	39, // 27: kvtier.v1.RegisterDiskObjectsRequest.objects:type_name -> kvtier.v1.DiskObject
+	40, // 27: kvtier.v1.RegisterDiskObjectsRequest.objects:type_name -> kvtier.v1.DiskObject
 	5,  // 28: kvtier.v1.ObjectInfo.replicas:type_name -> kvtier.v1.Replica
-	43, // 29: kvtier.v1.ListObjectsResponse.objects:type_name -> kvtier.v1.ObjectInfo
+	44, // 29: kvtier.v1.ListObjectsResponse.objects:type_name -> kvtier.v1.ObjectInfo
 	25, // 30: kvtier.v1.SegmentInfo.segment:type_name -> kvtier.v1.Segment
 	3,  // 31: kvtier.v1.SegmentInfo.state:type_name -> kvtier.v1.SegmentState
-	45, // 32: kvtier.v1.ListSegmentsResponse.segments:type_name -> kvtier.v1.SegmentInfo
+	46, // 32: kvtier.v1.ListSegmentsResponse.segments:type_name -> kvtier.v1.SegmentInfo
 	4,  // 33: kvtier.v1.ClientInfo.state:type_name -> kvtier.v1.ClientState
 	28, // 34: kvtier.v1.ClientInfo.disk:type_name -> kvtier.v1.DiskTierStats
 	31, // 35: kvtier.v1.ClientInfo.nvme:type_name -> kvtier.v1.NvmeStats
-	47, // 36: kvtier.v1.ListClientsResponse.clients:type_name -> kvtier.v1.ClientInfo
-	49, // 37: kvtier.v1.StatsResponse.tiers:type_name -> kvtier.v1.TierStats
-	55, // 38: kvtier.v1.StatsResponse.counters:type_name -> kvtier.v1.StatsResponse.CountersEntry
-	51, // 39: kvtier.v1.TiersResponse.dram:type_name -> kvtier.v1.DramSettings
+	48, // 36: kvtier.v1.ListClientsResponse.clients:type_name -> kvtier.v1.ClientInfo
+	50, // 37: kvtier.v1.StatsResponse.tiers:type_name -> kvtier.v1.TierStats
+	56, // 38: kvtier.v1.StatsResponse.counters:type_name -> kvtier.v1.StatsResponse.CountersEntry
+	52, // 39: kvtier.v1.TiersResponse.dram:type_name -> kvtier.v1.DramSettings
 	35, // 40: kvtier.v1.TiersResponse.ssd:type_name -> kvtier.v1.TierSettings
-	49, // 41: kvtier.v1.TiersResponse.stats:type_name -> kvtier.v1.TierStats
+	50, // 41: kvtier.v1.TiersResponse.stats:type_name -> kvtier.v1.TierStats
 	7,  // 42: kvtier.v1.Master.PutStart:input_type -> kvtier.v1.PutStartRequest
 	9,  // 43: kvtier.v1.Master.PutEnd:input_type -> kvtier.v1.KeyRequest
 	9,  // 44: kvtier.v1.Master.PutRevoke:input_type -> kvtier.v1.KeyRequest
@@ -4449,47 +4516,49 @@ var file_master_proto_depIdxs = []int32{
 	26, // 56: kvtier.v1.Master.MountSegment:input_type -> kvtier.v1.MountSegmentRequest
 	27, // 57: kvtier.v1.Master.UnmountSegment:input_type -> kvtier.v1.UnmountSegmentRequest
 	29, // 58: kvtier.v1.Master.Heartbeat:input_type -> kvtier.v1.HeartbeatRequest
-	38, // 59: kvtier.v1.Master.OffloadDone:input_type -> kvtier.v1.OffloadDoneRequest
-	40, // 60: kvtier.v1.Master.RegisterDiskObjects:input_type -> kvtier.v1.RegisterDiskObjectsRequest
-	41, // 61: kvtier.v1.Master.DropBucket:input_type -> kvtier.v1.DropBucketRequest
-	42, // 62: kvtier.v1.Master.ListObjects:input_type -> kvtier.v1.ListObjectsRequest
-	9,  // 63: kvtier.v1.Master.GetObject:input_type -> kvtier.v1.KeyRequest
-	10, // 64: kvtier.v1.Master.ListSegments:input_type -> kvtier.v1.Empty
-	10, // 65: kvtier.v1.Master.ListClients:input_type -> kvtier.v1.Empty
-	10, // 66: kvtier.v1.Master.Stats:input_type -> kvtier.v1.Empty
-	10, // 67: kvtier.v1.Master.GetTiers:input_type -> kvtier.v1.Empty
-	53, // 68: kvtier.v1.Master.UpdateTiers:input_type -> kvtier.v1.UpdateTiersRequest
-	10, // 69: kvtier.v1.Master.WatchEvents:input_type -> kvtier.v1.Empty
-	8,  // 70: kvtier.v1.Master.PutStart:output_type -> kvtier.v1.PutStartResponse
-	10, // 71: kvtier.v1.Master.PutEnd:output_type -> kvtier.v1.Empty
-	10, // 72: kvtier.v1.Master.PutRevoke:output_type -> kvtier.v1.Empty
-	11, // 73: kvtier.v1.Master.GetReplicaList:output_type -> kvtier.v1.GetReplicaListResponse
-	12, // 74: kvtier.v1.Master.Exist:output_type -> kvtier.v1.ExistResponse
-	10, // 75: kvtier.v1.Master.Remove:output_type -> kvtier.v1.Empty
-	15, // 76: kvtier.v1.Master.RemoveByRegex:output_type -> kvtier.v1.CountResponse
-	15, // 77: kvtier.v1.Master.RemoveAll:output_type -> kvtier.v1.CountResponse
-	18, // 78: kvtier.v1.Master.BatchPutStart:output_type -> kvtier.v1.BatchPutStartResponse
-	21, // 79: kvtier.v1.Master.BatchPutEnd:output_type -> kvtier.v1.BatchResponse
-	21, // 80: kvtier.v1.Master.BatchPutRevoke:output_type -> kvtier.v1.BatchResponse
-	23, // 81: kvtier.v1.Master.BatchGetReplicaList:output_type -> kvtier.v1.BatchGetReplicaListResponse
-	24, // 82: kvtier.v1.Master.BatchExist:output_type -> kvtier.v1.BatchExistResponse
-	21, // 83: kvtier.v1.Master.BatchRemove:output_type -> kvtier.v1.BatchResponse
-	10, // 84: kvtier.v1.Master.MountSegment:output_type -> kvtier.v1.Empty
-	10, // 85: kvtier.v1.Master.UnmountSegment:output_type -> kvtier.v1.Empty
-	37, // 86: kvtier.v1.Master.Heartbeat:output_type -> kvtier.v1.HeartbeatResponse
-	10, // 87: kvtier.v1.Master.OffloadDone:output_type -> kvtier.v1.Empty
-	21, // 88: kvtier.v1.Master.RegisterDiskObjects:output_type -> kvtier.v1.BatchResponse
-	10, // 89: kvtier.v1.Master.DropBucket:output_type -> kvtier.v1.Empty
-	44, // 90: kvtier.v1.Master.ListObjects:output_type -> kvtier.v1.ListObjectsResponse
-	43, // 91: kvtier.v1.Master.GetObject:output_type -> kvtier.v1.ObjectInfo
-	46, // 92: kvtier.v1.Master.ListSegments:output_type -> kvtier.v1.ListSegmentsResponse
-	48, // 93: kvtier.v1.Master.ListClients:output_type -> kvtier.v1.ListClientsResponse
-	50, // 94: kvtier.v1.Master.Stats:output_type -> kvtier.v1.StatsResponse
-	52, // 95: kvtier.v1.Master.GetTiers:output_type -> kvtier.v1.TiersResponse
-	52, // 96: kvtier.v1.Master.UpdateTiers:output_type -> kvtier.v1.TiersResponse
-	54, // 97: kvtier.v1.Master.WatchEvents:output_type -> kvtier.v1.Event
-	70, // [70:98] is the sub-list for method output_type
-	42, // [42:70] is the sub-list for method input_type
+	39, // 59: kvtier.v1.Master.OffloadDone:input_type -> kvtier.v1.OffloadDoneRequest
+	37, // 60: kvtier.v1.Master.TakeOffload:input_type -> kvtier.v1.TakeOffloadRequest
+	41, // 61: kvtier.v1.Master.RegisterDiskObjects:input_type -> kvtier.v1.RegisterDiskObjectsRequest
+	42, // 62: kvtier.v1.Master.DropBucket:input_type -> kvtier.v1.DropBucketRequest
+	43, // 63: kvtier.v1.Master.ListObjects:input_type -> kvtier.v1.ListObjectsRequest
+	9,  // 64: kvtier.v1.Master.GetObject:input_type -> kvtier.v1.KeyRequest
+	10, // 65: kvtier.v1.Master.ListSegments:input_type -> kvtier.v1.Empty
+	10, // 66: kvtier.v1.Master.ListClients:input_type -> kvtier.v1.Empty
+	10, // 67: kvtier.v1.Master.Stats:input_type -> kvtier.v1.Empty
+	10, // 68: kvtier.v1.Master.GetTiers:input_type -> kvtier.v1.Empty
+	54, // 69: kvtier.v1.Master.UpdateTiers:input_type -> kvtier.v1.UpdateTiersRequest
+	10, // 70: kvtier.v1.Master.WatchEvents:input_type -> kvtier.v1.Empty
+	8,  // 71: kvtier.v1.Master.PutStart:output_type -> kvtier.v1.PutStartResponse
+	10, // 72: kvtier.v1.Master.PutEnd:output_type -> kvtier.v1.Empty
+	10, // 73: kvtier.v1.Master.PutRevoke:output_type -> kvtier.v1.Empty
+	11, // 74: kvtier.v1.Master.GetReplicaList:output_type -> kvtier.v1.GetReplicaListResponse
+	12, // 75: kvtier.v1.Master.Exist:output_type -> kvtier.v1.ExistResponse
+	10, // 76: kvtier.v1.Master.Remove:output_type -> kvtier.v1.Empty
+	15, // 77: kvtier.v1.Master.RemoveByRegex:output_type -> kvtier.v1.CountResponse
+	15, // 78: kvtier.v1.Master.RemoveAll:output_type -> kvtier.v1.CountResponse
+	18, // 79: kvtier.v1.Master.BatchPutStart:output_type -> kvtier.v1.BatchPutStartResponse
+	21, // 80: kvtier.v1.Master.BatchPutEnd:output_type -> kvtier.v1.BatchResponse
+	21, // 81: kvtier.v1.Master.BatchPutRevoke:output_type -> kvtier.v1.BatchResponse
+	23, // 82: kvtier.v1.Master.BatchGetReplicaList:output_type -> kvtier.v1.BatchGetReplicaListResponse
+	24, // 83: kvtier.v1.Master.BatchExist:output_type -> kvtier.v1.BatchExistResponse
+	21, // 84: kvtier.v1.Master.BatchRemove:output_type -> kvtier.v1.BatchResponse
+	10, // 85: kvtier.v1.Master.MountSegment:output_type -> kvtier.v1.Empty
+	10, // 86: kvtier.v1.Master.UnmountSegment:output_type -> kvtier.v1.Empty
+	38, // 87: kvtier.v1.Master.Heartbeat:output_type -> kvtier.v1.HeartbeatResponse
+	10, // 88: kvtier.v1.Master.OffloadDone:output_type -> kvtier.v1.Empty
+	36, // 89: kvtier.v1.Master.TakeOffload:output_type -> kvtier.v1.OffloadTask
+	21, // 90: kvtier.v1.Master.RegisterDiskObjects:output_type -> kvtier.v1.BatchResponse
+	10, // 91: kvtier.v1.Master.DropBucket:output_type -> kvtier.v1.Empty
+	45, // 92: kvtier.v1.Master.ListObjects:output_type -> kvtier.v1.ListObjectsResponse
+	44, // 93: kvtier.v1.Master.GetObject:output_type -> kvtier.v1.ObjectInfo
+	47, // 94: kvtier.v1.Master.ListSegments:output_type -> kvtier.v1.ListSegmentsResponse
+	49, // 95: kvtier.v1.Master.ListClients:output_type -> kvtier.v1.ListClientsResponse
+	51, // 96: kvtier.v1.Master.Stats:output_type -> kvtier.v1.StatsResponse
+	53, // 97: kvtier.v1.Master.GetTiers:output_type -> kvtier.v1.TiersResponse
+	53, // 98: kvtier.v1.Master.UpdateTiers:output_type -> kvtier.v1.TiersResponse
+	55, // 99: kvtier.v1.Master.WatchEvents:output_type -> kvtier.v1.Event
+	71, // [71:100] is the sub-list for method output_type
+	42, // [42:71] is the sub-list for method input_type
 	42, // [42:42] is the sub-list for extension type_name
 	42, // [42:42] is the sub-list for extension extendee
 	0,  // [0:42] is the sub-list for field type_name
@@ -4500,14 +4569,14 @@ func file_master_proto_init() {
 	if File_master_proto != nil {
 		return
 	}
-	file_master_proto_msgTypes[48].OneofWrappers = []any{}
+	file_master_proto_msgTypes[49].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_proto_rawDesc), len(file_master_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   51,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

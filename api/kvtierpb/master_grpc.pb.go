@@ -43,6 +43,7 @@ const (
 	Master_UnmountSegment_FullMethodName      = "/kvtier.v1.Master/UnmountSegment"
 	Master_Heartbeat_FullMethodName           = "/kvtier.v1.Master/Heartbeat"
 	Master_OffloadDone_FullMethodName         = "/kvtier.v1.Master/OffloadDone"
+	Master_TakeOffload_FullMethodName         = "/kvtier.v1.Master/TakeOffload"
 	Master_RegisterDiskObjects_FullMethodName = "/kvtier.v1.Master/RegisterDiskObjects"
 	Master_DropBucket_FullMethodName          = "/kvtier.v1.Master/DropBucket"
 	Master_ListObjects_FullMethodName         = "/kvtier.v1.Master/ListObjects"
@@ -78,6 +79,14 @@ type MasterClient interface {
 	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
 	// SSD tier (appliances).
 	OffloadDone(ctx context.Context, in *OffloadDoneRequest, opts ...grpc.CallOption) (*Empty, error)
+	// TakeOffload hands an appliance its offload tasks as soon as they are
+	// queued, rather than on its next heartbeat: the master waits until a
+	// task is queued for client_id (at most wait_ms), streams up to slots of
+	// them and ends the stream; an empty stream means the wait ended first.
+	// Heartbeats (offload_slots) still hand out tasks too; each task goes to
+	// one of them only. A stream, so that the wait holds no fast-path
+	// connection (internal/fastrpc carries unary calls only).
+	TakeOffload(ctx context.Context, in *TakeOffloadRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[OffloadTask], error)
 	RegisterDiskObjects(ctx context.Context, in *RegisterDiskObjectsRequest, opts ...grpc.CallOption) (*BatchResponse, error)
 	DropBucket(ctx context.Context, in *DropBucketRequest, opts ...grpc.CallOption) (*Empty, error)
 	// Operators.
@@ -279,6 +288,25 @@ func (c *masterClient) OffloadDone(ctx context.Context, in *OffloadDoneRequest, 
 	return out, nil
 }
 
+func (c *masterClient) TakeOffload(ctx context.Context, in *TakeOffloadRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[OffloadTask], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Master_ServiceDesc.Streams[0], Master_TakeOffload_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[TakeOffloadRequest, OffloadTask]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Master_TakeOffloadClient = grpc.ServerStreamingClient[OffloadTask]
+
 func (c *masterClient) RegisterDiskObjects(ctx context.Context, in *RegisterDiskObjectsRequest, opts ...grpc.CallOption) (*BatchResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(BatchResponse)
@@ -371,7 +399,7 @@ func (c *masterClient) UpdateTiers(ctx context.Context, in *UpdateTiersRequest, 
 
 func (c *masterClient) WatchEvents(ctx context.Context, in *Empty, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Event], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Master_ServiceDesc.Streams[0], Master_WatchEvents_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Master_ServiceDesc.Streams[1], Master_WatchEvents_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -411,6 +439,14 @@ type MasterServer interface {
 	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
 	// SSD tier (appliances).
 	OffloadDone(context.Context, *OffloadDoneRequest) (*Empty, error)
+	// TakeOffload hands an appliance its offload tasks as soon as they are
+	// queued, rather than on its next heartbeat: the master waits until a
+	// task is queued for client_id (at most wait_ms), streams up to slots of
+	// them and ends the stream; an empty stream means the wait ended first.
+	// Heartbeats (offload_slots) still hand out tasks too; each task goes to
+	// one of them only. A stream, so that the wait holds no fast-path
+	// connection (internal/fastrpc carries unary calls only).
+	TakeOffload(*TakeOffloadRequest, grpc.ServerStreamingServer[OffloadTask]) error
 	RegisterDiskObjects(context.Context, *RegisterDiskObjectsRequest) (*BatchResponse, error)
 	DropBucket(context.Context, *DropBucketRequest) (*Empty, error)
 	// Operators.
@@ -485,6 +521,9 @@ func (UnimplementedMasterServer) Heartbeat(context.Context, *HeartbeatRequest) (
 }
 func (UnimplementedMasterServer) OffloadDone(context.Context, *OffloadDoneRequest) (*Empty, error) {
 	return nil, status.Error(codes.Unimplemented, "method OffloadDone not implemented")
+}
+func (UnimplementedMasterServer) TakeOffload(*TakeOffloadRequest, grpc.ServerStreamingServer[OffloadTask]) error {
+	return status.Error(codes.Unimplemented, "method TakeOffload not implemented")
 }
 func (UnimplementedMasterServer) RegisterDiskObjects(context.Context, *RegisterDiskObjectsRequest) (*BatchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RegisterDiskObjects not implemented")
@@ -861,6 +900,17 @@ func _Master_OffloadDone_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_TakeOffload_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(TakeOffloadRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(MasterServer).TakeOffload(m, &grpc.GenericServerStream[TakeOffloadRequest, OffloadTask]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Master_TakeOffloadServer = grpc.ServerStreamingServer[OffloadTask]
+
 func _Master_RegisterDiskObjects_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(RegisterDiskObjectsRequest)
 	if err := dec(in); err != nil {
@@ -1151,6 +1201,11 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "TakeOffload",
+			Handler:       _Master_TakeOffload_Handler,
+			ServerStreams: true,
+		},
 		{
 			StreamName:    "WatchEvents",
 			Handler:       _Master_WatchEvents_Handler,
