@@ -41,6 +41,7 @@ const (
 	DefaultSSDHighWatermark  = 0.90
 	DefaultOffloadQueueLimit = 65536
 	DefaultOffloadTimeout    = 5 * time.Minute
+	DefaultPutSpaceWait      = 500 * time.Millisecond
 	DefaultEventBuffer       = 1024
 	DefaultPutEventSample    = 64
 	// DefaultTenant is used when a call carries no tenant.
@@ -89,6 +90,10 @@ type Config struct {
 	ForceEvict        bool          // free MEMORY even when an offload is pending
 	OffloadQueueLimit int           // bounded offload queue (tasks not yet dispatched)
 	OffloadTimeout    time.Duration // a dispatched task not reported done by then fails
+	// PutSpaceWait is the longest a PutStart that found DRAM full waits for
+	// offloads in flight to make objects evictable before it answers
+	// NO_AVAILABLE_HANDLE; < 0: never wait.
+	PutSpaceWait time.Duration
 
 	MaxObjects  int               // object-count limit (like capacity)
 	MaxKeyLen   int               // maximum key length in bytes (>= 4096)
@@ -124,6 +129,7 @@ func (c Config) withDefaults() Config {
 	d(&c.FrequencyBonus, DefaultFrequencyBonus)
 	d(&c.FrequencyMaxBonus, DefaultFrequencyMaxBonus)
 	d(&c.OffloadTimeout, DefaultOffloadTimeout)
+	d(&c.PutSpaceWait, DefaultPutSpaceWait)
 	if c.HighWatermark == 0 {
 		c.HighWatermark = DefaultHighWatermark
 	}

@@ -25,8 +25,10 @@
 //     segments, distinct nodes first, preferred segment first, most free space
 //     next. MEMORY allocations are 64-byte aligned, NOF allocations aligned to
 //     the segment's block size; segments in GRACE or DRAINING take none. No
-//     room → one synchronous eviction pass, one retry, then
-//     NO_AVAILABLE_HANDLE. PutEnd (writer only, else ILLEGAL_CLIENT) flips every
+//     room → one synchronous eviction pass, one retry; while offloads are in
+//     flight (DRAM full of objects on their way to SSD), waits of up to
+//     PutSpaceWait (500 ms) in all for one to land, each followed by a pass
+//     and a retry; then NO_AVAILABLE_HANDLE. PutEnd (writer only, else ILLEGAL_CLIENT) flips every
 //     replica to COMPLETE at once and grants no lease; PutRevoke frees the
 //     reservation. An in-flight put older than PutDiscardTimeout is taken over
 //     by a new writer; its space stays reserved until PutStart +

@@ -17,7 +17,9 @@ import (
 // kept reserved until PutReleaseTimeout after its PutStart, since a stalled
 // writer may still write into it. Replicas go on distinct segments, distinct
 // nodes first; the count is best effort (at least one, else
-// NO_AVAILABLE_HANDLE after one synchronous eviction pass and a retry).
+// NO_AVAILABLE_HANDLE after one synchronous eviction pass and a retry, and,
+// while offloads are in flight, after waiting up to PutSpaceWait for them
+// to make objects evictable).
 func (m *Master) PutStart(ctx context.Context, req PutRequest) ([]Replica, error) {
 	t, k, err := m.checkKey(req.Tenant, req.Key)
 	if err != nil {
@@ -26,17 +28,48 @@ func (m *Master) PutStart(ctx context.Context, req PutRequest) ([]Replica, error
 	if err := m.checkPut(&req); err != nil {
 		return nil, err
 	}
-	for attempt := 0; ; attempt++ {
-		reps, retry, err := m.putStartOnce(t, k, &req)
-		if !retry || attempt > 0 {
-			if retry {
-				m.ctr.add(cPutsRejectedNoSpace, 1)
-			}
+	need := req.Size * uint64(max(req.Config.Replicas, 1))
+	var deadline time.Time // of waiting for offloads; set at the first wait
+	for {
+		progress := m.offload.progress() // before the attempt: a completion during it is not missed
+		if reps, retry, err := m.putStartOnce(t, k, &req); !retry {
 			return reps, err
 		}
-		need := req.Size * uint64(max(req.Config.Replicas, 1))
 		m.evictPass(ctx, need)
+		reps, retry, err := m.putStartOnce(t, k, &req)
+		if !retry {
+			return reps, err
+		}
+		// What the pass could not evict may be objects on their way to SSD
+		// (offload on): while offloads are in flight, wait for one to land
+		// and try again, up to PutSpaceWait, rather than refuse a put that
+		// space is about to free up for.
+		if deadline.IsZero() {
+			deadline = time.Now().Add(m.cfg.PutSpaceWait)
+		}
+		if _, outstanding := m.offload.depth(); outstanding == 0 || !waitFor(ctx, progress, deadline) {
+			m.ctr.add(cPutsRejectedNoSpace, 1)
+			return reps, err
+		}
 	}
+}
+
+// waitFor waits until ch is closed (true), or deadline passes or ctx ends
+// (false).
+func waitFor(ctx context.Context, ch <-chan struct{}, deadline time.Time) bool {
+	d := time.Until(deadline)
+	if d <= 0 {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
 }
 
 func (m *Master) checkPut(req *PutRequest) error {

@@ -19,6 +19,7 @@ type offloadQueue struct {
 	fifo        map[string][]string      // guarded by mu: node → composite keys (stale entries skipped)
 	outstanding map[string]outTask       // guarded by mu: composite key → task
 	wake        map[string]chan struct{} // guarded by mu: node → closed at its next enqueue (TakeOffload waiters)
+	progressed  chan struct{}            // guarded by mu: closed (and replaced) at every OffloadDone
 }
 
 type outTask struct {
@@ -32,6 +33,22 @@ func (q *offloadQueue) init(limit int) {
 	q.fifo = map[string][]string{}
 	q.outstanding = map[string]outTask{}
 	q.wake = map[string]chan struct{}{}
+	q.progressed = make(chan struct{})
+}
+
+// progress returns a channel closed at the next OffloadDone.
+func (q *offloadQueue) progress() <-chan struct{} {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.progressed
+}
+
+// noteProgress wakes the waiters of progress.
+func (q *offloadQueue) noteProgress() {
+	q.mu.Lock()
+	close(q.progressed)
+	q.progressed = make(chan struct{})
+	q.mu.Unlock()
 }
 
 // enqueue queues c for node; false when the queue is full.
@@ -303,6 +320,7 @@ func (m *Master) OffloadDone(ctx context.Context, res OffloadResult) error {
 	if err != nil {
 		return err
 	}
+	defer m.offload.noteProgress() // after the shard lock: a waiting PutStart may now evict
 	c := m.clients.get(res.Client)
 	if c == nil {
 		return kverr.New(kverr.ClientNotFound, res.Key, "offload done from unknown client %q", res.Client)

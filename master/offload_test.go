@@ -333,3 +333,59 @@ func TestTakeOffload(t *testing.T) {
 		t.Fatalf("OffloadDone after TakeOffload: %+v", i)
 	}
 }
+
+// TestPutWaitsForOffloadsInFlight: a put that finds DRAM full of objects on
+// their way to SSD waits (up to PutSpaceWait) for an offload to land, then
+// evicts that object and succeeds; with no offload in flight it is refused
+// at once, and an offload that never lands ends the wait at PutSpaceWait.
+func TestPutWaitsForOffloadsInFlight(t *testing.T) {
+	m, _ := newTest(t, Config{PutSpaceWait: 3 * time.Second})
+	appliance(t, m, 0)
+	fill(t, m, 10, nil) // segment full (10 × 64), every object queued for offload
+	put := func(key string) error {
+		_, err := m.PutStart(ctx, PutRequest{Client: "w", Key: key, Size: 64, Config: PutConfig{Replicas: 1}})
+		return err
+	}
+	start := time.Now()
+	wantCode(t, put("x"), kverr.NoAvailableHandle)
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("refusal took %v with no offload in flight", d)
+	}
+	if tasks, err := m.TakeOffload(ctx, "A", 2, time.Second); err != nil || len(tasks) != 2 {
+		t.Fatalf("take: %v %v", tasks, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- put("y") }()
+	select {
+	case err := <-done:
+		t.Fatalf("put with offloads in flight did not wait: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if err := m.OffloadDone(ctx, OffloadResult{Client: "A", Key: "k00", OK: true, Bucket: 1, Offset: 0, Length: 64}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("put after an offload landed: %v", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("put still waiting after an offload landed")
+	}
+	if i := info(t, m, "k00"); len(i.Replicas) != 1 || i.Replicas[0].Type != LocalDisk {
+		t.Fatalf("k00 should now live on SSD only: %+v", i.Replicas)
+	}
+
+	m2, _ := newTest(t, Config{PutSpaceWait: 100 * time.Millisecond})
+	appliance(t, m2, 0)
+	fill(t, m2, 10, nil)
+	if tasks, err := m2.TakeOffload(ctx, "A", 1, time.Second); err != nil || len(tasks) != 1 {
+		t.Fatalf("take: %v %v", tasks, err)
+	}
+	start = time.Now()
+	_, err := m2.PutStart(ctx, PutRequest{Client: "w", Key: "z", Size: 64, Config: PutConfig{Replicas: 1}})
+	wantCode(t, err, kverr.NoAvailableHandle)
+	if d := time.Since(start); d < 100*time.Millisecond || d > 2*time.Second {
+		t.Fatalf("refusal after %v, want after the 100ms wait", d)
+	}
+}
