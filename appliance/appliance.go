@@ -116,6 +116,7 @@ type Appliance struct {
 	settings   *kvtierpb.TierSettings // guarded by settingsMu: last applied
 
 	reregistering atomic.Bool // a re-registration with a restarted master is running
+	registered    atomic.Bool // Start registered the SSD objects (before: beats' "unknown" is just the first contact)
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -217,6 +218,7 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 		if err := a.registerDisk(ctx); err != nil {
 			return nil, err
 		}
+		a.registered.Store(true)
 	}
 
 	runCtx, cancel := context.WithCancel(context.Background())
@@ -361,7 +363,7 @@ func (a *Appliance) teardown() error {
 // the segments, and the SSD objects are registered again so a master restart
 // does not silently empty the cache.
 func (a *Appliance) heartbeatReply(resp *kvtierpb.HeartbeatResponse) {
-	if !resp.Known && a.tier != nil && a.reregistering.CompareAndSwap(false, true) {
+	if !resp.Known && a.tier != nil && a.registered.Load() && a.reregistering.CompareAndSwap(false, true) {
 		a.log.Warn("master does not know this appliance (restarted?): re-registering SSD objects")
 		a.wg.Go(func() {
 			defer a.reregistering.Store(false)
