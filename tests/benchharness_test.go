@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"regexp"
@@ -106,21 +105,7 @@ func regexpFields(s string) [][2]string {
 }
 
 // startInprocB runs a master in this process and returns its gRPC address.
-func startInprocB(b *testing.B) string {
-	m, err := master.New(master.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	stop := serveMaster(m, lis)
-	ctx, cancel := context.WithCancel(context.Background())
-	go m.Run(ctx)
-	b.Cleanup(func() { stop(); cancel() })
-	return lis.Addr().String()
-}
+func startInprocB(b *testing.B) string { return startInproc(b, master.Config{}).addr }
 
 // stopGracefully sends SIGTERM (so a --cpuprofile is flushed and segments
 // unmount) and falls back to SIGKILL after a few seconds.

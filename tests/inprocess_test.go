@@ -26,7 +26,7 @@ type inproc struct {
 	addr string
 }
 
-func startInproc(t *testing.T, cfg master.Config) *inproc {
+func startInproc(t testing.TB, cfg master.Config) *inproc {
 	t.Helper()
 	m, err := master.New(cfg)
 	if err != nil {
@@ -56,7 +56,7 @@ func serveMaster(m *master.Master, lis net.Listener) (stop func()) {
 	return func() { s.Stop(); _ = fast.Close() }
 }
 
-func (ip *inproc) appliance(t *testing.T, cfg appliance.Config) *appliance.Appliance {
+func (ip *inproc) appliance(t testing.TB, cfg appliance.Config) *appliance.Appliance {
 	t.Helper()
 	cfg.MasterAddr = ip.addr
 	if cfg.DRAM == 0 {
@@ -74,7 +74,7 @@ func (ip *inproc) appliance(t *testing.T, cfg appliance.Config) *appliance.Appli
 	return a
 }
 
-func (ip *inproc) client(t *testing.T) *client.Client {
+func (ip *inproc) client(t testing.TB) *client.Client {
 	t.Helper()
 	c, err := client.New(context.Background(), client.Config{MasterAddr: ip.addr, HeartbeatInterval: 100 * time.Millisecond})
 	if err != nil {

@@ -3,12 +3,17 @@ package tests
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"kvtier/api/kvtierpb"
 	"kvtier/appliance"
+	"kvtier/internal/fiotest"
 	"kvtier/internal/kverr"
 	"kvtier/master"
 )
@@ -66,4 +71,64 @@ func TestOffloadDoesNotWaitForHeartbeats(t *testing.T) {
 	if onDisk < n-16 { // all but what DRAM still holds unoffloaded, at most
 		t.Fatalf("only %d of %d objects reached SSD", onDisk, n)
 	}
+}
+
+// BenchmarkIngestBeyondDRAM: 1 MiB puts from four callers into an
+// appliance whose DRAM holds 64 of them, so that past the first 64 every
+// put waits for offloads to SSD to make room (the steady state of a cache
+// bigger than its DRAM); beside fio writing 1 MiB blocks at depth 2 (the
+// appliance's two offload workers) to a file in the same directory, in the
+// same run, for as long. kvtier/fio is the ratio of the two throughputs.
+//
+//	go test -run '^$' -bench IngestBeyondDRAM -benchtime 2000x ./tests/
+func BenchmarkIngestBeyondDRAM(b *testing.B) {
+	const size, callers = 1 << 20, 4
+	dir := b.TempDir()
+	ip := startInproc(b, master.Config{})
+	ip.appliance(b, appliance.Config{Name: "box", DRAM: 64 << 20, SSDDir: dir + "/ssd", SSDCapacity: 64 << 30})
+	c := ip.client(b)
+	ctx := context.Background()
+	v := randomBytes(77, size)
+	var next atomic.Int64
+	b.SetBytes(size)
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for range callers {
+		wg.Go(func() {
+			for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+				if err := c.Put(ctx, fmt.Sprintf("ingest/%d", i), v); err != nil {
+					errs <- fmt.Errorf("put %d: %w", i, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatal(err)
+	}
+	kv := float64(b.N) * size / elapsed.Seconds() / 1e9
+	b.ReportMetric(kv, "kvtier-GB/s")
+	path := dir + "/fio.dat"
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.Truncate(path, 4<<30); err != nil {
+		b.Fatal(err)
+	}
+	r, err := fiotest.Run(path, "write", size, 2, max(elapsed, time.Second))
+	if errors.Is(err, fiotest.ErrNotInstalled) {
+		b.Logf("no fio baseline: %v", err)
+		return
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(r.MBps/1e3, "fio-GB/s")
+	b.ReportMetric(kv/(r.MBps/1e3), "kvtier/fio")
 }
