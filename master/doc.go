@@ -25,7 +25,12 @@
 //     segments, distinct nodes first, preferred segment first, most free space
 //     next. MEMORY allocations are 64-byte aligned, NOF allocations aligned to
 //     the segment's block size; segments in GRACE or DRAINING take none. No
-//     room → one synchronous eviction pass, one retry; while offloads are in
+//     room → one synchronous eviction pass, one retry; if no free extent is
+//     then large enough (the pass freed bytes in lease order, scattered),
+//     the objects of one address range are evicted for it (room.go: in some
+//     MEMORY segment, the range of at least the object's size holding only
+//     free space and objects evictable now whose eviction frees the fewest
+//     bytes), and a retry; while offloads are in
 //     flight (DRAM full of objects on their way to SSD), waits of up to
 //     PutSpaceWait (500 ms) in all for one to land, each followed by a pass
 //     and a retry; then NO_AVAILABLE_HANDLE. PutEnd (writer only, else ILLEGAL_CLIENT) flips every

@@ -40,6 +40,14 @@ func (m *Master) PutStart(ctx context.Context, req PutRequest) ([]Replica, error
 		if !retry {
 			return reps, err
 		}
+		// The pass freed bytes in lease order, wherever they lay: an object
+		// larger than its neighbours may still find no free extent large
+		// enough. Evict one contiguous range for it instead (makeRoom).
+		if req.Config.Replicas > 0 && m.evictForHole(req.Size) {
+			if reps, retry, err = m.putStartOnce(t, k, &req); !retry {
+				return reps, err
+			}
+		}
 		// What the pass could not evict may be objects on their way to SSD
 		// (offload on): while offloads are in flight, wait for one to land
 		// and try again, up to PutSpaceWait, rather than refuse a put that
