@@ -30,8 +30,9 @@
 //     the objects of one address range are evicted for it (room.go: in some
 //     MEMORY segment, the range of at least the object's size holding only
 //     free space and objects evictable now whose eviction frees the fewest
-//     bytes), and a retry; while offloads are in
-//     flight (DRAM full of objects on their way to SSD), waits of up to
+//     bytes), and a retry; while offloads are in flight (or queued, with
+//     appliances polling TakeOffload: DRAM full of objects on their way to
+//     SSD), waits of up to
 //     PutSpaceWait (500 ms) in all for one to land, each followed by a pass
 //     and a retry; then NO_AVAILABLE_HANDLE. PutEnd (writer only, else ILLEGAL_CLIENT) flips every
 //     replica to COMPLETE at once and grants no lease; PutRevoke frees the

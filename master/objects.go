@@ -49,13 +49,14 @@ func (m *Master) PutStart(ctx context.Context, req PutRequest) ([]Replica, error
 			}
 		}
 		// What the pass could not evict may be objects on their way to SSD
-		// (offload on): while offloads are in flight, wait for one to land
+		// (offload on): while offloads are queued or in flight (the pass
+		// itself queues them in on-evict mode), wait for one to land
 		// and try again, up to PutSpaceWait, rather than refuse a put that
 		// space is about to free up for.
 		if deadline.IsZero() {
 			deadline = time.Now().Add(m.cfg.PutSpaceWait)
 		}
-		if _, outstanding := m.offload.depth(); outstanding == 0 || !waitFor(ctx, progress, deadline) {
+		if !m.offloadsMoving() || !waitFor(ctx, progress, deadline) {
 			m.ctr.add(cPutsRejectedNoSpace, 1)
 			return reps, err
 		}

@@ -3,6 +3,7 @@ package master
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"kvtier/internal/kverr"
@@ -20,6 +21,7 @@ type offloadQueue struct {
 	outstanding map[string]outTask       // guarded by mu: composite key → task
 	wake        map[string]chan struct{} // guarded by mu: node → closed at its next enqueue (TakeOffload waiters)
 	progressed  chan struct{}            // guarded by mu: closed (and replaced) at every OffloadDone
+	lastTake    atomic.Int64             // unix ns of the latest TakeOffload call (appliances poll)
 }
 
 type outTask struct {
@@ -277,6 +279,7 @@ func (m *Master) TakeOffload(ctx context.Context, client string, slots int, wait
 	if c == nil || ClientState(c.state.Load()) == ClientGone {
 		return nil, kverr.New(kverr.ClientNotFound, "", "take offload: client %q is not known (heartbeat first)", client)
 	}
+	m.offload.lastTake.Store(time.Now().UnixNano())
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
@@ -293,6 +296,16 @@ func (m *Master) TakeOffload(ctx context.Context, client string, slots int, wait
 			return nil, nil
 		}
 	}
+}
+
+// offloadsMoving reports whether an offload may land soon: one is
+// dispatched, or one is queued while appliances poll with TakeOffload
+// (they take it within milliseconds; a queued task waiting for a heartbeat
+// would not land within a put's wait).
+func (m *Master) offloadsMoving() bool {
+	queued, outstanding := m.offload.depth()
+	polling := time.Since(time.Unix(0, m.offload.lastTake.Load())) < 2*MaxTakeOffloadWait
+	return outstanding > 0 || queued > 0 && polling
 }
 
 // reapOffloads fails dispatched tasks older than the offload timeout.
