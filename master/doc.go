@@ -25,7 +25,10 @@
 //     segments, distinct nodes first, preferred segment first, most free space
 //     next. MEMORY allocations are 64-byte aligned, NOF allocations aligned to
 //     the segment's block size; segments in GRACE or DRAINING take none. No
-//     room → one synchronous eviction pass, one retry; if no free extent is
+//     room for an object no MEMORY segment could ever hold, or for a put
+//     with no MEMORY replica → NO_AVAILABLE_HANDLE at once (eviction frees
+//     only MEMORY). No room otherwise → one synchronous eviction pass, one
+//     retry; if no free extent is
 //     then large enough (the pass freed bytes in lease order, scattered),
 //     the objects of one address range are evicted for it (room.go: in some
 //     MEMORY segment, the range of at least the object's size holding only

@@ -34,6 +34,14 @@ func (m *Master) PutStart(ctx context.Context, req PutRequest) ([]Replica, error
 		progress := m.offload.progress() // before the attempt: a completion during it is not missed
 		if reps, retry, err := m.putStartOnce(t, k, &req); !retry {
 			return reps, err
+		} else if largest := m.largestMemorySegment(); req.Config.Replicas == 0 || largest < req.Size {
+			// Eviction frees only MEMORY, and no MEMORY segment could ever
+			// hold this object: evicting would empty DRAM for nothing.
+			m.ctr.add(cPutsRejectedNoSpace, 1)
+			if req.Config.Replicas > 0 {
+				err = kverr.New(kverr.NoAvailableHandle, req.Key, "%d bytes is more than any MEMORY segment holds (the largest: %d)", req.Size, largest)
+			}
+			return reps, err
 		}
 		m.evictPass(ctx, need)
 		reps, retry, err := m.putStartOnce(t, k, &req)

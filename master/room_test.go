@@ -2,6 +2,7 @@ package master
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -147,5 +148,29 @@ func TestCheapestRangeMatchesBruteForce(t *testing.T) {
 				t.Fatalf("iteration %d: range costs %d, reported %d", iter, sum, cost)
 			}
 		}
+	}
+}
+
+// TestOversizedPutEvictsNothing: a put larger than any MEMORY segment, or
+// one that wants no MEMORY replica, is refused without an eviction pass
+// (such a pass emptied DRAM and the put failed anyway).
+func TestOversizedPutEvictsNothing(t *testing.T) {
+	m, fc := newTest(t, Config{OffloadMode: OffloadOff})
+	mountMem(t, m, "A", "A/0", 640)
+	fill(t, m, 10, nil)
+	fc.Advance(DefaultLeaseTTL + time.Second)
+	_, err := m.PutStart(ctx, PutRequest{Client: "w", Key: "huge", Size: 641, Config: PutConfig{Replicas: 1}})
+	wantCode(t, err, kverr.NoAvailableHandle)
+	if !strings.Contains(err.Error(), "more than any MEMORY segment holds (the largest: 640)") {
+		t.Fatalf("unclear refusal: %v", err)
+	}
+	_, err = m.PutStart(ctx, PutRequest{Client: "w", Key: "nof-only", Size: 64, Config: PutConfig{NOFReplicas: 1}})
+	wantCode(t, err, kverr.NoAvailableHandle)
+	if got := present(m, 10); len(got) != 10 || ctrOf(m, "evictions") != 0 {
+		t.Fatalf("refused puts evicted objects: %d left, %d evictions", len(got), ctrOf(m, "evictions"))
+	}
+	// A put that fits after eviction still gets it.
+	if _, err := m.PutStart(ctx, PutRequest{Client: "w", Key: "fits", Size: 128, Config: PutConfig{Replicas: 1}}); err != nil {
+		t.Fatalf("a 128-byte put: %v", err)
 	}
 }

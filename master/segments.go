@@ -359,6 +359,18 @@ func (m *Master) memoryUsage() (capacity, used uint64) {
 	return capacity, used
 }
 
+// largestMemorySegment returns the usable size of the largest MEMORY
+// segment that takes allocations (0 when there is none).
+func (m *Master) largestMemorySegment() uint64 {
+	var largest uint64
+	for _, s := range m.segs.all() {
+		if s.spec.Type == Memory && s.allocatable() {
+			largest = max(largest, s.spec.Size/s.align*s.align)
+		}
+	}
+	return largest
+}
+
 // ListSegments returns every mounted segment with its state and usage.
 func (m *Master) ListSegments(ctx context.Context) []SegmentInfo {
 	segs := m.segs.all()
