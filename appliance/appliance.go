@@ -103,7 +103,7 @@ type Appliance struct {
 
 	offload     chan *kvtierpb.OffloadTask
 	slotFreed   chan struct{} // a worker took a task from offload (capacity 1)
-	taking      atomic.Bool   // takeOffload runs: heartbeats offer no slots
+	taking      atomic.Bool   // TakeOffload calls succeed: heartbeats offer no slots
 	offloadBusy atomic.Int64
 	skipped     atomic.Uint64
 	failed      atomic.Uint64

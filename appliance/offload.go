@@ -105,7 +105,6 @@ const (
 // far below the SSD tier. A master without TakeOffload (Unimplemented)
 // leaves the heartbeats as the only dispatch.
 func (a *Appliance) takeOffload(ctx context.Context) {
-	a.taking.Store(true)
 	defer a.taking.Store(false)
 	for ctx.Err() == nil {
 		free := cap(a.offload) - len(a.offload)
@@ -118,6 +117,9 @@ func (a *Appliance) takeOffload(ctx context.Context) {
 			continue
 		}
 		err := a.takeOffloadOnce(ctx, free)
+		// While calls fail (a master restarting, or one that does not know
+		// this appliance yet), heartbeats offer slots again.
+		a.taking.Store(err == nil)
 		if err == nil || ctx.Err() != nil {
 			continue
 		}
