@@ -188,9 +188,11 @@
 // # Memory
 //
 // Per object: the composite key (one length byte, tenant, key), a 96-byte
-// object and one 48-byte replica per copy. Measured: 248 heap bytes per
-// object at 1,000,000 objects with 32-byte keys (a bare map[string]*struct
-// with the same keys: 104 B). Eviction passes allocate 24 + 24 bytes per
+// object and one 48-byte replica per copy, plus a 24-byte entry in its
+// shard's DRAM index while it holds a MEMORY replica (so that eviction
+// passes skip SSD-only objects). Measured: 277 heap bytes per object at
+// 1,000,000 objects in DRAM with 32-byte keys (248 before the DRAM index;
+// a bare map[string]*struct with the same keys: 104 B). Eviction passes allocate 24 + 24 bytes per
 // candidate transiently. The eviction history costs ~15 bytes per entry
 // (fingerprint 4, count 2, sequence 4, index slot 4 at load ≤ 0.75) plus
 // the rings' slack: 65 B per live object at its default 4 entries
@@ -219,7 +221,11 @@
 //	heap per live object      248 B at 1,000,000 objects, 32-byte keys (target < 300);
 //	                          313 B with the eviction history full at its default
 //	                          size (4,000,000 entries, 65 B per object; run of
-//	                          2026-11-29 19:10)
+//	                          2026-11-29 19:10); 277 / 342 B since the DRAM index
+//	                          (2026-11-30 00:53)
+//	eviction pass             100k DRAM objects: 4-14 ms; beside 900k SSD-only
+//	                          objects 0.54-0.67 x that (16 x when passes scanned
+//	                          every object), BenchmarkEvictPassTiered
 //	select 5% of 10M          128 ms, one core (target < 1 s); full sort 1,878 ms (14.7×)
 //
 // # Caveats

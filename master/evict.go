@@ -254,7 +254,8 @@ func (m *Master) evictPass(ctx context.Context, need uint64) EvictionReport {
 	var refs []candRef
 	memObjects, memBytes := 0, uint64(0)
 	m.forEachShard(func(sh *shard) {
-		for k, o := range sh.objs {
+		for _, e := range sh.mem { // the objects holding DRAM, not the SSD-only ones
+			k, o := e.ck, e.o
 			if !o.complete {
 				rep.InFlight++
 				continue
@@ -363,6 +364,8 @@ func (m *Master) evictOne(ref candRef, rep *EvictionReport, st *settings, now in
 	m.rememberEvictedLocked(sh, ref.ck, o, st.policy)
 	if n == 0 {
 		m.dropObjectLocked(sh, ref.ck, o)
+	} else {
+		noteMemLocked(sh, ref.ck, o)
 	}
 	rep.FreedBytes += freed
 	rep.FreedObjects++

@@ -12,7 +12,8 @@ import (
 //     the live replicas on it plus retired reservations awaiting release;
 //   - no two of those ranges overlap;
 //   - no replica lies on an unmounted segment;
-//   - object, in-flight and per-segment replica counts match the maps;
+//   - object, in-flight and per-segment replica counts match the maps, and
+//     the DRAM index holds exactly the objects with a MEMORY replica;
 //   - an in-flight object has only PROCESSING replicas, a complete one none;
 //   - each shard's eviction history is within its limit and its index finds
 //     exactly the remembered fingerprints (each once).
@@ -41,7 +42,7 @@ func (m *Master) CheckInvariants() error {
 	var objects int64
 	for i := range m.shards {
 		sh := &m.shards[i]
-		inflight := 0
+		inflight, memObjects := 0, 0
 		for k, o := range sh.objs {
 			objects++
 			t, key := splitCK(k)
@@ -54,6 +55,14 @@ func (m *Master) CheckInvariants() error {
 				if sh.inflight[k] != o {
 					return fmt.Errorf("in-flight object %s missing from the in-flight index", name)
 				}
+			}
+			hasMem := slices.ContainsFunc(o.replicas, func(r replica) bool { return r.typ == Memory })
+			indexed := o.memPos > 0 && int(o.memPos) <= len(sh.mem) && sh.mem[o.memPos-1] == memRef{k, o}
+			if hasMem != indexed {
+				return fmt.Errorf("object %s: holds DRAM %v, in the DRAM index %v (position %d)", name, hasMem, indexed, o.memPos)
+			}
+			if hasMem {
+				memObjects++
 			}
 			for j := range o.replicas {
 				r := &o.replicas[j]
@@ -72,6 +81,9 @@ func (m *Master) CheckInvariants() error {
 				ranges[r.seg] = append(ranges[r.seg], rng{r.offset, r.allocLen(), name})
 				counts[r.seg]++
 			}
+		}
+		if memObjects != len(sh.mem) {
+			return fmt.Errorf("shard %d: %d objects hold DRAM, the DRAM index has %d entries", i, memObjects, len(sh.mem))
 		}
 		if inflight != len(sh.inflight) {
 			return fmt.Errorf("shard %d: %d in-flight objects, index holds %d", i, inflight, len(sh.inflight))

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"kvtier/internal/kverr"
 )
@@ -27,8 +28,12 @@ type object struct {
 	crc        uint32
 	complete   bool
 	flags      uint8
-	offload    uint8 // offloadNone | offloadQueued | offloadDispatched
+	offload    uint8  // offloadNone | offloadQueued | offloadDispatched
+	memPos     uint32 // 1 + its position in its shard's DRAM index (0: not there); fits the padding
 }
+
+// The DRAM index position must not grow the object (see "Memory").
+var _ [96 - unsafe.Sizeof(object{})]byte
 
 const (
 	flagHasCRC uint8 = 1 << iota
@@ -67,8 +72,15 @@ type shard struct {
 	mu       sync.Mutex
 	objs     map[string]*object // composite key (see ck) → object; guarded by mu
 	inflight map[string]*object // guarded by mu: the objects not yet COMPLETE
-	hist     history            // guarded by mu: eviction history of this shard's keys
-	_        [32]byte
+	// mem: the objects holding a MEMORY replica (any state), so that an
+	// eviction pass visits DRAM's objects and not the SSD-only ones, which
+	// a tiered store has many times more of. A slice (each object knows its
+	// position, object.memPos) rather than a map: 24 bytes a DRAM object
+	// instead of ~56. Guarded by mu; kept by noteMemLocked and
+	// dropObjectLocked.
+	mem  []memRef
+	hist history // guarded by mu: eviction history of this shard's keys
+	_    [24]byte
 }
 
 // reservation is space of a taken-over put, freed at releaseAt.
@@ -299,10 +311,48 @@ func (m *Master) tenantUsage(t string) *atomic.Uint64 {
 	return v.(*atomic.Uint64)
 }
 
+// memRef is one entry of a shard's DRAM index.
+type memRef struct {
+	ck string
+	o  *object
+}
+
+// noteMemLocked keeps sh.mem in step with o's replicas after they changed.
+// sh.mu must be held.
+func noteMemLocked(sh *shard, c string, o *object) {
+	for i := range o.replicas {
+		if o.replicas[i].typ == Memory {
+			if o.memPos == 0 {
+				sh.mem = append(sh.mem, memRef{c, o})
+				o.memPos = uint32(len(sh.mem))
+			}
+			return
+		}
+	}
+	unindexMemLocked(sh, o)
+}
+
+// unindexMemLocked takes o out of sh.mem (swapping the last entry into its
+// place). sh.mu must be held.
+func unindexMemLocked(sh *shard, o *object) {
+	if o.memPos == 0 {
+		return
+	}
+	i, last := int(o.memPos-1), len(sh.mem)-1
+	if i != last {
+		sh.mem[i] = sh.mem[last]
+		sh.mem[i].o.memPos = uint32(i + 1)
+	}
+	sh.mem[last] = memRef{}
+	sh.mem = sh.mem[:last]
+	o.memPos = 0
+}
+
 // dropObjectLocked forgets o (whose replicas have already been released or
 // dropped): object count and tenant usage. sh.mu must be held.
 func (m *Master) dropObjectLocked(sh *shard, c string, o *object) {
 	delete(sh.objs, c)
+	unindexMemLocked(sh, o)
 	m.nObjects.Add(-1)
 	t, _ := splitCK(c)
 	m.tenantUsage(t).Add(^(o.size - 1))

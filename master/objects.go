@@ -178,6 +178,7 @@ func (m *Master) putStartOnce(t, k string, req *PutRequest) (_ []Replica, retry 
 	}
 	sh.objs[k] = o
 	sh.inflight[k] = o
+	noteMemLocked(sh, k, o)
 	m.ctr.add(cPutsStarted, 1)
 	if m.eventsWanted() && m.putSeq.Add(1)%uint64(m.cfg.PutEventSample) == 1 {
 		m.publish(Event{Kind: "put", Tenant: t, Key: req.Key, Bytes: req.Size, Segment: reps[0].seg.spec.Name, Message: "started (sampled)"})

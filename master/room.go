@@ -62,7 +62,8 @@ func (m *Master) evictableNowLocked(o *object, st *settings, now int64) bool {
 func (m *Master) makeRoom(size uint64, rep *EvictionReport, st *settings, now int64) bool {
 	items := map[*segment][]roomItem{}
 	m.forEachShard(func(sh *shard) {
-		for k, o := range sh.objs {
+		for _, e := range sh.mem {
+			k, o := e.ck, e.o
 			movable := m.evictableNowLocked(o, st, now)
 			var b uint64
 			if movable {

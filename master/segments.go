@@ -261,6 +261,8 @@ func (m *Master) dropReplicas(drop func(r *replica) bool) {
 			o.replicas = o.replicas[:n]
 			if n == 0 {
 				m.dropObjectLocked(sh, c, o)
+			} else {
+				noteMemLocked(sh, c, o)
 			}
 		}
 	})
