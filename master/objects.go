@@ -17,9 +17,10 @@ import (
 // kept reserved until PutReleaseTimeout after its PutStart, since a stalled
 // writer may still write into it. Replicas go on distinct segments, distinct
 // nodes first; the count is best effort (at least one, else
-// NO_AVAILABLE_HANDLE after one synchronous eviction pass and a retry, and,
-// while offloads are in flight, after waiting up to PutSpaceWait for them
-// to make objects evictable).
+// NO_AVAILABLE_HANDLE: at once when no MEMORY segment could hold the object;
+// otherwise after one synchronous eviction pass and a retry, one evicted
+// address range and a retry (makeRoom), and, while offloads are moving,
+// waiting up to PutSpaceWait for them to make objects evictable).
 func (m *Master) PutStart(ctx context.Context, req PutRequest) ([]Replica, error) {
 	t, k, err := m.checkKey(req.Tenant, req.Key)
 	if err != nil {
@@ -32,9 +33,11 @@ func (m *Master) PutStart(ctx context.Context, req PutRequest) ([]Replica, error
 	var deadline time.Time // of waiting for offloads; set at the first wait
 	for {
 		progress := m.offload.progress() // before the attempt: a completion during it is not missed
-		if reps, retry, err := m.putStartOnce(t, k, &req); !retry {
+		reps, retry, err := m.putStartOnce(t, k, &req)
+		if !retry {
 			return reps, err
-		} else if largest := m.largestMemorySegment(); req.Config.Replicas == 0 || largest < req.Size {
+		}
+		if largest := m.largestMemorySegment(); req.Config.Replicas == 0 || largest < req.Size {
 			// Eviction frees only MEMORY, and no MEMORY segment could ever
 			// hold this object: evicting would empty DRAM for nothing.
 			m.ctr.add(cPutsRejectedNoSpace, 1)
@@ -44,14 +47,13 @@ func (m *Master) PutStart(ctx context.Context, req PutRequest) ([]Replica, error
 			return reps, err
 		}
 		m.evictPass(ctx, need)
-		reps, retry, err := m.putStartOnce(t, k, &req)
-		if !retry {
+		if reps, retry, err = m.putStartOnce(t, k, &req); !retry {
 			return reps, err
 		}
 		// The pass freed bytes in lease order, wherever they lay: an object
 		// larger than its neighbours may still find no free extent large
 		// enough. Evict one contiguous range for it instead (makeRoom).
-		if req.Config.Replicas > 0 && m.evictForHole(req.Size) {
+		if m.evictForHole(req.Size) {
 			if reps, retry, err = m.putStartOnce(t, k, &req); !retry {
 				return reps, err
 			}
