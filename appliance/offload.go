@@ -95,6 +95,7 @@ func (a *Appliance) queueOffload(t *kvtierpb.OffloadTask) {
 const (
 	takeWait    = time.Second
 	takeBackoff = 500 * time.Millisecond
+	takeMax     = 65536 // the most slots one call may ask for (master.MaxTakeOffloadSlots)
 )
 
 // takeOffload asks the master for offload tasks whenever this appliance has
@@ -142,7 +143,7 @@ func (a *Appliance) takeOffloadOnce(ctx context.Context, slots int) error {
 	cctx, cancel := context.WithTimeout(ctx, takeWait+10*time.Second)
 	defer cancel()
 	stream, err := a.client.Master().TakeOffload(cctx, &kvtierpb.TakeOffloadRequest{
-		ClientId: a.cfg.Name, Slots: uint32(slots), WaitMs: uint32(takeWait / time.Millisecond)})
+		ClientId: a.cfg.Name, Slots: uint32(min(slots, takeMax)), WaitMs: uint32(takeWait / time.Millisecond)})
 	if err != nil {
 		return err
 	}
