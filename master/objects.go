@@ -30,22 +30,24 @@ func (m *Master) PutStart(ctx context.Context, req PutRequest) ([]Replica, error
 		return nil, err
 	}
 	need := req.Size * uint64(max(req.Config.Replicas, 1))
+	reps, retry, err := m.putStartOnce(t, k, &req)
+	if !retry {
+		return reps, err
+	}
+	if largest := m.largestMemorySegment(); req.Config.Replicas == 0 || largest < req.Size {
+		// Eviction frees only MEMORY, and no MEMORY segment could ever
+		// hold this object: evicting would empty DRAM for nothing.
+		m.ctr.add(cPutsRejectedNoSpace, 1)
+		if req.Config.Replicas > 0 {
+			err = kverr.New(kverr.NoAvailableHandle, req.Key, "%d bytes is more than any MEMORY segment holds (the largest: %d)", req.Size, largest)
+		}
+		return reps, err
+	}
 	var deadline time.Time // of waiting for offloads; set at the first wait
 	for {
-		progress := m.offload.progress() // before the attempt: a completion during it is not missed
-		reps, retry, err := m.putStartOnce(t, k, &req)
-		if !retry {
-			return reps, err
-		}
-		if largest := m.largestMemorySegment(); req.Config.Replicas == 0 || largest < req.Size {
-			// Eviction frees only MEMORY, and no MEMORY segment could ever
-			// hold this object: evicting would empty DRAM for nothing.
-			m.ctr.add(cPutsRejectedNoSpace, 1)
-			if req.Config.Replicas > 0 {
-				err = kverr.New(kverr.NoAvailableHandle, req.Key, "%d bytes is more than any MEMORY segment holds (the largest: %d)", req.Size, largest)
-			}
-			return reps, err
-		}
+		// Taken before the pass: an offload landing after this wakes the
+		// wait below, one landing before it is seen by the pass.
+		progress := m.offload.progress()
 		m.evictPass(ctx, need)
 		if reps, retry, err = m.putStartOnce(t, k, &req); !retry {
 			return reps, err

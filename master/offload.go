@@ -20,7 +20,7 @@ type offloadQueue struct {
 	fifo        map[string][]string      // guarded by mu: node → composite keys (stale entries skipped)
 	outstanding map[string]outTask       // guarded by mu: composite key → task
 	wake        map[string]chan struct{} // guarded by mu: node → closed at its next enqueue (TakeOffload waiters)
-	progressed  chan struct{}            // guarded by mu: closed (and replaced) at every OffloadDone
+	progressed  chan struct{}            // guarded by mu: closed at the next OffloadDone; nil while nobody waits
 	lastTake    atomic.Int64             // unix ns of the latest TakeOffload call (appliances poll)
 }
 
@@ -35,21 +35,25 @@ func (q *offloadQueue) init(limit int) {
 	q.fifo = map[string][]string{}
 	q.outstanding = map[string]outTask{}
 	q.wake = map[string]chan struct{}{}
-	q.progressed = make(chan struct{})
 }
 
 // progress returns a channel closed at the next OffloadDone.
 func (q *offloadQueue) progress() <-chan struct{} {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.progressed == nil {
+		q.progressed = make(chan struct{})
+	}
 	return q.progressed
 }
 
 // noteProgress wakes the waiters of progress.
 func (q *offloadQueue) noteProgress() {
 	q.mu.Lock()
-	close(q.progressed)
-	q.progressed = make(chan struct{})
+	if q.progressed != nil {
+		close(q.progressed)
+		q.progressed = nil
+	}
 	q.mu.Unlock()
 }
 
