@@ -1,4 +1,4 @@
-module kvtier
+module github.com/kvtier/kvtier
 
 go 1.26.0
 

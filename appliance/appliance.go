@@ -10,12 +10,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"kvtier/api/kvtierpb"
-	"kvtier/client"
-	"kvtier/dram"
-	"kvtier/internal/kverr"
-	"kvtier/internal/transfer"
-	"kvtier/ssd"
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/client"
+	"github.com/kvtier/kvtier/dram"
+	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/internal/transfer"
+	"github.com/kvtier/kvtier/ssd"
 )
 
 // Config configures an appliance. Zero values mean defaults.

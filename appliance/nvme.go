@@ -8,10 +8,10 @@ import (
 	"regexp"
 	"strings"
 
-	"kvtier/api/kvtierpb"
-	"kvtier/internal/kverr"
-	"kvtier/nof/namespace"
-	"kvtier/nof/target"
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/nof/namespace"
+	"github.com/kvtier/kvtier/nof/target"
 )
 
 // NVMeConfig exports namespaces over NVMe/TCP, with the built-in target or

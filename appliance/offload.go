@@ -8,10 +8,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"kvtier/api/kvtierpb"
-	"kvtier/internal/kverr"
-	"kvtier/nof/target"
-	"kvtier/ssd"
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/nof/target"
+	"github.com/kvtier/kvtier/ssd"
 )
 
 // fillHeartbeat adds the NVMe/TCP target's figures, the SSD tier's figures

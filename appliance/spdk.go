@@ -25,9 +25,9 @@ import (
 	"strings"
 	"time"
 
-	"kvtier/api/kvtierpb"
-	"kvtier/internal/kverr"
-	"kvtier/nof/spdk"
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/nof/spdk"
 )
 
 // NVMe backends (NVMeConfig.Backend).

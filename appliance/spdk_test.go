@@ -17,13 +17,13 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"kvtier/api/kvtierpb"
-	"kvtier/appliance"
-	"kvtier/dram"
-	"kvtier/internal/kverr"
-	"kvtier/master"
-	"kvtier/nof/spdk"
-	"kvtier/nof/spdk/spdktest"
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/appliance"
+	"github.com/kvtier/kvtier/dram"
+	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/master"
+	"github.com/kvtier/kvtier/nof/spdk"
+	"github.com/kvtier/kvtier/nof/spdk/spdktest"
 )
 
 const gpuHost = "nqn.2026-11.io.kvtier:gpu-1"

@@ -15,7 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"kvtier/bench/hdr"
+	"github.com/kvtier/kvtier/bench/hdr"
 )
 
 // Baseline names accepted by RunBaseline.

@@ -12,8 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"kvtier/bench/hdr"
-	"kvtier/bench/progress"
+	"github.com/kvtier/kvtier/bench/hdr"
+	"github.com/kvtier/kvtier/bench/progress"
 )
 
 // Store is what bench needs from a kvtier client; the signatures are those of

@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"strings"
 
-	"kvtier/bench/chart"
+	"github.com/kvtier/kvtier/bench/chart"
 )
 
 // WriteJSONLines writes one JSON object per result and line.

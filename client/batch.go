@@ -5,9 +5,9 @@ import (
 
 	"context"
 
-	"kvtier/api/kvtierpb"
-	"kvtier/internal/kverr"
-	"kvtier/internal/transfer"
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/internal/transfer"
 )
 
 func (c *Client) keyBytes(keys []string) [][]byte {

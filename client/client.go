@@ -20,12 +20,12 @@ import (
 	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/protobuf/proto"
 
-	"kvtier/api/kvtierpb"
-	"kvtier/dram"
-	"kvtier/internal/crc32c"
-	"kvtier/internal/fastrpc"
-	"kvtier/internal/kverr"
-	"kvtier/internal/transfer"
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/dram"
+	"github.com/kvtier/kvtier/internal/crc32c"
+	"github.com/kvtier/kvtier/internal/fastrpc"
+	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/internal/transfer"
 )
 
 // Checksum returns the CRC32C of b, the checksum kvtier stores with objects.

@@ -7,9 +7,9 @@ import (
 	"slices"
 	"time"
 
-	"kvtier/api/kvtierpb"
-	"kvtier/internal/kverr"
-	"kvtier/internal/transfer"
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/internal/transfer"
 )
 
 // ReplicaList is what GetReplicaList answered: the object's size, checksum,

@@ -5,10 +5,10 @@ import (
 	"context"
 	"testing"
 
-	"kvtier/client"
-	"kvtier/dram"
-	"kvtier/internal/kverr"
-	"kvtier/master"
+	"github.com/kvtier/kvtier/client"
+	"github.com/kvtier/kvtier/dram"
+	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/master"
 )
 
 // TestReplicaHints: a repeated Get reads the remembered replica while it

@@ -10,11 +10,11 @@ import (
 
 	"google.golang.org/grpc"
 
-	"kvtier/api/kvtierpb"
-	"kvtier/client"
-	"kvtier/dram"
-	"kvtier/internal/kverr"
-	"kvtier/master"
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/client"
+	"github.com/kvtier/kvtier/dram"
+	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/master"
 )
 
 // startMaster runs a real master behind a real gRPC server on loopback and

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"sync"
 
-	"kvtier/api/kvtierpb"
-	"kvtier/internal/kverr"
-	"kvtier/nof/initiator"
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/nof/initiator"
 )
 
 // nofControllers caches one NVMe/TCP controller per (target, subsystem): a

@@ -6,9 +6,9 @@ import (
 	"sync"
 	"time"
 
-	"kvtier/api/kvtierpb"
-	"kvtier/internal/kverr"
-	"kvtier/internal/transfer"
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/internal/transfer"
 )
 
 // PutOptions are the per-put settings. The zero value means one replica, no

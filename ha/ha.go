@@ -13,8 +13,8 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
 
-	"kvtier/internal/clock"
-	"kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/internal/clock"
+	"github.com/kvtier/kvtier/internal/kverr"
 )
 
 // Defaults applied by Config for zero fields.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"kvtier/ha/hatest"
+	"github.com/kvtier/kvtier/ha/hatest"
 	"net"
 	"strings"
 	"testing"
@@ -12,8 +12,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"kvtier/internal/clock"
-	"kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/internal/clock"
+	"github.com/kvtier/kvtier/internal/kverr"
 )
 
 // testTTL is the session TTL used by tests: etcd's minimum with its default

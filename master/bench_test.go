@@ -14,7 +14,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/api/kvtierpb"
 )
 
 // benchMaster returns a master with two large MEMORY segments (sizes are

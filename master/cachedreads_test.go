@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/internal/kverr"
 )
 
 // TestHeartbeatCachedReads: reads a client served from its lease cache

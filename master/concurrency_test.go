@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/internal/kverr"
 )
 
 // TestConcurrentOps runs putters, readers, removers, evictions, heartbeats,

@@ -5,8 +5,8 @@ import (
 	"math"
 	"time"
 
-	"kvtier/internal/clock"
-	"kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/internal/clock"
+	"github.com/kvtier/kvtier/internal/kverr"
 )
 
 // Defaults applied to zero fields of Config.

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/internal/kverr"
 )
 
 // FuzzMasterOps drives random operation sequences against a master on a

@@ -7,8 +7,8 @@ import (
 
 	"google.golang.org/grpc"
 
-	"kvtier/api/kvtierpb"
-	"kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/internal/kverr"
 )
 
 // grpcServer translates the wire contract to Master calls. It holds no

@@ -10,8 +10,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"kvtier/api/kvtierpb"
-	"kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/internal/kverr"
 )
 
 // serve starts m behind a real gRPC server on loopback and returns a client.

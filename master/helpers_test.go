@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"kvtier/internal/clock"
-	"kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/internal/clock"
+	"github.com/kvtier/kvtier/internal/kverr"
 )
 
 var ctx = context.Background()

@@ -15,7 +15,7 @@ func TestImportsStayInTheirLayer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	allowedKvtier := map[string]bool{"kvtier/internal/kverr": true, "kvtier/internal/clock": true, "kvtier/api/kvtierpb": true}
+	allowedKvtier := map[string]bool{"github.com/kvtier/kvtier/internal/kverr": true, "github.com/kvtier/kvtier/internal/clock": true, "github.com/kvtier/kvtier/api/kvtierpb": true}
 	checked := 0
 	for _, f := range files {
 		if strings.HasSuffix(f, "_test.go") {
@@ -29,11 +29,11 @@ func TestImportsStayInTheirLayer(t *testing.T) {
 			p := strings.Trim(im.Path.Value, `"`)
 			checked++
 			switch {
-			case strings.HasPrefix(p, "kvtier/") && !allowedKvtier[p]:
+			case strings.HasPrefix(p, "github.com/kvtier/kvtier/") && !allowedKvtier[p]:
 				t.Errorf("%s imports %s", f, p)
 			case strings.Contains(p, "etcd"):
 				t.Errorf("%s imports %s (HA is out of scope)", f, p)
-			case p == "kvtier/api/kvtierpb" && f != "grpc.go":
+			case p == "github.com/kvtier/kvtier/api/kvtierpb" && f != "grpc.go":
 				t.Errorf("%s uses protobuf types: translate at the edge (grpc.go)", f)
 			}
 		}

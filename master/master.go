@@ -9,7 +9,7 @@ import (
 	"time"
 	"unsafe"
 
-	"kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/internal/kverr"
 )
 
 const numShards = 256

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/internal/kverr"
 )
 
 func TestPutVisibleOnlyAfterPutEnd(t *testing.T) {

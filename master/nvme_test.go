@@ -7,7 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/api/kvtierpb"
 )
 
 func nvmeReport(reads uint64) *kvtierpb.NvmeStats {

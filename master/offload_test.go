@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/internal/kverr"
 )
 
 // appliance announces node A with one MEMORY segment and an SSD tier.

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/internal/kverr"
 )
 
 // publicReplica translates a replica for callers. Called with its shard locked.

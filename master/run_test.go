@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"kvtier/internal/clock"
+	"github.com/kvtier/kvtier/internal/clock"
 )
 
 // TestRunEvictsInBackground checks that Run owns the evictor: with MEMORY

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/internal/kverr"
 )
 
 // memoryAlign is the alignment of MEMORY allocations.

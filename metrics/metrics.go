@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 
-	"kvtier/api/kvtierpb"
-	"kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/internal/kverr"
 )
 
 // Source is what the scrape-time collector asks for cluster figures. A

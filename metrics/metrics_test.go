@@ -15,11 +15,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"kvtier/api/kvtierpb"
-	"kvtier/internal/kverr"
-	"kvtier/metrics"
-	"kvtier/rest"
-	"kvtier/rest/resttest"
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/metrics"
+	"github.com/kvtier/kvtier/rest"
+	"github.com/kvtier/kvtier/rest/resttest"
 )
 
 // cluster starts a real master behind REST (with m serving /metrics) and a

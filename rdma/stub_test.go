@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/internal/kverr"
 )
 
 func TestStubUnavailable(t *testing.T) {

@@ -123,7 +123,7 @@ import (
 	"time"
 	"unsafe"
 
-	"kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/internal/kverr"
 )
 
 // DeviceNames lists the RDMA devices libibverbs sees.

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/internal/kverr"
 )
 
 func TestVerbsAvailability(t *testing.T) {

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"kvtier/internal/clock"
-	"kvtier/internal/kverr"
-	"kvtier/master"
+	"github.com/kvtier/kvtier/internal/clock"
+	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/master"
 )
 
 // masterStore drives a real master (in process, on a fake clock set to the

@@ -1,6 +1,6 @@
 package replay
 
-import "kvtier/master"
+import "github.com/kvtier/kvtier/master"
 
 // model is the DRAM tier as the simulator sees it: a set of block ids with a
 // capacity in blocks. Time is virtual nanoseconds.

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"kvtier/master"
+	"github.com/kvtier/kvtier/master"
 )
 
 // Policy names accepted by SimOptions.Policy and LeasePolicy.Kind.

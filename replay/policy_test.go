@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"kvtier/master"
+	"github.com/kvtier/kvtier/master"
 )
 
 // TestKeyIsTheMastersFormula: the simulator orders evictions with the

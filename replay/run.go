@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"time"
 
-	"kvtier/bench/hdr"
-	"kvtier/bench/progress"
+	"github.com/kvtier/kvtier/bench/hdr"
+	"github.com/kvtier/kvtier/bench/progress"
 )
 
 // Store is what a replay needs from a kvtier client (the same signatures as

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"kvtier/bench/chart"
+	"github.com/kvtier/kvtier/bench/chart"
 )
 
 // SweepResult is the prefix-hit rate of each policy at each capacity.

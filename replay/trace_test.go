@@ -2,7 +2,7 @@ package replay
 
 import (
 	"errors"
-	"kvtier/internal/shared"
+	"github.com/kvtier/kvtier/internal/shared"
 	"strings"
 	"testing"
 )

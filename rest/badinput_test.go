@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"kvtier/api/kvtierpb"
-	"kvtier/internal/clock"
-	"kvtier/rest"
-	"kvtier/rest/resttest"
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/internal/clock"
+	"github.com/kvtier/kvtier/rest"
+	"github.com/kvtier/kvtier/rest/resttest"
 )
 
 // snapshot is the state bad input must not change.

@@ -6,7 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/api/kvtierpb"
 )
 
 // ClusterJSON is GET cluster: the figures an operator looks at first.

@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
-	"kvtier/api/kvtierpb"
-	"kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/internal/kverr"
 )
 
 // eventStream is an in-process grpc.ServerStreamingServer[Event]: the

@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"kvtier/client"
-	"kvtier/nof/initiator"
-	"kvtier/rest"
-	"kvtier/rest/resttest"
+	"github.com/kvtier/kvtier/client"
+	"github.com/kvtier/kvtier/nof/initiator"
+	"github.com/kvtier/kvtier/rest"
+	"github.com/kvtier/kvtier/rest/resttest"
 )
 
 // waitNVMe polls GET /api/v1/nvme until cond holds (the figures arrive with

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"kvtier/api/kvtierpb"
-	"kvtier/rest"
-	"kvtier/rest/resttest"
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/rest"
+	"github.com/kvtier/kvtier/rest/resttest"
 )
 
 type resp struct {

@@ -12,11 +12,11 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"kvtier/api/kvtierpb"
-	"kvtier/internal/clock"
-	"kvtier/internal/kverr"
-	"kvtier/metrics"
-	"kvtier/webui"
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/internal/clock"
+	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/metrics"
+	"github.com/kvtier/kvtier/webui"
 )
 
 // PutOptions are the placement options of a PUT through the data plane.

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"kvtier/internal/clock"
+	"github.com/kvtier/kvtier/internal/clock"
 )
 
 // Policy chooses which sealed bucket is evicted first.

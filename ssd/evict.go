@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/internal/kverr"
 )
 
 // EvictResult reports one eviction pass.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/ncw/directio"
 
-	"kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/internal/kverr"
 )
 
 func TestDiskFullENOSPC(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"kvtier/internal/crc32c"
+	"github.com/kvtier/kvtier/internal/crc32c"
 )
 
 // castagnoli is the CRC32C table; hash/crc32 uses the SSE4.2 / ARMv8 CRC

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"kvtier/internal/clock"
-	"kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/internal/clock"
+	"github.com/kvtier/kvtier/internal/kverr"
 )
 
 // fakeMaster is a fake Notifier standing in for the master (another package

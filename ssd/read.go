@@ -3,7 +3,7 @@ package ssd
 import (
 	"sync"
 
-	"kvtier/internal/crc32c"
+	"github.com/kvtier/kvtier/internal/crc32c"
 )
 
 // Reading an extent in pieces (see "Reads" in the package doc).

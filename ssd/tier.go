@@ -13,8 +13,8 @@ import (
 	"syscall"
 	"time"
 
-	"kvtier/internal/clock"
-	"kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/internal/clock"
+	"github.com/kvtier/kvtier/internal/kverr"
 )
 
 // objKey identifies an object: keys are unique per tenant.

@@ -16,10 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"kvtier/api/kvtierpb"
-	"kvtier/client"
-	"kvtier/dram"
-	"kvtier/internal/transfer"
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/client"
+	"github.com/kvtier/kvtier/dram"
+	"github.com/kvtier/kvtier/internal/transfer"
 )
 
 // The benchmarks compare kvtier with plain Go TCP moving the same bytes

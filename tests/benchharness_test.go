@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"kvtier/client"
-	"kvtier/master"
+	"github.com/kvtier/kvtier/client"
+	"github.com/kvtier/kvtier/master"
 )
 
 // benchCluster is one `kvtier standalone` process (master and appliance,

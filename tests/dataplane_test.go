@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"kvtier/client"
-	"kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/client"
+	"github.com/kvtier/kvtier/internal/kverr"
 )
 
 func randomBytes(seed uint64, n int) []byte {

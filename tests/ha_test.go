@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"kvtier/api/kvtierpb"
-	"kvtier/client"
-	"kvtier/ha/hatest"
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/client"
+	"github.com/kvtier/kvtier/ha/hatest"
 )
 
 // TestHAFailover: two masters campaign through a real (embedded) etcd; only

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"kvtier/client"
+	"github.com/kvtier/kvtier/client"
 )
 
 // kvtierBin is the kvtier binary built once for the whole package.
@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	kvtierBin = filepath.Join(dir, "kvtier")
-	build := exec.Command("go", "build", "-o", kvtierBin, "kvtier/cmd/kvtier")
+	build := exec.Command("go", "build", "-o", kvtierBin, "github.com/kvtier/kvtier/cmd/kvtier")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building kvtier:", err)

@@ -9,13 +9,13 @@ import (
 
 	"google.golang.org/grpc"
 
-	"kvtier/api/kvtierpb"
-	"kvtier/appliance"
-	"kvtier/client"
-	"kvtier/dram"
-	"kvtier/internal/fastrpc"
-	"kvtier/internal/kverr"
-	"kvtier/master"
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/appliance"
+	"github.com/kvtier/kvtier/client"
+	"github.com/kvtier/kvtier/dram"
+	"github.com/kvtier/kvtier/internal/fastrpc"
+	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/master"
 )
 
 // inproc is a master and appliances in this test process: the same code as

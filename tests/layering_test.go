@@ -17,7 +17,7 @@ type goPackage struct {
 
 func listPackages(t *testing.T) []goPackage {
 	t.Helper()
-	out, err := exec.Command("go", "list", "-json", "kvtier/...").Output()
+	out, err := exec.Command("go", "list", "-json", "github.com/kvtier/kvtier/...").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}
@@ -38,21 +38,21 @@ func listPackages(t *testing.T) []goPackage {
 // forbidden lists, per package prefix, the kvtier packages it must never
 // import (directly or not): imports point down the layers of ARCHITECTURE.md.
 var forbidden = map[string][]string{
-	"kvtier/master":            {"kvtier/dram", "kvtier/ssd", "kvtier/internal/transfer", "kvtier/rdma", "kvtier/nof", "kvtier/client", "kvtier/appliance", "kvtier/rest", "kvtier/webui"},
-	"kvtier/client":            {"kvtier/master", "kvtier/appliance", "kvtier/ssd", "kvtier/rest"},
-	"kvtier/appliance":         {"kvtier/master", "kvtier/rest"},
-	"kvtier/dram":              {"kvtier/master", "kvtier/client", "kvtier/appliance", "kvtier/ssd", "kvtier/internal/transfer"},
-	"kvtier/ssd":               {"kvtier/master", "kvtier/client", "kvtier/appliance", "kvtier/api"},
-	"kvtier/internal/transfer": {"kvtier/master", "kvtier/client", "kvtier/appliance", "kvtier/ssd", "kvtier/api"},
-	"kvtier/internal/fastrpc":  {"kvtier/master", "kvtier/client", "kvtier/appliance", "kvtier/ssd", "kvtier/internal/transfer", "kvtier/api"},
-	"kvtier/nof":               {"kvtier/master", "kvtier/client", "kvtier/appliance", "kvtier/rest"},
-	"kvtier/internal/kverr":    {"kvtier/master", "kvtier/client"},
-	"kvtier/internal/crc32c":   {"kvtier/master", "kvtier/client", "kvtier/appliance", "kvtier/ssd", "kvtier/internal/transfer", "kvtier/api", "kvtier/internal/kverr"},
-	"kvtier/internal/memcopy":  {"kvtier/master", "kvtier/client", "kvtier/appliance", "kvtier/ssd", "kvtier/internal/transfer", "kvtier/api", "kvtier/internal/kverr"},
+	"github.com/kvtier/kvtier/master":            {"github.com/kvtier/kvtier/dram", "github.com/kvtier/kvtier/ssd", "github.com/kvtier/kvtier/internal/transfer", "github.com/kvtier/kvtier/rdma", "github.com/kvtier/kvtier/nof", "github.com/kvtier/kvtier/client", "github.com/kvtier/kvtier/appliance", "github.com/kvtier/kvtier/rest", "github.com/kvtier/kvtier/webui"},
+	"github.com/kvtier/kvtier/client":            {"github.com/kvtier/kvtier/master", "github.com/kvtier/kvtier/appliance", "github.com/kvtier/kvtier/ssd", "github.com/kvtier/kvtier/rest"},
+	"github.com/kvtier/kvtier/appliance":         {"github.com/kvtier/kvtier/master", "github.com/kvtier/kvtier/rest"},
+	"github.com/kvtier/kvtier/dram":              {"github.com/kvtier/kvtier/master", "github.com/kvtier/kvtier/client", "github.com/kvtier/kvtier/appliance", "github.com/kvtier/kvtier/ssd", "github.com/kvtier/kvtier/internal/transfer"},
+	"github.com/kvtier/kvtier/ssd":               {"github.com/kvtier/kvtier/master", "github.com/kvtier/kvtier/client", "github.com/kvtier/kvtier/appliance", "github.com/kvtier/kvtier/api"},
+	"github.com/kvtier/kvtier/internal/transfer": {"github.com/kvtier/kvtier/master", "github.com/kvtier/kvtier/client", "github.com/kvtier/kvtier/appliance", "github.com/kvtier/kvtier/ssd", "github.com/kvtier/kvtier/api"},
+	"github.com/kvtier/kvtier/internal/fastrpc":  {"github.com/kvtier/kvtier/master", "github.com/kvtier/kvtier/client", "github.com/kvtier/kvtier/appliance", "github.com/kvtier/kvtier/ssd", "github.com/kvtier/kvtier/internal/transfer", "github.com/kvtier/kvtier/api"},
+	"github.com/kvtier/kvtier/nof":               {"github.com/kvtier/kvtier/master", "github.com/kvtier/kvtier/client", "github.com/kvtier/kvtier/appliance", "github.com/kvtier/kvtier/rest"},
+	"github.com/kvtier/kvtier/internal/kverr":    {"github.com/kvtier/kvtier/master", "github.com/kvtier/kvtier/client"},
+	"github.com/kvtier/kvtier/internal/crc32c":   {"github.com/kvtier/kvtier/master", "github.com/kvtier/kvtier/client", "github.com/kvtier/kvtier/appliance", "github.com/kvtier/kvtier/ssd", "github.com/kvtier/kvtier/internal/transfer", "github.com/kvtier/kvtier/api", "github.com/kvtier/kvtier/internal/kverr"},
+	"github.com/kvtier/kvtier/internal/memcopy":  {"github.com/kvtier/kvtier/master", "github.com/kvtier/kvtier/client", "github.com/kvtier/kvtier/appliance", "github.com/kvtier/kvtier/ssd", "github.com/kvtier/kvtier/internal/transfer", "github.com/kvtier/kvtier/api", "github.com/kvtier/kvtier/internal/kverr"},
 }
 
 func TestLayering(t *testing.T) {
-	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Deps \" \"}}", "kvtier/...").Output()
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Deps \" \"}}", "github.com/kvtier/kvtier/...").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"kvtier/api/kvtierpb"
-	"kvtier/client"
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/client"
 )
 
 // TestNOFReplicasReadStraightFromTheNamespace: an appliance exports a file as

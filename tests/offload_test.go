@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"kvtier/api/kvtierpb"
-	"kvtier/appliance"
-	"kvtier/internal/fiotest"
-	"kvtier/internal/kverr"
-	"kvtier/master"
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/appliance"
+	"github.com/kvtier/kvtier/internal/fiotest"
+	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/master"
 )
 
 // TestOffloadDoesNotWaitForHeartbeats: an appliance whose heartbeats come

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"kvtier/api/kvtierpb"
-	"kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/internal/kverr"
 )
 
 func hasReplica(info *kvtierpb.ObjectInfo, typ kvtierpb.ReplicaType) bool {

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"kvtier/internal/shared"
+	"github.com/kvtier/kvtier/internal/shared"
 )
 
 func runKvtier(t *testing.T, args ...string) string {

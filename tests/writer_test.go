@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/api/kvtierpb"
 )
 
 // The test binary re-executes itself as a stalled writer: it calls PutStart

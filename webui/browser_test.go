@@ -15,10 +15,10 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"kvtier/client"
-	"kvtier/nof/initiator"
-	"kvtier/rest"
-	"kvtier/rest/resttest"
+	"github.com/kvtier/kvtier/client"
+	"github.com/kvtier/kvtier/nof/initiator"
+	"github.com/kvtier/kvtier/rest"
+	"github.com/kvtier/kvtier/rest/resttest"
 )
 
 const chromiumPath = "/usr/bin/chromium"

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"kvtier/webui"
+	"github.com/kvtier/kvtier/webui"
 )
 
 func serve(t *testing.T, method, path string) (*http.Response, string) {

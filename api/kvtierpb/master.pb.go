@@ -4381,7 +4381,7 @@ const file_master_proto_rawDesc = "" +
 	"\x05Stats\x12\x10.kvtier.v1.Empty\x1a\x18.kvtier.v1.StatsResponse\x126\n" +
 	"\bGetTiers\x12\x10.kvtier.v1.Empty\x1a\x18.kvtier.v1.TiersResponse\x12F\n" +
 	"\vUpdateTiers\x12\x1d.kvtier.v1.UpdateTiersRequest\x1a\x18.kvtier.v1.TiersResponse\x123\n" +
-	"\vWatchEvents\x12\x10.kvtier.v1.Empty\x1a\x10.kvtier.v1.Event0\x01B\x15Z\x13kvtier/api/kvtierpbb\x06proto3"
+	"\vWatchEvents\x12\x10.kvtier.v1.Empty\x1a\x10.kvtier.v1.Event0\x01B'Z%github.com/kvtier/kvtier/api/kvtierpbb\x06proto3"
 
 var (
 	file_master_proto_rawDescOnce sync.Once

@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"net"
 
-	"kvtier/ha"
+	"github.com/kvtier/kvtier/ha"
 )
 
 // campaign blocks until this master leads (HA mode, --etcd) and returns the

@@ -9,10 +9,10 @@ import (
 
 	"google.golang.org/grpc"
 
-	"kvtier/api/kvtierpb"
-	"kvtier/client"
-	"kvtier/metrics"
-	"kvtier/rest"
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/client"
+	"github.com/kvtier/kvtier/metrics"
+	"github.com/kvtier/kvtier/rest"
 )
 
 // dataPlane lets the REST API move object bytes the way every other client

@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"kvtier/appliance"
-	"kvtier/nof/initiator"
+	"github.com/kvtier/kvtier/appliance"
+	"github.com/kvtier/kvtier/nof/initiator"
 )
 
 // nvmeFlags configure the appliance's built-in NVMe/TCP target.

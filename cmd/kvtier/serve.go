@@ -15,14 +15,14 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 
-	"kvtier/api/kvtierpb"
-	"kvtier/appliance"
-	"kvtier/dram"
-	"kvtier/ha"
-	"kvtier/internal/fastrpc"
-	"kvtier/internal/transfer"
-	"kvtier/master"
-	"kvtier/ssd"
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/appliance"
+	"github.com/kvtier/kvtier/dram"
+	"github.com/kvtier/kvtier/ha"
+	"github.com/kvtier/kvtier/internal/fastrpc"
+	"github.com/kvtier/kvtier/internal/transfer"
+	"github.com/kvtier/kvtier/master"
+	"github.com/kvtier/kvtier/ssd"
 )
 
 // masterFlags are the master's settings shared by `master` and `standalone`.

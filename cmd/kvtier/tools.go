@@ -13,13 +13,13 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"kvtier/api/kvtierpb"
-	"kvtier/appliance"
-	"kvtier/bench"
-	"kvtier/client"
-	"kvtier/dram"
-	"kvtier/internal/transfer"
-	"kvtier/replay"
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/appliance"
+	"github.com/kvtier/kvtier/bench"
+	"github.com/kvtier/kvtier/client"
+	"github.com/kvtier/kvtier/dram"
+	"github.com/kvtier/kvtier/internal/transfer"
+	"github.com/kvtier/kvtier/replay"
 )
 
 // store adapts the client SDK to the bench and replay Store interfaces,

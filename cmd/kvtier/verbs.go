@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"kvtier/api/kvtierpb"
-	"kvtier/client"
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/client"
 )
 
 // clientFlags are shared by the client verbs.

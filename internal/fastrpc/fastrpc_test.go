@@ -19,9 +19,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"kvtier/api/kvtierpb"
-	"kvtier/internal/kverr"
-	"kvtier/master"
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/master"
 )
 
 // cluster is a real master behind a gRPC server and, optionally, the fast

@@ -5,8 +5,8 @@ import (
 	"bytes"
 	"testing"
 
-	"kvtier/api/kvtierpb"
-	"kvtier/master"
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/master"
 )
 
 // FuzzRequestFrame: any bytes either fail to parse or parse into a request

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"kvtier/api/kvtierpb"
-	"kvtier/internal/testnet"
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/internal/testnet"
 )
 
 // exist makes one cheap unary call.

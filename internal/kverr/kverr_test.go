@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/api/kvtierpb"
 )
 
 func TestCodesMirrorProtoEnum(t *testing.T) {

@@ -4,7 +4,7 @@ import (
 	"runtime"
 	"sync"
 
-	"kvtier/internal/crc32c"
+	"github.com/kvtier/kvtier/internal/crc32c"
 )
 
 // copyCRC copies src to dst (same length) and returns the CRC32C of the

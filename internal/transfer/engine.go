@@ -10,8 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"kvtier/internal/crc32c"
-	"kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/internal/crc32c"
+	"github.com/kvtier/kvtier/internal/kverr"
 )
 
 // Op is the direction of a request, seen from the caller.

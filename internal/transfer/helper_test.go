@@ -14,7 +14,7 @@ import (
 	"sync"
 	"testing"
 
-	"kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/internal/kverr"
 )
 
 // The test binary doubles as a server process: with helperEnv set it serves

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 
-	"kvtier/internal/crc32c"
-	"kvtier/internal/kverr"
-	"kvtier/internal/memcopy"
+	"github.com/kvtier/kvtier/internal/crc32c"
+	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/internal/memcopy"
 )
 
 // localTransport serves requests whose segment is registered in the same

@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"kvtier/internal/kverr"
-	"kvtier/internal/memcopy"
+	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/internal/memcopy"
 )
 
 // Listen serves the registered segments and sources on addr (port 0 picks a

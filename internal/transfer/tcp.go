@@ -9,8 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"kvtier/internal/crc32c"
-	"kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/internal/crc32c"
+	"github.com/kvtier/kvtier/internal/kverr"
 )
 
 // tcpTransport carries requests to peers over framed TCP. Each peer has

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/internal/kverr"
 )
 
 // patternSource is a real ExtentSource computing its bytes (bucket b, offset

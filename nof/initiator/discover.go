@@ -4,9 +4,9 @@ import (
 	"context"
 	"encoding/binary"
 
-	"kvtier/internal/kverr"
-	"kvtier/nof/nvme"
-	"kvtier/nof/pdu"
+	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/nof/nvme"
+	"github.com/kvtier/kvtier/nof/pdu"
 )
 
 // DiscoveryEntry is one subsystem a discovery controller advertises.

@@ -10,9 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"kvtier/internal/kverr"
-	"kvtier/nof/nvme"
-	"kvtier/nof/pdu"
+	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/nof/nvme"
+	"github.com/kvtier/kvtier/nof/pdu"
 )
 
 // Config describes the controller to connect to. Zero values mean the

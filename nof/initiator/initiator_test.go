@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"kvtier/internal/kverr"
-	"kvtier/nof/initiator"
-	"kvtier/nof/namespace"
-	"kvtier/nof/target"
+	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/nof/initiator"
+	"github.com/kvtier/kvtier/nof/namespace"
+	"github.com/kvtier/kvtier/nof/target"
 )
 
 const (

@@ -5,9 +5,9 @@ import (
 	"encoding/binary"
 	"sync"
 
-	"kvtier/internal/kverr"
-	"kvtier/nof/nvme"
-	"kvtier/nof/pdu"
+	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/nof/nvme"
+	"github.com/kvtier/kvtier/nof/pdu"
 )
 
 // ioTarget picks the next I/O queue and checks the range against nsid.

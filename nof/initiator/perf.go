@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/internal/kverr"
 )
 
 // PerfConfig describes a load run. Zero values mean the defaults in

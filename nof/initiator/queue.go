@@ -7,9 +7,9 @@ import (
 	"net"
 	"sync"
 
-	"kvtier/internal/kverr"
-	"kvtier/nof/nvme"
-	"kvtier/nof/pdu"
+	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/nof/nvme"
+	"github.com/kvtier/kvtier/nof/pdu"
 )
 
 // request is one command slot; its index in queue.slots is its CID.

@@ -5,17 +5,17 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"kvtier/internal/shared"
+	"github.com/kvtier/kvtier/internal/shared"
 	"net"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
-	"kvtier/nof/initiator"
-	"kvtier/nof/internal/pcapio"
-	"kvtier/nof/nvme"
-	"kvtier/nof/pdu"
+	"github.com/kvtier/kvtier/nof/initiator"
+	"github.com/kvtier/kvtier/nof/internal/pcapio"
+	"github.com/kvtier/kvtier/nof/nvme"
+	"github.com/kvtier/kvtier/nof/pdu"
 )
 
 var vectors = shared.Path("nvme-tcp-vectors")

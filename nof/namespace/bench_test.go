@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"kvtier/internal/fiotest"
-	"kvtier/nof/namespace"
+	"github.com/kvtier/kvtier/internal/fiotest"
+	"github.com/kvtier/kvtier/nof/namespace"
 )
 
 // BenchmarkFileSeq128KQD8 drives a File namespace directly (no network)

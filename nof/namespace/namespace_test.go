@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"kvtier/nof/namespace"
+	"github.com/kvtier/kvtier/nof/namespace"
 )
 
 // contract runs the same checks against every implementation: random

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"kvtier/nof/namespace"
+	"github.com/kvtier/kvtier/nof/namespace"
 )
 
 func openDirect(t *testing.T, size int64) *namespace.File {

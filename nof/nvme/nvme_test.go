@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"kvtier/nof/nvme"
+	"github.com/kvtier/kvtier/nof/nvme"
 )
 
 func TestConnectData(t *testing.T) {

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"testing"
 
-	"kvtier/nof/pdu"
+	"github.com/kvtier/kvtier/nof/pdu"
 )
 
 // gated hands out at most avail bytes of data in total.

@@ -3,7 +3,7 @@ package pdu_test
 import (
 	"bytes"
 	"encoding/binary"
-	"kvtier/internal/shared"
+	"github.com/kvtier/kvtier/internal/shared"
 	"os"
 	"path/filepath"
 	"sort"
@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"kvtier/nof/internal/pcapio"
-	"kvtier/nof/pdu"
+	"github.com/kvtier/kvtier/nof/internal/pcapio"
+	"github.com/kvtier/kvtier/nof/pdu"
 )
 
 var vectors = shared.Path("nvme-tcp-vectors")

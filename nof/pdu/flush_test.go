@@ -5,7 +5,7 @@ import (
 	"sync"
 	"testing"
 
-	"kvtier/nof/pdu"
+	"github.com/kvtier/kvtier/nof/pdu"
 )
 
 // gateWriter blocks its first Write until released and records all bytes.

@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"kvtier/internal/crc32c"
+	"github.com/kvtier/kvtier/internal/crc32c"
 )
 
 // Type is the PDU-Type byte of the common header.

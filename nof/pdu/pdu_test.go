@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"kvtier/nof/pdu"
+	"github.com/kvtier/kvtier/nof/pdu"
 )
 
 func TestCRC32CVectors(t *testing.T) {

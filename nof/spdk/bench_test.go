@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"kvtier/nof/spdk"
-	"kvtier/nof/spdk/spdktest"
+	"github.com/kvtier/kvtier/nof/spdk"
+	"github.com/kvtier/kvtier/nof/spdk/spdktest"
 )
 
 // BenchmarkCall measures one spdk_get_version round trip through the Client

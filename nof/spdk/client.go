@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/internal/kverr"
 )
 
 // DefaultSocket is SPDK's default RPC listen address (SPDK_DEFAULT_RPC_ADDR).

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"kvtier/nof/spdk"
-	"kvtier/nof/spdk/spdktest"
+	"github.com/kvtier/kvtier/nof/spdk"
+	"github.com/kvtier/kvtier/nof/spdk/spdktest"
 )
 
 func replayServer(t *testing.T, opts spdktest.Options) *spdktest.Server {

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"kvtier/internal/kverr"
-	"kvtier/nof/spdk"
-	"kvtier/nof/spdk/spdktest"
+	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/nof/spdk"
+	"github.com/kvtier/kvtier/nof/spdk/spdktest"
 )
 
 func rawRecording(t *testing.T, name string) []byte {

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"testing"
 
-	"kvtier/internal/kverr"
-	"kvtier/nof/spdk"
-	"kvtier/nof/spdk/spdktest"
+	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/nof/spdk"
+	"github.com/kvtier/kvtier/nof/spdk/spdktest"
 )
 
 const (

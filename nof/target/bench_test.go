@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"kvtier/internal/fiotest"
-	"kvtier/nof/initiator"
-	"kvtier/nof/namespace"
-	"kvtier/nof/target"
+	"github.com/kvtier/kvtier/internal/fiotest"
+	"github.com/kvtier/kvtier/nof/initiator"
+	"github.com/kvtier/kvtier/nof/namespace"
+	"github.com/kvtier/kvtier/nof/target"
 )
 
 // Benchmarks: our initiator against our target over loopback, beside fio

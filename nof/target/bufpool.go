@@ -4,7 +4,7 @@ import (
 	"math/bits"
 	"sync"
 
-	"kvtier/nof/namespace"
+	"github.com/kvtier/kvtier/nof/namespace"
 )
 
 // bufPool hands out Align-aligned buffers in power-of-two classes from 4 KiB

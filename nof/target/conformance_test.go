@@ -16,12 +16,12 @@ import (
 	"sync"
 	"testing"
 
-	"kvtier/nof/initiator"
-	"kvtier/nof/internal/pcapio"
-	"kvtier/nof/namespace"
-	"kvtier/nof/nvme"
-	"kvtier/nof/pdu"
-	"kvtier/nof/target"
+	"github.com/kvtier/kvtier/nof/initiator"
+	"github.com/kvtier/kvtier/nof/internal/pcapio"
+	"github.com/kvtier/kvtier/nof/namespace"
+	"github.com/kvtier/kvtier/nof/nvme"
+	"github.com/kvtier/kvtier/nof/pdu"
+	"github.com/kvtier/kvtier/nof/target"
 )
 
 // recorder keeps every byte our initiator sends and receives, in causal

@@ -10,9 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"kvtier/nof/namespace"
-	"kvtier/nof/nvme"
-	"kvtier/nof/pdu"
+	"github.com/kvtier/kvtier/nof/namespace"
+	"github.com/kvtier/kvtier/nof/nvme"
+	"github.com/kvtier/kvtier/nof/pdu"
 )
 
 // icTimeout bounds how long a new connection may take to send its ICReq.

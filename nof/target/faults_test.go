@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"kvtier/nof/initiator"
-	"kvtier/nof/nvme"
-	"kvtier/nof/pdu"
-	"kvtier/nof/target"
+	"github.com/kvtier/kvtier/nof/initiator"
+	"github.com/kvtier/kvtier/nof/nvme"
+	"github.com/kvtier/kvtier/nof/pdu"
+	"github.com/kvtier/kvtier/nof/target"
 )
 
 // healthyHost keeps doing verified I/O on its own controller until stop;

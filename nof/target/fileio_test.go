@@ -8,9 +8,9 @@ import (
 	"sync"
 	"testing"
 
-	"kvtier/nof/initiator"
-	"kvtier/nof/namespace"
-	"kvtier/nof/target"
+	"github.com/kvtier/kvtier/nof/initiator"
+	"github.com/kvtier/kvtier/nof/namespace"
+	"github.com/kvtier/kvtier/nof/target"
 )
 
 // TestConcurrentFileIO drives an O_DIRECT file namespace with many reads

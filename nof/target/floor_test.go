@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"kvtier/nof/namespace"
+	"github.com/kvtier/kvtier/nof/namespace"
 )
 
 // The floor baseline: the least any NVMe/TCP target serving a file can do

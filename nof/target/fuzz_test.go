@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"kvtier/nof/nvme"
-	"kvtier/nof/pdu"
-	"kvtier/nof/target"
+	"github.com/kvtier/kvtier/nof/nvme"
+	"github.com/kvtier/kvtier/nof/pdu"
+	"github.com/kvtier/kvtier/nof/target"
 )
 
 // FuzzTargetConnection feeds arbitrary bytes after a valid ICReq and admin

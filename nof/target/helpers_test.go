@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"kvtier/internal/clock"
-	"kvtier/nof/initiator"
-	"kvtier/nof/namespace"
-	"kvtier/nof/nvme"
-	"kvtier/nof/pdu"
-	"kvtier/nof/target"
+	"github.com/kvtier/kvtier/internal/clock"
+	"github.com/kvtier/kvtier/nof/initiator"
+	"github.com/kvtier/kvtier/nof/namespace"
+	"github.com/kvtier/kvtier/nof/nvme"
+	"github.com/kvtier/kvtier/nof/pdu"
+	"github.com/kvtier/kvtier/nof/target"
 )
 
 const (

@@ -4,9 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 
-	"kvtier/nof/namespace"
-	"kvtier/nof/nvme"
-	"kvtier/nof/pdu"
+	"github.com/kvtier/kvtier/nof/namespace"
+	"github.com/kvtier/kvtier/nof/nvme"
+	"github.com/kvtier/kvtier/nof/pdu"
 )
 
 // io executes one NVM command on an I/O queue. It owns inCapsule (a pool

@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"fmt"
 
-	"kvtier/nof/nvme"
-	"kvtier/nof/pdu"
+	"github.com/kvtier/kvtier/nof/nvme"
+	"github.com/kvtier/kvtier/nof/pdu"
 )
 
 // comparePDU compares SPDK's reply exp with ours. Fields that legitimately

@@ -3,19 +3,19 @@ package target_test
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/kvtier/kvtier/internal/shared"
 	"io"
-	"kvtier/internal/shared"
 	"net"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
-	"kvtier/nof/internal/pcapio"
-	"kvtier/nof/namespace"
-	"kvtier/nof/nvme"
-	"kvtier/nof/pdu"
-	"kvtier/nof/target"
+	"github.com/kvtier/kvtier/nof/internal/pcapio"
+	"github.com/kvtier/kvtier/nof/namespace"
+	"github.com/kvtier/kvtier/nof/nvme"
+	"github.com/kvtier/kvtier/nof/pdu"
+	"github.com/kvtier/kvtier/nof/target"
 )
 
 var vectors = shared.Path("nvme-tcp-vectors")

@@ -13,10 +13,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"kvtier/internal/clock"
-	"kvtier/internal/kverr"
-	"kvtier/nof/namespace"
-	"kvtier/nof/nvme"
+	"github.com/kvtier/kvtier/internal/clock"
+	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/nof/namespace"
+	"github.com/kvtier/kvtier/nof/nvme"
 )
 
 // Config tunes the target. The zero value means the defaults in brackets.

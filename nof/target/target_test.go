@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"kvtier/internal/kverr"
-	"kvtier/nof/initiator"
-	"kvtier/nof/namespace"
-	"kvtier/nof/nvme"
-	"kvtier/nof/target"
+	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/nof/initiator"
+	"github.com/kvtier/kvtier/nof/namespace"
+	"github.com/kvtier/kvtier/nof/nvme"
+	"github.com/kvtier/kvtier/nof/target"
 )
 
 func TestConnectIdentify(t *testing.T) {

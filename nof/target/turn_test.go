@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"kvtier/internal/testnet"
+	"github.com/kvtier/kvtier/internal/testnet"
 )
 
 // TestPollYieldRunsNetworkReader checks the property answerTurn relies

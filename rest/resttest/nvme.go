@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"kvtier/appliance"
-	"kvtier/dram"
+	"github.com/kvtier/kvtier/appliance"
+	"github.com/kvtier/kvtier/dram"
 )
 
 // NVMeAppliance starts a real appliance named name that joins c over gRPC

@@ -12,10 +12,10 @@ import (
 
 	"google.golang.org/grpc"
 
-	"kvtier/api/kvtierpb"
-	"kvtier/internal/kverr"
-	"kvtier/master"
-	"kvtier/rest"
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/master"
+	"github.com/kvtier/kvtier/rest"
 )
 
 // Options shape a cluster. The zero value gives one 64 MiB segment and no token.

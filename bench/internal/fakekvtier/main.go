@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"kvtier/bench"
+	"github.com/kvtier/kvtier/bench"
 )
 
 func main() {

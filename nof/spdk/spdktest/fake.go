@@ -10,7 +10,7 @@ import (
 	"strings"
 	"sync"
 
-	"kvtier/nof/spdk"
+	"github.com/kvtier/kvtier/nof/spdk"
 )
 
 const (

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"kvtier/nof/spdk"
+	"github.com/kvtier/kvtier/nof/spdk"
 )
 
 // Method handlers of FakeSPDK; all run with f.mu held.

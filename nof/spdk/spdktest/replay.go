@@ -10,7 +10,7 @@ import (
 	"strings"
 	"sync"
 
-	"kvtier/nof/spdk"
+	"github.com/kvtier/kvtier/nof/spdk"
 )
 
 // vectors is a verbatim copy of shared/nvme-tcp-vectors/rpc/ (SPDK v26.05

@@ -11,7 +11,7 @@ import (
 	"slices"
 	"sync"
 
-	"kvtier/nof/spdk"
+	"github.com/kvtier/kvtier/nof/spdk"
 )
 
 // HandlerFunc answers one request: a raw result, or an error object. params
