@@ -13,8 +13,8 @@ import (
 	"github.com/kvtier/kvtier/api/kvtierpb"
 	"github.com/kvtier/kvtier/client"
 	"github.com/kvtier/kvtier/dram"
-	"github.com/kvtier/kvtier/internal/kverr"
 	"github.com/kvtier/kvtier/internal/transfer"
+	"github.com/kvtier/kvtier/kverr"
 	"github.com/kvtier/kvtier/ssd"
 )
 

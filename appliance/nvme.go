@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 	"github.com/kvtier/kvtier/nof/namespace"
 	"github.com/kvtier/kvtier/nof/target"
 )

@@ -26,7 +26,7 @@ import (
 	"time"
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 	"github.com/kvtier/kvtier/nof/spdk"
 )
 

@@ -20,7 +20,7 @@ import (
 	"github.com/kvtier/kvtier/api/kvtierpb"
 	"github.com/kvtier/kvtier/appliance"
 	"github.com/kvtier/kvtier/dram"
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 	"github.com/kvtier/kvtier/master"
 	"github.com/kvtier/kvtier/nof/spdk"
 	"github.com/kvtier/kvtier/nof/spdk/spdktest"

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // testMemStore is an in-memory Store for tests: a mutex-guarded map with

@@ -6,8 +6,8 @@ import (
 	"context"
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
-	"github.com/kvtier/kvtier/internal/kverr"
 	"github.com/kvtier/kvtier/internal/transfer"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 func (c *Client) keyBytes(keys []string) [][]byte {

@@ -24,8 +24,8 @@ import (
 	"github.com/kvtier/kvtier/dram"
 	"github.com/kvtier/kvtier/internal/crc32c"
 	"github.com/kvtier/kvtier/internal/fastrpc"
-	"github.com/kvtier/kvtier/internal/kverr"
 	"github.com/kvtier/kvtier/internal/transfer"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // Checksum returns the CRC32C of b, the checksum kvtier stores with objects.

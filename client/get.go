@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
-	"github.com/kvtier/kvtier/internal/kverr"
 	"github.com/kvtier/kvtier/internal/transfer"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // ReplicaList is what GetReplicaList answered: the object's size, checksum,

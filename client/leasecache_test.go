@@ -13,7 +13,7 @@ import (
 	"github.com/kvtier/kvtier/api/kvtierpb"
 	"github.com/kvtier/kvtier/client"
 	"github.com/kvtier/kvtier/dram"
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 	"github.com/kvtier/kvtier/master"
 )
 

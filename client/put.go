@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
-	"github.com/kvtier/kvtier/internal/kverr"
 	"github.com/kvtier/kvtier/internal/transfer"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // PutOptions are the per-put settings. The zero value means one replica, no

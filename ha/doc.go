@@ -4,7 +4,7 @@
 // nothing of the master's state. It may be imported by cmd/kvtier (to gate
 // the master's gRPC listener), by the client SDK and by tools (Leader, to
 // find the leader's address). It imports no other kvtier package except
-// internal/kverr and internal/clock.
+// kverr and internal/clock.
 //
 // # Contract
 //

@@ -14,7 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kvtier/kvtier/internal/clock"
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // Defaults applied by Config for zero fields.

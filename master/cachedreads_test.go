@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // TestHeartbeatCachedReads: reads a client served from its lease cache

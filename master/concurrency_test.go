@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // TestConcurrentOps runs putters, readers, removers, evictions, heartbeats,

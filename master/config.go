@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/kvtier/kvtier/internal/clock"
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // Defaults applied to zero fields of Config.

@@ -7,7 +7,7 @@
 // # Who may import it
 //
 // cmd/kvtier (to run a master), the REST front end and tests. It imports only
-// internal/kverr, internal/clock, api/kvtierpb (in grpc.go only) and
+// kverr, internal/clock, api/kvtierpb (in grpc.go only) and
 // github.com/google/btree; it never imports a mechanism (dram, ssd, transfer,
 // nof) nor the client SDK. Clients reach it over gRPC: NewGRPCServer is the
 // one translation layer between kvtierpb messages and the Go types here;

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // fill puts n 64-byte objects k00..k(n-1) and reads object i at t0+i ms (so

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // FuzzMasterOps drives random operation sequences against a master on a

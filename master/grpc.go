@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // grpcServer translates the wire contract to Master calls. It holds no

@@ -15,7 +15,7 @@ func TestImportsStayInTheirLayer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	allowedKvtier := map[string]bool{"github.com/kvtier/kvtier/internal/kverr": true, "github.com/kvtier/kvtier/internal/clock": true, "github.com/kvtier/kvtier/api/kvtierpb": true}
+	allowedKvtier := map[string]bool{"github.com/kvtier/kvtier/kverr": true, "github.com/kvtier/kvtier/internal/clock": true, "github.com/kvtier/kvtier/api/kvtierpb": true}
 	checked := 0
 	for _, f := range files {
 		if strings.HasSuffix(f, "_test.go") {

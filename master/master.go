@@ -9,7 +9,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 const numShards = 256

@@ -6,7 +6,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // PutStart reserves space for a new object and returns where to write it.

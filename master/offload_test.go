@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // appliance announces node A with one MEMORY segment and an SSD tier.

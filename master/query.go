@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // publicReplica translates a replica for callers. Called with its shard locked.

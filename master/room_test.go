@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 func TestCheapestRange(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // Source is what the scrape-time collector asks for cluster figures. A

@@ -8,7 +8,7 @@
 // builds everywhere: Available reports false, Reason says why, and every
 // constructor returns ErrUnavailable. The pure-Go parts (the side-channel
 // format and handshake) are built and tested in both modes. Importers: the
-// transfer engine and the appliance; it imports only internal/kverr.
+// transfer engine and the appliance; it imports only kverr.
 //
 // # API (tag rdma)
 //

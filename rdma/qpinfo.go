@@ -9,7 +9,7 @@ import (
 	"net"
 	"time"
 
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // ErrUnavailable is returned by every constructor when RDMA cannot be used

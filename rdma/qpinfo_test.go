@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvtier/kvtier/internal/kverr"
 	"github.com/kvtier/kvtier/internal/testnet"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 var sample = QPInfo{LID: 0x12, QPN: 0x00abcdef, PSN: 0x123456, MTU: 5, GIDValid: true,

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 func TestStubUnavailable(t *testing.T) {

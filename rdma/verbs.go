@@ -123,7 +123,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // DeviceNames lists the RDMA devices libibverbs sees.

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // simStore is an in-memory test Store: it keeps real bytes, and which keys it

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // eventStream is an in-process grpc.ServerStreamingServer[Event]: the

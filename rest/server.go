@@ -14,7 +14,7 @@ import (
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
 	"github.com/kvtier/kvtier/internal/clock"
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 	"github.com/kvtier/kvtier/metrics"
 	"github.com/kvtier/kvtier/webui"
 )

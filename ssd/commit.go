@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // Pending is an object whose bytes PutAsync has written to its bucket's data

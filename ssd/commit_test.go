@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // noAutoCommit keeps PutAsync's records queued until Sync, Put or Close.

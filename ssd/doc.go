@@ -7,7 +7,7 @@
 // # Who uses it
 //
 // Only the appliance imports ssd (composition layer). ssd imports
-// internal/kverr, internal/clock, internal/crc32c and
+// kverr, internal/clock, internal/crc32c and
 // github.com/ncw/directio, nothing else of kvtier; it never talks to the master itself: the appliance hands it a
 // Notifier. Tier.ReadExtent has the shape of the transfer engine's extent
 // source (a READ addressed to a bucket extent), so the appliance can serve

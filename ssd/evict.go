@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // EvictResult reports one eviction pass.

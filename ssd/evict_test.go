@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // filled is a tier holding three sealed buckets of four one-block objects

@@ -9,7 +9,7 @@ import (
 
 	"github.com/ncw/directio"
 
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 func TestDiskFullENOSPC(t *testing.T) {

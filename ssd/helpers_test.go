@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/kvtier/kvtier/internal/clock"
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // fakeMaster is a fake Notifier standing in for the master (another package

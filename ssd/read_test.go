@@ -9,7 +9,7 @@ import (
 
 	"github.com/ncw/directio"
 
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // pieced is ReadPieces for the pieced-read tests: every object of at least

@@ -10,7 +10,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 const osCreateRW = os.O_RDWR | os.O_CREATE | os.O_EXCL

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // stored is a tier with objects in three sealed buckets (ids 1..3) and an

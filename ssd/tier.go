@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/kvtier/kvtier/internal/clock"
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // objKey identifies an object: keys are unique per tenant.

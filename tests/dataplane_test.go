@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/kvtier/kvtier/client"
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 func randomBytes(seed uint64, n int) []byte {

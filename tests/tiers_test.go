@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 func hasReplica(info *kvtierpb.ObjectInfo, typ kvtierpb.ReplicaType) bool {

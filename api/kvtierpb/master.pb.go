@@ -27,7 +27,7 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// ErrorCode numbers are stable and mirrored one-to-one by internal/kverr.Code.
+// ErrorCode numbers are stable and mirrored one-to-one by kverr.Code.
 type ErrorCode int32
 
 const (

@@ -235,5 +235,5 @@
 // # Imports
 //
 // transfer is a mechanism: the client SDK and the appliance import it. It
-// imports only internal/kverr, internal/crc32c and internal/memcopy.
+// imports only kverr, internal/crc32c and internal/memcopy.
 package transfer

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/kvtier/kvtier/internal/crc32c"
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // Op is the direction of a request, seen from the caller.

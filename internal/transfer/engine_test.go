@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 var roundTripSizes = []int{1, 7, 4096, 65536, 1<<20 - 1, 1<<20 + 3, 4 << 20, 16<<20 + 5, 64 << 20}

@@ -14,7 +14,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // The test binary doubles as a server process: with helperEnv set it serves

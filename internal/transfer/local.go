@@ -6,8 +6,8 @@ import (
 	"fmt"
 
 	"github.com/kvtier/kvtier/internal/crc32c"
-	"github.com/kvtier/kvtier/internal/kverr"
 	"github.com/kvtier/kvtier/internal/memcopy"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // localTransport serves requests whose segment is registered in the same

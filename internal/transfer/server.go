@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kvtier/kvtier/internal/kverr"
 	"github.com/kvtier/kvtier/internal/memcopy"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // Listen serves the registered segments and sources on addr (port 0 picks a

@@ -16,8 +16,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/kvtier/kvtier/internal/kverr"
 	"github.com/kvtier/kvtier/internal/memcopy"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // Shared memory between processes of one host: see "Shared memory" in the

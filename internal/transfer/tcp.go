@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/kvtier/kvtier/internal/crc32c"
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // tcpTransport carries requests to peers over framed TCP. Each peer has

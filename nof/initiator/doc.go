@@ -4,7 +4,7 @@
 // namespaces, one TCP connection per I/O queue) and reads, writes, flushes,
 // zeroes and deallocates blocks with many commands outstanding per queue.
 // The client SDK (NOF replicas), the appliance (remote namespaces) and the
-// `kvtier nvme` CLI import it; it imports nof/pdu, nof/nvme, internal/kverr.
+// `kvtier nvme` CLI import it; it imports nof/pdu, nof/nvme, kverr.
 //
 // # Contract
 //

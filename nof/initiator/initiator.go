@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 	"github.com/kvtier/kvtier/nof/nvme"
 	"github.com/kvtier/kvtier/nof/pdu"
 )

@@ -7,7 +7,7 @@ import (
 	"net"
 	"sync"
 
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 	"github.com/kvtier/kvtier/nof/nvme"
 	"github.com/kvtier/kvtier/nof/pdu"
 )

@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // DefaultSocket is SPDK's default RPC listen address (SPDK_DEFAULT_RPC_ADDR).

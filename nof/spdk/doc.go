@@ -2,7 +2,7 @@
 // JSON-RPC 2.0 Unix socket: a typed client (Client) and a Manager that makes
 // SPDK export a planned set of NVMe namespaces over NVMe/TCP. The appliance
 // uses it in --nvme-backend spdk --spdk-socket PATH mode. It imports only
-// internal/kverr; the appliance, cmd/kvtier and tests may import it.
+// kverr; the appliance, cmd/kvtier and tests may import it.
 // SPDK's own Go module (github.com/spdk/spdk/go/rpc) is not used: the module
 // proxy refuses it, and it cannot have two calls in flight.
 //

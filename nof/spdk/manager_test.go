@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 	"github.com/kvtier/kvtier/nof/spdk"
 	"github.com/kvtier/kvtier/nof/spdk/spdktest"
 )

@@ -2,7 +2,7 @@
 // subsystems whose namespaces are nof/namespace.Namespace values to any
 // NVMe/TCP host (the Linux kernel host, SPDK's host, nof/initiator).
 // The appliance imports it; it imports nof/pdu, nof/nvme, nof/namespace and
-// internal/kverr, internal/clock.
+// kverr, internal/clock.
 //
 // # Contract
 //

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 	"github.com/kvtier/kvtier/nof/initiator"
 	"github.com/kvtier/kvtier/nof/namespace"
 	"github.com/kvtier/kvtier/nof/nvme"

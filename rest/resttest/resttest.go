@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
-	"github.com/kvtier/kvtier/internal/kverr"
+	"github.com/kvtier/kvtier/kverr"
 	"github.com/kvtier/kvtier/master"
 	"github.com/kvtier/kvtier/rest"
 )
