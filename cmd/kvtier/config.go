@@ -22,16 +22,39 @@ func applyConfigFile(cmd *cobra.Command) error {
 	}
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("--config: %w", err)
+		return usagef("--config: %w", err)
 	}
 	var values map[string]any
 	if err := yaml.Unmarshal(raw, &values); err != nil {
-		return fmt.Errorf("--config %s: not a YAML mapping: %w", path, err)
+		return usagef("--config %s: not a YAML mapping: %w", path, err)
 	}
+	// A top-level key naming a command is a section of settings for that
+	// command only (one file serves master, appliance and standalone);
+	// its settings win over the file's top-level ones.
+	flat := map[string]any{}
 	for name, v := range values {
+		sec, isMap := v.(map[string]any)
+		if !isMap || cmd.Flags().Lookup(name) != nil {
+			flat[name] = v
+			continue
+		}
+		if !isCommandName(cmd, name) {
+			return usagef("--config %s: unknown section %q (want a command name: standalone, master, appliance, ...)", path, name)
+		}
+		if name != cmd.Name() {
+			continue
+		}
+		for k, sv := range sec {
+			flat[k] = sv
+		}
+	}
+	for name, v := range flat {
 		f := cmd.Flags().Lookup(name)
 		if f == nil {
-			return fmt.Errorf("--config %s: unknown setting %q for %q", path, name, cmd.Name())
+			if isOtherCommandsFlag(cmd, name) {
+				continue // a top-level setting for another command of the same file
+			}
+			return usagef("--config %s: unknown setting %q for %q", path, name, cmd.Name())
 		}
 		if f.Changed {
 			continue
@@ -48,10 +71,38 @@ func applyConfigFile(cmd *cobra.Command) error {
 			s = fmt.Sprint(x)
 		}
 		if err := cmd.Flags().Set(name, s); err != nil {
-			return fmt.Errorf("--config %s: %s: %w", path, name, err)
+			return usagef("--config %s: %s: %w", path, name, err)
 		}
+		setSource(f, sourceFile)
 	}
 	return nil
+}
+
+// isCommandName reports whether name is a kvtier command (a config section).
+func isCommandName(cmd *cobra.Command, name string) bool {
+	if _, ok := serverCommands()[name]; ok {
+		return true
+	}
+	if cmd.HasParent() {
+		for _, c := range cmd.Root().Commands() {
+			if c.Name() == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// isOtherCommandsFlag reports whether name is a setting of another server
+// command, so a top-level key shared by one file's commands (grpc-addr for
+// master and standalone) is not an error for the appliance.
+func isOtherCommandsFlag(cmd *cobra.Command, name string) bool {
+	for n, mk := range serverCommands() {
+		if n != cmd.Name() && mk().Flags().Lookup(name) != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // sizeValue is a byte size flag accepting 1GiB, 512MiB, 4KiB, 1G, 100M, 123.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
 	"github.com/kvtier/kvtier/client"
+	"github.com/kvtier/kvtier/internal/buildinfo"
 	"github.com/kvtier/kvtier/metrics"
 	"github.com/kvtier/kvtier/rest"
 )
@@ -87,7 +88,7 @@ type frontEnd struct {
 }
 
 func newFrontEnd(ms kvtierpb.MasterServer, f *masterFlags, log *slog.Logger) (*frontEnd, error) {
-	m, err := metrics.New(metrics.Config{Source: ms})
+	m, err := metrics.New(metrics.Config{Source: ms, Build: buildinfo.Get(), ProcessCollectors: true})
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +127,7 @@ func (fe *frontEnd) start(ms kvtierpb.MasterServer, grpcAddr string, f *masterFl
 		"max_objects": cfg.MaxObjects, "offload": cfg.OffloadMode, "http_token_set": f.httpToken != "",
 	}
 	s, err := rest.New(rest.Config{Token: f.httpToken, Metrics: fe.metrics, Logger: log,
-		EffectiveConfig: func() any { return effective }}, ms, fe.dp)
+		EffectiveConfig: func() any { return effective }, Doctor: doctorFor(f.doctor)}, ms, fe.dp)
 	if err != nil {
 		return err
 	}
