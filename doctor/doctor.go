@@ -300,25 +300,43 @@ func checkODirect(cfg Config) Check {
 		c.Status, c.Found = StatusSkip, "no --ssd-dir"
 		return c
 	}
-	if err := os.MkdirAll(cfg.SSDDir, 0o755); err != nil {
-		c.Status, c.Found, c.Fix = StatusFail, err.Error(), "create the directory or fix its permissions"
-		return c
-	}
-	fsType := fsName(cfg.SSDDir)
-	if err := ProbeODirect(cfg.SSDDir); err != nil {
+	// The checks change nothing: a directory not created yet is checked
+	// on its nearest existing parent (the same filesystem, as a rule).
+	dir, note := existingDir(cfg.SSDDir)
+	fsType := fsName(dir)
+	if err := ProbeODirect(dir); err != nil {
 		c.Status = StatusFail
-		c.Found = fmt.Sprintf("%s (%s): %v", cfg.SSDDir, fsType, err)
+		c.Found = fmt.Sprintf("%s%s (%s): %v", cfg.SSDDir, note, fsType, err)
 		c.Fix = "put --ssd-dir on a filesystem that supports O_DIRECT (ext4 or xfs on the NVMe namespace); ramfs, tmpfs before Linux 6.6 and some overlay/network filesystems refuse it"
 		return c
 	}
 	c.Status = StatusOK
-	c.Found = fmt.Sprintf("%s (%s): O_DIRECT ok", cfg.SSDDir, fsType)
+	c.Found = fmt.Sprintf("%s%s (%s): O_DIRECT ok", cfg.SSDDir, note, fsType)
 	var st unix.Statfs_t
-	if unix.Statfs(cfg.SSDDir, &st) == nil && st.Bsize > 0 && st.Bsize%ODirectAlign != 0 && ODirectAlign%st.Bsize != 0 {
+	if unix.Statfs(dir, &st) == nil && st.Bsize > 0 && st.Bsize%ODirectAlign != 0 && ODirectAlign%st.Bsize != 0 {
 		c.Status = StatusWarn
 		c.Found += fmt.Sprintf(", filesystem block %d bytes", st.Bsize)
 	}
 	return c
+}
+
+// existingDir returns dir, or its nearest existing ancestor with a note
+// saying so.
+func existingDir(dir string) (string, string) {
+	d := filepath.Clean(dir)
+	for {
+		if st, err := os.Stat(d); err == nil && st.IsDir() {
+			if d == filepath.Clean(dir) {
+				return d, ""
+			}
+			return d, " (not created yet; checked " + d + ")"
+		}
+		parent := filepath.Dir(d)
+		if parent == d {
+			return d, ""
+		}
+		d = parent
+	}
 }
 
 // fsName names the filesystem type of dir from its statfs magic.
@@ -352,15 +370,16 @@ func checkFreeSpace(cfg Config) Check {
 		c.Status, c.Found = StatusSkip, "no --ssd-dir"
 		return c
 	}
+	dir, _ := existingDir(cfg.SSDDir)
 	var st unix.Statfs_t
-	if err := unix.Statfs(cfg.SSDDir, &st); err != nil {
+	if err := unix.Statfs(dir, &st); err != nil {
 		c.Status, c.Found = StatusFail, err.Error()
 		return c
 	}
 	avail := st.Bavail * uint64(st.Bsize)
 	total := st.Blocks * uint64(st.Bsize)
 	c.Found = fmt.Sprintf("%s free of %s", fmtBytes(avail), fmtBytes(total))
-	used := dirBytes(cfg.SSDDir) // the tier's own buckets count towards its capacity
+	used := dirBytes(dir) // the tier's own buckets count towards its capacity
 	switch {
 	case cfg.SSDCapacity > 0 && avail+used < cfg.SSDCapacity:
 		c.Status = StatusWarn
@@ -393,8 +412,9 @@ func checkScheduler(cfg Config) Check {
 		c.Status, c.Found = StatusSkip, "no --ssd-dir"
 		return c
 	}
+	dir, _ := existingDir(cfg.SSDDir)
 	var st unix.Stat_t
-	if err := unix.Stat(cfg.SSDDir, &st); err != nil {
+	if err := unix.Stat(dir, &st); err != nil {
 		c.Status, c.Found = StatusSkip, err.Error()
 		return c
 	}

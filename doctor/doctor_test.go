@@ -155,6 +155,14 @@ func TestODirectOnDiskAndFreeSpace(t *testing.T) {
 	if c := find(t, Run(context.Background(), cfg), "free_space"); c.Status != StatusOK {
 		t.Errorf("1 MiB capacity: %+v", c)
 	}
+	// A directory not created yet is checked on its parent and not created.
+	cfg.SSDDir = filepath.Join(dir, "not", "yet")
+	if c := find(t, Run(context.Background(), cfg), "o_direct"); c.Status != StatusOK || !strings.Contains(c.Found, "not created yet") {
+		t.Errorf("missing directory: %+v", c)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "not")); !os.IsNotExist(err) {
+		t.Errorf("doctor created %s: %v", cfg.SSDDir, err)
+	}
 }
 
 func TestSysfsDevicesAndModes(t *testing.T) {

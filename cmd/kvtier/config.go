@@ -32,6 +32,7 @@ func applyConfigFile(cmd *cobra.Command) error {
 	// command only (one file serves master, appliance and standalone);
 	// its settings win over the file's top-level ones.
 	flat := map[string]any{}
+	sections := map[string]map[string]any{}
 	for name, v := range values {
 		sec, isMap := v.(map[string]any)
 		if !isMap || cmd.Flags().Lookup(name) != nil {
@@ -41,10 +42,10 @@ func applyConfigFile(cmd *cobra.Command) error {
 		if !isCommandName(cmd, name) {
 			return usagef("--config %s: unknown section %q (want a command name: standalone, master, appliance, ...)", path, name)
 		}
-		if name != cmd.Name() {
-			continue
-		}
-		for k, sv := range sec {
+		sections[name] = sec
+	}
+	for _, name := range sectionsFor(cmd) {
+		for k, sv := range sections[name] {
 			flat[k] = sv
 		}
 	}
@@ -59,23 +60,41 @@ func applyConfigFile(cmd *cobra.Command) error {
 		if f.Changed {
 			continue
 		}
-		var s string
+		var vals []string
 		switch x := v.(type) {
 		case []any:
-			parts := make([]string, len(x))
-			for i, p := range x {
-				parts[i] = fmt.Sprint(p)
+			if len(x) == 0 {
+				continue // an empty list is the default
 			}
-			s = strings.Join(parts, ",")
+			for _, p := range x {
+				vals = append(vals, fmt.Sprint(p))
+			}
+			if f.Value.Type() != "stringArray" {
+				vals = []string{strings.Join(vals, ",")} // slices split on commas
+			}
+		case nil:
+			vals = []string{""}
 		default:
-			s = fmt.Sprint(x)
+			vals = []string{fmt.Sprint(x)}
 		}
-		if err := cmd.Flags().Set(name, s); err != nil {
-			return usagef("--config %s: %s: %w", path, name, err)
+		for _, s := range vals {
+			if err := cmd.Flags().Set(name, s); err != nil {
+				return usagef("--config %s: %s: %w", path, name, err)
+			}
 		}
 		setSource(f, sourceFile)
 	}
 	return nil
+}
+
+// sectionsFor lists the sections that apply to cmd, the later winning:
+// its own, and for doctor the appliance's and the standalone's settings it
+// checks the host against.
+func sectionsFor(cmd *cobra.Command) []string {
+	if cmd.Name() == "doctor" {
+		return []string{"appliance", "standalone", "doctor"}
+	}
+	return []string{cmd.Name()}
 }
 
 // isCommandName reports whether name is a kvtier command (a config section).

@@ -354,6 +354,9 @@ func newApplianceCmd() *cobra.Command {
 			if err := f.validateDRAM(); err != nil {
 				return err
 			}
+			if f.name == "" { // an empty name in a config file means the default
+				f.name, _ = os.Hostname()
+			}
 			ctx, cancel := signalContext()
 			defer cancel()
 			cfg, err := f.config(f.master, log)

@@ -124,9 +124,18 @@ func effectiveSettings(cmd *cobra.Command) []setting {
 
 // serverCommands are the commands whose settings the example configuration
 // documents and `config print` resolves.
+// Each is built alone, with the root's persistent settings (log format and
+// level, summary interval) of its own, as it sees them under the root.
 func serverCommands() map[string]func() *cobra.Command {
+	with := func(mk func() *cobra.Command) func() *cobra.Command {
+		return func() *cobra.Command {
+			c := mk()
+			registerLogFlags(c)
+			return c
+		}
+	}
 	return map[string]func() *cobra.Command{
-		"standalone": newStandaloneCmd, "master": newMasterCmd, "appliance": newApplianceCmd,
+		"standalone": with(newStandaloneCmd), "master": with(newMasterCmd), "appliance": with(newApplianceCmd),
 	}
 }
 
