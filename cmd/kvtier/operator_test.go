@@ -146,3 +146,33 @@ func TestDRAMValidation(t *testing.T) {
 		}
 	}
 }
+
+// FuzzConfigFile: any file content either is refused with a usage error or
+// sets flags; it never panics and never sets a flag given on the command
+// line.
+func FuzzConfigFile(f *testing.F) {
+	for _, s := range []string{"dram: 64MiB\n", "appliance:\n  dram: 1GiB\n  nvme-namespace: [a, b]\n", "standalone: 3\n",
+		"log-level: [x]\n", "etcd: []\n", "bogus:\n  x: 1\n", "- a\n- b\n", "name: ~\n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, content string) {
+		path := t.TempDir() + "/c.yaml"
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c := serverCommands()["appliance"]()
+		c.Flags().String("config", "", "")
+		if err := c.ParseFlags([]string{"--config", path, "--name", "cli"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := applyConfigFile(c); err != nil {
+			if exitCode(err) != exitUsage {
+				t.Fatalf("config error %v exits %d, want %d", err, exitCode(err), exitUsage)
+			}
+			return
+		}
+		if v, _ := c.Flags().GetString("name"); v != "cli" {
+			t.Fatalf("the file overrode a command-line flag: name=%q", v)
+		}
+	})
+}
