@@ -172,7 +172,7 @@ func newStatusCmd() *cobra.Command {
 				return printJSON(st)
 			}
 			fmt.Printf("# master\nendpoint:   %s\nversion:    %v (commit %v)\nleader:     %v\nready:      %v %s\nobjects:    %d\nheap:       %s\n",
-				c.base, st.Version["version"], st.Version["commit"], st.Cluster.Leader, st.Ready.Ready, st.Ready.Reason, st.Cluster.Objects, formatSize(st.Cluster.HeapBytes))
+				c.base, st.Version["version"], st.Version["commit"], st.Cluster.Leader, st.Ready.Ready, st.Ready.Reason, st.Cluster.Objects, humanBytes(st.Cluster.HeapBytes))
 			fmt.Printf("\n# tiers\n")
 			for _, t := range st.Cluster.Tiers {
 				fmt.Printf("%-8s %10s / %-10s %5.1f%% used  %d objects  hit rate %.3f\n", t.Tier, formatSize(t.Used), formatSize(t.Capacity), pct(t.Used, t.Capacity), t.Objects, t.HitRate)
@@ -201,6 +201,20 @@ func newStatusCmd() *cobra.Command {
 	}
 	f.register(cmd)
 	return cmd
+}
+
+// humanBytes prints n in the largest binary unit, one decimal.
+func humanBytes(n uint64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
+	f, i := float64(n), 0
+	for f >= 1024 && i < len(units)-1 {
+		f /= 1024
+		i++
+	}
+	if i == 0 {
+		return fmt.Sprintf("%d B", n)
+	}
+	return fmt.Sprintf("%.1f %s", f, units[i])
 }
 
 func pct(a, b uint64) float64 {
