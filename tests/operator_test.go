@@ -416,6 +416,14 @@ func TestTierConflictReportedAtStart(t *testing.T) {
 	if strings.Contains(b.output(), "conflict") {
 		t.Errorf("a conflict reported for agreeing flags:\n%s", b.output())
 	}
+	// A standalone is its own cluster: its --ssd-policy is the cluster's.
+	p := standalone(t, "--ssd-policy", "lru")
+	if o, e, code := kv(t, nil, "tiers", "show", "--http", p.addrs["http"]); code != 0 || !strings.Contains(o, "policy=lru") {
+		t.Errorf("standalone --ssd-policy lru: tiers show %q %s", o, e)
+	}
+	eventually(t, 5*time.Second, "no policy=fifo in the standalone's log", func() bool {
+		return strings.Contains(p.output(), "policy=lru") && !strings.Contains(p.output(), "policy=fifo")
+	})
 }
 
 // TestSystemdUnitVerifies runs systemd-analyze verify on deploy/systemd/
