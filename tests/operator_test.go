@@ -411,8 +411,11 @@ func TestTierConflictReportedAtStart(t *testing.T) {
 		return strings.Contains(a.output(), "tier setting conflict: --ssd-policy lru, cluster uses fifo")
 	})
 	// Agreeing flags report nothing.
-	b := c.appliance("agreeing", "--ssd-policy", "fifo", "--ssd-dir", t.TempDir())
-	time.Sleep(300 * time.Millisecond)
+	b := c.appliance("agreeing", "--ssd-policy", "fifo", "--ssd-dir", t.TempDir(), "--summary-interval", "200ms")
+	// An appliance logs its own one-line summary.
+	eventually(t, 10*time.Second, "the appliance's summary line", func() bool {
+		return strings.Contains(b.output(), "msg=summary") && strings.Contains(b.output(), "ssd_capacity=")
+	})
 	if strings.Contains(b.output(), "conflict") {
 		t.Errorf("a conflict reported for agreeing flags:\n%s", b.output())
 	}

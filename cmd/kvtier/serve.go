@@ -372,6 +372,7 @@ func newApplianceCmd() *cobra.Command {
 			log.Info(line, "version", buildinfo.Get().Version)
 			fmt.Println(line)
 			notifyReady(log, line)
+			go logApplianceSummaries(ctx, log, a, summaryInterval(cmd))
 			<-ctx.Done()
 			log.Info("draining and unmounting", "drain_grace", f.drainGrace.String())
 			notifyStopping("draining for " + f.drainGrace.String())

@@ -190,3 +190,44 @@ func reportTierConflicts(ctx context.Context, cmd *cobra.Command, f *applianceFl
 		fmt.Fprintln(os.Stderr, "kvtier: warning:", msg)
 	}
 }
+
+// logApplianceSummaries is the appliance's own one-line summary (an
+// appliance process has no master figures): segments, SSD use and bytes
+// written and read since the last line, quarantined buckets, and bytes its
+// transfer engine served to clients.
+func logApplianceSummaries(ctx context.Context, log *slog.Logger, a *appliance.Appliance, interval time.Duration) {
+	if interval <= 0 {
+		return
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	var prevW, prevR, prevServed uint64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		args := []any{"interval", interval.String(), "segments", len(a.Segments())}
+		if tier := a.Tier(); tier != nil {
+			s := tier.Stats()
+			args = append(args, "ssd_used", formatSize(s.Used), "ssd_capacity", formatSize(s.Capacity), "ssd_objects", s.Objects,
+				"ssd_written", formatSize(sub(s.BytesWritten, prevW)), "ssd_read", formatSize(sub(s.BytesRead, prevR)),
+				"ssd_quarantined_buckets", s.QuarantinedBuckets)
+			prevW, prevR = s.BytesWritten, s.BytesRead
+		}
+		es := a.Client().Engine().Stats()
+		served := es.ServedBytesRead + es.ServedBytesWritten
+		args = append(args, "served", formatSize(sub(served, prevServed)))
+		prevServed = served
+		log.Info("summary", args...)
+	}
+}
+
+// sub is a-b for counters that restart at zero (then a).
+func sub(a, b uint64) uint64 {
+	if a < b {
+		return a
+	}
+	return a - b
+}
