@@ -3,6 +3,7 @@ package tests
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -259,6 +260,19 @@ func TestAdminVerbs(t *testing.T) {
 		t.Errorf("status --json: %v %s", err, o)
 	}
 
+	// The running server's effective configuration: every flag, its source,
+	// the token masked.
+	var cfg struct {
+		Settings map[string]string `json:"settings"`
+		Sources  map[string]string `json:"sources"`
+	}
+	if err := json.Unmarshal([]byte(httpBody(t, "http://"+p.addrs["http"]+"/api/v1/config")), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Settings["http-token"] != "********" || cfg.Sources["http-token"] != "flag" || cfg.Settings["dram"] != "32MiB" ||
+		cfg.Sources["lease-ttl"] != "default" || strings.Contains(fmt.Sprint(cfg), "s3cret") {
+		t.Errorf("GET /api/v1/config: %+v", cfg)
+	}
 	o, e, c = kv(t, nil, "tiers", "set", "--ssd-policy", "lru", "--eviction-ratio", "0.1", "--token-file", tok, "--json", h)
 	wantExit(t, "tiers set", c, 0, e)
 	if !strings.Contains(o, `"policy": "lru"`) || !strings.Contains(o, `"eviction_ratio": 0.1`) {

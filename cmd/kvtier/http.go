@@ -126,6 +126,15 @@ func (fe *frontEnd) start(ms kvtierpb.MasterServer, grpcAddr string, f *masterFl
 		"put_discard_timeout": cfg.PutDiscardTimeout.String(), "put_release_timeout": cfg.PutReleaseTimeout.String(),
 		"max_objects": cfg.MaxObjects, "offload": cfg.OffloadMode, "http_token_set": f.httpToken != "",
 	}
+	if len(f.settings) > 0 {
+		// Every flag of the server command as `kvtier config print` shows
+		// it: value (secrets masked) and where it came from.
+		vals, srcs := map[string]any{}, map[string]any{}
+		for _, st := range f.settings {
+			vals[st.Name], srcs[st.Name] = st.Value, st.Source
+		}
+		effective["settings"], effective["sources"] = vals, srcs
+	}
 	s, err := rest.New(rest.Config{Token: f.httpToken, Metrics: fe.metrics, Logger: log,
 		EffectiveConfig: func() any { return effective }, Doctor: doctorFor(f.doctor)}, ms, fe.dp)
 	if err != nil {

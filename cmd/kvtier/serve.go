@@ -47,6 +47,7 @@ type masterFlags struct {
 	ssdPolicy          string
 	rpcPoll            time.Duration
 	doctor             *applianceFlags // standalone: the host checks use the appliance's settings
+	settings           []setting       // every flag of the command, for GET /api/v1/config
 }
 
 func (f *masterFlags) register(cmd *cobra.Command, standalone bool) {
@@ -288,6 +289,7 @@ func newMasterCmd() *cobra.Command {
 				return err
 			}
 			defer stopProfile()
+			f.settings = effectiveSettings(cmd)
 			rm, err := startMaster(&f, log)
 			if err != nil {
 				return err
@@ -409,6 +411,7 @@ func newStandaloneCmd() *cobra.Command {
 			mf.offload = af.offload
 			mf.ssdPolicy = af.ssdPolicy
 			mf.doctor = &af
+			mf.settings = effectiveSettings(cmd)
 			rm, err := startMaster(&mf, log)
 			if err != nil {
 				return err
