@@ -219,7 +219,7 @@ func (s *grpcServer) UnmountSegment(ctx context.Context, r *kvtierpb.UnmountSegm
 	if r.GetGraceMs() > math.MaxInt64/int64(time.Millisecond) {
 		g = time.Duration(math.MaxInt64)
 	}
-	return &kvtierpb.Empty{}, toGRPC(s.m.UnmountSegment(ctx, r.GetClientId(), r.GetName(), g))
+	return &kvtierpb.Empty{}, toGRPC(s.m.UnmountSegmentAs(ctx, r.GetClientId(), r.GetIncarnation(), r.GetName(), g))
 }
 
 func diskFromPB(d *kvtierpb.DiskTierStats) DiskStats {

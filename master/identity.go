@@ -24,6 +24,20 @@ func (m *Master) MountSegmentAs(ctx context.Context, clientID string, id Identit
 	return m.mountAs(clientID, id, seg)
 }
 
+// UnmountSegmentAs is UnmountSegment from incarnation inc of clientID: it
+// is refused (ILLEGAL_CLIENT) when another incarnation holds the name.
+func (m *Master) UnmountSegmentAs(ctx context.Context, clientID, inc, name string, grace time.Duration) error {
+	if c := m.clients.get(clientID); c != nil && inc != "" {
+		c.mu.Lock()
+		cur := c.ident.Incarnation
+		c.mu.Unlock()
+		if cur != "" && cur != inc {
+			return kverr.New(kverr.IllegalClient, "", "unmount %s: the name %q is held by incarnation %s, not %s", name, clientID, cur, inc)
+		}
+	}
+	return m.UnmountSegment(ctx, clientID, name, grace)
+}
+
 func (m *Master) mountAs(clientID string, id Identity, seg Segment) error {
 	if c := m.clients.get(clientID); c != nil && clientID != "" {
 		if err := m.admit(c, id, seg.Endpoint, m.now().UnixNano()); err != nil {

@@ -250,6 +250,8 @@ func TestIdentityLiveConflict(t *testing.T) {
 	if !exists(t, m, "k") || m.ListSegments(ctx)[0].Segment.Endpoint != "h:1" {
 		t.Fatal("a refused mount changed the holder")
 	}
+	// The refused one cleaning up cannot unmount the holder's segment.
+	wantCode(t, m.UnmountSegmentAs(ctx, "A", "i2", "A/0", 0), kverr.IllegalClient)
 	// The holder goes silent (kill -9): after RestartTakeover the newcomer takes over.
 	fc.Advance(DefaultRestartTakeover)
 	if err := m.MountSegmentAs(ctx, "A", Identity{Incarnation: "i2"}, Segment{Name: "A/0", Endpoint: "h:2", Size: 1 << 20}); err != nil {

@@ -1769,10 +1769,14 @@ func (x *MountSegmentRequest) GetDiskId() string {
 }
 
 type UnmountSegmentRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	GraceMs       int64                  `protobuf:"varint,3,opt,name=grace_ms,json=graceMs,proto3" json:"grace_ms,omitempty"` // drain: reads served this long, then unmounted; 0 = at once
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Name     string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	GraceMs  int64                  `protobuf:"varint,3,opt,name=grace_ms,json=graceMs,proto3" json:"grace_ms,omitempty"` // drain: reads served this long, then unmounted; 0 = at once
+	// The caller's incarnation (as MountSegmentRequest.incarnation): an
+	// unmount from another incarnation than the one holding the name is
+	// refused (a refused duplicate cleaning up must not unmount the holder).
+	Incarnation   string `protobuf:"bytes,100,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1826,6 +1830,13 @@ func (x *UnmountSegmentRequest) GetGraceMs() int64 {
 		return x.GraceMs
 	}
 	return 0
+}
+
+func (x *UnmountSegmentRequest) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
 }
 
 // Figures an appliance reports for its SSD tier.
@@ -4383,11 +4394,12 @@ const file_master_proto_rawDesc = "" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12,\n" +
 	"\asegment\x18\x02 \x01(\v2\x12.kvtier.v1.SegmentR\asegment\x12 \n" +
 	"\vincarnation\x18d \x01(\tR\vincarnation\x12\x17\n" +
-	"\adisk_id\x18e \x01(\tR\x06diskId\"c\n" +
+	"\adisk_id\x18e \x01(\tR\x06diskId\"\x85\x01\n" +
 	"\x15UnmountSegmentRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x19\n" +
-	"\bgrace_ms\x18\x03 \x01(\x03R\agraceMs\"\xa9\x03\n" +
+	"\bgrace_ms\x18\x03 \x01(\x03R\agraceMs\x12 \n" +
+	"\vincarnation\x18d \x01(\tR\vincarnation\"\xa9\x03\n" +
 	"\rDiskTierStats\x12\x1a\n" +
 	"\bcapacity\x18\x01 \x01(\x04R\bcapacity\x12\x12\n" +
 	"\x04used\x18\x02 \x01(\x04R\x04used\x12\x18\n" +
