@@ -513,6 +513,7 @@ func (m *Master) Remove(ctx context.Context, tenant, key string, force bool) err
 	}
 	size := o.size
 	waits := m.queueDeleteLocked(t, key, o, nil)
+	m.queueGoneLocked(t, key, waits)
 	m.removeLocked(sh, k, o)
 	sh.mu.Unlock()
 	m.publish(Event{Kind: "remove", Tenant: t, Key: key, Bytes: size})

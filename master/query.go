@@ -70,7 +70,11 @@ func (m *Master) removeMatching(ctx context.Context, tenant, pattern string, mat
 		sh := &m.shards[i]
 		now := m.now().UnixNano()
 		sh.mu.Lock()
+		seen := 0
 		for k, o := range sh.objs {
+			if seen++; seen%1024 == 0 && ctx.Err() != nil {
+				break // the rest of this shard stays; what was removed is queued below
+			}
 			t, key := splitCK(k)
 			if t != tenant || !match(key) {
 				continue
@@ -94,6 +98,9 @@ func (m *Master) removeMatching(ctx context.Context, tenant, pattern string, mat
 			n++
 		}
 		sh.mu.Unlock()
+	}
+	if err == nil {
+		err = ctx.Err() // cancelled inside the last shard scanned
 	}
 	if err != nil {
 		// Cancelled: the objects of unscanned shards stay, so the cutoffs

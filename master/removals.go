@@ -70,6 +70,10 @@ type removalOutbox struct {
 type nodeRemovals struct {
 	pending []*pendingRemoval // in seq order
 	ready   chan struct{}     // closed (and replaced) when one is added or sealed
+	// perKey counts the pending per-key removals of each tenant, and
+	// wipe holds a pending cutoff of a tenant's every key (addGone).
+	perKey map[string]int
+	wipe   map[string]*pendingRemoval
 }
 
 func (q *removalOutbox) init() {
@@ -82,7 +86,7 @@ func (q *removalOutbox) init() {
 func (q *removalOutbox) nodeLocked(node string) *nodeRemovals {
 	n := q.byNode[node]
 	if n == nil {
-		n = &nodeRemovals{ready: make(chan struct{})}
+		n = &nodeRemovals{ready: make(chan struct{}), perKey: map[string]int{}, wipe: map[string]*pendingRemoval{}}
 		q.byNode[node] = n
 	}
 	return n
@@ -102,10 +106,22 @@ func (q *removalOutbox) add(node string, r *pendingRemoval) *pendingRemoval {
 	r.done = make(chan struct{})
 	n := q.nodeLocked(node)
 	n.pending = append(n.pending, r)
+	if !r.Cutoff {
+		n.perKey[r.Tenant]++
+	}
 	if r.sealed {
 		n.wake()
 	}
 	return r
+}
+
+// forgetLocked updates n's counts for r leaving the queue.
+func (n *nodeRemovals) forgetLocked(r *pendingRemoval) {
+	if !r.Cutoff {
+		n.perKey[r.Tenant]--
+	} else if n.wipe[r.Tenant] == r {
+		delete(n.wipe, r.Tenant)
+	}
 }
 
 // seal makes r deliverable with its final keep list.
@@ -127,6 +143,7 @@ func (q *removalOutbox) withdraw(node string, r *pendingRemoval) {
 	defer q.mu.Unlock()
 	if n := q.byNode[node]; n != nil {
 		n.pending = slices.DeleteFunc(n.pending, func(p *pendingRemoval) bool { return p == r })
+		n.forgetLocked(r)
 	}
 	close(r.done)
 }
@@ -145,6 +162,7 @@ func (q *removalOutbox) ack(node string, outbox, through uint64) {
 	i := 0
 	for ; i < len(n.pending) && n.pending[i].Seq <= through && n.pending[i].sealed; i++ {
 		close(n.pending[i].done)
+		n.forgetLocked(n.pending[i])
 	}
 	n.pending = slices.Delete(n.pending, 0, i)
 }
@@ -270,6 +288,56 @@ func (m *Master) queueDeleteLocked(tenant, key string, o *object, into map[strin
 		}
 	}
 	return into
+}
+
+// goneQueueCap bounds the per-key removals queued for one gone appliance;
+// past it they collapse into one cutoff of the tenant's every key.
+const goneQueueCap = 65536
+
+// queueGoneLocked queues the removal of key for every gone appliance that
+// had an SSD tier: the master dropped their replicas when they went, but
+// their SSD may still hold a copy they would re-register when they come
+// back. Nobody waits for these. Called with the key's shard locked.
+func (m *Master) queueGoneLocked(tenant, key string, skip map[string]*pendingRemoval) {
+	for _, c := range m.diskNodes() {
+		if ClientState(c.state.Load()) != ClientGone || skip[c.id] != nil {
+			continue
+		}
+		m.rmq.addGone(c.id, tenant, key)
+	}
+}
+
+// addGone queues a per-key removal for a gone node, unless a queued cutoff
+// of the whole tenant already covers it; past goneQueueCap the node's
+// per-key removals of tenant collapse into one such cutoff.
+func (q *removalOutbox) addGone(node, tenant, key string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := q.nodeLocked(node)
+	if n.wipe[tenant] != nil {
+		return
+	}
+	r := &pendingRemoval{DiskRemoval: DiskRemoval{Tenant: tenant, Key: key}, sealed: true}
+	if n.perKey[tenant] >= goneQueueCap {
+		n.pending = slices.DeleteFunc(n.pending, func(p *pendingRemoval) bool {
+			if p.Tenant == tenant && !p.Cutoff && p.sealed {
+				close(p.done)
+				n.forgetLocked(p)
+				return true
+			}
+			return false
+		})
+		r = &pendingRemoval{DiskRemoval: DiskRemoval{Tenant: tenant, Cutoff: true}, sealed: true,
+			match: func(string) bool { return true }, keep: map[DiskLocation]bool{}}
+		n.wipe[tenant] = r
+	} else {
+		n.perKey[tenant]++
+	}
+	q.next++
+	r.Seq = q.next
+	r.done = make(chan struct{})
+	n.pending = append(n.pending, r)
+	n.wake()
 }
 
 // compileCutoff returns the matcher of a cutoff pattern.

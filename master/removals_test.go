@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -296,5 +297,47 @@ func TestRemountCancelsDrain(t *testing.T) {
 	m.Heartbeat(ctx, HeartbeatRequest{Client: "A", Endpoint: "A:1", Segments: []Segment{{Name: "A/0", Endpoint: "A:1", Size: 1 << 20}}})
 	if segState(m, "A/0") != SegDraining {
 		t.Fatal("heartbeat cancelled a drain")
+	}
+}
+
+// A key removed while an appliance with an SSD tier is gone is removed
+// from its SSD when it comes back, before its copy could be re-registered.
+func TestRemoveWhileApplianceGone(t *testing.T) {
+	m, fc := newTest(t, Config{OffloadMode: OffloadOff})
+	diskAppliance(t, m, diskObj("k", 1, 0))
+	mountMem(t, m, "B", "B/0", 1<<20)
+	fc.Advance(DefaultClientTTL + DefaultClientGrace + time.Second)
+	m.Heartbeat(ctx, HeartbeatRequest{Client: "B", Endpoint: "B:1"})
+	m.Reap(ctx)
+	if exists(t, m, "k") {
+		t.Fatal("the gone appliance's disk-only object is still listed")
+	}
+	put(t, m, "w", "k", 64) // k again, in B's memory
+	start := time.Now()
+	if err := m.Remove(ctx, "", "k", false); err != nil {
+		t.Fatal(err)
+	}
+	if time.Since(start) > time.Second {
+		t.Fatal("Remove waited for a gone appliance")
+	}
+	// A comes back: its copy of k cannot be registered, and the removal is
+	// handed to it.
+	if _, err := m.Heartbeat(ctx, HeartbeatRequest{Client: "A", Endpoint: "A:7", Disk: &DiskStats{Capacity: 1 << 30}}); err != nil {
+		t.Fatal(err)
+	}
+	errs, _ := m.RegisterDiskObjects(ctx, "A", []DiskObject{diskObj("k", 1, 0)})
+	wantCode(t, errs[0], kverr.ObjectNotFound)
+	if _, rs := take(t, m, 0, 0); len(rs) != 1 || rs[0].Key != "k" {
+		t.Fatalf("removals for the returning appliance: %+v", rs)
+	}
+	// Past the cap, per-key removals collapse into one cutoff.
+	for i := range goneQueueCap + 10 {
+		m.rmq.addGone("Z", "", fmt.Sprint(i))
+	}
+	m.rmq.mu.Lock()
+	n := len(m.rmq.byNode["Z"].pending)
+	m.rmq.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d removals queued for a gone node past the cap", n)
 	}
 }
