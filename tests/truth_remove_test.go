@@ -5,10 +5,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -356,12 +358,50 @@ func TestDuplicateNameRefused(t *testing.T) {
 	c := startCluster(t, "--client-ttl", "10s")
 	first := c.appliance("dup")
 	cmd := []string{"appliance", "--master", c.grpc, "--name", "dup", "--dram", "32MiB", "--data-addr", "127.0.0.1:0", "--ssd-dir", ""}
-	_, errb, code := runKvtierCode(t, nil, cmd...)
-	if code == 0 || !strings.Contains(errb, "held by live incarnation") || !strings.Contains(errb, "this is incarnation") {
-		t.Fatalf("duplicate exited %d:\n%s", code, errb)
+	// Bounded: an appliance that ignores the conflict would serve forever.
+	cctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(cctx, kvtierBin, cmd...).CombinedOutput()
+	if cctx.Err() != nil {
+		t.Fatalf("the duplicate did not exit within 40s:\n%s", out)
+	}
+	if err == nil || !strings.Contains(string(out), "held by live incarnation") || !strings.Contains(string(out), "this is incarnation") {
+		t.Fatalf("duplicate exited (%v):\n%s", err, out)
 	}
 	cl := c.client(t)
 	if err := cl.Put(context.Background(), "still", randomBytes(1, 100)); err != nil {
 		t.Fatalf("the first appliance stopped serving: %v\n%s", err, first.output())
+	}
+}
+
+// An appliance stopped gracefully (SIGTERM with a drain grace) and started
+// again under its name while its old segments drain: the new process's
+// segment stays after the old drain ends, and takes puts.
+func TestRestartDuringDrain(t *testing.T) {
+	c := startCluster(t, "--client-ttl", "10s")
+	old := c.appliance("d", "--drain-grace", "2s")
+	cl := c.client(t)
+	ctx := context.Background()
+	if err := cl.Put(ctx, "before", randomBytes(1, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	_ = old.cmd.Process.Signal(syscall.SIGTERM)
+	time.Sleep(200 * time.Millisecond) // the drain has begun
+	c.appliance("d")
+	select {
+	case <-old.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the old appliance did not exit")
+	}
+	time.Sleep(3 * time.Second) // past the old drain's end
+	segs, err := cl.Master().ListSegments(ctx, &kvtierpb.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(segs.GetSegments()) != 1 || segs.GetSegments()[0].GetState() != kvtierpb.SegmentState_MOUNTED {
+		t.Fatalf("segments after the old drain ended: %v", segs)
+	}
+	if err := cl.Put(ctx, "after", randomBytes(2, 1000), client.WithPreferredSegment("d/mem0")); err != nil {
+		t.Fatalf("put to the restarted appliance: %v", err)
 	}
 }
