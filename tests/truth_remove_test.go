@@ -405,3 +405,45 @@ func TestRestartDuringDrain(t *testing.T) {
 		t.Fatalf("put to the restarted appliance: %v", err)
 	}
 }
+
+// An appliance killed and restarted at once (the master never noticed it
+// was down) whose SSD bucket is quarantined at recovery: the objects of that
+// bucket are no longer listed, and can be put again.
+func TestRestartDropsQuarantinedObjects(t *testing.T) {
+	ssdDir := t.TempDir()
+	c := startCluster(t, "--client-ttl", "30s")
+	a := c.appliance("q", "--ssd-dir", ssdDir)
+	cl := c.client(t)
+	ctx := context.Background()
+	keys := []string{"q/1", "q/2", "q/3"}
+	for _, k := range keys {
+		if err := cl.Put(ctx, k, randomBytes(uint64(len(k)), 50_000)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 10*time.Second, "objects on SSD", func() bool {
+		for _, k := range keys {
+			if !onDisk(cl, k) {
+				return false
+			}
+		}
+		return true
+	})
+	a.kill()
+	if err := os.Truncate(filepath.Join(ssdDir, "b0000000000000001.data"), 4096); err != nil {
+		t.Fatal(err)
+	}
+	c.appliance("q", "--ssd-dir", ssdDir)
+	for _, k := range keys {
+		if ok, _ := cl.Exist(ctx, k); ok {
+			t.Fatalf("%s of the quarantined bucket is still listed after the restart", k)
+		}
+		v := randomBytes(99, 1000)
+		if err := cl.Put(ctx, k, v); err != nil {
+			t.Fatalf("re-put %s: %v", k, err)
+		}
+		if b, err := cl.Get(ctx, k); err != nil || !bytes.Equal(b, v) {
+			t.Fatalf("get %s: %v", k, err)
+		}
+	}
+}
