@@ -88,3 +88,11 @@ func (l *leaseCache) clear() {
 	defer l.mu.Unlock()
 	clear(l.m)
 }
+
+// Endpoint returns the transfer address peers use to reach the segments this
+// client serves ("" for a pure caller).
+func (c *Client) Endpoint() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.endpoint
+}

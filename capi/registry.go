@@ -1,0 +1,80 @@
+//go:build cgo
+
+package main
+
+import "sync"
+
+// registry holds the buffers a handle's zero-copy calls may read or write:
+// [base, base+size) ranges of the caller's memory, registered with
+// mooncake_store_register_buffer. Engines register a few large buffers, so a
+// scan is as fast as an index.
+type registry struct {
+	mu sync.Mutex
+	// guarded by mu:
+	regions []*region
+}
+
+type region struct {
+	base, size uint64
+	// users counts calls transferring into or out of the region; Add only
+	// happens under registry.mu while the region is listed, so once it is
+	// unlisted Wait sees every user.
+	users sync.WaitGroup
+}
+
+func (r *registry) register(base uintptr, size uint64) int {
+	if uint64(base)+size < uint64(base) {
+		return codeInvalidParams // wraps around the address space
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, g := range r.regions {
+		if g.base == uint64(base) {
+			if g.size == size {
+				return codeOK // registering the same buffer twice is harmless
+			}
+			return codeInvalidParams // a different size at the same address: unregister first
+		}
+	}
+	r.regions = append(r.regions, &region{base: uint64(base), size: size})
+	return codeOK
+}
+
+// unregister forgets the region starting at base and waits for the calls
+// using it to end, so the caller may free the memory once it returns.
+func (r *registry) unregister(base uintptr) int {
+	r.mu.Lock()
+	var g *region
+	for i, x := range r.regions {
+		if x.base == uint64(base) {
+			g = x
+			r.regions = append(r.regions[:i], r.regions[i+1:]...)
+			break
+		}
+	}
+	r.mu.Unlock()
+	if g == nil {
+		return codeInvalidParams
+	}
+	g.users.Wait()
+	return codeOK
+}
+
+// use reports whether [p, p+n) lies inside one registered region and, if so,
+// holds that region until done is called.
+func (r *registry) use(p uintptr, n uint64) (done func(), ok bool) {
+	lo := uint64(p)
+	hi := lo + n
+	if hi < lo || p == 0 {
+		return nil, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, g := range r.regions {
+		if lo >= g.base && hi <= g.base+g.size {
+			g.users.Add(1)
+			return g.users.Done, true
+		}
+	}
+	return nil, false
+}
