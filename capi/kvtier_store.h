@@ -179,7 +179,8 @@ int64_t mooncake_store_remove_all(mooncake_store_t store, int force);
 /* ---- Buffer registration ------------------------------------------------ */
 
 /* Makes [buffer, buffer+size) usable by the zero-copy calls. NULL or size 0
- * is -600. Registering the same range again is a no-op. */
+ * is -600. Registering the same range again is a no-op; another size at an
+ * address already registered replaces that registration. */
 int mooncake_store_register_buffer(mooncake_store_t store, void *buffer,
                                    size_t size);
 

@@ -27,15 +27,19 @@ func (r *registry) register(base uintptr, size uint64) int {
 		return codeInvalidParams // wraps around the address space
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	for _, g := range r.regions {
-		if g.base == uint64(base) {
-			if g.size == size {
-				return codeOK // registering the same buffer twice is harmless
-			}
-			return codeInvalidParams // a different size at the same address: unregister first
+		if g.base == uint64(base) && g.size == size {
+			r.mu.Unlock()
+			return codeOK // registering the same buffer twice is harmless
 		}
 	}
+	r.mu.Unlock()
+	// A different size at an address already registered is memory the
+	// caller freed and allocated again (Python does this all the time):
+	// the new registration replaces the old once its transfers end.
+	r.unregister(base)
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.regions = append(r.regions, &region{base: uint64(base), size: size})
 	return codeOK
 }
