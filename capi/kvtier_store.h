@@ -178,8 +178,9 @@ int64_t mooncake_store_remove_all(mooncake_store_t store, int force);
 
 /* ---- Buffer registration ------------------------------------------------ */
 
-/* Makes [buffer, buffer+size) usable by the zero-copy calls. NULL or size 0
- * is -600. Registering the same range again is a no-op; another size at an
+/* Makes [buffer, buffer+size) usable by the zero-copy calls. NULL, size 0,
+ * or memory this process cannot read and write on the CPU (unmapped, or GPU
+ * memory: kvtier moves host memory only) is -600. Registering the same range again is a no-op; another size at an
  * address already registered replaces that registration. */
 int mooncake_store_register_buffer(mooncake_store_t store, void *buffer,
                                    size_t size);
@@ -213,6 +214,29 @@ int kvtier_store_batch_get_alloc(mooncake_store_t store, const char **keys,
 /* One remove per key; results_out[i] is 0 or a negative code. */
 int kvtier_store_batch_remove(mooncake_store_t store, const char **keys,
                               size_t count, int force, int *results_out);
+
+/* The tenant this handle's calls carry (quotas and key spaces are per
+ * tenant); call before setup. Without it the handle uses the default tenant. */
+int kvtier_store_set_tenant(mooncake_store_t store, const char *tenant);
+
+/* Multi-buffer batch put (Mooncake's Python batch_put_from_multi_buffers):
+ * key i's value is the concatenation of part_counts[i] registered buffers,
+ * taken in order from ptrs/sizes (the parts of key 0, then key 1, ...). A
+ * single part is stored without a copy; several are gathered once. */
+int kvtier_store_batch_put_multi(mooncake_store_t store, const char **keys,
+                                 size_t count, const size_t *part_counts,
+                                 void **ptrs, const size_t *sizes,
+                                 const mooncake_replicate_config_t *config,
+                                 int *results_out);
+
+/* Multi-buffer batch get: key i's object is spread over its parts in order;
+ * results_out[i] is its size, or -600 when the parts are not registered or
+ * together smaller than the object (nothing written), or another negative
+ * code. One part is read into without a copy; several through one copy. */
+int kvtier_store_batch_get_multi(mooncake_store_t store, const char **keys,
+                                 size_t count, const size_t *part_counts,
+                                 void **ptrs, const size_t *sizes,
+                                 int64_t *results_out);
 
 /* Frees memory returned by kvtier_store_get_alloc / batch_get_alloc. */
 void kvtier_free(void *p);

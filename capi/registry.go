@@ -2,7 +2,13 @@
 
 package main
 
-import "sync"
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"strconv"
+	"sync"
+)
 
 // registry holds the buffers a handle's zero-copy calls may read or write:
 // [base, base+size) ranges of the caller's memory, registered with
@@ -34,6 +40,12 @@ func (r *registry) register(base uintptr, size uint64) int {
 		}
 	}
 	r.mu.Unlock()
+	if !mappedRW(uint64(base), size) {
+		// Not host memory this process may read and write: a stray
+		// pointer, or GPU memory (a CUDA allocation is a PROT_NONE
+		// reservation in the CPU's view). Copying from it would crash.
+		return codeInvalidParams
+	}
 	// A different size at an address already registered is memory the
 	// caller freed and allocated again (Python does this all the time):
 	// the new registration replaces the old once its transfers end.
@@ -81,4 +93,42 @@ func (r *registry) use(p uintptr, n uint64) (done func(), ok bool) {
 		}
 	}
 	return nil, false
+}
+
+// mappedRW reports whether [base, base+size) is covered by mappings of this
+// process that are readable and writable (/proc/self/maps). Registration
+// is rare, so reading the map each time is cheap enough; when the file
+// cannot be read the range is trusted.
+func mappedRW(base, size uint64) bool {
+	f, err := os.Open("/proc/self/maps")
+	if err != nil {
+		return true
+	}
+	defer f.Close()
+	pos, end := base, base+size
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() && pos < end {
+		// "start-end perms offset dev inode path", addresses in hex,
+		// lines sorted by address.
+		line := sc.Bytes()
+		dash := bytes.IndexByte(line, '-')
+		sp := bytes.IndexByte(line, ' ')
+		if dash < 0 || sp < dash || len(line) < sp+3 {
+			continue
+		}
+		lo, err1 := strconv.ParseUint(string(line[:dash]), 16, 64)
+		hi, err2 := strconv.ParseUint(string(line[dash+1:sp]), 16, 64)
+		if err1 != nil || err2 != nil || hi <= pos {
+			continue
+		}
+		if lo > pos {
+			return false // a hole before the next mapping
+		}
+		if line[sp+1] != 'r' || line[sp+2] != 'w' {
+			return false
+		}
+		pos = hi
+	}
+	return pos >= end
 }

@@ -4,16 +4,21 @@ package main
 
 import (
 	"context"
+	"reflect"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func TestRegistry(t *testing.T) {
 	var r registry
-	if r.register(0x1000, 0x1000) != codeOK || r.register(0x1000, 0x1000) != codeOK {
-		t.Fatal("register (twice) failed")
+	r.regions = append(r.regions, &region{base: 0x1000, size: 0x1000}) // as register would, for a fake address
+	if r.register(0x1000, 0x1000) != codeOK {
+		t.Fatal("registering the same range again failed")
 	}
 	for _, c := range []struct {
 		p    uintptr
@@ -34,26 +39,66 @@ func TestRegistry(t *testing.T) {
 	if r.register(^uintptr(0)-1, 10) != codeInvalidParams {
 		t.Error("a range wrapping the address space was registered")
 	}
-	// Another size at the same address replaces the registration.
-	if r.register(0x1000, 0x10) != codeOK {
-		t.Fatal("re-register with another size failed")
-	}
-	if _, ok := r.use(0x1000, 0x11); ok {
-		t.Error("the old, larger registration is still in effect")
+	if r.register(0x1000, 0x10) != codeInvalidParams {
+		t.Error("an address this process has not mapped was registered")
 	}
 	if r.unregister(0x1000) != codeOK || r.unregister(0x1000) != codeInvalidParams {
 		t.Error("unregister: want OK once, then INVALID_PARAMS")
 	}
-	if len(r.regions) != 0 {
-		t.Errorf("%d regions left", len(r.regions))
+	// Real memory: registered; another size at the same address replaces
+	// the registration.
+	buf := make([]byte, 1<<20)
+	p := uintptr(unsafe.Pointer(&buf[0]))
+	if r.register(p, 1<<20) != codeOK {
+		t.Fatal("registering a Go heap buffer failed")
 	}
+	if r.register(p, 1<<10) != codeOK {
+		t.Fatal("re-register with another size failed")
+	}
+	if _, ok := r.use(p, 1<<10+1); ok {
+		t.Error("the old, larger registration is still in effect")
+	}
+	if r.unregister(p) != codeOK || len(r.regions) != 0 {
+		t.Errorf("unregister left %d regions", len(r.regions))
+	}
+	runtime.KeepAlive(buf)
+}
+
+func TestMappedRW(t *testing.T) {
+	buf := make([]byte, 3<<20)
+	p := uint64(uintptr(unsafe.Pointer(&buf[0])))
+	if !mappedRW(p, uint64(len(buf))) {
+		t.Error("a heap buffer is not readable and writable")
+	}
+	if mappedRW(0x1000, 4096) {
+		t.Error("page 1 is mapped")
+	}
+	// Text is mapped read-only and executable: not a transfer buffer.
+	fn := uint64(reflect.ValueOf(TestMappedRW).Pointer())
+	if mappedRW(fn, 16) {
+		t.Error("code pages count as writable")
+	}
+	// A PROT_NONE reservation, as the CUDA driver makes for device memory.
+	res, err := syscall.Mmap(-1, 0, 1<<20, syscall.PROT_NONE, syscall.MAP_PRIVATE|syscall.MAP_ANON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Munmap(res)
+	if mappedRW(uint64(uintptr(unsafe.Pointer(&res[0]))), 4096) {
+		t.Error("a PROT_NONE reservation counts as writable")
+	}
+	runtime.KeepAlive(buf)
 }
 
 // TestRegistryUnregisterWaits: unregister returns only after the calls
 // using the region end, and no call starts using it afterwards.
 func TestRegistryUnregisterWaits(t *testing.T) {
 	var r registry
-	r.register(0x10000, 1<<20)
+	buf := make([]byte, 1<<20)
+	base := uintptr(unsafe.Pointer(&buf[0]))
+	if r.register(base, 1<<20) != codeOK {
+		t.Fatal("register failed")
+	}
 	var inUse, after atomic.Int32
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
@@ -65,7 +110,7 @@ func TestRegistryUnregisterWaits(t *testing.T) {
 					return
 				default:
 				}
-				if done, ok := r.use(0x10000, 4096); ok {
+				if done, ok := r.use(base+4096, 4096); ok {
 					inUse.Add(1)
 					time.Sleep(50 * time.Microsecond)
 					inUse.Add(-1)
@@ -77,7 +122,7 @@ func TestRegistryUnregisterWaits(t *testing.T) {
 		})
 	}
 	time.Sleep(20 * time.Millisecond)
-	if r.unregister(0x10000) != codeOK {
+	if r.unregister(base) != codeOK {
 		t.Fatal("unregister failed")
 	}
 	if n := inUse.Load(); n != 0 {
@@ -89,6 +134,7 @@ func TestRegistryUnregisterWaits(t *testing.T) {
 	if after.Load() == 0 {
 		t.Fatal("no call was refused after unregister: the test proved nothing")
 	}
+	runtime.KeepAlive(buf)
 }
 
 // TestHandlesConcurrent: calls on a handle from many goroutines while it is

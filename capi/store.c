@@ -149,6 +149,31 @@ int kvtier_store_batch_remove(mooncake_store_t store, const char **keys,
                                   results_out);
 }
 
+int kvtier_store_set_tenant(mooncake_store_t store, const char *tenant) {
+    return kvtier_go_set_tenant(H(store), (char *)tenant);
+}
+
+int kvtier_store_batch_put_multi(mooncake_store_t store, const char **keys,
+                                 size_t count, const size_t *part_counts,
+                                 void **ptrs, const size_t *sizes,
+                                 const mooncake_replicate_config_t *config,
+                                 int *results_out) {
+    return kvtier_go_batch_put_multi(H(store), (char **)keys, count,
+                                     (size_t *)part_counts, ptrs,
+                                     (size_t *)sizes,
+                                     (mooncake_replicate_config_t *)config,
+                                     results_out);
+}
+
+int kvtier_store_batch_get_multi(mooncake_store_t store, const char **keys,
+                                 size_t count, const size_t *part_counts,
+                                 void **ptrs, const size_t *sizes,
+                                 int64_t *results_out) {
+    return kvtier_go_batch_get_multi(H(store), (char **)keys, count,
+                                     (size_t *)part_counts, ptrs,
+                                     (size_t *)sizes, results_out);
+}
+
 void kvtier_free(void *p) { free(p); }
 
 const char *kvtier_error_name(int code) {

@@ -89,6 +89,9 @@ _SIGNATURES = {
     "kvtier_store_get_alloc": (_i64, [_h, _cp, _vpp]),
     "kvtier_store_batch_get_alloc": (_i, [_h, _pp, _sz, _vpp, ctypes.POINTER(_i64)]),
     "kvtier_store_batch_remove": (_i, [_h, _pp, _sz, _i, ctypes.POINTER(_i)]),
+    "kvtier_store_set_tenant": (_i, [_h, _cp]),
+    "kvtier_store_batch_put_multi": (_i, [_h, _pp, _sz, ctypes.POINTER(_sz), _vpp, ctypes.POINTER(_sz), _cfgp, ctypes.POINTER(_i)]),
+    "kvtier_store_batch_get_multi": (_i, [_h, _pp, _sz, ctypes.POINTER(_sz), _vpp, ctypes.POINTER(_sz), ctypes.POINTER(_i64)]),
     "kvtier_free": (None, [_vp]),
     "kvtier_error_name": (ctypes.c_char_p, [_i]),
 }

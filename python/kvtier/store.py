@@ -108,6 +108,24 @@ class BufferHandle:
             self._ptr = 0
 
 
+def _size(v):
+    """A size given as a number or as a string such as "4GB" or "512 MB"."""
+    if isinstance(v, (int, float)):
+        return int(v)
+    t = str(v).strip().lower().replace(" ", "")
+    for unit, mult in (("gib", 1 << 30), ("mib", 1 << 20), ("kib", 1 << 10), ("gb", 1 << 30), ("mb", 1 << 20), ("kb", 1 << 10), ("b", 1)):
+        if t.endswith(unit):
+            return int(float(t[: -len(unit)]) * mult)
+    return int(t)
+
+
+def _flatten(all_ptrs, all_sizes):
+    counts = (ctypes.c_size_t * len(all_ptrs))(*[len(p) for p in all_ptrs])
+    flat_p = [int(p) for ps in all_ptrs for p in ps]
+    flat_s = [int(z) for zs in all_sizes for z in zs]
+    return counts, (ctypes.c_void_p * len(flat_p))(*flat_p), (ctypes.c_size_t * len(flat_s))(*flat_s)
+
+
 def _keys(keys):
     enc = [k.encode() if isinstance(k, str) else bytes(k) for k in keys]
     return (ctypes.c_char_p * len(enc))(*enc)
@@ -138,8 +156,7 @@ class MooncakeDistributedStore:
         self._lib = _lib.lib()
         self._h = self._lib.mooncake_store_create()
         self._mu = threading.Lock()
-        # Registered (base, size) ranges, mirrored here for the multi-buffer
-        # calls that gather or scatter in Python.
+        # What this handle registered, base -> size (close() forgets them all).
         self._regs = {}
 
     # ---- lifecycle -------------------------------------------------------
@@ -147,25 +164,54 @@ class MooncakeDistributedStore:
     def setup(
         self,
         local_hostname,
-        metadata_server,
+        metadata_server=None,
         global_segment_size=_DEFAULT_SEGMENT,
         local_buffer_size=_DEFAULT_SEGMENT,
         protocol="tcp",
         rdma_devices="",
         master_server_addr="127.0.0.1:50051",
         engine=None,
+        tenant_id=None,
+        enable_client_http_server=None,
+        client_http_port=None,
+        enable_ssd_offload=None,
+        ssd_offload_path=None,
     ):
-        """Connects to the kvtier master at master_server_addr. metadata_server
-        and rdma_devices are accepted and ignored; protocol must be "tcp"."""
+        """Connects to the kvtier master at master_server_addr. As Mooncake's,
+        it also takes one dict (what vLLM's MooncakeStoreConnector passes):
+        {"local_hostname", "metadata_server", "global_segment_size",
+        "local_buffer_size", "protocol", "rdma_devices" (or "device_name"),
+        "master_server_addr" (or "master_server_address"), "tenant_id"}; sizes
+        may be strings such as "4GB". metadata_server, rdma_devices and engine
+        are accepted and ignored (kvtier's master is its only metadata
+        service); protocol must be "tcp". tenant_id selects the kvtier tenant.
+        The HTTP-server and SSD-offload arguments of newer Mooncake releases
+        are accepted and ignored: the kvtier appliance owns its SSD tier."""
+        if isinstance(local_hostname, dict):
+            d = local_hostname
+            return self.setup(
+                d.get("local_hostname", "localhost"),
+                d.get("metadata_server", ""),
+                _size(d.get("global_segment_size", _DEFAULT_SEGMENT)),
+                _size(d.get("local_buffer_size", _DEFAULT_SEGMENT)),
+                d.get("protocol", "tcp"),
+                d.get("rdma_devices", d.get("device_name", "")),
+                d.get("master_server_addr", d.get("master_server_address", "127.0.0.1:50051")),
+                tenant_id=d.get("tenant_id"),
+            )
+        if tenant_id:
+            rc = self._lib.kvtier_store_set_tenant(self._h, str(tenant_id).encode())
+            if rc != 0:
+                return rc
         return self._lib.mooncake_store_setup(
             self._h,
-            local_hostname.encode(),
+            (local_hostname or "").encode(),
             (metadata_server or "").encode(),
-            int(global_segment_size),
-            int(local_buffer_size),
+            _size(global_segment_size),
+            _size(local_buffer_size),
             (protocol or "tcp").encode(),
             (rdma_devices or "").encode(),
-            master_server_addr.encode(),
+            (master_server_addr or "").encode(),
         )
 
     def init_all(self, protocol, device_name, mount_segment_size=_DEFAULT_SEGMENT):
@@ -259,36 +305,24 @@ class MooncakeDistributedStore:
         return list(results)
 
     def batch_put_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None):
-        """Stores, for each key, the concatenation of its buffers (every one of
-        them registered). A key with one buffer is stored without a copy; the
-        parts of a key with several are gathered once."""
+        """Stores, for each key, the concatenation of its registered buffers
+        (vLLM's connector passes one buffer per layer). A key with one buffer
+        is stored without a copy; the parts of a key with several are
+        gathered once, in the library."""
         n = len(keys)
-        if len(all_buffer_ptrs) != n or len(all_sizes) != n:
+        if len(all_buffer_ptrs) != n or len(all_sizes) != n or any(
+            len(p) != len(z) for p, z in zip(all_buffer_ptrs, all_sizes)
+        ):
             return [-600] * n
-        results = [0] * n
-        gather_keys, gather_src, gather_idx = [], [], []
-        for i in range(n):
-            ptrs, sizes = all_buffer_ptrs[i], all_sizes[i]
-            if len(ptrs) != len(sizes) or not ptrs or not self._registered(ptrs, sizes):
-                results[i] = -600
-                continue
-            if len(ptrs) == 1:
-                gather_keys.append(keys[i])
-                gather_src.append((int(ptrs[0]), int(sizes[0]), None))
-            else:
-                total = sum(int(s) for s in sizes)
-                buf = (ctypes.c_char * max(total, 1))()
-                off = 0
-                for p, s in zip(ptrs, sizes):
-                    ctypes.memmove(ctypes.addressof(buf) + off, int(p), int(s))
-                    off += int(s)
-                gather_keys.append(keys[i])
-                gather_src.append((ctypes.addressof(buf), total, buf))
-            gather_idx.append(i)
-        if gather_keys:
-            for j, r in enumerate(self._put_many(gather_keys, gather_src, config)):
-                results[gather_idx[j]] = r
-        return results
+        if n == 0:
+            return []
+        counts, ptrs, sizes = _flatten(all_buffer_ptrs, all_sizes)
+        results = (ctypes.c_int * n)()
+        cfg, cfg_keep = _cfg(config)
+        rc = self._lib.kvtier_store_batch_put_multi(self._h, _keys(keys), n, counts, ptrs, sizes, cfg, results)
+        if rc != 0:
+            return [rc] * n
+        return list(results)
 
     # ---- get -------------------------------------------------------------
 
@@ -351,35 +385,18 @@ class MooncakeDistributedStore:
         order; the result is the object's size, or a negative code (-600 when
         the buffers are not registered or together smaller than the object)."""
         n = len(keys)
-        if len(all_buffer_ptrs) != n or len(all_sizes) != n:
+        if len(all_buffer_ptrs) != n or len(all_sizes) != n or any(
+            len(p) != len(z) for p, z in zip(all_buffer_ptrs, all_sizes)
+        ):
             return [-600] * n
-        results = [0] * n
-        want = []
-        for i in range(n):
-            ptrs, sizes = all_buffer_ptrs[i], all_sizes[i]
-            if len(ptrs) != len(sizes) or not ptrs or not self._registered(ptrs, sizes):
-                results[i] = -600
-            else:
-                want.append(i)
-        if not want:
-            return results
-        got = self._batch_get_alloc([keys[i] for i in want])
-        for i, (h, code) in zip(want, got):
-            if h is None:
-                results[i] = code
-                continue
-            if h.size() > sum(int(s) for s in all_sizes[i]):
-                results[i] = -600
-                continue
-            off = 0
-            for p, s in zip(all_buffer_ptrs[i], all_sizes[i]):
-                take = min(int(s), h.size() - off)
-                if take <= 0:
-                    break
-                ctypes.memmove(int(p), h.ptr() + off, take)
-                off += take
-            results[i] = h.size()
-        return results
+        if n == 0:
+            return []
+        counts, ptrs, sizes = _flatten(all_buffer_ptrs, all_sizes)
+        results = (ctypes.c_int64 * n)()
+        rc = self._lib.kvtier_store_batch_get_multi(self._h, _keys(keys), n, counts, ptrs, sizes, results)
+        if rc != 0:
+            return [rc] * n
+        return list(results)
 
     # ---- registration ----------------------------------------------------
 
@@ -396,15 +413,6 @@ class MooncakeDistributedStore:
             with self._mu:
                 self._regs.pop(int(buffer_ptr), None)
         return rc
-
-    def _registered(self, ptrs, sizes):
-        with self._mu:
-            regs = list(self._regs.items())
-        for p, s in zip(ptrs, sizes):
-            p, s = int(p), int(s)
-            if s < 0 or not any(base <= p and p + s <= base + n for base, n in regs):
-                return False
-        return True
 
     # ---- existence, size, removal -----------------------------------------
 

@@ -136,6 +136,79 @@ class StoreTest(unittest.TestCase):
                 self.assertEqual(s.unregister_buffer(host.data_ptr()), 0)
                 self.assertEqual(s.unregister_buffer(dst.data_ptr()), 0)
 
+    def test_vllm_store_connector_flow(self):
+        """What vLLM's MooncakeStoreConnector does: setup(dict) with string
+        sizes, one registered buffer per layer's K and V cache, keys probed
+        with batch_is_exist, the missing ones stored with
+        batch_put_from_multi_buffers (one address per layer and K/V), then
+        loaded with batch_get_into_multi_buffers into other caches."""
+        s = MooncakeDistributedStore()
+        rc = s.setup({
+            "local_hostname": "127.0.0.1", "metadata_server": "P2PHANDSHAKE",
+            "global_segment_size": "0", "local_buffer_size": "16MB", "protocol": "tcp",
+            "rdma_devices": "", "master_server_addr": MASTER,
+        })
+        self.assertEqual(rc, 0)
+        try:
+            layers, nblocks, block_tokens, heads, dim = 6, 10, 16, 4, 64
+            src = [torch.randn(2, nblocks, block_tokens, heads, dim, dtype=torch.bfloat16) for _ in range(layers)]
+            dst = [torch.zeros_like(t) for t in src]
+            for t in src + dst:
+                self.assertEqual(s.register_buffer(t.data_ptr(), tensor_bytes(t)), 0)
+            seg = tensor_bytes(src[0][0, 0])  # one block of K (or V) of one layer
+
+            def addrs(caches, b):
+                return [c.data_ptr() + kv * tensor_bytes(c[0]) + b * seg for c in caches for kv in (0, 1)]
+
+            keys = [vllm_key("Llama-3.1-8B", 0, h) for h in block_hashes("multi", nblocks)]
+            self.assertEqual(s.batch_is_exist(keys), [0] * nblocks)
+            res = s.batch_put_from_multi_buffers(keys, [addrs(src, b) for b in range(nblocks)], [[seg] * 2 * layers] * nblocks)
+            self.assertEqual(res, [0] * nblocks)
+            self.assertEqual(s.batch_is_exist(keys), [1] * nblocks)
+            got = s.batch_get_into_multi_buffers(keys, [addrs(dst, b) for b in range(nblocks)], [[seg] * 2 * layers] * nblocks)
+            self.assertEqual(got, [seg * 2 * layers] * nblocks)
+            for a, b in zip(src, dst):
+                self.assertTrue(torch.equal(a.view(torch.int16), b.view(torch.int16)))
+            # Buffers too small for the object: refused, nothing written.
+            scratch = torch.zeros(4096, dtype=torch.uint8)
+            s.register_buffer(scratch.data_ptr(), 4096)
+            self.assertEqual(s.batch_get_into_multi_buffers(keys[:1], [[scratch.data_ptr()] * 2], [[2048, 2048]]), [INVALID_PARAMS])
+            self.assertFalse(scratch.any())
+        finally:
+            s.close()
+
+    def test_tenants_are_separate(self):
+        a, b = MooncakeDistributedStore(), MooncakeDistributedStore()
+        self.assertEqual(a.setup("localhost", "", 0, 0, "tcp", "", MASTER, tenant_id="team-a"), 0)
+        self.assertEqual(b.setup({"master_server_address": MASTER, "tenant_id": "team-b"}), 0)
+        try:
+            self.assertEqual(a.put("py/tenant/k", b"for team a"), 0)
+            self.assertEqual(a.get("py/tenant/k"), b"for team a")
+            self.assertEqual(b.is_exist("py/tenant/k"), 0)
+            self.assertEqual(self.store.is_exist("py/tenant/k"), 0)  # default tenant
+            self.assertEqual(a.remove("py/tenant/k", True), 0)
+        finally:
+            a.close()
+            b.close()
+
+    def test_gpu_like_memory_is_refused(self):
+        """The CUDA driver reserves device memory as PROT_NONE mappings in the
+        CPU's view; kvtier moves host memory only, so registering such a range
+        (or an unmapped one) is a clean -600, not a crash on first copy."""
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        size = 1 << 20
+        p = libc.mmap(None, size, 0, 0x22, -1, 0)  # PROT_NONE, MAP_PRIVATE|MAP_ANONYMOUS
+        self.assertNotIn(p, (None, ctypes.c_void_p(-1).value))
+        try:
+            self.assertEqual(self.store.register_buffer(p, size), INVALID_PARAMS)
+            self.assertEqual(self.store.put_from("py/gpu", p, size), INVALID_PARAMS)
+            self.assertEqual(self.store.register_buffer(4096, 4096), INVALID_PARAMS)  # unmapped
+        finally:
+            libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+            libc.munmap(p, size)
+
     def test_bad_buffers_are_clean_errors(self):
         s = self.store
         src = np.random.randint(0, 255, 1 << 16, dtype=np.uint8)
