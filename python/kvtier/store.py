@@ -73,19 +73,11 @@ def _cfg(config):
 
 class BufferHandle:
     """An object read by get_buffer(): memory this package owns, freed when
-    the handle is garbage collected. ptr(), size() and len() as Mooncake's;
-    numpy views it without a copy (np.asarray(handle)) through
-    __array_interface__, and memoryview() gives a byte view."""
-
-    def __init__(self, ptr, size):
-        self._ptr = ptr
-        self._size = size
-        self.__array_interface__ = {
-            "shape": (size,),
-            "typestr": "|u1",
-            "data": (ptr, False),
-            "version": 3,
-        }
+    the handle and every view of it are gone. As Mooncake's BufferHandle it
+    has ptr(), size() and len(), and it exports the buffer protocol, so
+    memoryview(handle), numpy.asarray(handle) and torch.frombuffer(handle)
+    view it without a copy. (Each handle is an instance of a ctypes byte
+    array type of its size, which is what gives it the buffer protocol.)"""
 
     def ptr(self):
         return self._ptr
@@ -93,19 +85,30 @@ class BufferHandle:
     def size(self):
         return self._size
 
-    def __len__(self):
-        return self._size
-
-    def memoryview(self):
-        return memoryview((ctypes.c_ubyte * self._size).from_address(self._ptr)).cast("B")
-
     def tobytes(self):
         return ctypes.string_at(self._ptr, self._size)
 
     def __del__(self):
-        if self._ptr:
-            _lib.lib().kvtier_free(self._ptr)
-            self._ptr = 0
+        ptr, self._ptr = getattr(self, "_ptr", 0), 0
+        if ptr:
+            _lib.lib().kvtier_free(ptr)
+
+
+_handle_types = {}
+_handle_types_lock = threading.Lock()
+
+
+def _buffer_handle(ptr, size):
+    """A BufferHandle over size bytes at ptr (memory from kvtier_store_get_alloc)."""
+    with _handle_types_lock:
+        t = _handle_types.get(size)
+        if t is None:
+            t = type("BufferHandle", (ctypes.c_ubyte * size, BufferHandle), {})
+            if len(_handle_types) < 4096:  # object sizes repeat (chunk sizes)
+                _handle_types[size] = t
+    h = t.from_address(ptr) if size else t()
+    h._ptr, h._size = ptr, size
+    return h
 
 
 def _size(v):
@@ -249,6 +252,13 @@ class MooncakeDistributedStore:
         cfg, cfg_keep = _cfg(config)
         return self._lib.mooncake_store_put(self._h, key.encode(), ptr, n, cfg)
 
+    def put_parts(self, key, *parts, config=None):
+        """Stores the concatenation of parts (bytes-like objects) under key;
+        LMCache stores its metadata header and the KV bytes this way."""
+        if len(parts) == 1:
+            return self.put(key, parts[0], config)
+        return self.put(key, b"".join(memoryview(p).cast("B") for p in parts), config)
+
     def put_batch(self, keys, values, config=None):
         """Stores values[i] under keys[i]; 0 when every put succeeded, else the
         first failure's code."""
@@ -332,7 +342,7 @@ class MooncakeDistributedStore:
         n = self._lib.kvtier_store_get_alloc(self._h, key.encode(), ctypes.byref(out))
         if n < 0:
             return None
-        return BufferHandle(out.value or 0, n)
+        return _buffer_handle(out.value or 0, n)
 
     def get(self, key):
         h = self.get_buffer(key)
@@ -353,7 +363,7 @@ class MooncakeDistributedStore:
         rc = self._lib.kvtier_store_batch_get_alloc(self._h, _keys(keys), n, outs, res)
         if rc != 0:
             return [(None, rc)] * n
-        return [(BufferHandle(outs[i] or 0, res[i]) if res[i] >= 0 else None, res[i]) for i in range(n)]
+        return [(_buffer_handle(outs[i] or 0, res[i]) if res[i] >= 0 else None, res[i]) for i in range(n)]
 
     def get_batch(self, keys):
         return [h.tobytes() if h is not None else b"" for h in self.batch_get_buffer(keys)]

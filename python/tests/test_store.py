@@ -96,10 +96,21 @@ class StoreTest(unittest.TestCase):
         self.assertEqual(s.put_batch(keys, vals), 0)
         self.assertEqual(s.get_batch(keys + ["py/batch/none"]), vals + [b""])
         h = s.get_buffer(keys[2])
-        self.assertEqual(len(h), len(vals[2]))
-        self.assertEqual(np.asarray(h).tobytes(), vals[2])  # a view, no copy
-        self.assertEqual(bytes(h.memoryview()), vals[2])
+        self.assertEqual((len(h), h.size()), (len(vals[2]), len(vals[2])))
+        self.assertIsInstance(h, kvtier.BufferHandle)
+        self.assertEqual(np.asarray(h).tobytes(), vals[2])  # views, no copy
+        self.assertEqual(bytes(memoryview(h)), vals[2])
+        self.assertEqual(memoryview(h).nbytes, len(vals[2]))
+        self.assertTrue(torch.equal(torch.frombuffer(h, dtype=torch.uint8), torch.tensor(list(vals[2]), dtype=torch.uint8)))
+        self.assertEqual(ctypes.string_at(h.ptr(), 4), vals[2][:4])
         self.assertIsNone(s.get_buffer("py/batch/none"))
+        # LMCache's connector: a header and the KV bytes with put_parts, read
+        # back through memoryview(get_buffer(...)).
+        header, kv = b"H" * 28, torch.randn(64, 32).numpy()
+        self.assertEqual(s.put_parts("py/parts", header, kv), 0)
+        view = memoryview(s.get_buffer("py/parts"))
+        self.assertEqual(bytes(view[:28]), header)
+        self.assertTrue(np.array_equal(np.frombuffer(view[28:], dtype=np.float32).reshape(64, 32), kv))
         arr = np.arange(4096, dtype=np.int16)
         self.assertEqual(s.put("py/numpy", arr), 0)
         self.assertTrue(np.array_equal(np.frombuffer(s.get("py/numpy"), dtype=np.int16), arr))
