@@ -11,11 +11,13 @@ The package is ctypes over libkvtier.so, the C library `make build` builds
 `pip install ./python`, or named by KVTIER_LIB). Nothing is compiled at
 install time.
 
-Code written for Mooncake Store runs unchanged after
-kvtier.install_as_mooncake(), which makes `from mooncake.store import
-MooncakeDistributedStore` resolve to this package.
+Code written for Mooncake Store runs unchanged against kvtier in one of two
+opt-in ways: kvtier.install_as_mooncake() in this process (before the code
+imports mooncake.store), or PYTHONPATH=$(python3 -c 'import kvtier;
+print(kvtier.mooncake_path())') for an engine and every process it spawns.
 """
 
+import os
 import sys
 import types
 
@@ -29,7 +31,15 @@ __all__ = [
     "error_name",
     "install_as_mooncake",
     "library_path",
+    "mooncake_path",
 ]
+
+
+def mooncake_path():
+    """A directory that, put on PYTHONPATH (or sys.path), makes `import
+    mooncake.store` load kvtier's classes, in this process and in every
+    process it starts with that environment (vLLM and SGLang workers)."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "mooncake_shim")
 
 
 def install_as_mooncake(force=False):

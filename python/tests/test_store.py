@@ -390,6 +390,27 @@ class StoreTest(unittest.TestCase):
         self.assertEqual(self.store.get("py/alias"), b"via mooncake.store")
         m.close()
 
+    def test_mooncake_path_for_spawned_processes(self):
+        """An engine's worker processes import mooncake.store themselves:
+        with kvtier.mooncake_path() on PYTHONPATH they get kvtier."""
+        import subprocess
+
+        code = (
+            "from mooncake.store import MooncakeDistributedStore, ReplicateConfig\n"
+            "import kvtier, os\n"
+            "assert MooncakeDistributedStore is kvtier.MooncakeDistributedStore\n"
+            "s = MooncakeDistributedStore()\n"
+            "assert s.setup('localhost', 'P2PHANDSHAKE', 0, 0, 'tcp', '', os.environ['KVTIER_MASTER']) == 0\n"
+            "assert s.put('py/spawned', b'from a worker') == 0\n"
+            "print('ok')\n"
+        )
+        here = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([kvtier.mooncake_path(), here]))
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.strip(), "ok")
+        self.assertEqual(self.store.get("py/spawned"), b"from a worker")
+
     def test_error_names(self):
         self.assertEqual(kvtier.error_name(-704), "OBJECT_NOT_FOUND")
         self.assertEqual(kvtier.error_name(-200), "NO_AVAILABLE_HANDLE")
