@@ -164,6 +164,54 @@ int main(int argc, char **argv) {
     EQ("batch_get_into_missing", gr[2], MOONCAKE_ERROR_OBJECT_NOT_FOUND);
     CHECK("batch_get_into_bytes", memcmp(src, dst, 2 * BLK) == 0);
 
+    // kvtier extensions: unregistered batch put, reads into memory the
+    // library allocates, multi-buffer batches, batch remove.
+    const char *xkeys[2] = {"c/ext/0", "c/ext/1"};
+    const void *xvals[2] = {"first value", "second"};
+    size_t xsizes[2] = {11, 6};
+    int xr[2];
+    EQ("kvtier_batch_put", kvtier_store_batch_put(store, xkeys, xvals, xsizes, 2, NULL, xr), 0);
+    CHECK("kvtier_batch_put_results", xr[0] == 0 && xr[1] == 0);
+    void *got = NULL;
+    EQ("kvtier_get_alloc", kvtier_store_get_alloc(store, "c/ext/0", &got), 11);
+    CHECK("kvtier_get_alloc_bytes", got != NULL && memcmp(got, "first value", 11) == 0);
+    kvtier_free(got);
+    EQ("kvtier_get_alloc_missing", kvtier_store_get_alloc(store, "c/ext/none", &got), MOONCAKE_ERROR_OBJECT_NOT_FOUND);
+    CHECK("kvtier_get_alloc_missing_null", got == NULL);
+    void *outs[2];
+    int64_t ar[2];
+    const char *akeys[2] = {"c/ext/1", "c/ext/none"};
+    EQ("kvtier_batch_get_alloc", kvtier_store_batch_get_alloc(store, akeys, 2, outs, ar), 0);
+    CHECK("kvtier_batch_get_alloc_results", ar[0] == 6 && memcmp(outs[0], "second", 6) == 0 &&
+          ar[1] == MOONCAKE_ERROR_OBJECT_NOT_FOUND && outs[1] == NULL);
+    kvtier_free(outs[0]);
+    // One key from three registered parts, read back into two.
+    const char *mkeys[1] = {"c/ext/multi"};
+    size_t mcounts[1] = {3};
+    void *mptrs[3] = {src, src + 3 * BLK, src + 100};
+    size_t msizes[3] = {1000, 2000, 3000};
+    int mr[1];
+    EQ("kvtier_batch_put_multi", kvtier_store_batch_put_multi(store, mkeys, 1, mcounts, mptrs, msizes, NULL, mr), 0);
+    EQ("kvtier_batch_put_multi_0", mr[0], 0);
+    memset(dst, 0, 8192);
+    size_t gcounts[1] = {2};
+    void *gptrs[2] = {dst, dst + 4096};
+    size_t gsz[2] = {4096, 4096};
+    int64_t mgr[1];
+    EQ("kvtier_batch_get_multi", kvtier_store_batch_get_multi(store, mkeys, 1, gcounts, gptrs, gsz, mgr), 0);
+    EQ("kvtier_batch_get_multi_0", mgr[0], 6000);
+    CHECK("kvtier_batch_get_multi_bytes", memcmp(dst, src, 1000) == 0 && memcmp(dst + 1000, src + 3 * BLK, 2000) == 0 &&
+          memcmp(dst + 3000, src + 100, 1096) == 0 && memcmp(dst + 4096, src + 100 + 1096, 1904) == 0);
+    size_t small[2] = {1000, 1000};
+    EQ("kvtier_batch_get_multi_small", kvtier_store_batch_get_multi(store, mkeys, 1, gcounts, gptrs, small, mgr), 0);
+    EQ("kvtier_batch_get_multi_small_0", mgr[0], MOONCAKE_ERROR_INVALID_PARAMS);
+    const char *rkeys[3] = {"c/ext/0", "c/ext/1", "c/ext/none"};
+    int rr[3];
+    EQ("kvtier_batch_remove", kvtier_store_batch_remove(store, rkeys, 3, 1, rr), 0);
+    CHECK("kvtier_batch_remove_results", rr[0] == 0 && rr[1] == 0 && rr[2] == MOONCAKE_ERROR_OBJECT_NOT_FOUND);
+    EQ("kvtier_set_tenant_after_setup", kvtier_store_set_tenant(store, "other"), MOONCAKE_ERROR_INVALID_PARAMS);
+    CHECK("error_name", strcmp(kvtier_error_name(-706), "OBJECT_HAS_LEASE") == 0);
+
     // Many threads on one handle.
     enum { T = 4 };
     pthread_t th[T];
@@ -187,7 +235,7 @@ int main(int argc, char **argv) {
     EQ("remove_by_regex", mooncake_store_remove_by_regex(store, "^c/thread-0/", 1), 40);
     EQ("remove_by_regex_bad", mooncake_store_remove_by_regex(store, "([", 1), MOONCAKE_ERROR_INVALID_PARAMS);
     int64_t all = mooncake_store_remove_all(store, 1);
-    CHECK("remove_all", all >= 3 * 40 + 4);
+    CHECK("remove_all", all >= 3 * 40 + 5);
     EQ("is_exist_after_remove_all", mooncake_store_is_exist(store, "c/hello"), 0);
 
     EQ("unregister", mooncake_store_unregister_buffer(store, src), 0);
