@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,43 +24,53 @@ import (
 
 // The tests drive the real library the way its users do: a shared object
 // built with -buildmode=c-shared, loaded by a C program (gcc) and by Python
-// (ctypes), against a real `kvtier standalone` process.
+// (ctypes), against a real `kvtier standalone` process. The binaries are
+// built once per run, when a test first needs them (fuzz workers and the
+// pure-Go tests never do).
 var (
-	binDir  string // kvtier and libkvtier.so, built once per run
-	repoDir string
+	repoDir   string
+	buildOnce sync.Once
+	binDir    string // kvtier and libkvtier.so
+	buildErr  error
 )
 
 func TestMain(m *testing.M) {
-	code, err := setupBinaries(m)
+	wd, err := os.Getwd()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	repoDir = filepath.Dir(wd)
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
 	os.Exit(code)
 }
 
-func setupBinaries(m *testing.M) (int, error) {
-	wd, err := os.Getwd()
-	if err != nil {
-		return 0, err
-	}
-	repoDir = filepath.Dir(wd)
-	binDir, err = os.MkdirTemp("", "kvtier-capi-")
-	if err != nil {
-		return 0, err
-	}
-	defer os.RemoveAll(binDir)
-	for _, args := range [][]string{
-		{"build", "-o", filepath.Join(binDir, "kvtier"), "github.com/kvtier/kvtier/cmd/kvtier"},
-		{"build", "-buildmode=c-shared", "-o", filepath.Join(binDir, "libkvtier.so"), "github.com/kvtier/kvtier/capi"},
-	} {
-		cmd := exec.Command("go", args...)
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			return 0, fmt.Errorf("go %s: %v", strings.Join(args, " "), err)
+// binaries builds bin/kvtier and libkvtier.so into a temporary directory
+// (once) and returns it.
+func binaries(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "kvtier-capi-")
+		if buildErr != nil {
+			return
 		}
+		for _, args := range [][]string{
+			{"build", "-o", filepath.Join(binDir, "kvtier"), "github.com/kvtier/kvtier/cmd/kvtier"},
+			{"build", "-buildmode=c-shared", "-o", filepath.Join(binDir, "libkvtier.so"), "github.com/kvtier/kvtier/capi"},
+		} {
+			if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+				return
+			}
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
 	}
-	return m.Run(), nil
+	return binDir
 }
 
 var listening = regexp.MustCompile(`listening grpc=(\S+)`)
@@ -68,7 +79,7 @@ var listening = regexp.MustCompile(`listening grpc=(\S+)`)
 // only, offload off) and returns its gRPC address.
 func startStandalone(t testing.TB, dram string) string {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(binDir, "kvtier"), "standalone", "--grpc-addr", "127.0.0.1:0",
+	cmd := exec.Command(filepath.Join(binaries(t), "kvtier"), "standalone", "--grpc-addr", "127.0.0.1:0",
 		"--http-addr", "127.0.0.1:0", "--dram", dram, "--hugepages", "off", "--ssd-dir", "",
 		"--offload", "off", "--lease-ttl", "5s")
 	out, err := cmd.StdoutPipe()
@@ -173,6 +184,7 @@ func TestCProgram(t *testing.T) {
 		t.Skip("gcc not found: the C test program cannot be built (CI installs gcc)")
 	}
 	addr := startStandalone(t, "256MiB")
+	binDir := binaries(t)
 	prog := filepath.Join(t.TempDir(), "store_test")
 	build := exec.Command(cc, "-std=c11", "-Wall", "-Werror", "-O1", "-o", prog, "test/store_test.c",
 		"-I.", "-L"+binDir, "-lkvtier", "-lpthread", "-Wl,-rpath,"+binDir)
@@ -209,8 +221,8 @@ func python() (string, string) {
 	return "", why
 }
 
-func pythonEnv(addr string) []string {
-	return append(os.Environ(), "KVTIER_MASTER="+addr, "KVTIER_LIB="+filepath.Join(binDir, "libkvtier.so"),
+func pythonEnv(t testing.TB, addr string) []string {
+	return append(os.Environ(), "KVTIER_MASTER="+addr, "KVTIER_LIB="+filepath.Join(binaries(t), "libkvtier.so"),
 		"PYTHONPATH="+filepath.Join(repoDir, "python"), "PYTHONDONTWRITEBYTECODE=1")
 }
 
@@ -222,7 +234,7 @@ func TestPython(t *testing.T) {
 	}
 	addr := startStandalone(t, "256MiB")
 	cmd := exec.Command(py, "-m", "unittest", "discover", "-v", "-s", filepath.Join(repoDir, "python", "tests"), "-p", "test_*.py")
-	cmd.Env = pythonEnv(addr)
+	cmd.Env = pythonEnv(t, addr)
 	out, err := cmd.CombinedOutput()
 	t.Logf("python -m unittest:\n%s", out)
 	if err != nil {
@@ -247,7 +259,7 @@ func TestPythonCheckout(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(root, "bin"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("cp", filepath.Join(binDir, "libkvtier.so"), filepath.Join(root, "bin")).CombinedOutput(); err != nil {
+	if out, err := exec.Command("cp", filepath.Join(binaries(t), "libkvtier.so"), filepath.Join(root, "bin")).CombinedOutput(); err != nil {
 		t.Fatalf("cp: %v %s", err, out)
 	}
 	check := exec.Command(py, "-c", "import kvtier; print(kvtier.library_path()); print(kvtier.error_name(-200))")
@@ -293,7 +305,7 @@ func TestPythonPackage(t *testing.T) {
 		t.Fatalf("cp: %v %s", err, out)
 	}
 	install := exec.Command(py, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps", "--target", target, src)
-	install.Env = append(os.Environ(), "KVTIER_LIB="+filepath.Join(binDir, "libkvtier.so"), "PIP_DISABLE_PIP_VERSION_CHECK=1")
+	install.Env = append(os.Environ(), "KVTIER_LIB="+filepath.Join(binaries(t), "libkvtier.so"), "PIP_DISABLE_PIP_VERSION_CHECK=1")
 	if out, err := install.CombinedOutput(); err != nil {
 		t.Fatalf("pip install: %v\n%s", err, out)
 	}
@@ -388,7 +400,7 @@ func BenchmarkPythonVsGoSDK(b *testing.B) {
 			}
 			cmd := exec.Command(py, filepath.Join(repoDir, "python", "tests", "bench_batch.py"), addr,
 				"--block", strconv.Itoa(block), "--batch", strconv.Itoa(batch), "--rounds", strconv.Itoa(rounds))
-			cmd.Env = pythonEnv(addr)
+			cmd.Env = pythonEnv(b, addr)
 			out, err := cmd.Output()
 			if err != nil {
 				b.Fatalf("bench_batch.py: %v\n%s", err, out)

@@ -7,6 +7,12 @@ OBJECT_NOT_FOUND; -706 OBJECT_HAS_LEASE; -600 INVALID_PARAMS for a buffer that
 is not registered or too small). get() and get_batch() answer b"" for a key
 they cannot read, as Mooncake's do.
 
+The library is loaded when the first MooncakeDistributedStore is created,
+not at import: it runs Go's runtime, which does not survive fork(), so a
+process that forks workers (vLLM, SGLang) should create stores in the workers,
+as those engines do. Environment it reads (KVTIER_MASTER for init_all) is
+read when it loads.
+
 Every call goes through ctypes.CDLL, which releases the GIL for the whole
 call: transfers from several threads run in parallel. The zero-copy calls
 (put_from, get_into and their batch forms) move bytes straight between the

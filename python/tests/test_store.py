@@ -365,6 +365,17 @@ class StoreTest(unittest.TestCase):
             s.remove_by_regex("^py/full/", True)
             s.unregister_buffer(src.ctypes.data)
 
+    def test_init_all(self):
+        # Mooncake's defaults; the master comes from KVTIER_MASTER (read when
+        # the library loads), as there is no address argument.
+        s = MooncakeDistributedStore()
+        try:
+            self.assertEqual(s.init_all("tcp", "", 0), 0)
+            self.assertEqual(s.health_check(), 0)
+            self.assertEqual(s.init_all("tcp", "", 0), INVALID_PARAMS)  # already set up
+        finally:
+            s.close()
+
     def test_close_and_errors_without_setup(self):
         s = MooncakeDistributedStore()
         self.assertEqual(s.put("k", b"v"), INVALID_PARAMS)  # not set up
