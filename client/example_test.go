@@ -197,3 +197,41 @@ func ExampleClient_BatchExist() {
 	// Output:
 	// [true false] <nil>
 }
+
+func ExampleClient_GetWith() {
+	ctx := context.Background()
+	c := connect(ctx)
+	defer c.Close()
+
+	if err := c.Put(ctx, "example/getwith/block-0001", []byte("sized after the fact")); err != nil {
+		panic(err)
+	}
+	// GetWith asks for a buffer once the object's size is known: the
+	// bytes land in memory the caller manages (a pool, C memory), no copy.
+	pool := make([]byte, 1<<10)
+	n, err := c.GetWith(ctx, "example/getwith/block-0001", func(size uint64) ([]byte, error) {
+		return pool[:size], nil
+	})
+	fmt.Printf("%d %v %s\n", n, err, pool[:n])
+	// Output:
+	// 20 <nil> sized after the fact
+}
+
+func ExampleClient_RemoveByRegex() {
+	ctx := context.Background()
+	c := connect(ctx)
+	defer c.Close()
+
+	for _, k := range []string{"example/rm/model-a/0", "example/rm/model-a/1", "example/rm/model-b/0"} {
+		if err := c.Put(ctx, k, []byte("x")); err != nil {
+			panic(err)
+		}
+	}
+	n, err := c.RemoveByRegex(ctx, "^example/rm/model-a/", false)
+	fmt.Println(n, err)
+	left, _ := c.BatchExist(ctx, []string{"example/rm/model-a/0", "example/rm/model-b/0"})
+	fmt.Println(left)
+	// Output:
+	// 2 <nil>
+	// [false true]
+}
