@@ -8,6 +8,13 @@ all: build
 
 build:
 	$(GO) build -o bin/kvtier ./cmd/kvtier
+	@# The C library (and with it the Python package python/kvtier) needs a C
+	@# compiler for cgo; without one the binary is still built.
+	@if command -v $${CC:-gcc} >/dev/null 2>&1; then \
+		echo "$(GO) build -buildmode=c-shared -o bin/libkvtier.so ./capi"; \
+		$(GO) build -buildmode=c-shared -o bin/libkvtier.so ./capi && \
+		rm -f bin/libkvtier.h && cp capi/kvtier_store.h bin/kvtier_store.h; \
+	else echo "no C compiler ($${CC:-gcc}): skipping bin/libkvtier.so"; fi
 
 # One command for a working appliance: master + appliance in one process, web UI on loopback.
 run: build
