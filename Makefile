@@ -13,6 +13,13 @@ all: build
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/kvtier ./cmd/kvtier
+	@# The C library (and with it the Python package python/kvtier) needs a C
+	@# compiler for cgo; without one the binary is still built.
+	@if command -v $${CC:-gcc} >/dev/null 2>&1; then \
+		echo "$(GO) build -buildmode=c-shared -o bin/libkvtier.so ./capi"; \
+		$(GO) build -ldflags "$(LDFLAGS)" -buildmode=c-shared -o bin/libkvtier.so ./capi && \
+		rm -f bin/libkvtier.h && cp capi/kvtier_store.h bin/kvtier_store.h; \
+	else echo "no C compiler ($${CC:-gcc}): skipping bin/libkvtier.so"; fi
 
 # One command for a working appliance: master + appliance in one process, web UI on loopback.
 # Flags through ARGS, another verb through CMD: make run ARGS="--dram 1GiB"; make run CMD=doctor ARGS=--json
@@ -38,7 +45,8 @@ dist:
 	fi
 	@if [ -d python ]; then \
 		mkdir -p $(DIST_DIR)/python && \
-		tar -C python --exclude=__pycache__ --exclude='*.pyc' -cf - . | tar -C $(DIST_DIR)/python -xf -; \
+		tar -C python --exclude=__pycache__ --exclude='*.pyc' --exclude=build --exclude='*.egg-info' -cf - . | tar -C $(DIST_DIR)/python -xf - && \
+		if [ -f $(DIST_DIR)/lib/libkvtier.so ]; then cp $(DIST_DIR)/lib/libkvtier.so $(DIST_DIR)/python/kvtier/; fi; \
 	fi
 	mkdir -p $(DIST_DIR)/systemd $(DIST_DIR)/grafana
 	cp deploy/systemd/kvtier.service $(DIST_DIR)/systemd/

@@ -106,7 +106,10 @@ func (f *applianceFlags) register(cmd *cobra.Command, standalone bool) {
 	host, _ := os.Hostname()
 	f.dramSize = 256 << 20
 	f.ssdCapacity = 1 << 30
-	fs.StringVar(&f.name, "name", host, "appliance name (node identity; keep it stable across restarts so SSD data is re-registered)")
+	fs.StringVar(&f.name, "name", "", "appliance name (node identity). Default: unique per host and stable across restarts: "+
+		host+"-<6 hex digits of the SSD directory's id (<ssd-dir>/appliance-id)>; without --ssd-dir, "+host+"-p<port> for a fixed "+
+		"--data-addr port, else "+host+"-<random>. A restart under the same name takes over at once with the same SSD directory, "+
+		"else once the old process has been silent 3s; a second live appliance under a taken name is refused and exits non-zero")
 	if !standalone {
 		fs.StringVar(&f.master, "master", envOr("KVTIER_MASTER", "127.0.0.1:7070"), "master gRPC address (or KVTIER_MASTER)")
 	}
@@ -355,9 +358,6 @@ func newApplianceCmd() *cobra.Command {
 			}
 			if err := f.validateDRAM(); err != nil {
 				return err
-			}
-			if f.name == "" { // an empty name in a config file means the default
-				f.name, _ = os.Hostname()
 			}
 			ctx, cancel := signalContext()
 			defer cancel()

@@ -186,7 +186,7 @@ func reportTierConflicts(ctx context.Context, cmd *cobra.Command, f *applianceFl
 	}
 	for _, c := range conflicts {
 		msg := "tier setting conflict: " + c + "; the cluster's setting applies (change it for every appliance with: kvtier tiers set ...)"
-		log.Warn(msg, "appliance", f.name)
+		log.Warn(msg, "appliance", a.Name())
 		fmt.Fprintln(os.Stderr, "kvtier: warning:", msg)
 	}
 }
