@@ -517,10 +517,23 @@ func TestMakeDistFromCleanClone(t *testing.T) {
 			t.Errorf("tarball lacks %s", f)
 		}
 	}
-	for _, sub := range []string{"capi", "python"} {
-		if _, err := os.Stat(filepath.Join(clone, sub)); err == nil && sub == "python" {
-			if _, err := os.Stat(filepath.Join(dirs[0], "python")); err != nil {
-				t.Errorf("the tree has python/ but the tarball does not")
+	// The C library and the Python package come along when the tree has them.
+	_, gccErr := exec.LookPath("gcc")
+	if _, err := os.Stat(filepath.Join(clone, "capi")); err == nil && gccErr == nil {
+		if _, err := os.Stat(filepath.Join(dirs[0], "lib", "libkvtier.so")); err != nil {
+			t.Errorf("the tree has capi/ but the tarball has no lib/libkvtier.so")
+		}
+		if _, err := os.Stat(filepath.Join(dirs[0], "include", "kvtier_store.h")); err != nil {
+			t.Errorf("the tarball has no include/kvtier_store.h")
+		}
+	}
+	if _, err := os.Stat(filepath.Join(clone, "python")); err == nil {
+		if _, err := os.Stat(filepath.Join(dirs[0], "python", "kvtier", "__init__.py")); err != nil {
+			t.Errorf("the tree has python/ but the tarball does not")
+		}
+		if gccErr == nil {
+			if _, err := os.Stat(filepath.Join(dirs[0], "python", "kvtier", "libkvtier.so")); err != nil {
+				t.Errorf("the tarball's python/kvtier lacks libkvtier.so")
 			}
 		}
 	}
