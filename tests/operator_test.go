@@ -323,6 +323,22 @@ func TestAdminVerbs(t *testing.T) {
 	}
 	_, e, c = kv(t, nil, "put", "after-undrain", val, "--master", p.addrs["grpc"])
 	wantExit(t, "put after undrain", c, 0, e)
+
+	// A drain that ran its course unmounts the segment and heartbeats leave
+	// it unmounted; undrain lets the next heartbeat mount it again.
+	_, e, c = kv(t, nil, "appliance", "drain", "op-box", "--grace", "50ms", "--token-file", tok, h)
+	wantExit(t, "short drain", c, 0, e)
+	eventually(t, 10*time.Second, "the drained segment unmounted", func() bool { return segState() == "absent" })
+	time.Sleep(1500 * time.Millisecond) // a heartbeat or more
+	if s := segState(); s != "absent" {
+		t.Fatalf("a heartbeat remounted a drained segment: %s", s)
+	}
+	o, e, c = kv(t, nil, "appliance", "undrain", "op-box", "--token-file", tok, h)
+	wantExit(t, "undrain after unmount", c, 0, e)
+	if !strings.Contains(o, "op-box/mem0") {
+		t.Errorf("undrain after unmount: %s", o)
+	}
+	eventually(t, 15*time.Second, "the segment remounted by a heartbeat", func() bool { return segState() == "mounted" })
 }
 
 // TestHTTPSurfaceOfTheBinary: unknown paths are 404, HEAD works, version and
