@@ -41,6 +41,11 @@ type Config struct {
 	HeartbeatInterval time.Duration // default 1s
 	RPCTimeout        time.Duration // per master call; default 10s
 
+	// OneShot is a caller that lives for one command (the CLI verbs): it
+	// never heartbeats, so the master never lists it as a node, and its
+	// exit raises no grace or gone events. It cannot serve segments.
+	OneShot bool
+
 	// GlobalSegmentSize > 0 maps that much memory and mounts it as MEMORY
 	// segments of SegmentSize each (default: one segment).
 	GlobalSegmentSize uint64
@@ -110,6 +115,9 @@ func (c *Config) Validate() error {
 		if _, _, err := net.SplitHostPort(strings.TrimSpace(a)); err != nil {
 			return kverr.New(kverr.InvalidParams, "", "client: master address %q: %v", a, err)
 		}
+	}
+	if c.OneShot && c.GlobalSegmentSize > 0 {
+		return kverr.New(kverr.InvalidParams, "", "client: a one-shot client cannot serve a global segment (it never heartbeats)")
 	}
 	if c.HeartbeatInterval < 0 || c.RPCTimeout < 0 || c.LeaseCacheMargin < 0 {
 		return kverr.New(kverr.InvalidParams, "", "client: negative interval")
@@ -185,6 +193,7 @@ type Client struct {
 	stop     context.CancelFunc
 	done     chan struct{}
 	closeOne sync.Once
+	stopOne  sync.Once
 }
 
 // New connects to the master, maps and mounts this client's own memory when
@@ -223,6 +232,9 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if err := c.setup(ctx); err != nil {
 		c.release()
 		return nil, err
+	}
+	if cfg.OneShot {
+		return c, nil
 	}
 	hbCtx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
@@ -412,7 +424,8 @@ func (c *Client) heartbeatLoop(ctx context.Context) {
 // retries, and the master's grace state covers short outages.
 func (c *Client) Heartbeat(ctx context.Context) {
 	c.mu.Lock()
-	req := &kvtierpb.HeartbeatRequest{ClientId: c.cfg.ClientID, Endpoint: c.endpoint}
+	req := &kvtierpb.HeartbeatRequest{ClientId: c.cfg.ClientID, Endpoint: c.endpoint,
+		HeartbeatIntervalMs: uint32(min(c.cfg.HeartbeatInterval.Milliseconds(), math.MaxUint32))}
 	for _, s := range c.segments {
 		req.Segments = append(req.Segments, s)
 	}
@@ -435,16 +448,40 @@ func (c *Client) Heartbeat(ctx context.Context) {
 	}
 }
 
+// stopHeartbeats ends the heartbeat goroutine and waits for it.
+func (c *Client) stopHeartbeats() {
+	c.stopOne.Do(func() {
+		if c.stop != nil {
+			c.stop()
+			<-c.done
+		}
+	})
+}
+
+// Leave stops heartbeating and sends one last beat saying this node is
+// shutting down, so the master stops handing out its replicas at once
+// rather than after the silence. The master keeps them (a restart under
+// the same name serves them again). Close still has to be called.
+func (c *Client) Leave(ctx context.Context) error {
+	if c.cfg.OneShot {
+		return nil
+	}
+	c.stopHeartbeats()
+	req := &kvtierpb.HeartbeatRequest{ClientId: c.cfg.ClientID, Endpoint: c.endpoint, Leaving: true,
+		HeartbeatIntervalMs: uint32(min(c.cfg.HeartbeatInterval.Milliseconds(), math.MaxUint32))}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout)
+	defer cancel()
+	_, err := c.master.Heartbeat(ctx, req)
+	return kverr.FromGRPC(err)
+}
+
 // Close stops heartbeating, unmounts this client's own segments and releases
 // its memory. It does not unmount segments added by an embedding appliance
 // unless they were mounted through ServeSegment.
 func (c *Client) Close() error {
 	var err error
 	c.closeOne.Do(func() {
-		if c.stop != nil {
-			c.stop()
-			<-c.done
-		}
+		c.stopHeartbeats()
 		if c.region != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RPCTimeout)
 			c.mu.Lock()

@@ -283,7 +283,8 @@ func settingsToPB(t TierSettings) *kvtierpb.TierSettings {
 }
 
 func (s *grpcServer) Heartbeat(ctx context.Context, r *kvtierpb.HeartbeatRequest) (*kvtierpb.HeartbeatResponse, error) {
-	req := HeartbeatRequest{Client: r.GetClientId(), Endpoint: r.GetEndpoint(), OffloadSlots: int(r.GetOffloadSlots())}
+	req := HeartbeatRequest{Client: r.GetClientId(), Endpoint: r.GetEndpoint(), OffloadSlots: int(r.GetOffloadSlots()),
+		Interval: time.Duration(r.GetHeartbeatIntervalMs()) * time.Millisecond, Leaving: r.GetLeaving(), Unhealthy: r.GetUnhealthy()}
 	for _, sg := range r.GetSegments() {
 		req.Segments = append(req.Segments, segmentFromPB(sg))
 	}
@@ -331,7 +332,7 @@ func (s *grpcServer) TakeOffload(r *kvtierpb.TakeOffloadRequest, stream grpc.Ser
 
 func (s *grpcServer) OffloadDone(ctx context.Context, r *kvtierpb.OffloadDoneRequest) (*kvtierpb.Empty, error) {
 	err := s.m.OffloadDone(ctx, OffloadResult{Client: r.GetClientId(), Tenant: r.GetTenant(), Key: string(r.GetKey()),
-		OK: r.GetOk(), Bucket: r.GetBucket(), Offset: r.GetOffset(), Length: r.GetLength(), Error: r.GetError()})
+		OK: r.GetOk(), Bucket: r.GetBucket(), Offset: r.GetOffset(), Length: r.GetLength(), Error: r.GetError(), Retry: r.GetRetry()})
 	return &kvtierpb.Empty{}, toGRPC(err)
 }
 
@@ -398,7 +399,7 @@ func (s *grpcServer) ListClients(ctx context.Context, _ *kvtierpb.Empty) (*kvtie
 	for _, c := range s.m.ListClients(ctx) {
 		out.Clients = append(out.Clients, &kvtierpb.ClientInfo{ClientId: c.ID, Endpoint: c.Endpoint, Segments: c.Segments,
 			LastHeartbeatMs: ms(c.LastHeartbeat), State: kvtierpb.ClientState(c.State), Disk: diskToPB(c.Disk),
-			Nvme: nvmeToPB(c.NVMe)})
+			Nvme: nvmeToPB(c.NVMe), Problems: c.Problems, Storage: c.Storage})
 	}
 	return out, nil
 }

@@ -111,6 +111,9 @@ type Tier struct {
 	// and eviction passes, for Close.
 	ops sync.WaitGroup
 	cm  committer // group commit (commit.go); has its own lock
+	// space is the file system's free space (space.go): its own lock for
+	// the statfs clock, Tier.mu for the limit.
+	space spaceWatch
 
 	mu sync.Mutex
 	// Fields below are guarded by mu. Add to ops only with mu held and
@@ -294,6 +297,7 @@ func (t *Tier) sealLocked(b *bucket) {
 // tier would pass its capacity.
 func (t *Tier) reserve(ctx context.Context, key string, need, rlen uint64) (*bucket, File, uint64, error) {
 	for tries := 0; ; {
+		t.refreshSpace(false) // the file system may hold less than Capacity (space.go)
 		t.mu.Lock()
 		if t.closed {
 			t.mu.Unlock()
@@ -313,8 +317,8 @@ func (t *Tier) reserve(ctx context.Context, key string, need, rlen uint64) (*buc
 			t.mu.Unlock() // evicting everything would not help
 			return nil, nil, 0, kverr.New(kverr.PayloadTooLarge, key, "ssd: %d bytes cannot fit a tier of %d bytes", whole, capacity)
 		}
-		if t.used+extra > t.capacity {
-			used, capacity := t.used, t.capacity
+		if eff := t.effectiveCapacityLocked(); t.used+extra > eff {
+			used, capacity := t.used, eff
 			t.mu.Unlock()
 			tries++
 			res, err := t.evict(ctx, extra)
@@ -324,7 +328,7 @@ func (t *Tier) reserve(ctx context.Context, key string, need, rlen uint64) (*buc
 			if (res.FreedBytes == 0 && !res.roomFree) || tries > 8 {
 				t.st.noSpace.Add(1)
 				return nil, nil, 0, kverr.New(kverr.NoAvailableHandle, key,
-					"ssd: tier full (%d of %d bytes used, %d needed) and eviction freed nothing: %s", used, capacity, extra, res.Reason)
+					"ssd: tier full (%d of %d bytes used%s, %d needed) and eviction freed nothing: %s", used, capacity, t.fsNote(capacity), extra, res.Reason)
 			}
 			continue
 		}
@@ -484,6 +488,7 @@ func (t *Tier) abortWrite(b *bucket, err error) {
 	t.sealLocked(b)
 	t.mu.Unlock()
 	if errors.Is(err, syscall.ENOSPC) {
+		t.refreshSpace(true) // another writer filled the disk: work to what is left
 		t.wake()
 	}
 }

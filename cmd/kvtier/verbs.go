@@ -33,13 +33,14 @@ func (f *clientFlags) register(cmd *cobra.Command) {
 }
 
 // run wraps a verb: it connects a pure caller (no segment, no listener) for
-// the verb's duration and hands it the client.
+// the verb's duration and hands it the client. The caller is one-shot: it
+// never heartbeats, so it is not listed as a node and leaves no events.
 func (f *clientFlags) run(verb func(ctx context.Context, c *client.Client, args []string) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
 		f.replicasSet = cmd.Flags().Changed("replicas")
 		ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 		defer cancel()
-		c, err := client.New(ctx, client.Config{MasterAddr: f.master, Tenant: f.tenant, HeartbeatInterval: time.Hour})
+		c, err := client.New(ctx, client.Config{MasterAddr: f.master, Tenant: f.tenant, OneShot: true})
 		if err != nil {
 			return err
 		}
