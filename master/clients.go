@@ -175,6 +175,11 @@ func (m *Master) Heartbeat(ctx context.Context, req HeartbeatRequest) (Heartbeat
 	}
 	c.mu.Lock()
 	c.lastBeat = now
+	if req.Leaving {
+		// A goodbye carries no figures: keep the last ones listed (the
+		// state says how old they are).
+		req.OffloadSlots, req.Disk, nvme, req.Unhealthy = 0, &c.disk, c.nvme, c.unhealthy
+	}
 	c.slots = req.OffloadSlots
 	if req.Disk != nil {
 		c.disk = *req.Disk

@@ -172,8 +172,8 @@ func TestNamingAndLabels(t *testing.T) {
 	}
 	unitless := map[string]bool{"kvtier_objects": true, "kvtier_master_up": true, "kvtier_master_leader": true,
 		"kvtier_tier_objects": true, "kvtier_segment_draining": true, "kvtier_clients": true, "kvtier_ssd_buckets": true,
-		"kvtier_ssd_quarantined_buckets": true, "kvtier_ssd_offload_queue": true}
-	allowed := map[string]bool{"tier": true, "segment": true, "op": true, "result": true}
+		"kvtier_ssd_quarantined_buckets": true, "kvtier_ssd_offload_queue": true, "kvtier_appliance_up": true}
+	allowed := map[string]bool{"tier": true, "segment": true, "op": true, "result": true, "appliance": true}
 	if len(fams) < 30 {
 		t.Fatalf("only %d metric families", len(fams))
 	}

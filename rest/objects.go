@@ -256,6 +256,9 @@ func (s *Server) getObjectData(c echo.Context) error {
 	if err := s.needDataPlane(); err != nil {
 		return err
 	}
+	if sp, ok := s.dp.(ObjectStreamer); ok {
+		return s.streamObject(c, sp, tenant, string(key))
+	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
 	v, err := s.dp.Get(ctx, tenant, string(key))

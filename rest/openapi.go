@@ -111,8 +111,9 @@ func schemas() map[string]any {
 		"misses": integer(), "used_fraction": num()})
 	return map[string]any{
 		"Error": obj(map[string]any{"code": map[string]any{"type": "string", "example": "OBJECT_NOT_FOUND"}, "message": str(), "status": integer()}),
-		"Ready": obj(map[string]any{"ready": boolean(), "reason": str(), "mounted_segments": integer(), "leader": boolean()}),
-		"Tier":  tier,
+		"Ready": obj(map[string]any{"ready": boolean(), "reason": str(), "mounted_segments": integer(), "leader": boolean(),
+			"degraded": boolean(), "reasons": arr(str())}),
+		"Tier": tier,
 		"Cluster": obj(map[string]any{"time": str(), "leader": boolean(), "objects": integer(), "heap_bytes": integer(),
 			"tiers": arr(ref("Tier")), "rates": map[string]any{"type": "object"}, "puts": map[string]any{"type": "object"},
 			"gets": map[string]any{"type": "object"}, "evictions": map[string]any{"type": "object"},

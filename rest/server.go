@@ -58,6 +58,10 @@ type Config struct {
 	KeepAlive time.Duration
 	// RequestTimeout bounds each control-plane call; 0 means 10 s.
 	RequestTimeout time.Duration
+	// DataWriteTimeout bounds the write of each chunk of an object's bytes
+	// (GET objects/{key}/data); a reader slower than that is cut off.
+	// 0 means DefaultDataWriteTimeout.
+	DataWriteTimeout time.Duration
 }
 
 // DefaultMaxPutBytes is the PUT body limit when Config.MaxPutBytes is 0.
@@ -70,6 +74,8 @@ func (c Config) Validate() error {
 		return kverr.New(kverr.InvalidParams, "", "rest: negative MaxPutBytes %d", c.MaxPutBytes)
 	case c.KeepAlive < 0:
 		return kverr.New(kverr.InvalidParams, "", "rest: negative KeepAlive %v", c.KeepAlive)
+	case c.DataWriteTimeout < 0:
+		return kverr.New(kverr.InvalidParams, "", "rest: negative DataWriteTimeout %v", c.DataWriteTimeout)
 	case c.RequestTimeout < 0:
 		return kverr.New(kverr.InvalidParams, "", "rest: negative RequestTimeout %v", c.RequestTimeout)
 	case strings.ContainsAny(c.Token, " \t\r\n"):
@@ -112,6 +118,9 @@ func New(cfg Config, ms kvtierpb.MasterServer, dp DataPlane) (*Server, error) {
 	}
 	if cfg.KeepAlive == 0 {
 		cfg.KeepAlive = 15 * time.Second
+	}
+	if cfg.DataWriteTimeout == 0 {
+		cfg.DataWriteTimeout = DefaultDataWriteTimeout
 	}
 	if cfg.RequestTimeout == 0 {
 		cfg.RequestTimeout = 10 * time.Second

@@ -495,7 +495,8 @@ func (t *Tier) abortWrite(b *bucket, err error) {
 
 // ReadExtent reads the object stored at (bucket, offset) into dst, whose
 // length must be the object's length, and verifies its CRC32C before
-// returning. On any error dst holds no object bytes (it is zeroed).
+// returning. A Block-aligned range inside one object is read too, without
+// a checksum (see readRange). On any error dst holds no object bytes (it is zeroed).
 // Unknown bucket or offset: OBJECT_NOT_FOUND; checksum mismatch:
 // CHECKSUM_MISMATCH; I/O error: FILE_READ_FAIL.
 func (t *Tier) ReadExtent(ctx context.Context, bucketID, offset uint64, dst []byte) error {
@@ -513,6 +514,13 @@ func (t *Tier) ReadExtent(ctx context.Context, bucketID, offset uint64, dst []by
 		return kverr.New(kverr.ObjectNotFound, "", "ssd: no bucket %d on this tier", bucketID)
 	}
 	e := b.extents[offset]
+	if e == nil || uint64(len(dst)) < e.Size {
+		// Part of an object: a ranged read (ranged.go), checked by the
+		// caller's checksum over the whole object.
+		if r := containingLocked(b, offset, uint64(len(dst))); r != nil {
+			return t.readRange(ctx, b, r, offset, dst)
+		}
+	}
 	if e == nil {
 		t.mu.Unlock()
 		return kverr.New(kverr.ObjectNotFound, "", "ssd: no object at bucket %d offset %d", bucketID, offset)
