@@ -21,6 +21,11 @@ func (e *Engine) Listen(addr string) (net.Addr, error) {
 	if err != nil {
 		return nil, kverr.New(kverr.TransferFail, "", "transfer: listen %s: %v", addr, err)
 	}
+	return e.serveListener(l)
+}
+
+// serveListener runs the accept loop on l (tests pass listeners that fail).
+func (e *Engine) serveListener(l net.Listener) (net.Addr, error) {
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
