@@ -1,11 +1,17 @@
 package ssd
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // SpaceFS is the optional capability of an FS that knows the real free
@@ -38,10 +44,24 @@ func (OSFS) Avail(dir string) (uint64, error) {
 const spaceRefresh = 100 * time.Millisecond
 
 // spaceHeadroom is what the tier leaves free on the file system: room for
-// a metadata commit and a data file's preallocation beyond its objects,
-// which statfs counts as used while Tier.used does not.
+// the metadata files' growth and a little slack. A data file's
+// preallocation needs none: allocate falls back to the object's own blocks
+// on ENOSPC.
 func (t *Tier) spaceHeadroom() uint64 {
-	return t.prealloc + 2*uint64(t.metaReserve) + 1<<20
+	return 2*uint64(t.metaReserve) + 1<<20
+}
+
+// preallocatedLocked is the space the data files hold past their reserved
+// objects (preallocated blocks): statfs counts it as used, Tier.used does
+// not, and new objects land in it. t.mu must be held.
+func (t *Tier) preallocatedLocked() uint64 {
+	var n uint64
+	for _, b := range t.buckets {
+		if a := b.allocSeen.Load(); a > b.reserved {
+			n += a - b.reserved
+		}
+	}
+	return n
 }
 
 // spaceWatch holds the file system's limit on the tier.
@@ -49,12 +69,23 @@ type spaceWatch struct {
 	mu      sync.Mutex
 	checked time.Time // guarded by mu: last statfs (zero: never)
 	// limit is the most Tier.used may reach on this file system: used at
-	// the last statfs plus the free space then, minus the headroom; only
-	// once measured. Both guarded by Tier.mu.
+	// the last statfs plus the free space and the data files' preallocated
+	// tails then, minus the headroom; only once measured. Both guarded by Tier.mu.
 	limit    uint64
 	measured bool
 	// lastErr is the last statfs failure, logged once per change.
 	lastErr string // guarded by mu
+	// bucketSize mirrors bucketSizeLocked for allocate, which preallocates
+	// no further than a bucket will grow (0: Config.BucketSize).
+	bucketSize atomic.Uint64
+}
+
+// bucket returns the bucket size allocate works to (def when unmeasured).
+func (w *spaceWatch) bucket(def uint64) uint64 {
+	if b := w.bucketSize.Load(); b > 0 {
+		return min(b, def)
+	}
+	return def
 }
 
 // refreshSpace updates the file-system limit when the last statfs is older
@@ -84,9 +115,10 @@ func (t *Tier) refreshSpace(force bool) {
 	}
 	head := t.spaceHeadroom()
 	t.mu.Lock()
-	limit := t.used + avail
+	limit := t.used + avail + t.preallocatedLocked()
 	limit -= min(limit, head)
 	t.space.limit, t.space.measured = limit, true
+	t.space.bucketSize.Store(t.bucketSizeLocked())
 	over := float64(t.used) > t.high*float64(t.effectiveCapacityLocked())
 	t.mu.Unlock()
 	if over {
@@ -112,4 +144,32 @@ func (t *Tier) fsNote(capacity uint64) string {
 		return fmt.Sprintf(": the file system of %s has room for only that much of the configured %d", t.dir, configured)
 	}
 	return ""
+}
+
+// minFSBucket is the smallest bucket size bucketSizeLocked picks.
+const minFSBucket = 1 << 20
+
+// bucketSizeLocked is the size at which the open bucket is sealed:
+// Config.BucketSize, or an eighth of what the file system holds when that
+// is less. A disk smaller than a few buckets would otherwise hold one
+// bucket, which cannot be evicted while it takes writes, and the tier could
+// free nothing when the disk fills up. t.mu must be held.
+func (t *Tier) bucketSizeLocked() uint64 {
+	if !t.space.measured || t.space.limit >= t.capacity {
+		return t.cfg.BucketSize
+	}
+	return min(t.cfg.BucketSize, max(t.space.limit/8/Block*Block, minFSBucket))
+}
+
+// evictForRoom reacts to a write that failed for want of disk space
+// (another writer filled the file system, or statfs was stale): it
+// re-reads the free space and evicts for need bytes. It reports whether
+// that freed room, so the caller may try again.
+func (t *Tier) evictForRoom(ctx context.Context, err error, need uint64) bool {
+	if !kverr.Is(err, kverr.NoAvailableHandle) && !errors.Is(err, syscall.ENOSPC) {
+		return false
+	}
+	t.refreshSpace(true)
+	res, eerr := t.evict(ctx, need)
+	return eerr == nil && (res.FreedBytes > 0 || res.roomFree)
 }

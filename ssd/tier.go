@@ -53,6 +53,9 @@ type bucket struct {
 	// this bucket that need blocks past allocated.
 	allocated uint64 // data file size with allocated blocks
 	noAlloc   bool   // the file system cannot preallocate: writes extend the file
+	// allocSeen mirrors allocated for readers that must not wait on a
+	// fallocate (the free-space check, space.go).
+	allocSeen atomic.Uint64
 
 	metaMu sync.Mutex
 	// metaLen, metaAlloc and metaBad are guarded by metaMu, which is held
@@ -276,7 +279,7 @@ func writeErr(key, what string, err error) error {
 
 func (t *Tier) fitsLocked(b *bucket, need uint64) bool {
 	return !b.sealed && b.nobj < t.cfg.BucketMaxObjects &&
-		(b.reserved == 0 || b.reserved+need <= t.cfg.BucketSize)
+		(b.reserved == 0 || b.reserved+need <= t.bucketSizeLocked())
 }
 
 // sealLocked stops appends to b and closes its metadata handle when no
@@ -335,7 +338,9 @@ func (t *Tier) reserve(ctx context.Context, key string, need, rlen uint64) (*buc
 		if b == nil {
 			t.mu.Unlock()
 			if err := t.openNewBucket(ctx, key); err != nil {
-				return nil, nil, 0, err
+				if tries++; tries > 8 || !t.evictForRoom(ctx, err, extra) {
+					return nil, nil, 0, err
+				}
 			}
 			continue
 		}
@@ -345,7 +350,7 @@ func (t *Tier) reserve(ctx context.Context, key string, need, rlen uint64) (*buc
 		b.writers++
 		b.used += need
 		t.used += need
-		if b.reserved >= t.cfg.BucketSize || b.nobj >= t.cfg.BucketMaxObjects {
+		if b.reserved >= t.bucketSizeLocked() || b.nobj >= t.cfg.BucketMaxObjects {
 			t.sealLocked(b)
 		}
 		meta := b.meta
