@@ -1,6 +1,7 @@
 package master
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -239,4 +240,76 @@ func TestOffloadFailureMakesEvictable(t *testing.T) {
 	if len(fails) != 1 || !strings.Contains(fails[0].Message, "8 more failures") {
 		t.Fatalf("second failure event: %+v", fails)
 	}
+}
+
+// FuzzLiveness drives random beats, goodbyes, silences and puts of two
+// storage nodes and checks after every step the rule that makes failure
+// visible: a replica handed out is on a LIVE node, and Exist says yes
+// exactly when GetReplicaList hands out a replica ("exists" implies "get
+// succeeds"). A node that beats again serves every object it held.
+func FuzzLiveness(f *testing.F) {
+	f.Add([]byte{0, 1, 4, 5, 3, 3, 3, 3, 3, 3, 6, 0, 6})
+	f.Add([]byte{0, 1, 4, 4, 2, 6, 0, 6, 3, 3, 3, 3, 3, 3, 3, 3, 6})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) > 300 {
+			data = data[:300]
+		}
+		m, fc := newTest(t, Config{})
+		nodes := []string{"A", "B"}
+		for _, n := range nodes {
+			beat(t, m, n, nil)
+			mountMem(t, m, n, n+"/0", 1<<20)
+		}
+		var keys []string
+		goneEver := false // silent past TTL+grace: its objects are dropped by design
+		for i, op := range data {
+			switch op % 7 {
+			case 0, 1: // a node beats
+				beat(t, m, nodes[op%2], nil)
+			case 2: // a node says goodbye
+				beat(t, m, nodes[(op/7)%2], func(r *HeartbeatRequest) { r.Leaving = true })
+			case 3: // time passes
+				fc.Advance(500 * time.Millisecond)
+				m.Reap(ctx)
+			case 4, 5: // a put, one or two replicas
+				k := fmt.Sprintf("k%d", i)
+				if _, err := m.PutStart(ctx, PutRequest{Client: "w", Key: k, Size: 64, Config: PutConfig{Replicas: int(op%7) - 3}}); err != nil {
+					continue // nothing allocatable: every node suspect
+				}
+				if err := m.PutEnd(ctx, "w", "", k); err != nil {
+					t.Fatal(err)
+				}
+				keys = append(keys, k)
+			case 6: // every node beats: everything is served again
+				for _, n := range nodes {
+					beat(t, m, n, nil)
+				}
+				for _, k := range keys {
+					if !goneEver && !exists(t, m, k) {
+						t.Fatalf("step %d: %s lost although every node is back and none was ever GONE", i, k)
+					}
+				}
+			}
+			live := map[string]bool{}
+			for _, c := range m.ListClients(ctx) {
+				live[c.ID] = c.State == ClientLive
+				goneEver = goneEver || c.State == ClientGone
+			}
+			for _, k := range keys {
+				ok := exists(t, m, k)
+				l, err := m.GetReplicaList(ctx, "r", "", k)
+				if ok != (err == nil) {
+					t.Fatalf("step %d: %s exists=%v but GetReplicaList: %v", i, k, ok, err)
+				}
+				if err != nil && !kverr.Is(err, kverr.ObjectNotFound) {
+					t.Fatalf("step %d: %s: %v", i, k, err)
+				}
+				for _, r := range l.Replicas {
+					if !live[r.Node] {
+						t.Fatalf("step %d: %s handed out a replica on %s, which is not LIVE", i, k, r.Node)
+					}
+				}
+			}
+		}
+	})
 }
