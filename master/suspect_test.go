@@ -183,7 +183,7 @@ func TestUnhealthyReports(t *testing.T) {
 // being offered again forever (a full disk must not wedge DRAM); a skipped
 // task (Retry) keeps waiting. Failure events are rate-limited per node.
 func TestOffloadFailureMakesEvictable(t *testing.T) {
-	m, fc := newTest(t, Config{})
+	m, fc := newTest(t, Config{EvictionRatio: 0.5}) // a pass wants 5 of the 10 objects
 	sub := m.Subscribe(256)
 	defer sub.Close()
 	appliance(t, m, 0)
