@@ -16,7 +16,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/appliance"
 	"github.com/kvtier/kvtier/client"
+	"github.com/kvtier/kvtier/internal/crc32c"
+	"github.com/kvtier/kvtier/kverr"
+	"github.com/kvtier/kvtier/master"
 	"github.com/kvtier/kvtier/rest"
 )
 
@@ -173,4 +178,67 @@ func TestStalledRESTReadersStayBounded(t *testing.T) {
 	if grew >= 64<<20 {
 		t.Fatalf("RSS grew by %d MiB with 20 stalled readers: the object is held per request", grew>>20)
 	}
+}
+
+// ObjectReader reads an object in 1 MiB ranges from whichever replica the
+// master lists: DRAM, and the SSD tier once DRAM is gone (ranged reads of
+// a bucket extent); the CRC32C over the ranges is the object's.
+func TestObjectReaderRangesFromDRAMAndSSD(t *testing.T) {
+	ip := startInproc(t, master.Config{})
+	a := ip.appliance(t, appliance.Config{Name: "box-r", SSDDir: t.TempDir()})
+	c := ip.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	v := randomBytes(77, 5<<20+123)
+	if err := c.Put(ctx, "ranged", v); err != nil {
+		t.Fatal(err)
+	}
+	readAll := func(what string) {
+		t.Helper()
+		r, err := c.OpenReader(ctx, "ranged")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, 0, len(v))
+		buf := make([]byte, 1<<20)
+		var crc uint32
+		for off := uint64(0); off < r.Size(); off += uint64(len(buf)) {
+			n := min(uint64(len(buf)), r.Size()-off)
+			if err := r.ReadAt(ctx, buf[:n], off); err != nil {
+				t.Fatalf("%s: range at %d: %v", what, off, err)
+			}
+			crc = crc32c.Update(crc, buf[:n])
+			got = append(got, buf[:n]...)
+		}
+		want, ok := r.Checksum()
+		if !bytes.Equal(got, v) || !ok || crc != want {
+			t.Fatalf("%s: ranges differ from the object (crc %08x, want %08x)", what, crc, want)
+		}
+		if err := r.ReadAt(ctx, buf[:10], 100); !kverr.Is(err, kverr.InvalidParams) {
+			t.Fatalf("%s: an unaligned range: %v", what, err)
+		}
+	}
+	readAll("from DRAM")
+	eventually(t, 10*time.Second, "the object offloaded to SSD", func() bool {
+		info, err := c.Stat(ctx, "ranged")
+		if err != nil {
+			return false
+		}
+		for _, r := range info.Replicas {
+			if r.Type == kvtierpb.ReplicaType_LOCAL_DISK && r.State == kvtierpb.ReplicaState_COMPLETE {
+				return true
+			}
+		}
+		return false
+	})
+	for _, s := range a.Segments() {
+		if err := ip.m.UnmountSegment(ctx, "", s, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	info, err := c.Stat(ctx, "ranged")
+	if err != nil || len(info.Replicas) != 1 || info.Replicas[0].Type != kvtierpb.ReplicaType_LOCAL_DISK {
+		t.Fatalf("after dropping DRAM: %v %v", info, err)
+	}
+	readAll("from SSD")
 }
