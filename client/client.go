@@ -194,6 +194,7 @@ type Client struct {
 	done     chan struct{}
 	closeOne sync.Once
 	stopOne  sync.Once
+	left     atomic.Bool // Leave ran
 }
 
 // New connects to the master, maps and mounts this client's own memory when
@@ -448,7 +449,7 @@ func (c *Client) Heartbeat(ctx context.Context) {
 	}
 }
 
-// stopHeartbeats ends the heartbeat goroutine and waits for it.
+// stopHeartbeats ends the heartbeat goroutine and waits for it (once).
 func (c *Client) stopHeartbeats() {
 	c.stopOne.Do(func() {
 		if c.stop != nil {
@@ -463,7 +464,7 @@ func (c *Client) stopHeartbeats() {
 // rather than after the silence. The master keeps them (a restart under
 // the same name serves them again). Close still has to be called.
 func (c *Client) Leave(ctx context.Context) error {
-	if c.cfg.OneShot {
+	if c.cfg.OneShot || c.left.Swap(true) {
 		return nil
 	}
 	c.stopHeartbeats()
@@ -475,7 +476,7 @@ func (c *Client) Leave(ctx context.Context) error {
 	return kverr.FromGRPC(err)
 }
 
-// Close stops heartbeating, unmounts this client's own segments and releases
+// Close stops heartbeating, says goodbye (Leave), unmounts this client's own segments and releases
 // its memory. It does not unmount segments added by an embedding appliance
 // unless they were mounted through ServeSegment.
 func (c *Client) Close() error {
@@ -497,6 +498,11 @@ func (c *Client) Close() error {
 			}
 			cancel()
 		}
+		// Goodbye: a pure caller leaves no row behind, a storage node is
+		// suspect at once instead of after the silence. Best effort.
+		lctx, lcancel := context.WithTimeout(context.Background(), min(c.cfg.RPCTimeout, time.Second))
+		_ = c.Leave(lctx)
+		lcancel()
 		err = errors.Join(err, c.release())
 	})
 	return err

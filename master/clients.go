@@ -203,6 +203,12 @@ func (m *Master) Heartbeat(ctx context.Context, req HeartbeatRequest) (Heartbeat
 		}
 		m.publish(Event{Kind: "client", Node: c.id, Message: msg})
 	}
+	if req.Leaving && !c.storage.Load() {
+		// A pure caller saying goodbye is forgotten: it held no storage,
+		// so there is nothing to suspect, and no row or event is left.
+		m.forgetCaller(c)
+		return HeartbeatReply{Known: known, Settings: m.settings.Load().ssd}, nil
+	}
 	if req.Leaving {
 		// The node is shutting down: suspect it now rather than after the
 		// silence, and take nothing else from this beat (no remount, no
@@ -312,6 +318,25 @@ func (m *Master) clientGone(c *client) {
 		}
 	})
 	m.publish(Event{Kind: "client", Node: c.id, Message: "gone"})
+}
+
+// forgetCaller removes a client that never served storage from the table,
+// revoking its puts still in flight (as GONE would, without the events).
+func (m *Master) forgetCaller(c *client) {
+	m.clients.mu.Lock()
+	if m.clients.byID[c.id] == c {
+		delete(m.clients.byID, c.id)
+	}
+	m.clients.mu.Unlock()
+	c.state.Store(int32(ClientGone))
+	m.forEachShard(func(sh *shard) {
+		for k, o := range sh.inflight {
+			if o.writer == c.id {
+				m.revokeLocked(sh, k, o)
+				m.ctr.add(cPutsRevoked, 1)
+			}
+		}
+	})
 }
 
 // ListClients returns every known client.

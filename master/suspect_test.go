@@ -313,3 +313,34 @@ func FuzzLiveness(f *testing.F) {
 		}
 	})
 }
+
+// A pure caller's goodbye removes its row without an event and revokes its
+// puts still in flight; a storage node's goodbye keeps it listed (left).
+func TestCallerGoodbyeLeavesNoRow(t *testing.T) {
+	m, _ := newTest(t, Config{})
+	sub := m.Subscribe(64)
+	defer sub.Close()
+	beat(t, m, "A", nil)
+	mountMem(t, m, "A", "A/0", 1<<20)
+	beat(t, m, "gpu", nil)
+	if _, err := m.PutStart(ctx, PutRequest{Client: "gpu", Key: "half", Size: 64, Config: PutConfig{Replicas: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	drain(sub)
+	beat(t, m, "gpu", func(r *HeartbeatRequest) { r.Leaving = true })
+	cl := m.ListClients(ctx)
+	if len(cl) != 1 || cl[0].ID != "A" {
+		t.Fatalf("clients after a caller's goodbye: %+v", cl)
+	}
+	if evs := drain(sub); len(evs) != 0 {
+		t.Fatalf("events for a caller's goodbye: %+v", evs)
+	}
+	if _, err := m.GetObject(ctx, "", "half"); !kverr.Is(err, kverr.ObjectNotFound) {
+		t.Fatalf("the caller's put in flight: %v", err)
+	}
+	// Coming back is a fresh registration.
+	beat(t, m, "gpu", nil)
+	if len(m.ListClients(ctx)) != 2 {
+		t.Fatal("a returning caller is not listed")
+	}
+}

@@ -223,7 +223,8 @@ func stoppedApplianceVisible(t *testing.T, sig syscall.Signal) {
 	}
 }
 
-// One-shot CLI calls leave no client row and no liveness events behind.
+// One-shot CLI calls leave no client row and no liveness events behind, nor
+// does an SDK caller that closes.
 func TestCLICallsAreNotNodes(t *testing.T) {
 	c := startDefaultCluster(t)
 	c.appliance("box-a", "--dram", "64MiB")
@@ -241,12 +242,23 @@ func TestCLICallsAreNotNodes(t *testing.T) {
 			t.Fatalf("get: %q %s", out, errOut)
 		}
 	}
+	// An SDK caller that closes says goodbye: no row either.
+	sdk, err := client.New(context.Background(), client.Config{MasterAddr: c.grpc, HeartbeatInterval: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sdk.Put(context.Background(), "sdk/k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if err := sdk.Close(); err != nil {
+		t.Fatal(err)
+	}
 	// Past the suspect threshold of any client that beat once.
 	time.Sleep(3 * time.Second)
 	var cl struct{ Clients []rest.ClientJSON }
 	httpJSON(t, "http://"+c.http+"/api/v1/clients", &cl)
 	if len(cl.Clients) != 1 || cl.Clients[0].ID != "box-a" || cl.Clients[0].State != "live" {
-		t.Fatalf("clients after ten CLI calls: %+v", cl.Clients)
+		t.Fatalf("clients after ten CLI calls and a closed SDK caller: %+v", cl.Clients)
 	}
 	if evs := events.find(func(ev rest.EventJSON) bool { return ev.Kind == "client" }); len(evs) != 0 {
 		t.Fatalf("client events from CLI calls: %+v", evs)
