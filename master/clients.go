@@ -298,6 +298,7 @@ func servable(r *replica) bool {
 // clientGone unmounts c's segments, drops its LOCAL_DISK replicas, revokes
 // its PROCESSING puts and forgets its offload tasks.
 func (m *Master) clientGone(c *client) {
+	before := m.nObjects.Load()
 	c.state.Store(int32(ClientGone))
 	c.hasSSD.Store(false)
 	for _, s := range m.segs.all() {
@@ -317,7 +318,13 @@ func (m *Master) clientGone(c *client) {
 			}
 		}
 	})
-	m.publish(Event{Kind: "client", Node: c.id, Message: "gone"})
+	// Operators must see what a lost node took with it (puts running
+	// meanwhile make the count approximate).
+	msg := "gone: its segments are unmounted and its SSD replicas dropped"
+	if lost := before - m.nObjects.Load(); lost > 0 {
+		msg += fmt.Sprintf("; %d objects had no other replica and are lost", lost)
+	}
+	m.publish(Event{Kind: "client", Node: c.id, Message: msg})
 }
 
 // forgetCaller removes a client that never served storage from the table,

@@ -104,6 +104,20 @@ func TestSuspectAfterTwoAndAHalfBeats(t *testing.T) {
 	if l, _ := m.GetReplicaList(ctx, "r", "", "both"); len(l.Replicas) != 2 {
 		t.Fatalf("replicas after recovery %+v", l.Replicas)
 	}
+	// Silent for good: the gone event says what was lost with it.
+	drain(sub)
+	fc.Advance(DefaultClientTTL + DefaultClientGrace + time.Second)
+	beat(t, m, "B", nil)
+	m.Reap(ctx)
+	var gone []Event
+	for _, ev := range drain(sub) {
+		if ev.Kind == "client" && ev.Node == "A" {
+			gone = append(gone, ev)
+		}
+	}
+	if len(gone) == 0 || !strings.Contains(gone[len(gone)-1].Message, "gone") || !strings.Contains(gone[len(gone)-1].Message, "1 objects had no other replica") {
+		t.Fatalf("events of A going: %+v", gone)
+	}
 }
 
 // A client that reports no beat period keeps the ClientTTL rule.
