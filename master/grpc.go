@@ -44,7 +44,7 @@ func replicaToPB(r Replica) *kvtierpb.Replica {
 	return &kvtierpb.Replica{
 		Type: kvtierpb.ReplicaType(r.Type), State: kvtierpb.ReplicaState(r.State), Segment: r.Segment,
 		Node: r.Node, Endpoint: r.Endpoint, Offset: r.Offset, Length: r.Length, Bucket: r.Bucket,
-		Nqn: r.NQN, Nsid: r.NSID, TargetAddr: r.TargetAddr,
+		Nqn: r.NQN, Nsid: r.NSID, TargetAddr: r.TargetAddr, Unavailable: r.Unavailable,
 	}
 }
 

@@ -85,6 +85,10 @@ func TestSuspectAfterTwoAndAHalfBeats(t *testing.T) {
 	if exists(t, m, "onlyA") {
 		t.Fatal("exists while only a suspect node holds it")
 	}
+	if i, err := m.GetObject(ctx, "", "both"); err != nil || len(i.Replicas) != 2 ||
+		i.Replicas[0].Unavailable == i.Replicas[1].Unavailable || i.Replicas[0].Unavailable != (i.Replicas[0].Node == "A") {
+		t.Fatalf("stat must show which replica is unavailable: %+v %v", i.Replicas, err)
+	}
 	if ok, _ := m.BatchExist(ctx, "", []string{"both", "onlyA"}); !ok[0] || ok[1] {
 		t.Fatalf("batch exist %v", ok)
 	}

@@ -65,6 +65,9 @@ type Replica struct {
 	NQN        string // NOF
 	NSID       uint32 // NOF
 	TargetAddr string // NOF
+	// Unavailable (object info only): its node is not LIVE, so the replica
+	// is kept but not handed out to readers.
+	Unavailable bool
 }
 
 // PutConfig is the per-put placement configuration.

@@ -217,6 +217,12 @@ func stoppedApplianceVisible(t *testing.T, sig syscall.Signal) {
 			t.Fatalf("get %s: %v, want OBJECT_NOT_FOUND (naming box-a when killed)", k, err)
 		}
 	}
+	if sig == syscall.SIGKILL { // stat shows the replica kept but not served
+		out, errOut, code := c.cli(t, nil, "stat", onlyA[0])
+		if code != 0 || !strings.Contains(out, "node box-a down: not served") {
+			t.Fatalf("kvtier stat %s: %q %s", onlyA[0], out, errOut)
+		}
+	}
 	out, _, code := c.cli(t, nil, "exist", onlyA[0])
 	if code != 1 || strings.TrimSpace(out) != "absent" {
 		t.Fatalf("kvtier exist %s: %q (exit %d), want absent (exit 1)", onlyA[0], out, code)

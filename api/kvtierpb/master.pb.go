@@ -356,18 +356,21 @@ func (ClientState) EnumDescriptor() ([]byte, []int) {
 
 // Where one copy of an object lives.
 type Replica struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Type          ReplicaType            `protobuf:"varint,1,opt,name=type,proto3,enum=kvtier.v1.ReplicaType" json:"type,omitempty"`
-	State         ReplicaState           `protobuf:"varint,2,opt,name=state,proto3,enum=kvtier.v1.ReplicaState" json:"state,omitempty"`
-	Segment       string                 `protobuf:"bytes,3,opt,name=segment,proto3" json:"segment,omitempty"`   // MEMORY/NOF: segment name; LOCAL_DISK: "<node>/ssd"
-	Node          string                 `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`         // client id of the node that owns the storage
-	Endpoint      string                 `protobuf:"bytes,5,opt,name=endpoint,proto3" json:"endpoint,omitempty"` // transfer-engine address (host:port) of that node
-	Offset        uint64                 `protobuf:"varint,6,opt,name=offset,proto3" json:"offset,omitempty"`    // MEMORY/NOF: byte offset in segment; LOCAL_DISK: in bucket
-	Length        uint64                 `protobuf:"varint,7,opt,name=length,proto3" json:"length,omitempty"`
-	Bucket        uint64                 `protobuf:"varint,8,opt,name=bucket,proto3" json:"bucket,omitempty"`                           // LOCAL_DISK only
-	Nqn           string                 `protobuf:"bytes,9,opt,name=nqn,proto3" json:"nqn,omitempty"`                                  // NOF only: subsystem NQN
-	Nsid          uint32                 `protobuf:"varint,10,opt,name=nsid,proto3" json:"nsid,omitempty"`                              // NOF only
-	TargetAddr    string                 `protobuf:"bytes,11,opt,name=target_addr,json=targetAddr,proto3" json:"target_addr,omitempty"` // NOF only: NVMe/TCP listener host:port
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Type       ReplicaType            `protobuf:"varint,1,opt,name=type,proto3,enum=kvtier.v1.ReplicaType" json:"type,omitempty"`
+	State      ReplicaState           `protobuf:"varint,2,opt,name=state,proto3,enum=kvtier.v1.ReplicaState" json:"state,omitempty"`
+	Segment    string                 `protobuf:"bytes,3,opt,name=segment,proto3" json:"segment,omitempty"`   // MEMORY/NOF: segment name; LOCAL_DISK: "<node>/ssd"
+	Node       string                 `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`         // client id of the node that owns the storage
+	Endpoint   string                 `protobuf:"bytes,5,opt,name=endpoint,proto3" json:"endpoint,omitempty"` // transfer-engine address (host:port) of that node
+	Offset     uint64                 `protobuf:"varint,6,opt,name=offset,proto3" json:"offset,omitempty"`    // MEMORY/NOF: byte offset in segment; LOCAL_DISK: in bucket
+	Length     uint64                 `protobuf:"varint,7,opt,name=length,proto3" json:"length,omitempty"`
+	Bucket     uint64                 `protobuf:"varint,8,opt,name=bucket,proto3" json:"bucket,omitempty"`                           // LOCAL_DISK only
+	Nqn        string                 `protobuf:"bytes,9,opt,name=nqn,proto3" json:"nqn,omitempty"`                                  // NOF only: subsystem NQN
+	Nsid       uint32                 `protobuf:"varint,10,opt,name=nsid,proto3" json:"nsid,omitempty"`                              // NOF only
+	TargetAddr string                 `protobuf:"bytes,11,opt,name=target_addr,json=targetAddr,proto3" json:"target_addr,omitempty"` // NOF only: NVMe/TCP listener host:port
+	// ObjectInfo only: the node holding it is not LIVE (suspect, left), so
+	// readers are not sent there until it returns.
+	Unavailable   bool `protobuf:"varint,120,opt,name=unavailable,proto3" json:"unavailable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -477,6 +480,13 @@ func (x *Replica) GetTargetAddr() string {
 		return x.TargetAddr
 	}
 	return ""
+}
+
+func (x *Replica) GetUnavailable() bool {
+	if x != nil {
+		return x.Unavailable
+	}
+	return false
 }
 
 type PutConfig struct {
@@ -4046,7 +4056,7 @@ var File_master_proto protoreflect.FileDescriptor
 
 const file_master_proto_rawDesc = "" +
 	"\n" +
-	"\fmaster.proto\x12\tkvtier.v1\"\xbd\x02\n" +
+	"\fmaster.proto\x12\tkvtier.v1\"\xdf\x02\n" +
 	"\aReplica\x12*\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x16.kvtier.v1.ReplicaTypeR\x04type\x12-\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x17.kvtier.v1.ReplicaStateR\x05state\x12\x18\n" +
@@ -4060,7 +4070,8 @@ const file_master_proto_rawDesc = "" +
 	"\x04nsid\x18\n" +
 	" \x01(\rR\x04nsid\x12\x1f\n" +
 	"\vtarget_addr\x18\v \x01(\tR\n" +
-	"targetAddr\"\xde\x01\n" +
+	"targetAddr\x12 \n" +
+	"\vunavailable\x18x \x01(\bR\vunavailable\"\xde\x01\n" +
 	"\tPutConfig\x12\x1f\n" +
 	"\vreplica_num\x18\x01 \x01(\rR\n" +
 	"replicaNum\x12+\n" +

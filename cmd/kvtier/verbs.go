@@ -177,6 +177,8 @@ type replicaJSON struct {
 	Bucket   uint64 `json:"bucket,omitempty"`
 	NQN      string `json:"nqn,omitempty"`
 	NSID     uint32 `json:"nsid,omitempty"`
+	// Unavailable: its node is down; readers are not sent there.
+	Unavailable bool `json:"unavailable,omitempty"`
 }
 
 func msTime(ms int64) string {
@@ -196,7 +198,8 @@ func toObjectJSON(o *kvtierpb.ObjectInfo) objectJSON {
 	}
 	for _, r := range o.Replicas {
 		j.Replicas = append(j.Replicas, replicaJSON{Type: r.Type.String(), State: r.State.String(), Segment: r.Segment,
-			Node: r.Node, Endpoint: r.Endpoint, Offset: r.Offset, Length: r.Length, Bucket: r.Bucket, NQN: r.Nqn, NSID: r.Nsid})
+			Node: r.Node, Endpoint: r.Endpoint, Offset: r.Offset, Length: r.Length, Bucket: r.Bucket, NQN: r.Nqn, NSID: r.Nsid,
+			Unavailable: r.Unavailable})
 	}
 	return j
 }
@@ -230,7 +233,11 @@ func newStatCmd() *cobra.Command {
 			}
 			fmt.Printf("pins:      soft=%v hard=%v\nreads:     %d\nreplicas:\n", j.SoftPin, j.HardPin, j.ReadCount)
 			for _, r := range j.Replicas {
-				fmt.Printf("  %-10s %-10s %s offset=%d length=%d\n", r.Type, r.State, r.Segment, r.Offset, r.Length)
+				down := ""
+				if r.Unavailable {
+					down = " (node " + r.Node + " down: not served)"
+				}
+				fmt.Printf("  %-10s %-10s %s offset=%d length=%d%s\n", r.Type, r.State, r.Segment, r.Offset, r.Length, down)
 			}
 			return nil
 		}),
