@@ -402,7 +402,7 @@ async function loadObjects() {
       const label = o.key || "~b64:" + o.key_b64;
       const pins = (o.hard_pin ? badge("hard", "hard pin") : "") + (o.soft_pin ? badge("soft", "soft pin") : "") || '<span class="muted">–</span>';
       const lease = o.lease.active ? badge("leased", "leased " + fmtAgo(o.lease.deadline).replace(" ago", "")) : '<span class="muted">none</span>';
-      const reps = o.replicas.map((x) => badge(x.state === "COMPLETE" ? x.type : x.state, x.type === "LOCAL_DISK" ? "SSD" : x.type === "MEMORY" ? "DRAM" : x.type)).join("");
+      const reps = o.replicas.map((x) => badge(x.unavailable ? "gone" : x.state === "COMPLETE" ? x.type : x.state, (x.type === "LOCAL_DISK" ? "SSD" : x.type === "MEMORY" ? "DRAM" : x.type) + (x.unavailable ? " (down)" : ""))).join("");
       return `<tr data-key="${esc(o.key_path)}"><td class="key">${esc(label)}</td><td class="num">${fmtBytes(o.size)}</td>
         <td>${o.tiers.map((t) => badge(t, TIER_NAMES[t] || t)).join("") || badge("PROCESSING", "writing")}</td>
         <td>${o.replicas.length} ${reps}</td><td>${lease}</td><td>${pins}</td><td class="num">${fmtNum(o.read_count)}</td>
@@ -445,7 +445,7 @@ async function showObject(keyPath) {
       ["Pin", o.hard_pin ? "hard" : o.soft_pin ? "soft until " + esc(fmtTime(o.soft_pin_until)) : "none"], ["Reads", fmtNum(o.read_count)]];
     d.innerHTML = `<h2>Object details <button class="btn sm" id="obj-detail-close">Close</button></h2><table class="tbl kv"><tbody>${rows.map(([k, v]) => `<tr><td>${k}</td><td>${v}</td></tr>`).join("")}</tbody></table>
       <h2 style="margin-top:14px">Replicas</h2><table class="tbl"><thead><tr><th>Type</th><th>State</th><th>Where</th><th>Node</th><th class="num">Offset</th><th class="num">Length</th></tr></thead><tbody>
-      ${o.replicas.map((r) => `<tr><td>${badge(r.type)}</td><td>${badge(r.state)}</td><td class="key">${esc(r.type === "LOCAL_DISK" ? "bucket " + r.bucket : r.segment)}</td><td>${esc(r.node)}</td><td class="num">${fmtNum(r.offset)}</td><td class="num">${fmtBytes(r.length)}</td></tr>`).join("")}</tbody></table>`;
+      ${o.replicas.map((r) => `<tr><td>${badge(r.type)}</td><td>${badge(r.state)}${r.unavailable ? " " + badge("gone", "node down: not served") : ""}</td><td class="key">${esc(r.type === "LOCAL_DISK" ? "bucket " + r.bucket : r.segment)}</td><td>${esc(r.node)}</td><td class="num">${fmtNum(r.offset)}</td><td class="num">${fmtBytes(r.length)}</td></tr>`).join("")}</tbody></table>`;
     d.classList.remove("hidden");
     $("#obj-detail-close").onclick = () => d.classList.add("hidden");
   } catch (e) { showErr(e); }
