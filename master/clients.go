@@ -23,15 +23,20 @@ type client struct {
 	interval atomic.Int64 // reported beat period in ns (0: unknown)
 	storage  atomic.Bool  // has mounted a segment or reported an SSD tier
 
-	mu        sync.Mutex
-	lastBeat  int64               // guarded by mu; unix ns
-	disk      DiskStats           // guarded by mu
-	nvme      *NVMeStats          // guarded by mu: last report (never mutated once stored)
-	slots     int                 // guarded by mu
-	segments  map[string]struct{} // guarded by mu
-	drained   map[string]struct{} // guarded by mu: names heartbeats must not remount
-	left      bool                // guarded by mu: its last beat said it was shutting down
-	unhealthy []string            // guarded by mu: what its last beat reported broken
+	mu       sync.Mutex
+	lastBeat int64               // guarded by mu; unix ns
+	disk     DiskStats           // guarded by mu
+	nvme     *NVMeStats          // guarded by mu: last report (never mutated once stored)
+	slots    int                 // guarded by mu
+	segments map[string]struct{} // guarded by mu
+	drained  map[string]struct{} // guarded by mu: names heartbeats must not remount
+	health   clientHealth        // guarded by mu: what its last beat said of itself
+}
+
+// clientHealth is what a client's last beat said of itself.
+type clientHealth struct {
+	left      bool     // it is shutting down
+	unhealthy []string // what it reports broken
 }
 
 // Bounds of a beat's unhealthy reasons (they are kept per client).
@@ -178,7 +183,7 @@ func (m *Master) Heartbeat(ctx context.Context, req HeartbeatRequest) (Heartbeat
 	if req.Leaving {
 		// A goodbye carries no figures: keep the last ones listed (the
 		// state says how old they are).
-		req.OffloadSlots, req.Disk, nvme, req.Unhealthy = 0, &c.disk, c.nvme, c.unhealthy
+		req.OffloadSlots, req.Disk, nvme, req.Unhealthy = 0, &c.disk, c.nvme, c.health.unhealthy
 	}
 	c.slots = req.OffloadSlots
 	if req.Disk != nil {
@@ -189,11 +194,11 @@ func (m *Master) Heartbeat(ctx context.Context, req HeartbeatRequest) (Heartbeat
 		}
 	}
 	c.nvme = nvme
-	wasLeft := c.left
-	c.left = req.Leaving
-	changed := !slices.Equal(c.unhealthy, req.Unhealthy)
+	wasLeft := c.health.left
+	c.health.left = req.Leaving
+	changed := !slices.Equal(c.health.unhealthy, req.Unhealthy)
 	if changed {
-		c.unhealthy = slices.Clone(req.Unhealthy)
+		c.health.unhealthy = slices.Clone(req.Unhealthy)
 	}
 	c.mu.Unlock()
 	if changed {
@@ -274,7 +279,7 @@ func (c *client) problemsLocked(now int64) []string {
 	var out []string
 	switch ClientState(c.state.Load()) {
 	case ClientGrace:
-		if c.left {
+		if c.health.left {
 			out = append(out, "left (shut down)")
 		} else {
 			out = append(out, fmt.Sprintf("suspect: no heartbeat for %v", time.Duration(now-c.lastBeat).Round(100*time.Millisecond)))
@@ -282,7 +287,7 @@ func (c *client) problemsLocked(now int64) []string {
 	case ClientGone:
 		out = append(out, "gone")
 	}
-	return append(out, c.unhealthy...)
+	return append(out, c.health.unhealthy...)
 }
 
 // servable reports whether r may be handed to a reader: its storage is
