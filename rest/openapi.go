@@ -67,6 +67,7 @@ var apiOps = []apiOp{
 	{method: "GET", path: "/api/v1/objects/{key}", summary: "Object metadata: replicas, lease and pin state",
 		params: []apiParam{pKey, pTenant}, ok: 200, okSchema: ref("Object"), errors: []int{400, 404}},
 	{method: "GET", path: "/api/v1/objects/{key}/data", summary: "Object bytes",
+		description: "Streamed 1 MiB at a time; X-Kvtier-Crc32c carries the checksum. The last chunk is sent only once the checksum matched: a mismatch or a failed read after the status aborts the connection (a body shorter than Content-Length).",
 		params: []apiParam{pKey, pTenant}, ok: 200, okSchema: map[string]any{"type": "string", "format": "binary"}, errors: []int{400, 404, 409}},
 	{method: "PUT", path: "/api/v1/objects/{key}", summary: "Store an object (body = value)",
 		description: "Objects are write-once: a second PUT of the key is OBJECT_ALREADY_EXISTS (409). The body must be 1 byte to the configured maximum.",
@@ -92,7 +93,8 @@ var apiOps = []apiOp{
 		ok: 200, okSchema: ref("Tiers"), errors: []int{400, 401}, mutating: true},
 	{method: "GET", path: "/api/v1/clients", summary: "Clients, their segments, last heartbeat and state (live, grace, gone)", ok: 200,
 		okSchema: obj(map[string]any{"clients": arr(obj(map[string]any{"id": str(), "endpoint": str(), "segments": arr(str()),
-			"last_heartbeat": str(), "seconds_since_heartbeat": num(), "state": str(), "disk": map[string]any{"type": "object"}, "nvme_addr": str()}))})},
+			"last_heartbeat": str(), "seconds_since_heartbeat": num(), "state": str(), "disk": map[string]any{"type": "object"}, "nvme_addr": str(),
+			"problems": arr(str()), "storage": boolean()}))})},
 	{method: "GET", path: "/api/v1/nvme", summary: "NVMe/TCP targets: subsystems, namespaces with I/O counters, connected hosts",
 		description: "One entry per appliance that reports a built-in NVMe/TCP target in its heartbeat, with the figures of its last heartbeat " +
 			"(state tells whether it is still live). Counters are totals since the target started; sizes and byte counts are bytes. " +
@@ -120,7 +122,8 @@ func schemas() map[string]any {
 			"offloads": map[string]any{"type": "object"}, "counters": map[string]any{"type": "object"}}),
 		"Segment": obj(map[string]any{"name": str(), "name_path": str(), "type": str(), "owner": str(), "state": str(),
 			"capacity": integer(), "used": integer(), "largest_free": integer(), "replicas": integer(), "drain_deadline": str()}),
-		"Replica": obj(map[string]any{"type": str(), "state": str(), "segment": str(), "node": str(), "offset": integer(), "length": integer(), "bucket": integer()}),
+		"Replica": obj(map[string]any{"type": str(), "state": str(), "segment": str(), "node": str(), "offset": integer(), "length": integer(), "bucket": integer(),
+			"unavailable": boolean()}),
 		"Object": obj(map[string]any{"key": str(), "key_b64": str(), "key_path": str(), "tenant": str(), "size": integer(),
 			"lease": obj(map[string]any{"active": boolean(), "deadline": str()}), "soft_pin": boolean(), "hard_pin": boolean(),
 			"complete": boolean(), "tiers": arr(str()), "replicas": arr(ref("Replica"))}),
