@@ -91,32 +91,12 @@ func (e *Engine) accept(l net.Listener) {
 	for {
 		nc, err := l.Accept()
 		if err != nil {
-			select {
-			case <-e.closing:
-				return
-			default:
-			}
-			if errors.Is(err, net.ErrClosed) {
-				return // closed by Close
-			}
-			e.stats.acceptErrors.Add(1)
-			if temporary(err) {
-				delay = min(max(2*delay, acceptBackoffMin), acceptBackoffMax)
-				e.lhealth.set(addr, fmt.Sprintf("data listener %s: accept failing (%v), retrying", addr, err))
-				select {
-				case <-time.After(delay):
-				case <-e.closing:
-					return
-				}
+			if e.acceptFailed("data listener", addr, err, &delay) {
 				continue
 			}
-			e.lhealth.set(addr, fmt.Sprintf("data listener %s stopped: %v", addr, err))
 			return
 		}
-		if delay != 0 {
-			delay = 0
-			e.lhealth.set(addr, "")
-		}
+		e.acceptOK(addr, &delay)
 		e.mu.Lock()
 		if e.closed {
 			e.mu.Unlock()
@@ -129,6 +109,42 @@ func (e *Engine) accept(l net.Listener) {
 		e.stats.accepted.Add(1)
 		e.tuneConn(nc)
 		go e.serveConn(nc)
+	}
+}
+
+// acceptFailed handles a failed accept of the listener at addr: after a
+// temporary error it waits out the back-off (delay, doubled) and reports
+// true (accept again); after Close or a fatal error, false (Health keeps a
+// fatal one).
+func (e *Engine) acceptFailed(what, addr string, err error, delay *time.Duration) bool {
+	select {
+	case <-e.closing:
+		return false
+	default:
+	}
+	if errors.Is(err, net.ErrClosed) {
+		return false // closed by Close
+	}
+	e.stats.acceptErrors.Add(1)
+	if !temporary(err) {
+		e.lhealth.set(addr, fmt.Sprintf("%s %s stopped: %v", what, addr, err))
+		return false
+	}
+	*delay = min(max(2*(*delay), acceptBackoffMin), acceptBackoffMax)
+	e.lhealth.set(addr, fmt.Sprintf("%s %s: accept failing (%v), retrying", what, addr, err))
+	select {
+	case <-time.After(*delay):
+		return true
+	case <-e.closing:
+		return false
+	}
+}
+
+// acceptOK clears a listener's trouble after a successful accept.
+func (e *Engine) acceptOK(addr string, delay *time.Duration) {
+	if *delay != 0 {
+		*delay = 0
+		e.lhealth.set(addr, "")
 	}
 }
 
