@@ -54,8 +54,17 @@
 // incarnation holds the name is retried for 10 s, then Start fails.
 //
 // Close drains: it stops taking offload work, unmounts every segment on the
-// master (after DrainGrace, during which reads are still served), stops the
-// engine, seals the SSD tier and unmaps the memory.
+// master (after DrainGrace, during which reads are still served), says
+// goodbye (a leaving heartbeat: the master stops handing out this box's
+// replicas at once rather than after the silence), stops the engine, seals
+// the SSD tier and unmaps the memory.
+//
+// Health: every heartbeat carries what is broken on this box
+// (HeartbeatRequest.unhealthy: a data listener backing off or stopped);
+// the master lists it and /api/v1/ready reports the cluster degraded. A
+// failed offload (disk full, I/O error) is logged at most once every 5 s
+// with its cause and the count of failures not logged, and reported to the
+// master, which lets the object leave DRAM without a disk copy.
 //
 // Importers: cmd/kvtier and tests. The appliance never imports package master.
 package appliance

@@ -47,7 +47,16 @@
 // A client may also be a storage node: with GlobalSegmentSize > 0 it maps that
 // much memory and mounts it as MEMORY segments others may be allocated into;
 // with LocalBufferSize > 0 it keeps a registered staging buffer. Either way it
-// heartbeats the master and re-announces its segments on every beat.
+// heartbeats the master and re-announces its segments on every beat; each
+// beat carries the heartbeat period, so the master suspects a node silent
+// for 2.5 periods. Leave sends a last beat saying the node shuts down.
+//
+// A one-shot caller (Config.OneShot: the CLI verbs) never heartbeats, so
+// the master never lists it as a node and its exit raises no events.
+//
+// OpenReader reads one object in ranges (ObjectReader.ReadAt), for callers
+// that stream a large object (the REST API) and must not hold it whole; the
+// caller verifies the CRC32C over the ranges it read.
 //
 // # Performance
 //

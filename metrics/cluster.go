@@ -48,6 +48,7 @@ type clusterCollector struct {
 	ssdWritten    *prometheus.Desc
 	ssdRead       *prometheus.Desc
 	ssdQueue      *prometheus.Desc
+	applianceUp   *prometheus.Desc
 	counters      []counterMetric
 }
 
@@ -81,6 +82,8 @@ func newClusterCollector(src Source, timeout time.Duration) *clusterCollector {
 		ssdRead:       d("kvtier_ssd_read_bytes_total", "Bytes an appliance read from its SSD tier; monotonic across its restarts.", "appliance"),
 		ssdQueue:      d("kvtier_ssd_offload_queue", "Offload tasks waiting on an appliance.", "appliance"),
 		ssdTot:        newApplianceCounters(),
+		applianceUp: d("kvtier_appliance_up", "1 while an appliance (a client serving storage) heartbeats and reports no problem; "+
+			"0 when it is suspect, left, gone or unhealthy (its replicas are not handed out while it is not LIVE).", "appliance"),
 	}
 	puts := d("kvtier_puts_total", "Put outcomes counted by the master.", "result")
 	gets := d("kvtier_gets_total", "Get outcomes counted by the master (hit per tier, or miss).", "result")
@@ -132,7 +135,7 @@ func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.up, c.objects, c.heap, c.leader, c.tierCap, c.tierUsed,
 		c.tierObjects, c.tierHits, c.tierMisses, c.segCap, c.segUsed, c.segFree, c.segDraining,
 		c.clients, c.ssdCap, c.ssdUsed, c.ssdBuckets, c.ssdQuarantine, c.ssdEvicted, c.ssdWritten,
-		c.ssdRead, c.ssdQueue} {
+		c.ssdRead, c.ssdQueue, c.applianceUp} {
 		ch <- d
 	}
 	seen := map[*prometheus.Desc]bool{}
@@ -192,6 +195,9 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	if cl, err := c.src.ListClients(ctx, &kvtierpb.Empty{}); err == nil {
 		states := map[string]float64{"live": 0, "grace": 0, "gone": 0}
 		for _, ci := range cl.GetClients() {
+			if ci.GetStorage() {
+				gauge(c.applianceUp, b2f(ci.GetState() == kvtierpb.ClientState_LIVE && len(ci.GetProblems()) == 0), ci.GetClientId())
+			}
 			switch ci.GetState() {
 			case kvtierpb.ClientState_LIVE:
 				states["live"]++

@@ -172,7 +172,7 @@ func TestNamingAndLabels(t *testing.T) {
 	}
 	unitless := map[string]bool{"kvtier_objects": true, "kvtier_master_up": true, "kvtier_master_leader": true,
 		"kvtier_tier_objects": true, "kvtier_segment_draining": true, "kvtier_clients": true, "kvtier_ssd_buckets": true,
-		"kvtier_ssd_quarantined_buckets": true, "kvtier_ssd_offload_queue": true}
+		"kvtier_ssd_quarantined_buckets": true, "kvtier_ssd_offload_queue": true, "kvtier_appliance_up": true}
 	allowed := map[string]bool{"tier": true, "segment": true, "op": true, "result": true, "state": true, "appliance": true}
 	unitless["kvtier_build_info"] = true
 	buildLabels := map[string]bool{"version": true, "commit": true, "go_version": true, "tags": true}

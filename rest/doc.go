@@ -30,6 +30,16 @@
 // host checks of package doctor), POST appliances/{name}/drain and /undrain
 // (every segment of one appliance; undrain needs the master's Undrainer
 // capability).
+// GET ready answers 200 with "degraded": true and "reasons" (one per
+// appliance) while an appliance is suspect, has left or reports a problem:
+// the cluster still serves from the others, so it stays ready.
+// GET objects/{key}/data streams when the DataPlane is an ObjectStreamer:
+// StreamChunk (1 MiB) at a time, each chunk written under
+// Config.DataWriteTimeout, the CRC32C computed over the chunks. The last
+// chunk is written only once the checksum matched; on a mismatch or a read
+// error after the status was sent the connection is aborted, so the client
+// sees a body shorter than Content-Length, never wrong bytes with a clean
+// end. X-Kvtier-Crc32c carries the object's checksum.
 //
 // # Key encoding in URLs
 //

@@ -63,6 +63,10 @@ type Config struct {
 	// Doctor runs the host checks for GET system/doctor; nil checks this
 	// host with doctor's defaults (no SSD directory).
 	Doctor func(ctx context.Context) doctor.Report
+	// DataWriteTimeout bounds the write of each chunk of an object's bytes
+	// (GET objects/{key}/data); a reader slower than that is cut off.
+	// 0 means DefaultDataWriteTimeout.
+	DataWriteTimeout time.Duration
 }
 
 // DefaultMaxPutBytes is the PUT body limit when Config.MaxPutBytes is 0.
@@ -75,6 +79,8 @@ func (c Config) Validate() error {
 		return kverr.New(kverr.InvalidParams, "", "rest: negative MaxPutBytes %d", c.MaxPutBytes)
 	case c.KeepAlive < 0:
 		return kverr.New(kverr.InvalidParams, "", "rest: negative KeepAlive %v", c.KeepAlive)
+	case c.DataWriteTimeout < 0:
+		return kverr.New(kverr.InvalidParams, "", "rest: negative DataWriteTimeout %v", c.DataWriteTimeout)
 	case c.RequestTimeout < 0:
 		return kverr.New(kverr.InvalidParams, "", "rest: negative RequestTimeout %v", c.RequestTimeout)
 	case strings.ContainsAny(c.Token, " \t\r\n"):
@@ -117,6 +123,9 @@ func New(cfg Config, ms kvtierpb.MasterServer, dp DataPlane) (*Server, error) {
 	}
 	if cfg.KeepAlive == 0 {
 		cfg.KeepAlive = 15 * time.Second
+	}
+	if cfg.DataWriteTimeout == 0 {
+		cfg.DataWriteTimeout = DefaultDataWriteTimeout
 	}
 	if cfg.RequestTimeout == 0 {
 		cfg.RequestTimeout = 10 * time.Second

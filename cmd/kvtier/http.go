@@ -71,6 +71,22 @@ func (d *dataPlane) Get(ctx context.Context, tenant, key string) ([]byte, error)
 	return v, err
 }
 
+// OpenObject streams GET objects/{key}/data in ranges (rest.ObjectStreamer):
+// the REST API then holds one chunk per request, not the whole object.
+func (d *dataPlane) OpenObject(ctx context.Context, tenant, key string) (rest.ObjectStream, error) {
+	c, err := d.client(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	r, err := c.OpenReader(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+var _ rest.ObjectStreamer = (*dataPlane)(nil)
+
 func (d *dataPlane) close() {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -62,7 +62,7 @@ func (f *masterFlags) register(cmd *cobra.Command, standalone bool) {
 	fs.DurationVar(&f.frequencyBonus, "frequency-bonus", master.DefaultFrequencyBonus, "frequency policy: eviction-order bonus per read")
 	fs.DurationVar(&f.frequencyMaxBonus, "frequency-max-bonus", master.DefaultFrequencyMaxBonus, "frequency policy: cap of the bonus")
 	fs.IntVar(&f.evictionHistory, "eviction-history", 0, "frequency policy: evicted keys whose read counts are remembered (0: 4x the DRAM objects; negative: off)")
-	fs.DurationVar(&f.clientTTL, "client-ttl", master.DefaultClientTTL, "a client silent this long enters the grace state")
+	fs.DurationVar(&f.clientTTL, "client-ttl", master.DefaultClientTTL, "a client silent this long enters the grace state (suspect: its replicas are not served); one that reports its heartbeat period, as appliances do, already after 2.5 periods")
 	fs.DurationVar(&f.clientGrace, "client-grace", master.DefaultClientGrace, "a client in grace this long is gone: its segments are unmounted")
 	fs.DurationVar(&f.putDiscard, "put-discard-timeout", master.DefaultPutDiscardTimeout, "an unfinished put older than this may be taken over by a new writer")
 	fs.DurationVar(&f.putRelease, "put-release-timeout", master.DefaultPutReleaseTimeout, "an abandoned put's space is freed this long after its start")

@@ -33,13 +33,14 @@ func (f *clientFlags) register(cmd *cobra.Command) {
 }
 
 // run wraps a verb: it connects a pure caller (no segment, no listener) for
-// the verb's duration and hands it the client.
+// the verb's duration and hands it the client. The caller is one-shot: it
+// never heartbeats, so it is not listed as a node and leaves no events.
 func (f *clientFlags) run(verb func(ctx context.Context, c *client.Client, args []string) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
 		f.replicasSet = cmd.Flags().Changed("replicas")
 		ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 		defer cancel()
-		c, err := client.New(ctx, client.Config{MasterAddr: f.master, Tenant: f.tenant, HeartbeatInterval: time.Hour})
+		c, err := client.New(ctx, client.Config{MasterAddr: f.master, Tenant: f.tenant, OneShot: true})
 		if err != nil {
 			return err
 		}
@@ -192,6 +193,8 @@ type replicaJSON struct {
 	Bucket   uint64 `json:"bucket,omitempty"`
 	NQN      string `json:"nqn,omitempty"`
 	NSID     uint32 `json:"nsid,omitempty"`
+	// Unavailable: its node is down; readers are not sent there.
+	Unavailable bool `json:"unavailable,omitempty"`
 }
 
 func msTime(ms int64) string {
@@ -211,7 +214,8 @@ func toObjectJSON(o *kvtierpb.ObjectInfo) objectJSON {
 	}
 	for _, r := range o.Replicas {
 		j.Replicas = append(j.Replicas, replicaJSON{Type: r.Type.String(), State: r.State.String(), Segment: r.Segment,
-			Node: r.Node, Endpoint: r.Endpoint, Offset: r.Offset, Length: r.Length, Bucket: r.Bucket, NQN: r.Nqn, NSID: r.Nsid})
+			Node: r.Node, Endpoint: r.Endpoint, Offset: r.Offset, Length: r.Length, Bucket: r.Bucket, NQN: r.Nqn, NSID: r.Nsid,
+			Unavailable: r.Unavailable})
 	}
 	return j
 }
@@ -245,7 +249,11 @@ func newStatCmd() *cobra.Command {
 			}
 			fmt.Printf("pins:      soft=%v hard=%v\nreads:     %d\nreplicas:\n", j.SoftPin, j.HardPin, j.ReadCount)
 			for _, r := range j.Replicas {
-				fmt.Printf("  %-10s %-10s %s offset=%d length=%d\n", r.Type, r.State, r.Segment, r.Offset, r.Length)
+				down := ""
+				if r.Unavailable {
+					down = " (node " + r.Node + " down: not served)"
+				}
+				fmt.Printf("  %-10s %-10s %s offset=%d length=%d%s\n", r.Type, r.State, r.Segment, r.Offset, r.Length, down)
 			}
 			return nil
 		}),
