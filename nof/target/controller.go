@@ -147,7 +147,11 @@ func (q *conn) connect(cmd *pdu.Command, data []byte) (uint32, error) {
 	if sqsize == 0 || int(sqsize) >= t.cfg.MaxQueueDepth {
 		return 0, invalidParam(44, false)
 	}
-	if !validNQN(cd.HostNQN) {
+	// An empty Host NQN is what SPDK's tools send unless told one; SPDK's
+	// target accepts it (it only needs the NUL), so a subsystem open to any
+	// host does too. A subsystem with an allow list refuses it below as an
+	// unknown host: an empty name can never be on the list.
+	if cd.HostNQN != "" && !validNQN(cd.HostNQN) {
 		return 0, invalidParam(512, true)
 	}
 	t.mu.Lock()
@@ -354,6 +358,11 @@ func (c *controller) identifyController() []byte {
 		id.SubNQN = nvme.DiscoveryNQN
 		// no I/O queues: no queue entry sizes, no in-capsule data block
 		id.CMIC, id.ONCS, id.VWC, id.SQES, id.CQES = 0, 0, 0, 0, 0
+		// It serves only the discovery log (0x70): no Commands Supported
+		// and Effects page (LPA bit 1) and no firmware slots to update
+		// (FRMW), as SPDK's discovery controller reports (LPA 0x04).
+		id.LPA &^= 0x02
+		id.FRMW = 0
 		id.IOCCSZ, id.IORCSZ, id.MSDBD = 0, 0, 0
 	} else {
 		id.CtrlType = nvme.CtrlTypeIO

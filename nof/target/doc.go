@@ -14,9 +14,16 @@
 //     1..0xFFEF; I/O Connects name it and must come from the same host NQN to
 //     the same subsystem, after CC.EN=1, with QID <= the granted number of
 //     queues and not already connected. Errors: RECFMT != 0 → SCT 1 SC 0x80;
-//     unknown SUBNQN → SC 0x82 IATTR 1 IPO 256; host not in the subsystem's
+//     unknown SUBNQN → SC 0x82 IATTR 1 IPO 256; a HOSTNQN that is not empty
+//     and not an NQN → SC 0x82 IATTR 1 IPO 512; host not in the subsystem's
 //     allow list → SC 0x84 (DW0 IATTR 1 IPO 512); bad CNTLID → SC 0x82 IPO 16;
 //     bad SQSIZE → SC 0x82 IATTR 0 IPO 44; bad QID → SC 0x82 IATTR 0 IPO 42.
+//   - An empty HOSTNQN (what SPDK's tools send unless given one; SPDK's
+//     target accepts it) is accepted by a subsystem that allows any host and
+//     by the discovery subsystem (whose log then lists only such
+//     subsystems), and refused by a subsystem with an allow list as a host
+//     not allowed (SC 0x84, IPO 512). The target does no in-band
+//     authentication, so an allow list is the only thing that refuses it.
 //   - Properties: CAP (MQES = MaxQueueDepth-1, CQR, TO 15 s, CSS NVM, CRWMS),
 //     VS 1.3, CC (EN enables: CSTS.RDY = 1; EN 1→0 resets; SHN flushes every
 //     namespace and reports CSTS.SHST = 2), CSTS.
@@ -27,7 +34,10 @@
 //     are generated yet), Abort (answers "not aborted"), Get Log Page 0x01,
 //     0x02 (SMART with data units / commands counted), 0x03, 0x05 and, on the
 //     discovery controller (SUBNQN nqn.2014-08.org.nvmexpress.discovery), 0x70
-//     listing each subsystem the host may use once per listener.
+//     listing each subsystem the host may use once per listener. The
+//     discovery controller serves 0x70 only and says so: its Identify
+//     Controller has LPA 0x04 (extended data, no Commands Supported and
+//     Effects) and FRMW 0, as SPDK's discovery controller.
 //   - KATO from Connect or Set Features is rounded up to
 //     Config.KeepAliveGranularity (reported as KAS); a controller that gets no
 //     Keep Alive for longer than KATO is torn down (all its queues closed).

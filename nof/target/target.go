@@ -110,7 +110,9 @@ type Subsystem struct {
 	NQN        string
 	Serial     string
 	Model      string
-	AllowHosts []string // host NQNs allowed to connect; empty = any host
+	// AllowHosts are the host NQNs allowed to connect; empty = any host,
+	// including one that sends an empty Host NQN. Entries must be valid NQNs.
+	AllowHosts []string
 	// Namespaces become NSIDs 1..len(Namespaces).
 	Namespaces []namespace.Namespace
 }
@@ -164,6 +166,8 @@ type subsystem struct {
 	ns                 []*nsState      // index nsid-1
 }
 
+// allowed reports whether host may use s: any host (the empty Host NQN
+// included) when s has no allow list, else only a listed one.
 func (s *subsystem) allowed(host string) bool { return len(s.allow) == 0 || s.allow[host] }
 
 func (s *subsystem) namespace(nsid uint32) *nsState {
@@ -211,8 +215,9 @@ func validNQN(n string) bool {
 	return len(n) > 0 && len(n) < 224 && (strings.HasPrefix(n, "nqn.") || strings.HasPrefix(n, "eui.") || strings.HasPrefix(n, "naa."))
 }
 
-// AddSubsystem exports s. Errors: InvalidParams (bad NQN, no namespace,
-// namespace size not a multiple of its block size), ObjectAlreadyExists.
+// AddSubsystem exports s. Errors: InvalidParams (bad NQN, bad allowed host
+// NQN, no namespace, namespace size not a multiple of its block size),
+// ObjectAlreadyExists.
 func (t *Target) AddSubsystem(s Subsystem) error {
 	if !validNQN(s.NQN) || s.NQN == nvme.DiscoveryNQN {
 		return kverr.New(kverr.InvalidParams, s.NQN, "invalid subsystem NQN")
@@ -225,6 +230,9 @@ func (t *Target) AddSubsystem(s Subsystem) error {
 	}
 	sub := &subsystem{nqn: s.NQN, serial: s.Serial, model: s.Model, allow: map[string]bool{}}
 	for _, h := range s.AllowHosts {
+		if !validNQN(h) {
+			return kverr.New(kverr.InvalidParams, s.NQN, "allowed host %q is not a valid NQN", h)
+		}
 		sub.allow[h] = true
 	}
 	for i, ns := range s.Namespaces {
