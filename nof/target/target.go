@@ -107,9 +107,9 @@ func (c *Config) defaults() {
 
 // Subsystem describes an NVM subsystem to export.
 type Subsystem struct {
-	NQN        string
-	Serial     string
-	Model      string
+	NQN    string
+	Serial string
+	Model  string
 	// AllowHosts are the host NQNs allowed to connect; empty = any host,
 	// including one that sends an empty Host NQN. Entries must be valid NQNs.
 	AllowHosts []string
