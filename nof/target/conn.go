@@ -15,9 +15,6 @@ import (
 	"github.com/kvtier/kvtier/nof/pdu"
 )
 
-// icTimeout bounds how long a new connection may take to send its ICReq.
-const icTimeout = 10 * time.Second
-
 // r2tState is one outstanding R2T: the reader goroutine fills buf from
 // H2CData PDUs and closes done when the whole window has arrived. If start
 // is set, the reader first starts the command's device transfer with it
@@ -37,6 +34,7 @@ type conn struct {
 	t      *Target
 	nc     net.Conn
 	r      *pdu.Reader
+	dr     *deadlineReader
 	w      *pdu.Writer
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -72,7 +70,8 @@ func (t *Target) newConn(nc net.Conn) *conn {
 	}
 	ctx, cancel := context.WithCancel(t.ctx)
 	c := &conn{t: t, nc: nc, ctx: ctx, cancel: cancel, remote: nc.RemoteAddr().String(), r2ts: map[uint16]*r2tState{}, turn: newAnswerTurn()}
-	c.r = pdu.NewReader(nc, pdu.ReaderConfig{Side: pdu.ControllerSide, MaxCapsuleData: max(8192, t.cfg.InCapsuleDataSize),
+	c.dr = &deadlineReader{c: c, nc: nc, idle: true}
+	c.r = pdu.NewReader(c.dr, pdu.ReaderConfig{Side: pdu.ControllerSide, MaxCapsuleData: max(8192, t.cfg.InCapsuleDataSize),
 		MaxH2CData: t.cfg.MaxH2CData, BufferSize: 64 << 10})
 	c.w = pdu.NewWriter(nc)
 	t.mu.Lock()
@@ -108,6 +107,7 @@ func (c *conn) serve() {
 		if len(c.queued) > 0 && !c.r.NextBuffered() {
 			c.submitQueued()
 		}
+		c.dr.idle = c.r.Buffered() == 0 // else part of the next PDU is here
 		f, err := c.r.Next()
 		if err != nil {
 			c.fail(err)
@@ -145,7 +145,7 @@ func (c *conn) serve() {
 }
 
 func (c *conn) handshake() error {
-	c.nc.SetReadDeadline(time.Now().Add(icTimeout))
+	// The deadline reader gives the ICReq HeaderTimeout (no controller yet).
 	f, err := c.r.Next()
 	if err != nil {
 		return err
@@ -154,7 +154,6 @@ func (c *conn) handshake() error {
 		return io.ErrUnexpectedEOF // H2CTermReq before ICReq: just close
 	}
 	req := f.ICReq()
-	c.nc.SetReadDeadline(time.Time{})
 	// Echo the requested digests; CPDA 0 (Linux hosts insist on it).
 	resp := &pdu.ICResp{PFV: 0, CPDA: 0, DGST: req.DGST & (pdu.DigestHeader | pdu.DigestData), MAXH2CDATA: uint32(c.t.cfg.MaxH2CData)}
 	if err := c.w.Send(resp); err != nil {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvtier/kvtier/nof/namespace"
@@ -38,6 +39,7 @@ type controller struct {
 	ioQ       map[uint16]*conn
 	cc, csts  uint32
 	kato      time.Duration // 0 = keep-alive disabled
+	keepAlive atomic.Bool   // kato > 0, read without mu by the queues' deadline readers
 	lastKA    time.Time
 	nqGranted uint32 // Number of Queues feature as granted (0 = not yet)
 	features  map[uint8]uint32
@@ -185,6 +187,7 @@ func (q *conn) connect(cmd *pdu.Command, data []byte) (uint32, error) {
 		if discovery && ctrl.kato == 0 {
 			ctrl.kato = t.cfg.DiscoveryKATO
 		}
+		ctrl.keepAlive.Store(ctrl.kato > 0)
 		t.ctrls[id] = ctrl
 		q.setQueue(ctrl, 0, sqsize, cattr, 8192)
 		return uint32(id), nil
@@ -439,6 +442,7 @@ func (c *controller) setFeatures(cmd *pdu.Command) (uint32, error) {
 		return c.nqGranted, nil
 	case nvme.FeatKeepAlive:
 		c.kato = c.t.roundKATO(cmd.CDW11)
+		c.keepAlive.Store(c.kato > 0)
 		c.lastKA = c.t.cfg.Clock.Now()
 		return 0, nil
 	case nvme.FeatAsyncEvent, nvme.FeatArbitration, nvme.FeatPowerMgmt, nvme.FeatTempThreshold,

@@ -61,6 +61,19 @@
 //     twice (it waits for its own eventfd through the poller) before the
 //     next answer may go out, so the host's next command is read and handed
 //     to the device first (see turn.go and Performance).
+//   - Listeners survive exhaustion: Serve retries a temporary Accept error
+//     (EMFILE, ENFILE, ENOBUFS, ENOMEM, ECONNABORTED, or one that says it is
+//     Temporary) after a pause doubling from 5 ms to Config.AcceptBackoffMax,
+//     as net/http does, and returns only when closed or on a permanent
+//     error. Health reports every listener that is retrying or stopped, so
+//     the appliance can report itself unhealthy.
+//   - Deadlines (deadline.go): the ICReq, then the Connect, must arrive
+//     within Config.HeaderTimeout of the previous step, and every PDU
+//     (header, data, digests) within HeaderTimeout of its first byte; a
+//     host that sends half a header is cut off. Between PDUs, a queue of a
+//     controller with a KATO has no read deadline (its keep-alive timer
+//     bounds it; I/O queues get no Keep Alive of their own), a queue of a
+//     KATO 0 controller waits at most Config.IdleTimeout (default none).
 //   - A data digest mismatch (in-capsule data or H2CData) fails only that
 //     command with Transient Transport Error (SCT 0 SC 0x22), as NVMe/TCP 1.0
 //     and SPDK v26 do; the connection goes on.
