@@ -152,7 +152,7 @@ func (w *Writer) Send(ms ...Message) error {
 			w.err = err
 		}
 		w.done++
-		if cap(arena) <= 1<<20 {
+		if cap(arena) <= 4<<20 {
 			w.spare = arena[:0]
 		} else {
 			w.spare = nil
@@ -165,6 +165,45 @@ func (w *Writer) Send(ms ...Message) error {
 	w.cond.Broadcast()
 	w.mu.Unlock()
 	return err
+}
+
+// Queue appends PDUs to the pending output without writing them and
+// without waiting: enc appends whole encoded PDUs to b under the Writer's
+// lock (so it must be quick and must not call the Writer), using o, the
+// negotiated options, and returns the extended slice (or b and an error,
+// which Queue returns). A later Send (Send() with no message just writes
+// what is pending) or a flush already in progress writes them, so PDUs
+// queued together go out in one write. It returns the sticky write error,
+// if any, without calling enc.
+func (w *Writer) Queue(enc func(b []byte, o Options) ([]byte, error)) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return w.err
+	}
+	from := len(w.arena)
+	b, err := enc(w.arena, w.opt)
+	if err != nil {
+		return err
+	}
+	w.arena = b
+	w.addArena(from)
+	return nil
+}
+
+// Pending is the number of bytes queued and not yet taken by a flush.
+func (w *Writer) Pending() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.pending
+}
+
+// Rounds is the number of flush rounds written so far: one write or
+// writev system call each (plus any needed to finish a short write).
+func (w *Writer) Rounds() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.done
 }
 
 // Fail makes every later Send return err (used when the connection dies).

@@ -27,6 +27,9 @@ type r2tState struct {
 	start     func(buf []byte) (wait func() error)
 	wait      func() error // set by the reader before done closes
 	done      chan struct{}
+	// inline, if set, finishes the command on the reader goroutine once
+	// the whole window has arrived (done is then nil; see inline.go).
+	inline func()
 }
 
 // conn is one TCP connection = one NVMe queue pair.
@@ -58,6 +61,9 @@ type conn struct {
 	// (submitted before the reader could wait for the network).
 	batches map[*nsState]namespace.Batch
 	queued  []namespace.Batch
+	// pushPending: the reader queued answers (inline.go) that it still has
+	// to write. Touched only by the reader goroutine.
+	pushPending bool
 
 	mu       sync.Mutex // guards r2ts and nextTTAG
 	r2ts     map[uint16]*r2tState
@@ -106,6 +112,12 @@ func (c *conn) serve() {
 		// the device together, once no further PDU is already here.
 		if len(c.queued) > 0 && !c.r.NextBuffered() {
 			c.submitQueued()
+		}
+		// Answers of inline commands go out together once no further
+		// whole PDU is here, or when enough of them wait.
+		if c.pushPending && (!c.r.NextBuffered() || c.w.Pending() >= inlinePushBytes) {
+			c.pushPending = false
+			c.w.Send() // an error fails the next read too
 		}
 		c.dr.idle = c.r.Buffered() == 0 // else part of the next PDU is here
 		f, err := c.r.Next()
@@ -295,6 +307,9 @@ func (c *conn) dispatch(cmd *pdu.Command, data []byte) {
 		c.t.bufs.put(data)
 		return
 	}
+	if c.inline(cmd, data) {
+		return
+	}
 	c.inflight.Add(1)
 	c.active.Add(1)
 	// Reads and in-capsule writes to a namespace that can start transfers
@@ -358,6 +373,10 @@ func (c *conn) h2cData(f *pdu.Frame) error {
 			delete(c.r2ts, ttag)
 		}
 		c.mu.Unlock()
+		if st.inline != nil {
+			st.inline()
+			return nil
+		}
 		if claimed && st.start != nil && !st.badDigest {
 			st.wait = st.start(st.buf)
 		}
@@ -395,17 +414,7 @@ func (c *conn) fetchData(cmd *pdu.Command, inCapsule []byte, length int, start f
 		return nil, false, nil, nvme.Errf(nvme.SCTGeneric, nvme.SCInvalidField)
 	}
 	st := &r2tState{cccid: cmd.CID, buf: c.t.bufs.get(length), start: start, done: make(chan struct{})}
-	c.mu.Lock()
-	ttag := c.nextTTAG
-	for i := 0; i < 65536; i++ {
-		if _, used := c.r2ts[ttag]; !used {
-			break
-		}
-		ttag++
-	}
-	c.nextTTAG = ttag + 1
-	c.r2ts[ttag] = st
-	c.mu.Unlock()
+	ttag := c.addR2T(st)
 	if err := c.w.Send(&pdu.R2T{CCCID: cmd.CID, TTAG: ttag, R2TO: 0, R2TL: uint32(length)}); err != nil {
 		c.abandon(ttag, st)
 		return nil, false, nil, err
@@ -426,6 +435,23 @@ func (c *conn) fetchData(cmd *pdu.Command, inCapsule []byte, length int, start f
 		return nil, false, nil, nvme.Errf(nvme.SCTGeneric, nvme.SCTransientTranspt)
 	}
 	return st.buf, true, st.wait, nil
+}
+
+// addR2T registers st under a free TTAG and returns it. At most SQ size
+// R2Ts are outstanding, so a free TTAG always exists.
+func (c *conn) addR2T(st *r2tState) uint16 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ttag := c.nextTTAG
+	for i := 0; i < 65536; i++ {
+		if _, used := c.r2ts[ttag]; !used {
+			break
+		}
+		ttag++
+	}
+	c.nextTTAG = ttag + 1
+	c.r2ts[ttag] = st
+	return ttag
 }
 
 // abandon withdraws the R2T ttag unless the reader already claimed its
