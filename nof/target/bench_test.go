@@ -74,8 +74,23 @@ func runFio(b *testing.B, path, rw string, bs, qd int, d time.Duration) (fioResu
 }
 
 func benchTarget(b *testing.B, ns namespace.Namespace, queues int) *initiator.Controller {
-	_, addr := newTarget(b, target.Config{C2HSuccess: os.Getenv("KVTIER_C2H") != ""}, target.Subsystem{Namespaces: []namespace.Namespace{ns}})
-	return dial(b, addr, initiator.Config{QueueDepth: 128, IOQueues: queues})
+	c, _ := benchTargetStats(b, ns, queues)
+	return c
+}
+
+func benchTargetStats(b *testing.B, ns namespace.Namespace, queues int) (*initiator.Controller, *target.Target) {
+	tg, addr := newTarget(b, target.Config{C2HSuccess: os.Getenv("KVTIER_C2H") != ""}, target.Subsystem{Namespaces: []namespace.Namespace{ns}})
+	return dial(b, addr, initiator.Config{QueueDepth: 128, IOQueues: queues}), tg
+}
+
+// reportSyscalls reports the target's socket reads and writes per I/O
+// over a run that moved ios commands (Stats.Transport before and after).
+func reportSyscalls(b *testing.B, before, after target.TransportStats, ios uint64) {
+	if ios == 0 {
+		return
+	}
+	b.ReportMetric(float64(after.ReadCalls-before.ReadCalls)/float64(ios), "tgt-reads/IO")
+	b.ReportMetric(float64(after.WriteCalls-before.WriteCalls)/float64(ios), "tgt-writes/IO")
 }
 
 func perf(b *testing.B, c *initiator.Controller, rw string, bs, qd int) initiator.PerfResult {
@@ -216,9 +231,11 @@ func BenchmarkRandRead4KQD32Memory(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	c := benchTarget(b, mem, 1)
+	c, tg := benchTargetStats(b, mem, 1)
 	b.ResetTimer()
+	before := tg.Stats().Transport
 	r := perf(b, c, "randread", 4096, 32)
+	reportSyscalls(b, before, tg.Stats().Transport, r.IOs)
 	b.ReportMetric(r.IOPS, "IOPS")
 	b.ReportMetric(float64(r.P99.Microseconds()), "p99-µs")
 	b.ReportMetric(r.IOPS/spdkRandRead4KQD32, "ratio-vs-spdk")
@@ -241,13 +258,17 @@ func BenchmarkSeq128KMemory(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	c := benchTarget(b, mem, 1)
+	c, tg := benchTargetStats(b, mem, 1)
 	b.ResetTimer()
 	mbps := map[string]float64{}
 	for _, rw := range []string{"read", "write"} {
+		before := tg.Stats().Transport
 		r := perf(b, c, rw, 128<<10, 8)
+		after := tg.Stats().Transport
 		mbps[rw] = r.MBps
 		b.ReportMetric(r.MBps, rw+"-MB/s")
+		b.ReportMetric(float64(after.ReadCalls-before.ReadCalls)/float64(max(r.IOs, 1)), rw+"-tgt-reads/IO")
+		b.ReportMetric(float64(after.WriteCalls-before.WriteCalls)/float64(max(r.IOs, 1)), rw+"-tgt-writes/IO")
 	}
 	b.StopTimer()
 	tcp := rawTCP(b, 128<<10, benchDuration())

@@ -240,6 +240,8 @@ func (c *conn) finish() {
 	t := c.t
 	t.mu.Lock()
 	delete(t.conns, c)
+	t.transport.ReadCalls += c.dr.reads.Load()
+	t.transport.WriteCalls += c.w.Rounds()
 	t.mu.Unlock()
 	if ctrl := c.ctrl; ctrl != nil {
 		if c.qid == 0 {

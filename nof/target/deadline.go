@@ -2,6 +2,7 @@ package target
 
 import (
 	"net"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,9 +21,10 @@ import (
 type deadlineReader struct {
 	c       *conn
 	nc      net.Conn
-	idle    bool      // the next read waits for the first byte of a PDU
-	armed   time.Time // the deadline set on nc (zero: none)
-	armedHd bool      // armed is a header deadline
+	idle    bool          // the next read waits for the first byte of a PDU
+	armed   time.Time     // the deadline set on nc (zero: none)
+	armedHd bool          // armed is a header deadline
+	reads   atomic.Uint64 // Read calls (Stats.Transport)
 }
 
 func (d *deadlineReader) Read(p []byte) (int, error) {
@@ -44,6 +46,7 @@ func (d *deadlineReader) Read(p []byte) (int, error) {
 			d.armed, d.armedHd = want, hd
 		}
 	}
+	d.reads.Add(1)
 	return d.nc.Read(p)
 }
 

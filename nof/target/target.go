@@ -176,6 +176,15 @@ type SubsystemStats struct {
 type Stats struct {
 	Subsystems []SubsystemStats
 	Hosts      []HostStats
+	Transport  TransportStats
+}
+
+// TransportStats counts the target's socket system calls over all
+// connections, past and present: divided by the commands served they say
+// how well PDUs are batched per read and per write.
+type TransportStats struct {
+	ReadCalls  uint64 // socket reads (each one read system call)
+	WriteCalls uint64 // write/writev rounds (one system call each, more only for a short write)
 }
 
 type nsState struct {
@@ -222,6 +231,8 @@ type Target struct {
 	closed     bool
 	// downListeners are listeners that stopped for good before Close.
 	downListeners []error
+	// transport sums the TransportStats of connections that are gone.
+	transport TransportStats
 }
 
 // New returns a target with no subsystems; the discovery subsystem
@@ -493,6 +504,11 @@ func (t *Target) Stats() Stats {
 	}
 	for _, c := range t.ctrls {
 		st.Hosts = append(st.Hosts, c.hostStats())
+	}
+	st.Transport = t.transport
+	for c := range t.conns {
+		st.Transport.ReadCalls += c.dr.reads.Load()
+		st.Transport.WriteCalls += c.w.Rounds()
 	}
 	sort.Slice(st.Subsystems, func(i, j int) bool { return st.Subsystems[i].NQN < st.Subsystems[j].NQN })
 	sort.Slice(st.Hosts, func(i, j int) bool { return st.Hosts[i].CNTLID < st.Hosts[j].CNTLID })
