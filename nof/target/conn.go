@@ -142,7 +142,7 @@ func (c *conn) serve() {
 					continue
 				}
 			}
-			c.dispatch(&cmd, data)
+			c.dispatch(cmd, data)
 		case pdu.TypeH2CData:
 			if err := c.h2cData(f); err != nil {
 				c.fail(err)
@@ -255,10 +255,11 @@ func (c *conn) finish() {
 // complete sends the CapsuleResp for cid. A *nvme.StatusError sets the
 // status (and its DW0); any other error is an internal error.
 func (c *conn) complete(cid uint16, err error, dw0, dw1 uint32) {
-	c.w.Send(c.completion(cid, err, dw0, dw1))
+	cpl := c.completion(cid, err, dw0, dw1)
+	c.w.Send(&cpl)
 }
 
-func (c *conn) completion(cid uint16, err error, dw0, dw1 uint32) *pdu.CapsuleResp {
+func (c *conn) completion(cid uint16, err error, dw0, dw1 uint32) pdu.CapsuleResp {
 	var status uint16
 	if err != nil {
 		var se *nvme.StatusError
@@ -275,7 +276,7 @@ func (c *conn) completion(cid uint16, err error, dw0, dw1 uint32) *pdu.CapsuleRe
 	if !c.sqFlowOff {
 		sqhd = uint16(n % (uint32(c.sqsize) + 1))
 	}
-	return &pdu.CapsuleResp{Cpl: pdu.Completion{DW0: dw0, DW1: dw1, SQHD: sqhd, SQID: c.qid, CID: cid, Status: status}}
+	return pdu.CapsuleResp{Cpl: pdu.Completion{DW0: dw0, DW1: dw1, SQHD: sqhd, SQID: c.qid, CID: cid, Status: status}}
 }
 
 // sendData sends data for cid as one C2HData and completes the command,
@@ -288,12 +289,20 @@ func (c *conn) sendData(cid uint16, data []byte) {
 		c.w.Send(&pdu.C2HData{CCCID: cid, Last: true, Success: true, Data: data})
 		return
 	}
-	c.w.Send(&pdu.C2HData{CCCID: cid, Last: true, Data: data}, c.completion(cid, nil, 0, 0))
+	cpl := c.completion(cid, nil, 0, 0)
+	c.w.Send(&pdu.C2HData{CCCID: cid, Last: true, Data: data}, &cpl)
 }
 
 // dispatch routes one command. Admin and Fabrics commands run inline on
 // the reader goroutine; I/O commands run concurrently.
-func (c *conn) dispatch(cmd *pdu.Command, data []byte) {
+func (c *conn) dispatch(sqe pdu.Command, data []byte) {
+	// Inline commands use the SQE where it is (on the stack); the others
+	// may outlive this call (a goroutine per I/O command) and get a copy.
+	if sqe.Opcode != nvme.OpcodeFabrics && c.ctrl != nil && c.qid != 0 && c.inline(&sqe, data) {
+		return
+	}
+	cmd := new(pdu.Command)
+	*cmd = sqe
 	if cmd.Opcode == nvme.OpcodeFabrics {
 		c.fabrics(cmd, data)
 		c.t.bufs.put(data)
@@ -307,9 +316,6 @@ func (c *conn) dispatch(cmd *pdu.Command, data []byte) {
 	if c.qid == 0 {
 		c.ctrl.admin(c, cmd, data)
 		c.t.bufs.put(data)
-		return
-	}
-	if c.inline(cmd, data) {
 		return
 	}
 	c.inflight.Add(1)

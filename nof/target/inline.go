@@ -58,7 +58,8 @@ func (c *conn) inline(cmd *pdu.Command, inCapsule []byte) bool {
 // queueCompletion queues cid's CapsuleResp (see completion).
 func (c *conn) queueCompletion(cid uint16, err error) {
 	c.w.Queue(func(b []byte, o pdu.Options) ([]byte, error) {
-		return c.completion(cid, err, 0, 0).AppendPDU(b, o), nil
+		cpl := c.completion(cid, err, 0, 0)
+		return cpl.AppendPDU(b, o), nil
 	})
 	c.pushPending = true
 }
@@ -83,7 +84,8 @@ func (c *conn) inlineRead(cmd *pdu.Command, n *nsState, im namespace.Immediate) 
 		if success {
 			c.sqhd.Add(1) // completed without a CQE
 		} else {
-			b = c.completion(cmd.CID, nil, 0, 0).AppendPDU(b, o)
+			cpl := c.completion(cmd.CID, nil, 0, 0)
+			b = cpl.AppendPDU(b, o)
 		}
 		return b, nil
 	})
