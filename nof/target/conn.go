@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -64,6 +65,8 @@ type conn struct {
 	// pushPending: the reader queued answers (inline.go) that it still has
 	// to write. Touched only by the reader goroutine.
 	pushPending bool
+	// flushScheduled: a worker will write the queued answers (sendSmall).
+	flushScheduled atomic.Bool
 
 	mu       sync.Mutex // guards r2ts and nextTTAG
 	r2ts     map[uint16]*r2tState
@@ -256,7 +259,27 @@ func (c *conn) finish() {
 // status (and its DW0); any other error is an internal error.
 func (c *conn) complete(cid uint16, err error, dw0, dw1 uint32) {
 	cpl := c.completion(cid, err, dw0, dw1)
-	c.w.Send(&cpl)
+	c.sendSmall(&cpl)
+}
+
+// sendSmall sends small answers of worker goroutines so that answers
+// completed together go out in one write: the message is queued, and the
+// first worker to find no flush scheduled schedules one, lets the other
+// runnable goroutines (workers readied by the same batch of device
+// completions) queue theirs, then writes them all. A worker that finds a
+// flush scheduled only queues: that flush clears the flag after it queued
+// (it saw it set) and so writes its message too. The reader goroutine's
+// own queued answers (inline.go) go out with the same writes.
+func (c *conn) sendSmall(m pdu.Message) {
+	if c.w.Queue(func(b []byte, o pdu.Options) ([]byte, error) { return m.AppendPDU(b, o), nil }) != nil {
+		return
+	}
+	if !c.flushScheduled.CompareAndSwap(false, true) {
+		return
+	}
+	runtime.Gosched()
+	c.flushScheduled.Store(false)
+	c.w.Send()
 }
 
 func (c *conn) completion(cid uint16, err error, dw0, dw1 uint32) pdu.CapsuleResp {
@@ -284,13 +307,35 @@ func (c *conn) completion(cid uint16, err error, dw0, dw1 uint32) pdu.CapsuleRes
 // CapsuleResp together with the data (one write, no extra round of
 // flushing before the host can complete the read).
 func (c *conn) sendData(cid uint16, data []byte) {
+	small := len(data) < 16<<10 // copied into the Writer; larger data is sent from data
 	if c.sqFlowOff || c.t.cfg.C2HSuccess {
 		c.sqhd.Add(1) // completed without a CQE
-		c.w.Send(&pdu.C2HData{CCCID: cid, Last: true, Success: true, Data: data})
+		m := &pdu.C2HData{CCCID: cid, Last: true, Success: true, Data: data}
+		if small {
+			c.sendSmall(m)
+		} else {
+			c.w.Send(m)
+		}
 		return
 	}
 	cpl := c.completion(cid, nil, 0, 0)
+	if small {
+		c.sendSmall(&c2hWithResp{data: pdu.C2HData{CCCID: cid, Last: true, Data: data}, resp: cpl})
+		return
+	}
 	c.w.Send(&pdu.C2HData{CCCID: cid, Last: true, Data: data}, &cpl)
+}
+
+// c2hWithResp is a C2HData and its CapsuleResp encoded back to back.
+type c2hWithResp struct {
+	data pdu.C2HData
+	resp pdu.CapsuleResp
+}
+
+func (m *c2hWithResp) PDUType() pdu.Type { return pdu.TypeC2HData }
+
+func (m *c2hWithResp) AppendPDU(b []byte, o pdu.Options) []byte {
+	return m.resp.AppendPDU(m.data.AppendPDU(b, o), o)
 }
 
 // dispatch routes one command. Admin and Fabrics commands run inline on

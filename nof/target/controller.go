@@ -122,7 +122,12 @@ func (q *conn) fabrics(cmd *pdu.Command, data []byte) {
 		v, err := q.ctrl.property(cmd)
 		q.complete(cmd.CID, err, uint32(v), uint32(v>>32))
 	case nvme.FabricsDisconnect:
-		q.complete(cmd.CID, nil, 0, 0)
+		// Written before the close (complete may leave it to a scheduled
+		// flush that the close would fail).
+		cpl := q.completion(cmd.CID, nil, 0, 0)
+		if q.w.Send(&cpl) == nil {
+			q.w.Flush()
+		}
 		q.close()
 	default:
 		q.complete(cmd.CID, nvme.Errf(nvme.SCTGeneric, nvme.SCInvalidOpcode), 0, 0)
