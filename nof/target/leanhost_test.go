@@ -3,6 +3,7 @@ package target_test
 import (
 	"net"
 	"runtime"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,7 +17,15 @@ import (
 type leanResult struct {
 	ios     uint64
 	elapsed time.Duration
-	mallocs uint64 // heap allocations in the whole process during the run
+	mallocs uint64        // heap allocations in the whole process during the run
+	cpu     time.Duration // CPU time (user + system) of the whole process during the run
+}
+
+// cpuTime is the process's user + system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // leanPerf drives one I/O queue the way spdk_nvme_perf does, so that the
@@ -72,6 +81,7 @@ func leanPerf(b *testing.B, addr string, rw string, bs, qd int, d time.Duration)
 	var ios uint64
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
+	cpu0 := cpuTime()
 	start := time.Now()
 	deadline := start.Add(d)
 	for {
@@ -127,8 +137,9 @@ func leanPerf(b *testing.B, addr string, rw string, bs, qd int, d time.Duration)
 		}
 	}
 	el := time.Since(start)
+	cpu := cpuTime() - cpu0
 	runtime.ReadMemStats(&ms1)
-	return leanResult{ios: ios, elapsed: el, mallocs: ms1.Mallocs - ms0.Mallocs}
+	return leanResult{ios: ios, elapsed: el, mallocs: ms1.Mallocs - ms0.Mallocs, cpu: cpu}
 }
 
 // BenchmarkLeanHostMemory measures the target alone on a DRAM namespace
@@ -136,7 +147,8 @@ func leanPerf(b *testing.B, addr string, rw string, bs, qd int, d time.Duration)
 // at QD 32 and 128 KiB sequential reads at QD 8, one I/O queue, as the
 // issue's comparison with SPDK's nvmf_tgt under spdk_nvme_perf. It reports
 // the target's socket system calls and the process's heap allocations
-// per I/O (the lean host allocates none per I/O).
+// per I/O (the lean host allocates none per I/O), and the process's CPU
+// time per I/O.
 func BenchmarkLeanHostMemory(b *testing.B) {
 	for _, tc := range []struct {
 		name   string
@@ -163,6 +175,10 @@ func BenchmarkLeanHostMemory(b *testing.B) {
 			b.ReportMetric(iops, "IOPS")
 			b.ReportMetric(iops*float64(tc.bs)/1e6, "MB/s")
 			b.ReportMetric(float64(res.mallocs)/float64(res.ios), "allocs/IO")
+			// CPU per I/O (target and lean host together) is the figure
+			// that load from other work on a shared machine moves least:
+			// IOPS there depend on how much CPU the process is given.
+			b.ReportMetric(float64(res.cpu.Nanoseconds())/1e3/float64(res.ios), "cpu-µs/IO")
 			reportSyscalls(b, before, after, res.ios*uint64(b.N))
 		})
 	}
