@@ -25,7 +25,6 @@ import (
 // KVTIER_NOF_BENCH_SECONDS sets how long each side is measured (default 3);
 // the file benchmarks measure it in alternating one-second rounds.
 
-
 func benchDuration() time.Duration {
 	if s, err := strconv.Atoi(os.Getenv("KVTIER_NOF_BENCH_SECONDS")); err == nil && s > 0 {
 		return time.Duration(s) * time.Second

@@ -55,6 +55,11 @@
 //     to the device together, once no further whole PDU is already buffered
 //     (pdu.Reader.NextBuffered), so back-to-back commands cost one io_submit.
 //     A worker goroutine per command waits for the device and answers.
+//     For a namespace.Immediate (Memory) a Read, Write, Flush or Write
+//     Zeroes runs start to finish on the reader goroutine (inline.go), and
+//     its answer is queued and written with the others once no further
+//     whole PDU is buffered; small answers of workers completed together
+//     also share one write (conn.sendSmall).
 //     Answers of such device-backed commands moving at least 64 KiB go out
 //     one at a time per connection (the answer turn); while other commands
 //     are in flight, the answering worker then lets the Go netpoller run
@@ -219,10 +224,65 @@
 // target design can meet it here while the host shares the VM's two
 // vCPUs and the bytes cross loopback TCP. Against a host on another
 // machine the TCP receive (writes) or send (reads) half would not be
-// paid on the target's CPUs. The DRAM namespace meets TARGETS.md's figures
-// against SPDK (malloc namespace): 99k IOPS 4 KiB randread at QD 32
-// (0.84 × 118k) and 1.48-1.52 GB/s 128 KiB read at QD 8 (1.14-1.17 ×
-// 1.3 GB/s), same evening.
+// paid on the target's CPUs. (This paragraph used to say the DRAM
+// namespace met TARGETS.md's figures against SPDK, 0.84 × 118k IOPS: the
+// 118k was a lab run of spdk_nvme_perf that lost its queue; SPDK's
+// nvmf_tgt measured properly does 225k with spdk_nvme_perf on one core,
+// and this target then did 64k, 0.28 ×; see issue #18 and below.)
+//
+// # Batching (issue #18, 2026-12-02)
+//
+// Where a 4 KiB read of a DRAM namespace went before (CPU profile and
+// counters, BenchmarkLeanHostMemory and BenchmarkRandRead4KQD32Memory):
+// the reader decoded the command and started a goroutine for it (a
+// hand-off and a wake-up per command, and a stack growth: runtime.newstack
+// was 8.5% of the CPU); the goroutine copied the data from the namespace
+// into a pool buffer, then into the Writer's arena (two copies, 4 KiB is
+// under the by-reference threshold), and, finding no flush in progress,
+// wrote its answer itself: 0.72-0.83 write system calls per I/O on the
+// target (each ~2 µs on this VM; reads were already batched, 0.05-0.06 per
+// I/O, by the 64 KiB buffered reader), and 6.7 heap allocations per I/O.
+// Our initiator did the same on its side (a write per command, 1.6-1.8
+// writes per I/O for the whole process).
+//
+// Now: commands of a memory namespace run inline on the reader, the data is
+// copied once (namespace → output, pdu.AppendC2HDataFill), answers are
+// queued and written together (0.03-0.05 write and read system calls per
+// I/O: 20-30 commands per system call), no goroutine and 0.03 heap
+// allocations per I/O; the initiator queues the capsules of callers that
+// submit together and writes them with one writev (0.06 writes per I/O).
+// File namespaces keep their worker per command (a device wait must not
+// block the reader) but small answers completed together share a write.
+//
+// Measured 2026-12-02 00:22-00:24 UTC, load average 9-11 on the 2 shared
+// vCPUs, three alternations of the code before (ed4fa2b, main, with only the
+// counters and benchmarks added) and after; CPU time per I/O is of the whole
+// process (host and target) and is what others' load moves least:
+//
+//	go test -run '^$' -bench 'Memory' -benchtime 1x ./nof/target/   (KVTIER_NOF_BENCH_SECONDS=2)
+//
+//	                                     before               after
+//	4K randread QD32, lean host      115-224k IOPS        125-369k IOPS
+//	                                 4.50-4.51 µs CPU     1.71-2.24 µs CPU
+//	                                 0.72-0.74 tgt wr/IO  0.032 tgt wr/IO
+//	4K randread QD32, our initiator   62-145k IOPS        212-415k IOPS
+//	                                 7.0-7.4 µs CPU       2.06-2.17 µs CPU
+//	128K seq read QD8, lean host     1163-1797 MB/s       388-2228 MB/s
+//	                                 67-77 µs CPU         59-65 µs CPU
+//	128K seq read QD8, our initiator  920-1695 MB/s       1509-1978 MB/s
+//	                                 69-77 µs CPU         62-63 µs CPU
+//	128K seq write QD8, initiator    1128-1781 MB/s       512-1484 MB/s
+//	                                 68-74 µs CPU         75-87 µs CPU
+//
+// In a CPU profile of the lean-host 4 KiB run the target's goroutines
+// take about two thirds of the process (≈1.1 µs per I/O, ≈3.4 µs before),
+// so one core of this VM would serve several hundred thousand 4 KiB reads
+// a second. The issue's goals are ratios against SPDK's nvmf_tgt under
+// spdk_nvme_perf (≥ 0.5 × at 4 KiB, ≥ 0.8 × at 128 KiB, our initiator ≥
+// 0.8 × spdk_nvme_perf); SPDK is not built on these machines, so none of
+// the three was measured here. The 128 KiB write path copies H2CData into
+// a pool buffer and then into the namespace (a failed digest must change
+// nothing), which is why it did not gain.
 //
 // Locking: Target.mu guards the subsystem, controller, listener and
 // connection tables; controller.mu guards one controller's registers and
