@@ -108,7 +108,7 @@
 //	128 KiB seq write QD8, 1 I/O queue    0.41-0.54 × fio (≈400-700 MB/s vs 830-1630)
 //	128 KiB seq write QD8, 2 I/O queues   0.31-0.57 × fio
 //	4 KiB randread QD32, O_DIRECT file    0.40-0.58 × fio (11-26k IOPS)
-//	4 KiB randread QD32, DRAM namespace   66-70k IOPS = 0.56-0.59 × SPDK's 118k
+//	4 KiB randread QD32, DRAM namespace   66-70k IOPS (the "0.56-0.59 × SPDK" once written here compared with a spdk_nvme_perf run that lost its queue; see Batching)
 //	128 KiB read / write QD8, DRAM        1206-1207 / 1113-1184 MB/s
 //
 // Against the code before eventfd completions, start-on-reader and
