@@ -117,10 +117,13 @@ func (c *conn) serve() {
 			c.submitQueued()
 		}
 		// Answers of inline commands go out together once no further
-		// whole PDU is here, or when enough of them wait.
+		// whole PDU is here, or when enough of them wait (inline.go).
 		if c.pushPending && (!c.r.NextBuffered() || c.w.Pending() >= inlinePushBytes) {
 			c.pushPending = false
-			c.w.Send() // an error fails the next read too
+			c.w.Push()
+			if c.w.Pending() > c.pendingLimit() {
+				c.w.WaitBelow(c.pendingLimit()) // a host that does not read its answers
+			}
 		}
 		c.dr.idle = c.r.Buffered() == 0 // else part of the next PDU is here
 		f, err := c.r.Next()

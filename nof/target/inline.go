@@ -10,7 +10,13 @@ import (
 // connection's reader goroutine, start to finish: no goroutine per
 // command, no wake-up, and their answers are queued in the Writer
 // (pdu.Writer.Queue) and written together, in one writev, once no further
-// whole PDU is buffered (or inlinePushBytes are waiting). A read's data is
+// whole PDU is buffered (or inlinePushBytes are waiting), with
+// pdu.Writer.Push: one non-blocking writev by the reader, and only what
+// the socket does not take at once is left to a goroutine. The reader never
+// waits for the socket, so a host that is blocked writing to us while it
+// does not read (a single-threaded blocking host) cannot deadlock with it.
+// The reader stops taking commands only when more answers wait than a host
+// that respects its SQ size can have outstanding (pendingLimit). A read's data is
 // copied once, from the namespace straight into the Writer's output
 // (pdu.AppendC2HDataFill); an R2T write's H2CData lands in a pool buffer
 // and is copied into the namespace by the reader when the last byte is in.
@@ -21,6 +27,13 @@ import (
 // even though more commands are buffered, so a host that streams commands
 // without pause still gets answers (and the Writer's memory stays small).
 const inlinePushBytes = 256 << 10
+
+// pendingLimit is the most queued answer bytes a host that respects its
+// SQ size can cause: one answer of at most MaxTransfer per entry, plus
+// headers. Beyond it the reader waits for the flusher.
+func (c *conn) pendingLimit() int {
+	return (int(c.sqsize) + 1) * (c.t.cfg.MaxTransfer + 1024)
+}
 
 // inline runs cmd on the reader goroutine if its namespace is Immediate and
 // it is a Read, Write, Flush or Write Zeroes; it then owns inCapsule. false:

@@ -2,7 +2,10 @@ package target_test
 
 import (
 	"bytes"
+	"context"
+	"net"
 	"testing"
+	"time"
 
 	"github.com/kvtier/kvtier/nof/namespace"
 	"github.com/kvtier/kvtier/nof/nvme"
@@ -90,5 +93,63 @@ func TestInlineAnswersBatched(t *testing.T) {
 	}
 	if !bytes.Equal(data, want[100*4096:132*4096]) || !bytes.Equal(backing, want) {
 		t.Fatal("written data not read back")
+	}
+}
+
+// smallBufListener accepts TCP connections with 16 KiB socket buffers, so
+// that a few answers fill them.
+type smallBufListener struct{ net.Listener }
+
+func (l smallBufListener) Accept() (net.Conn, error) {
+	nc, err := l.Listener.Accept()
+	if tc, ok := nc.(*net.TCPConn); ok {
+		tc.SetReadBuffer(16 << 10)
+		tc.SetWriteBuffer(16 << 10)
+	}
+	return nc, err
+}
+
+// TestBlockingHostNoDeadlock: a single-threaded host that writes a long
+// burst (60 reads of 128 KiB interleaved with 60 in-capsule writes, 250
+// KiB, within its SQ size) in one blocking write, and only then reads, must
+// get every answer even with small socket buffers on both sides: the
+// target's reader keeps reading while its answers (7.5 MiB) wait for the host
+// (pdu.Writer.Push). A reader that wrote them itself would block on the
+// host, which is blocked writing to it. (With the buffers Linux gives
+// loopback sockets by default, a host within its SQ size cannot fill them.)
+func TestBlockingHostNoDeadlock(t *testing.T) {
+	tg, _ := newTarget(t, target.Config{}, target.Subsystem{})
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go tg.Serve(context.Background(), smallBufListener{raw})
+	addr := raw.Addr().String()
+	_, cntlid := adminConnected(t, addr, false, false)
+	h := dialRaw(t, addr, false, false)
+	cd := nvme.ConnectData{CNTLID: cntlid, SubNQN: subNQN, HostNQN: hostNQN}
+	h.send(&pdu.CapsuleCmd{Cmd: pdu.Command{Opcode: nvme.OpcodeFabrics, Flags: 0x40, CID: 100, NSID: uint32(nvme.FabricsConnect),
+		SGL: pdu.SGL{Len: 1024, Type: pdu.SGLInCapsule}, CDW10: 1 << 16, CDW11: 127}, Data: cd.Marshal()}) // 128 entries
+	if c := h.resp(); !c.OK() {
+		t.Fatalf("io connect: %#x", c.Status)
+	}
+	tc := h.nc.(*net.TCPConn)
+	tc.SetReadBuffer(16 << 10)
+	tc.SetWriteBuffer(16 << 10)
+	var out []byte
+	const pairs = 60 // 120 commands outstanding: within the SQ (128 entries)
+	for i := 0; i < pairs; i++ {
+		out = (&pdu.CapsuleCmd{Cmd: pdu.Command{Opcode: nvme.CmdRead, Flags: 0x40, CID: uint16(2 * i), NSID: 1, CDW10: 0, CDW12: 255,
+			SGL: pdu.SGL{Len: 128 << 10, Type: pdu.SGLTransport}}}).AppendPDU(out, h.o)
+		out = (&pdu.CapsuleCmd{Cmd: writeCmd(uint16(2*i+1), uint64(256+8*i), 8, pdu.SGLInCapsule, 4096), Data: bytes.Repeat([]byte{byte(i)}, 4096)}).AppendPDU(out, h.o)
+	}
+	h.nc.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := h.nc.Write(out); err != nil {
+		t.Fatalf("host's burst: %v (the target stopped reading while its answers waited)", err)
+	}
+	for done := 0; done < 2*pairs; done++ {
+		if c := h.resp(); !c.OK() {
+			t.Fatalf("command %d: status %#x", c.CID, c.Status)
+		}
 	}
 }
