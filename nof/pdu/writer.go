@@ -43,8 +43,9 @@ type Writer struct {
 	flushing bool   // a goroutine is writing outside the lock
 	err      error  // first write error; sticky
 
-	iov net.Buffers     // a round's pieces; used by the flushing goroutine only
-	rc  syscall.RawConn // w as a socket, for Push's non-blocking writev (nil: not one)
+	iov  net.Buffers     // a round's pieces; used by the flushing goroutine only
+	iovs iovScratch      // Push's iovecs; used by the flushing goroutine only
+	rc   syscall.RawConn // w as a socket, for Push's non-blocking writev (nil: not one)
 }
 
 // NewWriter returns a Writer over w.
@@ -221,7 +222,7 @@ func (w *Writer) Push() {
 	w.mu.Unlock()
 	bufs := w.buffers(arena, segs)
 	if w.rc != nil {
-		rest, err := tryWritev(w.rc, bufs)
+		rest, err := tryWritev(w.rc, bufs, &w.iovs)
 		if err != nil || len(rest) == 0 {
 			w.mu.Lock()
 			w.endRoundLocked(arena, segs, err)
