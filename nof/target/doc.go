@@ -275,6 +275,13 @@
 //	128K seq write QD8, initiator     571-1061 MB/s       673-865 MB/s
 //	                                 76-84 µs CPU         82-85 µs CPU
 //
+// The whole lean-host 4 KiB process under perf stat (perf stat -e
+// 'raw_syscalls:sys_enter,context-switches,...' on the test binary, same
+// bench, 00:41 UTC): 1.18 system calls and 0.084 context switches per I/O
+// before (0.77 write, 0.24 read, 0.13 epoll_pwait, 0.017 futex), 0.38 and
+// 0.011 after (0.09 write, 0.03 writev, 0.19 read, 0.06 epoll_pwait; the
+// remaining reads are mostly the lean host's).
+//
 // The reader never waits for the socket: answers go out with
 // pdu.Writer.Push (one non-blocking writev; what the socket does not take
 // is written by a goroutine while the reader reads on), so a host blocked
