@@ -56,7 +56,9 @@ type Config struct {
 	// need none: a host sends Keep Alive on the admin queue within KATO, the
 	// keep-alive timer tears the whole controller down when it does not,
 	// and an I/O queue may rightly stay silent as long as its controller
-	// lives. Connections without a controller get HeaderTimeout.
+	// lives. Connections without a controller get HeaderTimeout. A host
+	// that vanished without closing is found by TCP keep-alive, which Go
+	// enables on accepted connections (15 s probes), whatever the KATO.
 	IdleTimeout time.Duration
 	// AcceptBackoffMax caps the wait between retries when Accept fails with
 	// a temporary error (out of file descriptors, ...) [1s].
