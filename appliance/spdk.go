@@ -320,7 +320,7 @@ func (c SPDKConfig) watchInterval() time.Duration {
 func (a *Appliance) checkSPDK(ctx context.Context) {
 	w := a.nvme.watch
 	pctx, cancel := context.WithTimeout(ctx, spdkStatsTimeout)
-	err := a.probeSPDK(pctx)
+	lost, err := a.probeSPDK(pctx)
 	cancel()
 	if ctx.Err() != nil {
 		return
@@ -341,20 +341,49 @@ func (a *Appliance) checkSPDK(ctx context.Context) {
 		a.log.Debug("spdk probe failed", "err", err, "in_a_row", failures)
 	case wasDown:
 		a.spdkBack(ctx)
+	case lost != nil:
+		// SPDK restarted between two probes: it answers, but without
+		// the export. What the NOF segments held is gone with it.
+		a.spdkGone(ctx, lost)
+		a.spdkBack(ctx)
 	default:
 		a.refreshSPDKStats(ctx)
 	}
 }
 
-// probeSPDK dials SPDK's socket and asks for its version.
-func (a *Appliance) probeSPDK(ctx context.Context) error {
+// probeSPDK dials SPDK's socket, asks for its version (err: SPDK does not
+// answer) and checks that the export is still there (lost: SPDK answers
+// but the subsystem or one of its namespaces is missing, as after a
+// restart).
+func (a *Appliance) probeSPDK(ctx context.Context) (lost, err error) {
 	c, err := newSPDKClient(a.cfg.NVMe.SPDK)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer c.Close()
-	_, err = c.SpdkGetVersion(ctx)
-	return err
+	if _, err := c.SpdkGetVersion(ctx); err != nil {
+		return nil, err
+	}
+	w := a.nvme.watch
+	w.mu.Lock()
+	want := len(w.mounted)
+	down := w.down != nil
+	w.mu.Unlock()
+	if down {
+		return nil, nil // spdkBack re-applies the plan anyway
+	}
+	nss, err := spdk.NewManager(c).Namespaces(ctx, a.nvme.nqn)
+	var rpcErr *spdk.RPCError
+	if errors.As(err, &rpcErr) {
+		return fmt.Errorf("SPDK answers but the export %s is gone (restarted?): %w", a.nvme.nqn, err), nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(nss) != want {
+		return fmt.Errorf("SPDK exports %d namespaces of %s, %d are mounted (restarted?)", len(nss), a.nvme.nqn, want), nil
+	}
+	return nil, nil
 }
 
 // spdkGone unmounts the NOF segments: nothing on them can be read or
@@ -368,7 +397,7 @@ func (a *Appliance) spdkGone(ctx context.Context, cause error) {
 	w.mounted = nil
 	w.mu.Unlock()
 	a.spdkStats.Store(nil)
-	a.log.Warn("spdk is not answering: unmounting its NOF segments until it returns",
+	a.log.Warn("spdk export unavailable (SPDK not answering, or restarted without it): unmounting its NOF segments until it is back",
 		"socket", spdkSocket(a.cfg.NVMe.SPDK), "segments", segs, "err", cause)
 	for _, name := range segs {
 		if err := a.client.UnmountSegment(ctx, name, 0); err != nil && !kverr.Is(err, kverr.SegmentNotFound) {

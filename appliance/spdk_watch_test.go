@@ -127,7 +127,7 @@ func TestSPDKBackendNoticesSPDKDyingAndReturning(t *testing.T) {
 	if err := a.NVMeHealth(); err == nil || !strings.Contains(err.Error(), "SPDK not answering") {
 		t.Fatalf("NVMeHealth with SPDK gone: %v", err)
 	}
-	if !strings.Contains(logs.String(), "level=WARN msg=\"spdk is not answering") {
+	if !strings.Contains(logs.String(), "level=WARN msg=\"spdk export unavailable") {
 		t.Fatalf("no warning that SPDK is gone:\n%s", logs.String())
 	}
 	if nofReplica(t, cl, "w/before", nqn) {
@@ -164,6 +164,24 @@ func TestSPDKBackendNoticesSPDKDyingAndReturning(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "spdk is back") {
 		t.Fatalf("no log line for SPDK's return:\n%s", logs.String())
+	}
+
+	// SPDK restarts between two probes (no probe, or only one, fails): it
+	// answers, without the export, and the appliance re-applies its plan.
+	fake3 := spdktest.NewFake()
+	srv2.Close()
+	srv3, err := spdktest.Listen(sock, fake3.Handle, spdktest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv3.Close() })
+	waitFor(t, func() bool { return fake3.Calls("nvmf_create_subsystem") == 1 }, "the plan to be re-applied to the restarted SPDK")
+	waitFor(t, func() bool { return nofSegments(t, mc, name)[seg] != nil && a.NVMeHealth() == nil }, "the NOF segment to be mounted again")
+	if err := cl.Put(ctx, "w/again", after, nof); err != nil || !nofReplica(t, cl, "w/again", nqn) {
+		t.Fatalf("NOF put after a quick SPDK restart: %v", err)
+	}
+	if !strings.Contains(logs.String(), "restarted?") {
+		t.Fatalf("no log line naming the lost export:\n%s", logs.String())
 	}
 }
 
