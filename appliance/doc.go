@@ -37,9 +37,10 @@
 // target's counters and connected hosts; SPDK: bdev_get_iostat, refreshed
 // every SPDKConfig.WatchInterval (1 s) off the heartbeat path, without
 // hosts), for REST /api/v1/nvme and the web UI. With SPDK, the same round
-// probes SPDK's liveness: two failed probes in a row unmount the NOF
-// segments (logged at warn; the master publishes the unmount), and when
-// SPDK answers again the plan is re-applied and they are remounted.
+// probes SPDK's liveness: two failed probes in a row, or an SPDK that
+// answers without the export (restarted), unmount the NOF segments (logged
+// at warn; the master publishes the unmount), and when SPDK answers again
+// the plan is re-applied and they are remounted.
 // NVMeHealth says why the export does not serve (a built-in target listener
 // that cannot accept, or SPDK gone), for the appliance's liveness report.
 //

@@ -285,7 +285,7 @@ func (w *spdkWatch) health() error {
 	if w.down == nil {
 		return nil
 	}
-	return fmt.Errorf("SPDK not answering since %s (NOF segments unmounted): %w", w.since.UTC().Format(time.RFC3339), w.down)
+	return fmt.Errorf("SPDK export unavailable since %s (NOF segments unmounted): %w", w.since.UTC().Format(time.RFC3339), w.down)
 }
 
 // pollSPDKStats watches SPDK until ctx ends: every SPDKConfig.WatchInterval

@@ -124,7 +124,7 @@ func TestSPDKBackendNoticesSPDKDyingAndReturning(t *testing.T) {
 	// SPDK dies.
 	srv.Close()
 	waitFor(t, func() bool { return len(nofSegments(t, mc, name)) == 0 }, "the NOF segments to be unmounted")
-	if err := a.NVMeHealth(); err == nil || !strings.Contains(err.Error(), "SPDK not answering") {
+	if err := a.NVMeHealth(); err == nil || !strings.Contains(err.Error(), "SPDK export unavailable") {
 		t.Fatalf("NVMeHealth with SPDK gone: %v", err)
 	}
 	if !strings.Contains(logs.String(), "level=WARN msg=\"spdk export unavailable") {
