@@ -289,8 +289,10 @@ func (w *spdkWatch) health() error {
 }
 
 // pollSPDKStats watches SPDK until ctx ends: every SPDKConfig.WatchInterval
-// it probes SPDK's JSON-RPC socket (spdk_get_version). After spdkDownAfter
-// failed probes the NOF segments are unmounted on the master (grace 0: their
+// it probes SPDK's JSON-RPC socket (spdk_get_version, then the export's
+// subsystem and namespaces). After spdkDownAfter failed probes, or at once
+// when SPDK answers without the export (it restarted between two probes),
+// the NOF segments are unmounted on the master (grace 0: their
 // replicas are no longer handed out, and the master publishes a segment
 // event for each) and a warning is logged; when SPDK answers again (a
 // restarted spdk_tgt has forgotten the export) the plan is applied again
