@@ -275,6 +275,12 @@
 //	128K seq write QD8, initiator     571-1061 MB/s       673-865 MB/s
 //	                                 76-84 µs CPU         82-85 µs CPU
 //
+// File namespace (O_DIRECT, still one worker per command; small answers
+// share writes, and the initiator batches its capsules), 4 KiB randread
+// QD32 beside fio on the same file in the same run, two alternations at
+// 00:45 UTC: before 37-38k IOPS, 0.38-0.41 × fio; after 48-56k IOPS,
+// 0.55-0.60 × fio (go test -run '^$' -bench RandRead4KQD32File -benchtime 1x).
+//
 // The whole lean-host 4 KiB process under perf stat (perf stat -e
 // 'raw_syscalls:sys_enter,context-switches,...' on the test binary, same
 // bench, 00:41 UTC): 1.18 system calls and 0.084 context switches per I/O
