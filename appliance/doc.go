@@ -35,8 +35,14 @@
 // Teardown is set: operators own their SPDK target. Either way the heartbeat
 // carries the exported namespaces' I/O figures to the master (built-in: the
 // target's counters and connected hosts; SPDK: bdev_get_iostat, refreshed
-// every 2 s off the heartbeat path, without hosts), for REST /api/v1/nvme
-// and the web UI.
+// every SPDKConfig.WatchInterval (1 s) off the heartbeat path, without
+// hosts), for REST /api/v1/nvme and the web UI. With SPDK, the same round
+// probes SPDK's liveness: two failed probes in a row, or an SPDK that
+// answers without the export (restarted), unmount the NOF segments (logged
+// at warn; the master publishes the unmount), and when SPDK answers again
+// the plan is re-applied and they are remounted.
+// NVMeHealth says why the export does not serve (a built-in target listener
+// that cannot accept, or SPDK gone), for the appliance's liveness report.
 //
 // Removals: a long poll (TakeRemovals) takes the master's removals of SSD
 // copies, records each batch durably in the SSD tier (ssd.Tier.Remove) and
