@@ -54,6 +54,11 @@ func (a *Appliance) fillHeartbeat(req *kvtierpb.HeartbeatRequest) {
 	if a.engine != nil {
 		req.Unhealthy = append(req.Unhealthy, a.engine.Health()...)
 	}
+	if err := a.NVMeHealth(); err != nil {
+		// A dead NVMe/TCP listener or a vanished SPDK export: the master
+		// shows the appliance degraded, with this reason.
+		req.Unhealthy = append(req.Unhealthy, "nvme: "+err.Error())
+	}
 	if a.tier == nil {
 		return
 	}
