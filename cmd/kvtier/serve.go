@@ -94,6 +94,7 @@ type applianceFlags struct {
 	drainGrace  time.Duration
 	shm         bool
 	nvme        nvmeFlags
+	respAddr    string
 }
 
 func (f *applianceFlags) register(cmd *cobra.Command, standalone bool) {
@@ -122,6 +123,7 @@ func (f *applianceFlags) register(cmd *cobra.Command, standalone bool) {
 	fs.DurationVar(&f.drainGrace, "drain-grace", 0, "on SIGTERM, keep serving reads this long after marking segments draining")
 	fs.BoolVar(&f.shm, "shm", true, "share DRAM segments with clients on this host (same user or root): they copy through shared memory instead of loopback TCP")
 	f.nvme.register(cmd)
+	fs.StringVar(&f.respAddr, "resp-addr", "", "Redis protocol (RESP2/RESP3) listen address, e.g. 127.0.0.1:6379 (empty: off; port 0 picks a free port)")
 }
 
 func (f *applianceFlags) config(masterAddr string, log *slog.Logger) (appliance.Config, error) {
@@ -350,11 +352,17 @@ func newApplianceCmd() *cobra.Command {
 					return err
 				}
 			}
-			line := fmt.Sprintf("listening data=%s%s name=%s", a.DataAddr(), describeListeners(a), a.Name())
+			respDesc, stopRESP, err := startRESP(f.respAddr, a, log)
+			if err != nil {
+				_ = a.Close(context.Background())
+				return err
+			}
+			line := fmt.Sprintf("listening data=%s%s%s name=%s", a.DataAddr(), describeListeners(a), respDesc, a.Name())
 			log.Info(line)
 			fmt.Println(line)
 			<-ctx.Done()
 			log.Info("draining and unmounting")
+			stopRESP()
 			return a.Close(context.Background())
 		},
 	}
@@ -404,12 +412,18 @@ func newStandaloneCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			line := fmt.Sprintf("listening grpc=%s http=%s data=%s%s", rm.grpcAddr, rm.httpAddr, a.DataAddr(), describeListeners(a))
+			respDesc, stopRESP, err := startRESP(af.respAddr, a, log)
+			if err != nil {
+				_ = a.Close(context.Background())
+				return err
+			}
+			line := fmt.Sprintf("listening grpc=%s http=%s data=%s%s%s", rm.grpcAddr, rm.httpAddr, a.DataAddr(), describeListeners(a), respDesc)
 			log.Info(line)
 			fmt.Println(line)
 			fmt.Printf("web UI: http://%s/\n", rm.httpAddr)
 			<-ctx.Done()
 			log.Info("draining and unmounting")
+			stopRESP()
 			return a.Close(context.Background())
 		},
 	}
