@@ -82,7 +82,7 @@ func (r *reader) next() ([][]byte, error) {
 	for i := int64(0); i < n; i++ {
 		line, err := r.line()
 		if err != nil {
-			return nil, err
+			return nil, eof(err)
 		}
 		if len(line) == 0 || line[0] != '$' {
 			c := byte(' ')

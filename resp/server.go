@@ -67,14 +67,14 @@ type Server struct {
 	cursors cursorTable
 	wg      sync.WaitGroup // connection goroutines
 
-	nextID      atomic.Int64
-	nConns      atomic.Int64
-	connsTotal  atomic.Uint64
-	rejected    atomic.Uint64
-	commands    atomic.Uint64
-	hits        atomic.Uint64
-	misses      atomic.Uint64
-	port        atomic.Int64
+	nextID     atomic.Int64
+	nConns     atomic.Int64
+	connsTotal atomic.Uint64
+	rejected   atomic.Uint64
+	commands   atomic.Uint64
+	hits       atomic.Uint64
+	misses     atomic.Uint64
+	port       atomic.Int64
 }
 
 // New returns a server that stores through c (shared by every connection;
