@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvtier/kvtier/api/kvtierpb"
 	"github.com/kvtier/kvtier/client"
 	"github.com/kvtier/kvtier/kverr"
 )
@@ -338,30 +339,43 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// cmdExists answers from the master's replica lists, which grant the read
+// lease a GET takes (see the package doc, "EXISTS"): a key counted here
+// cannot be evicted before the GET that follows it, within --lease-ttl.
 func cmdExists(c *conn, args [][]byte) bool {
 	s := c.s
 	keys := args[1:]
 	if len(keys) == 1 {
-		ok, err := s.store.Exist(s.ctx, string(keys[0]))
-		if err != nil {
+		_, err := s.store.Query(s.ctx, string(keys[0]))
+		switch {
+		case err == nil:
+			c.w.int(1)
+		case missing(err):
+			c.w.int(0)
+		default:
 			c.storeErr(err)
-			return false
 		}
-		c.w.int(boolInt(ok))
 		return false
 	}
-	ks := make([]string, len(keys))
-	for i, k := range keys {
-		ks[i] = string(k)
-	}
-	oks, err := s.store.BatchExist(s.ctx, ks)
+	resp, err := s.store.Master().BatchGetReplicaList(s.ctx, &kvtierpb.BatchKeysRequest{
+		ClientId: s.store.ID(), Tenant: s.store.Tenant(), Keys: keys})
 	if err != nil {
-		c.storeErr(err)
+		c.storeErr(kverr.FromGRPC(err))
+		return false
+	}
+	if len(resp.Results) != len(keys) {
+		c.storeErr(kverr.New(kverr.RPCFail, "", "master answered %d results for %d keys", len(resp.Results), len(keys)))
 		return false
 	}
 	n := int64(0)
-	for _, ok := range oks {
-		n += boolInt(ok)
+	for i, r := range resp.Results {
+		switch e := kverr.Code(r.Code); {
+		case e == kverr.OK:
+			n++
+		case !missing(&kverr.Error{Code: e}):
+			c.storeErr(&kverr.Error{Code: e, Key: string(keys[i]), Msg: r.Message})
+			return false
+		}
 	}
 	c.w.int(n)
 	return false
