@@ -191,6 +191,7 @@ func cmdGet(c *conn, args [][]byte) bool {
 		c.w.null()
 	default:
 		c.s.hits.Add(1)
+		c.s.recent.put(string(args[1]), len(b.b))
 		c.w.bulk(b.b)
 		c.s.pool.put(b)
 	}
@@ -279,6 +280,11 @@ func (c *conn) set(key string, val []byte, o setOptions) (bool, error) {
 			return false, err
 		}
 	}
+	if !o.nx && o.ttl == 0 {
+		if n, ok := s.recent.get(key); ok && n == len(val) && c.holds(key, val) {
+			return true, nil
+		}
+	}
 	var opts []client.PutOption
 	if o.ttl > 0 {
 		opts = append(opts, client.WithSoftPin(o.ttl))
@@ -288,26 +294,18 @@ func (c *conn) set(key string, val []byte, o setOptions) (bool, error) {
 		res, err := s.store.PutWithResult(s.ctx, key, val, opts...)
 		switch {
 		case err == nil && !res.AlreadyStored:
+			s.recent.put(key, len(val))
 			return true, nil
 		case err == nil || kverr.Is(err, kverr.ObjectAlreadyExists):
 			if o.nx {
 				return false, nil
 			}
-			if err == nil && o.ttl == 0 {
-				// Same size: when the stored bytes are these, the key
-				// already holds the value (the common case of content-
-				// derived keys), and nothing needs replacing.
-				b, gerr := c.get([]byte(key))
-				if gerr != nil {
-					return false, gerr
-				}
-				if b != nil {
-					same := bytes.Equal(b.b, val)
-					s.pool.put(b)
-					if same {
-						return true, nil
-					}
-				}
+			// Same size: when the stored bytes are these, the key already
+			// holds the value (the common case of content-derived keys),
+			// and nothing needs replacing.
+			if err == nil && o.ttl == 0 && c.holds(key, val) {
+				s.recent.put(key, len(val))
+				return true, nil
 			}
 			// Replace: remove the old object (force: a reader's lease
 			// must not make SET fail), then put again.
@@ -326,6 +324,18 @@ func (c *conn) set(key string, val []byte, o setOptions) (bool, error) {
 		}
 		backoff = min(2*backoff, 5*time.Millisecond)
 	}
+}
+
+// holds reports whether key's stored value is val (false also when the
+// read fails: the caller then takes the slow path, which reports errors).
+func (c *conn) holds(key string, val []byte) bool {
+	b, err := c.get([]byte(key))
+	if err != nil || b == nil {
+		return false
+	}
+	same := bytes.Equal(b.b, val)
+	c.s.pool.put(b)
+	return same
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -396,6 +406,7 @@ func cmdDel(c *conn, args [][]byte) bool {
 	var n int64
 	var first error
 	for _, k := range args[1:] {
+		s.recent.drop(string(k))
 		err := s.store.Remove(s.ctx, string(k), true)
 		switch {
 		case err == nil:

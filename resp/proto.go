@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strconv"
 )
 
@@ -305,66 +306,117 @@ func parseInt(b []byte) (int64, bool) {
 	return int64(n), true
 }
 
-// writer encodes replies in RESP2 or RESP3 onto a buffered connection.
+// Reply buffering.
+const (
+	// flushAt: buffered replies are written once they reach this much
+	// (a long pipeline), else when no request is waiting (serveConn).
+	flushAt = 64 << 10
+	// bigBulk: a bulk string this long is not copied into the reply
+	// buffer; it goes out with one writev beside the buffered replies,
+	// straight from the value buffer.
+	bigBulk = 16 << 10
+	// maxWriteBuf: a reply buffer grown past this is dropped after a flush.
+	maxWriteBuf = 1 << 20
+)
+
+var crlf = []byte("\r\n")
+
+// writer encodes replies in RESP2 or RESP3 and buffers them for the
+// connection. A write error is kept: later replies are dropped and the
+// connection's loop ends at its next flush.
 type writer struct {
-	bw    *bufio.Writer
+	nc    io.Writer
+	buf   []byte
 	proto int // 2 or 3
-	num   [24]byte
+	err   error
+	vec   [3][]byte // writev of a big bulk string: buffered replies, value, CRLF
+}
+
+// flush writes the buffered replies.
+func (w *writer) flush() error {
+	if len(w.buf) > 0 && w.err == nil {
+		_, w.err = w.nc.Write(w.buf)
+	}
+	if cap(w.buf) > maxWriteBuf {
+		w.buf = nil
+	}
+	w.buf = w.buf[:0]
+	return w.err
+}
+
+func (w *writer) grown() {
+	if len(w.buf) >= flushAt {
+		_ = w.flush()
+	}
 }
 
 func (w *writer) prefixed(p byte, n int64) {
-	b := append(w.num[:0], p)
-	b = strconv.AppendInt(b, n, 10)
-	b = append(b, '\r', '\n')
-	_, _ = w.bw.Write(b)
+	w.buf = append(w.buf, p)
+	w.buf = strconv.AppendInt(w.buf, n, 10)
+	w.buf = append(w.buf, '\r', '\n')
 }
 
 // simple writes a status reply (+OK). s must not contain CR or LF.
 func (w *writer) simple(s string) {
-	_ = w.bw.WriteByte('+')
-	_, _ = w.bw.WriteString(s)
-	_, _ = w.bw.WriteString("\r\n")
+	w.buf = append(w.buf, '+')
+	w.buf = append(w.buf, s...)
+	w.buf = append(w.buf, '\r', '\n')
+	w.grown()
 }
 
 // error writes an error reply; msg starts with its code word (ERR,
 // NOSPACE, WRONGPASS...). CR and LF in msg become spaces: an error reply
 // is one line.
 func (w *writer) error(msg string) {
-	_ = w.bw.WriteByte('-')
+	w.buf = append(w.buf, '-')
 	for i := 0; i < len(msg); i++ {
 		c := msg[i]
 		if c == '\r' || c == '\n' {
 			c = ' '
 		}
-		_ = w.bw.WriteByte(c)
+		w.buf = append(w.buf, c)
 	}
-	_, _ = w.bw.WriteString("\r\n")
+	w.buf = append(w.buf, '\r', '\n')
+	w.grown()
 }
 
-func (w *writer) int(n int64) { w.prefixed(':', n) }
+func (w *writer) int(n int64) { w.prefixed(':', n); w.grown() }
 
-// bulk writes a bulk string. bufio.Writer hands a value larger than its
-// free space straight to the socket once its buffer is flushed: a large
-// value is copied once, into the kernel.
+// bulk writes a bulk string. A long one is written at once, in one
+// writev with the replies buffered before it: the value is copied once,
+// from its buffer into the kernel.
 func (w *writer) bulk(b []byte) {
 	w.prefixed('$', int64(len(b)))
-	_, _ = w.bw.Write(b)
-	_, _ = w.bw.WriteString("\r\n")
+	if len(b) < bigBulk {
+		w.buf = append(w.buf, b...)
+		w.buf = append(w.buf, '\r', '\n')
+		w.grown()
+		return
+	}
+	if w.err == nil {
+		w.vec = [3][]byte{w.buf, b, crlf}
+		bufs := net.Buffers(w.vec[:])
+		_, w.err = bufs.WriteTo(w.nc)
+		w.vec = [3][]byte{}
+	}
+	w.buf = w.buf[:0]
 }
 
 func (w *writer) bulkString(s string) {
 	w.prefixed('$', int64(len(s)))
-	_, _ = w.bw.WriteString(s)
-	_, _ = w.bw.WriteString("\r\n")
+	w.buf = append(w.buf, s...)
+	w.buf = append(w.buf, '\r', '\n')
+	w.grown()
 }
 
 // null is RESP2's null bulk string or RESP3's null.
 func (w *writer) null() {
 	if w.proto == 3 {
-		_, _ = w.bw.WriteString("_\r\n")
-		return
+		w.buf = append(w.buf, "_\r\n"...)
+	} else {
+		w.buf = append(w.buf, "$-1\r\n"...)
 	}
-	_, _ = w.bw.WriteString("$-1\r\n")
+	w.grown()
 }
 
 func (w *writer) array(n int) { w.prefixed('*', int64(n)) }

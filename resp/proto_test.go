@@ -1,7 +1,6 @@
 package resp
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -104,7 +103,7 @@ func TestParseInt(t *testing.T) {
 func TestWriterReplies(t *testing.T) {
 	for _, proto := range []int{2, 3} {
 		var b bytes.Buffer
-		w := writer{bw: bufio.NewWriter(&b), proto: proto}
+		w := writer{nc: &b, proto: proto}
 		w.simple("OK")
 		w.error("ERR two\r\nlines")
 		w.int(-7)
@@ -112,13 +111,15 @@ func TestWriterReplies(t *testing.T) {
 		w.null()
 		w.mapOf(1)
 		w.array(0)
-		_ = w.bw.Flush()
+		w.bulk([]byte(strings.Repeat("z", bigBulk)))
+		_ = w.flush()
 		want := "+OK\r\n-ERR two  lines\r\n:-7\r\n$2\r\nhi\r\n"
 		if proto == 2 {
 			want += "$-1\r\n*2\r\n*0\r\n"
 		} else {
 			want += "_\r\n%1\r\n*0\r\n"
 		}
+		want += fmt.Sprintf("$%d\r\n%s\r\n", bigBulk, strings.Repeat("z", bigBulk))
 		if b.String() != want {
 			t.Errorf("RESP%d: got %q, want %q", proto, b.String(), want)
 		}

@@ -1,7 +1,6 @@
 package resp
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -65,6 +64,7 @@ type Server struct {
 	closed bool
 
 	cursors cursorTable
+	recent  *recentTable
 	wg      sync.WaitGroup // connection goroutines
 
 	nextID     atomic.Int64
@@ -98,7 +98,7 @@ func New(c *client.Client, cfg Config) (*Server, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Server{store: c, cfg: cfg, log: cfg.Logger, start: time.Now(), ctx: ctx, cancel: cancel,
-		conns: map[*conn]struct{}{}, cursors: newCursorTable(cursorTableSize)}, nil
+		conns: map[*conn]struct{}{}, cursors: newCursorTable(cursorTableSize), recent: newRecentTable()}, nil
 }
 
 // Serve accepts connections on lis until Close; it returns nil after
@@ -202,7 +202,7 @@ func (s *Server) newConn(nc net.Conn) *conn {
 	c := &conn{s: s, nc: nc, id: s.nextID.Add(1), addr: nc.RemoteAddr().String(), since: time.Now(),
 		authed: s.cfg.Password == ""}
 	c.r = newReader(nc, connBufferSize, s.cfg.MaxValueSize, &s.pool)
-	c.w = writer{bw: bufio.NewWriterSize(nc, connBufferSize), proto: 2}
+	c.w = writer{nc: nc, buf: make([]byte, 0, 4096), proto: 2}
 	return c
 }
 
@@ -222,7 +222,7 @@ func (s *Server) serveConn(c *conn) {
 			var pe *errProtocol
 			if errors.As(err, &pe) {
 				c.w.error("ERR " + pe.Error())
-				_ = c.w.bw.Flush()
+				_ = c.w.flush()
 			}
 			return
 		}
@@ -234,7 +234,7 @@ func (s *Server) serveConn(c *conn) {
 		// Pipelining: answer a whole batch of requests in one write, and
 		// flush only when no request is waiting in the read buffer.
 		if quit || c.r.br.Buffered() == 0 {
-			if err := c.w.bw.Flush(); err != nil {
+			if err := c.w.flush(); err != nil {
 				return
 			}
 		}
