@@ -29,7 +29,7 @@ func BenchmarkRESP(b *testing.B) {
 		}
 	}
 	kv := startProcB(b, "standalone", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--resp-addr", "127.0.0.1:0",
-		"--name", "bench-box", "--dram", "1GiB", "--ssd-dir", "", "--offload", "off", "--cpuprofile", os.Getenv("KVTIER_BENCH_PROFILE"))
+		"--name", "bench-box", "--dram", "256MiB", "--ssd-dir", "", "--offload", "off", "--cpuprofile", os.Getenv("KVTIER_BENCH_PROFILE"))
 	redis := startRedisServer(b)
 	rounds := 3
 	if v, err := strconv.Atoi(os.Getenv("KVTIER_RESP_ROUNDS")); err == nil && v > 0 {

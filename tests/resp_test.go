@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -511,5 +512,44 @@ func TestRESPExistsImpliesGet(t *testing.T) {
 	}
 	if !strings.Contains(info, "evicted_keys:") || strings.Contains(info, "evicted_keys:0\r") {
 		t.Fatalf("no eviction happened; the test did not exercise the race it is about:\n%s", info)
+	}
+}
+
+// TestRESPAuth: with --resp-password-file every command but AUTH, HELLO
+// and QUIT waits for the password.
+func TestRESPAuth(t *testing.T) {
+	pw := t.TempDir() + "/pw"
+	if err := os.WriteFile(pw, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, addr := startRESP(t, "--resp-password-file", pw)
+	c := dialRESP(t, addr)
+	defer c.Close()
+	for _, s := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"SET", "a", "1"}, "-NOAUTH Authentication required."},
+		{[]string{"AUTH", "wrong"}, "-WRONGPASS invalid username-password pair or user is disabled."},
+		{[]string{"GET", "a"}, "-NOAUTH Authentication required."},
+		{[]string{"AUTH", "default", "s3cret"}, "+OK"},
+		{[]string{"SET", "a", "1"}, "+OK"},
+	} {
+		if got := c.do(s.args...); got != s.want {
+			t.Fatalf("%q: got %q, want %q", s.args, got, s.want)
+		}
+	}
+	c2 := dialRESP(t, addr)
+	defer c2.Close()
+	if got := c2.do("HELLO", "3", "AUTH", "default", "s3cret"); !strings.Contains(got, "proto :3") {
+		t.Fatalf("HELLO 3 AUTH: %q", got)
+	}
+	if got := c2.do("GET", "a"); got != "1" {
+		t.Fatalf("GET after HELLO AUTH: %q", got)
+	}
+	if _, err := exec.LookPath("redis-cli"); err == nil {
+		if got := redisCLI(t, addr, nil, "--no-auth-warning", "-a", "s3cret", "GET", "a"); got != "1" {
+			t.Fatalf("redis-cli -a: %q", got)
+		}
 	}
 }

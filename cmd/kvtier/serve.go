@@ -95,6 +95,7 @@ type applianceFlags struct {
 	shm         bool
 	nvme        nvmeFlags
 	respAddr    string
+	respPwFile  string
 }
 
 func (f *applianceFlags) register(cmd *cobra.Command, standalone bool) {
@@ -124,6 +125,7 @@ func (f *applianceFlags) register(cmd *cobra.Command, standalone bool) {
 	fs.BoolVar(&f.shm, "shm", true, "share DRAM segments with clients on this host (same user or root): they copy through shared memory instead of loopback TCP")
 	f.nvme.register(cmd)
 	fs.StringVar(&f.respAddr, "resp-addr", "", "Redis protocol (RESP2/RESP3) listen address, e.g. 127.0.0.1:6379 (empty: off; port 0 picks a free port)")
+	fs.StringVar(&f.respPwFile, "resp-password-file", "", "file holding the password Redis clients must AUTH with (default: none, like redis-server without requirepass)")
 }
 
 func (f *applianceFlags) config(masterAddr string, log *slog.Logger) (appliance.Config, error) {
@@ -352,7 +354,7 @@ func newApplianceCmd() *cobra.Command {
 					return err
 				}
 			}
-			respDesc, stopRESP, err := startRESP(f.respAddr, a, log)
+			respDesc, stopRESP, err := startRESP(f.respAddr, f.respPwFile, a, log)
 			if err != nil {
 				_ = a.Close(context.Background())
 				return err
@@ -412,7 +414,7 @@ func newStandaloneCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			respDesc, stopRESP, err := startRESP(af.respAddr, a, log)
+			respDesc, stopRESP, err := startRESP(af.respAddr, af.respPwFile, a, log)
 			if err != nil {
 				_ = a.Close(context.Background())
 				return err
