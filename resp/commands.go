@@ -326,6 +326,24 @@ func (c *conn) set(key string, val []byte, o setOptions) (bool, error) {
 	}
 }
 
+// remove deletes key with force, waiting (as set does) while a put of it
+// is in flight. A missing key is OBJECT_NOT_FOUND.
+func (c *conn) remove(key string) error {
+	s := c.s
+	s.recent.drop(key)
+	backoff := 50 * time.Microsecond
+	for attempt := 1; ; attempt++ {
+		err := s.store.Remove(s.ctx, key, true)
+		if !kverr.Is(err, kverr.ReplicaIsNotReady) || attempt == setAttempts {
+			return err
+		}
+		if err := sleep(s.ctx, backoff); err != nil {
+			return err
+		}
+		backoff = min(2*backoff, 5*time.Millisecond)
+	}
+}
+
 // holds reports whether key's stored value is val (false also when the
 // read fails: the caller then takes the slow path, which reports errors).
 func (c *conn) holds(key string, val []byte) bool {
@@ -399,15 +417,14 @@ func boolInt(b bool) int64 {
 }
 
 // cmdDel removes keys, forcing past read leases (a Redis DEL does not
-// wait for readers). A key still being written cannot be removed: the
-// reply is then an error naming it, after the other keys were removed.
+// wait for readers). A key whose put is in flight is removed once the put
+// ends; one still in flight after the retries is reported as an error,
+// after the other keys were removed.
 func cmdDel(c *conn, args [][]byte) bool {
-	s := c.s
 	var n int64
 	var first error
 	for _, k := range args[1:] {
-		s.recent.drop(string(k))
-		err := s.store.Remove(s.ctx, string(k), true)
+		err := c.remove(string(k))
 		switch {
 		case err == nil:
 			n++

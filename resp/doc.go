@@ -76,8 +76,8 @@
 //     checksum, is a miss (nil), never wrong bytes. A GET whose read lease
 //     ran out during the copy is retried.
 //   - DEL/UNLINK remove with force (past read leases); a key whose put is
-//     in flight cannot be removed and is reported as an error after the
-//     other keys were removed.
+//     in flight is removed when the put ends (the same retries as SET),
+//     else reported as an error after the other keys were removed.
 //   - Expiry: kvtier never deletes an object at a deadline; it evicts under
 //     memory pressure in lease order. SET ... EX/PX and EXPIRE/PEXPIRE
 //     soft-pin the object for that time: it is evicted only after

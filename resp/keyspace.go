@@ -339,7 +339,7 @@ func cmdExpire(c *conn, args [][]byte) bool {
 		unit = time.Millisecond
 	}
 	if n <= 0 {
-		err := c.s.store.Remove(c.s.ctx, string(args[1]), true)
+		err := c.remove(string(args[1]))
 		switch {
 		case err == nil:
 			c.w.int(1)
@@ -383,7 +383,7 @@ func (c *conn) repin(key []byte, ttl time.Duration) (bool, error) {
 	}
 	defer s.pool.put(b)
 	k := string(key)
-	if err := s.store.Remove(s.ctx, k, true); err != nil && !kverr.Is(err, kverr.ObjectNotFound) {
+	if err := c.remove(k); err != nil && !kverr.Is(err, kverr.ObjectNotFound) {
 		return false, err
 	}
 	res, err := s.store.PutWithResult(s.ctx, k, b.b, client.WithSoftPin(ttl))
