@@ -553,3 +553,35 @@ func TestRESPAuth(t *testing.T) {
 		}
 	}
 }
+
+// TestRESPOnAppliance: `kvtier appliance --resp-addr` joins a cluster and
+// stores through the SDK like any client: a value SET over Redis is read
+// back by `kvtier get` through the master. SIGTERM with a Redis connection
+// open exits cleanly.
+func TestRESPOnAppliance(t *testing.T) {
+	c := startCluster(t)
+	a := c.appliance("box-resp", "--resp-addr", "127.0.0.1:0")
+	addr := a.addrs["resp"]
+	if addr == "" {
+		t.Fatalf("no resp= in the appliance's listening line:\n%s", a.output())
+	}
+	rc := dialRESP(t, addr)
+	defer rc.Close()
+	if got := rc.do("SET", "from-redis", "bytes via RESP"); got != "+OK" {
+		t.Fatal(got)
+	}
+	out, errOut, code := c.cli(t, nil, "get", "from-redis")
+	if code != 0 || out != "bytes via RESP" {
+		t.Fatalf("kvtier get: %q %q exit %d", out, errOut, code)
+	}
+	if _, _, code := c.cli(t, []byte("from the CLI"), "put", "from-cli", "-"); code != 0 {
+		t.Fatal("kvtier put failed")
+	}
+	if got := rc.do("GET", "from-cli"); got != "from the CLI" {
+		t.Fatalf("GET of a key put by the CLI: %q", got)
+	}
+	if got := rc.do("COMMAND", "COUNT"); got != ":26" {
+		t.Fatalf("COMMAND COUNT: %q", got)
+	}
+	a.stop(t) // SIGTERM with rc still connected: exit 0
+}
