@@ -50,7 +50,9 @@
 //
 //   - SET of an existing key replaces it, as Redis users expect. When the
 //     stored value has the same size and the same bytes (content-derived
-//     keys put twice: the common case for KV caches) nothing is written.
+//     keys put twice: the common case for KV caches) nothing is written
+//     (so a soft pin from an earlier SET ... EX stays, where Redis would
+//     clear the TTL).
 //     Otherwise the old object is removed (force: a reader's lease does
 //     not make SET fail) and the new one put. While another writer's put
 //     of the key is in flight SET waits for it (up to ~40 retries, a few
