@@ -25,7 +25,9 @@ import (
 // startServer runs a master, an appliance and the front end over the
 // appliance's client in this process (so -race sees all of it) and
 // returns the front end's address.
-func startServer(t *testing.T) (*Server, string) {
+func startServer(t *testing.T) (*Server, string) { return startServerWith(t, Config{}) }
+
+func startServerWith(t *testing.T, cfg Config) (*Server, string) {
 	t.Helper()
 	m, err := master.New(master.Config{})
 	if err != nil {
@@ -48,7 +50,7 @@ func startServer(t *testing.T) (*Server, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(a.Client(), Config{})
+	s, err := New(a.Client(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,5 +277,42 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	cfg := Config{MaxClients: -1}
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "MaxClients") {
 		t.Fatalf("Validate: %v", err)
+	}
+}
+
+// TestServerMaxClients: a connection beyond MaxClients is answered with
+// redis-server's error and closed; one that leaves frees its place.
+func TestServerMaxClients(t *testing.T) {
+	_, addr := startServerWith(t, Config{MaxClients: 2})
+	a, b := dial(t, addr), dial(t, addr)
+	defer a.nc.Close()
+	if got := a.do("PING"); got != "+PONG" {
+		t.Fatal(got)
+	}
+	if got := b.do("PING"); got != "+PONG" {
+		t.Fatal(got)
+	}
+	c := dial(t, addr)
+	if got, err := c.read(); got != "-ERR max number of clients reached" {
+		t.Fatalf("third connection: %q %v", got, err)
+	}
+	if _, err := c.br.ReadByte(); err == nil {
+		t.Fatal("refused connection left open")
+	}
+	b.nc.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		d := dial(t, addr)
+		d.send("PING")
+		_ = d.bw.Flush()
+		got, _ := d.read()
+		d.nc.Close()
+		if got == "+PONG" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a place never freed: %q", got)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
