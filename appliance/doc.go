@@ -38,6 +38,21 @@
 // every 2 s off the heartbeat path, without hosts), for REST /api/v1/nvme
 // and the web UI.
 //
+// Removals: a long poll (TakeRemovals) takes the master's removals of SSD
+// copies, records each batch durably in the SSD tier (ssd.Tier.Remove) and
+// acknowledges it in the next call. An offload is reported done only while
+// its copy is still stored, under a read lock that removals take for
+// writing (removeMu), so no copy a removal took becomes a replica; a copy
+// the master refuses is removed; a stale copy of a key with other bytes is
+// replaced.
+//
+// Identity (identity.go): each Start is a new incarnation (random), sent
+// with the SSD directory's id (<ssd-dir>/appliance-id) in every mount and
+// heartbeat; the master treats a new incarnation of a known name as a
+// restart. Without Config.Name, DefaultName derives a name unique per host
+// and stable per SSD directory. A mount refused because another live
+// incarnation holds the name is retried for 10 s, then Start fails.
+//
 // Close drains: it stops taking offload work, unmounts every segment on the
 // master (after DrainGrace, during which reads are still served), stops the
 // engine, seals the SSD tier and unmaps the memory.

@@ -268,10 +268,28 @@ func (a *Appliance) offloadOne(ctx context.Context, t *kvtierpb.OffloadTask) (*s
 	if end < src.Offset || end > uint64(len(mem)) || src.Length != t.Size {
 		return nil, kverr.New(kverr.InvalidParams, string(t.Key), "offload source [%d,+%d) outside segment %s", src.Offset, src.Length, src.Segment)
 	}
-	return a.tier.PutAsync(ctx, t.Tenant, string(t.Key), mem[src.Offset:end], t.Crc32C)
+	return a.putReplacing(ctx, t.Tenant, string(t.Key), mem[src.Offset:end], t.Crc32C)
 }
 
 func (a *Appliance) done(ctx context.Context, t *kvtierpb.OffloadTask, loc ssd.Location, err error) {
+	if err == nil {
+		// Held across the report (see stillStored).
+		a.removeMu.RLock()
+		err = a.stillStored(t, loc)
+		refused := a.report(ctx, t, loc, err)
+		a.removeMu.RUnlock()
+		if refused {
+			a.dropUnwanted(t.Tenant, string(t.Key))
+		}
+		return
+	}
+	a.report(ctx, t, loc, err)
+}
+
+// report sends OffloadDone; refused says the master refused a successful
+// copy as unwanted (OBJECT_NOT_FOUND: the object is gone, or a removal of
+// it is pending).
+func (a *Appliance) report(ctx context.Context, t *kvtierpb.OffloadTask, loc ssd.Location, err error) (refused bool) {
 	req := &kvtierpb.OffloadDoneRequest{ClientId: a.cfg.Name, Tenant: t.Tenant, Key: t.Key, Ok: err == nil,
 		Bucket: loc.Bucket, Offset: loc.Offset, Length: loc.Length}
 	if err != nil {
@@ -284,6 +302,11 @@ func (a *Appliance) done(ctx context.Context, t *kvtierpb.OffloadTask, loc ssd.L
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if _, e := a.client.Master().OffloadDone(cctx, req); e != nil {
-		a.log.Warn("offload report failed", "key", string(t.Key), "err", kverr.FromGRPC(e))
+		e = kverr.FromGRPC(e)
+		if req.Ok && kverr.Is(e, kverr.ObjectNotFound) {
+			return true
+		}
+		a.log.Warn("offload report failed", "key", string(t.Key), "err", e)
 	}
+	return false
 }

@@ -63,6 +63,11 @@ type Config struct {
 	OnHeartbeat      func(*kvtierpb.HeartbeatRequest)
 	OnHeartbeatReply func(*kvtierpb.HeartbeatResponse)
 
+	// Incarnation and DiskID identify this start of a storage node (the
+	// appliance sets them; see master doc.go, "Appliance identity"); sent
+	// with every mount and heartbeat. Empty: not tracked.
+	Incarnation, DiskID string
+
 	// LeaseCacheKeys lets Get and GetInto reuse the replica list of up to
 	// that many recently read keys (default DefaultLeaseCacheKeys;
 	// negative: off), without asking the master again, while the read
@@ -377,7 +382,8 @@ func (c *Client) MountSegment(ctx context.Context, seg *kvtierpb.Segment) error 
 	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout)
 	defer cancel()
-	_, err := c.master.MountSegment(ctx, &kvtierpb.MountSegmentRequest{ClientId: c.cfg.ClientID, Segment: seg})
+	_, err := c.master.MountSegment(ctx, &kvtierpb.MountSegmentRequest{ClientId: c.cfg.ClientID, Segment: seg,
+		Incarnation: c.cfg.Incarnation, DiskId: c.cfg.DiskID})
 	return kverr.FromGRPC(err)
 }
 
@@ -390,7 +396,7 @@ func (c *Client) UnmountSegment(ctx context.Context, name string, grace time.Dur
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout+grace)
 	defer cancel()
 	_, err := c.master.UnmountSegment(ctx, &kvtierpb.UnmountSegmentRequest{
-		ClientId: c.cfg.ClientID, Name: name, GraceMs: grace.Milliseconds()})
+		ClientId: c.cfg.ClientID, Name: name, GraceMs: grace.Milliseconds(), Incarnation: c.cfg.Incarnation})
 	return kverr.FromGRPC(err)
 }
 
@@ -412,7 +418,8 @@ func (c *Client) heartbeatLoop(ctx context.Context) {
 // retries, and the master's grace state covers short outages.
 func (c *Client) Heartbeat(ctx context.Context) {
 	c.mu.Lock()
-	req := &kvtierpb.HeartbeatRequest{ClientId: c.cfg.ClientID, Endpoint: c.endpoint}
+	req := &kvtierpb.HeartbeatRequest{ClientId: c.cfg.ClientID, Endpoint: c.endpoint,
+		Incarnation: c.cfg.Incarnation, DiskId: c.cfg.DiskID}
 	for _, s := range c.segments {
 		req.Segments = append(req.Segments, s)
 	}

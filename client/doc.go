@@ -128,6 +128,16 @@
 // copy) unless the lease cache spares it. On an idle VM every wake-up is
 // slower than on a busy one (a raw ping-pong: 24 µs busy, 73 µs idle).
 //
-// Importers: cmd/kvtier, appliance, rest adapters, tests. The client never
+// # Using it from another module
+//
+// The module is go-gettable: go get github.com/kvtier/kvtier/client. The
+// error type and codes are in package github.com/kvtier/kvtier/kverr (match
+// with kverr.Is or errors.Is(err, kverr.ObjectNotFound.Err())); every type
+// of internal/ that the exported API names has an alias here (sdk.go), so an
+// importer can spell it. example_test.go has runnable examples of Put, Get,
+// GetInto and the batch forms against a real store. The C library (capi)
+// and the Python package (python/kvtier) are built on this package.
+//
+// Importers: cmd/kvtier, appliance, capi, rest adapters, tests. The client never
 // imports package master: it speaks only the contract in api/kvtierpb.
 package client

@@ -26,6 +26,7 @@ type client struct {
 	slots    int                 // guarded by mu
 	segments map[string]struct{} // guarded by mu
 	drained  map[string]struct{} // guarded by mu: names heartbeats must not remount
+	ident    Identity            // guarded by mu: the incarnation holding the name (identity.go)
 }
 
 func (c *client) getEndpoint() string {
@@ -126,8 +127,15 @@ func (m *Master) Heartbeat(ctx context.Context, req HeartbeatRequest) (Heartbeat
 	}
 	nvme := req.NVMe.clone() // copied outside the client lock
 	now := m.now().UnixNano()
-	known := m.clients.get(req.Client) != nil
+	old := m.clients.get(req.Client)
+	known := old != nil
+	if old != nil {
+		if err := m.admit(old, req.Identity, req.Endpoint, now); err != nil {
+			return HeartbeatReply{}, err
+		}
+	}
 	c := m.clients.getOrCreate(m.intern(req.Client), req.Endpoint, now)
+	_ = m.admit(c, req.Identity, req.Endpoint, now) // adopts the identity of a new client
 	prev := ClientState(c.state.Swap(int32(ClientLive)))
 	if prev == ClientGone {
 		known = false

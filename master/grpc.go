@@ -210,7 +210,8 @@ func (s *grpcServer) MountSegment(ctx context.Context, r *kvtierpb.MountSegmentR
 	if r.GetSegment() == nil {
 		return nil, toGRPC(kverr.New(kverr.InvalidParams, "", "mount: no segment"))
 	}
-	return &kvtierpb.Empty{}, toGRPC(s.m.MountSegment(ctx, r.GetClientId(), segmentFromPB(r.GetSegment())))
+	id := Identity{Incarnation: r.GetIncarnation(), DiskID: r.GetDiskId()}
+	return &kvtierpb.Empty{}, toGRPC(s.m.MountSegmentAs(ctx, r.GetClientId(), id, segmentFromPB(r.GetSegment())))
 }
 
 func (s *grpcServer) UnmountSegment(ctx context.Context, r *kvtierpb.UnmountSegmentRequest) (*kvtierpb.Empty, error) {
@@ -218,7 +219,7 @@ func (s *grpcServer) UnmountSegment(ctx context.Context, r *kvtierpb.UnmountSegm
 	if r.GetGraceMs() > math.MaxInt64/int64(time.Millisecond) {
 		g = time.Duration(math.MaxInt64)
 	}
-	return &kvtierpb.Empty{}, toGRPC(s.m.UnmountSegment(ctx, r.GetClientId(), r.GetName(), g))
+	return &kvtierpb.Empty{}, toGRPC(s.m.UnmountSegmentAs(ctx, r.GetClientId(), r.GetIncarnation(), r.GetName(), g))
 }
 
 func diskFromPB(d *kvtierpb.DiskTierStats) DiskStats {
@@ -283,7 +284,8 @@ func settingsToPB(t TierSettings) *kvtierpb.TierSettings {
 }
 
 func (s *grpcServer) Heartbeat(ctx context.Context, r *kvtierpb.HeartbeatRequest) (*kvtierpb.HeartbeatResponse, error) {
-	req := HeartbeatRequest{Client: r.GetClientId(), Endpoint: r.GetEndpoint(), OffloadSlots: int(r.GetOffloadSlots())}
+	req := HeartbeatRequest{Client: r.GetClientId(), Endpoint: r.GetEndpoint(), OffloadSlots: int(r.GetOffloadSlots()),
+		Identity: Identity{Incarnation: r.GetIncarnation(), DiskID: r.GetDiskId()}}
 	for _, sg := range r.GetSegments() {
 		req.Segments = append(req.Segments, segmentFromPB(sg))
 	}
@@ -327,6 +329,23 @@ func (s *grpcServer) TakeOffload(r *kvtierpb.TakeOffloadRequest, stream grpc.Ser
 		}
 	}
 	return nil
+}
+
+func (s *grpcServer) TakeRemovals(r *kvtierpb.TakeRemovalsRequest, stream grpc.ServerStreamingServer[kvtierpb.TakeRemovalsResponse]) error {
+	outbox, rs, err := s.m.TakeRemovals(stream.Context(), r.GetClientId(), r.GetOutbox(), r.GetAckThrough(), time.Duration(r.GetWaitMs())*time.Millisecond)
+	if err != nil {
+		return toGRPC(err)
+	}
+	out := &kvtierpb.TakeRemovalsResponse{Outbox: outbox}
+	for _, d := range rs {
+		pd := &kvtierpb.DiskRemoval{Seq: d.Seq, Tenant: d.Tenant, Key: []byte(d.Key), Cutoff: d.Cutoff, Pattern: d.Pattern}
+		for _, l := range d.Keep {
+			pd.Keep = append(pd.Keep, &kvtierpb.DiskLocation{Bucket: l.Bucket, Offset: l.Offset})
+		}
+		out.Removals = append(out.Removals, pd)
+	}
+	// A lost answer is handed out again: removals stay until acknowledged.
+	return stream.Send(out)
 }
 
 func (s *grpcServer) OffloadDone(ctx context.Context, r *kvtierpb.OffloadDoneRequest) (*kvtierpb.Empty, error) {

@@ -116,6 +116,7 @@ type Master struct {
 	segs    segTable
 	clients clientTable
 	offload offloadQueue
+	rmq     removalOutbox // removals of LOCAL_DISK copies (removals.go)
 
 	usage sync.Map // tenant → *atomic.Uint64 logical bytes held
 
@@ -167,6 +168,7 @@ func New(cfg Config) (*Master, error) {
 	m.segs.init()
 	m.clients.init()
 	m.offload.init(cfg.OffloadQueueLimit)
+	m.rmq.init()
 	pol, err := NewLeasePolicy(cfg.LeasePolicy, cfg.FrequencyBonus, cfg.FrequencyMaxBonus)
 	if err != nil {
 		return nil, err

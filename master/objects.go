@@ -491,7 +491,10 @@ func (m *Master) removeLocked(sh *shard, k string, o *object) {
 
 // Remove deletes an object. It refuses a leased object (OBJECT_HAS_LEASE)
 // unless force, and always one in flight or being replicated
-// (REPLICA_IS_NOT_READY).
+// (REPLICA_IS_NOT_READY). The object is gone from the master at once; when
+// appliances hold LOCAL_DISK copies, Remove returns once each has recorded
+// their deletion durably, or UNAVAILABLE_IN_CURRENT_STATUS after
+// RemoveSyncTimeout naming those that did not (doc.go, "Removals").
 func (m *Master) Remove(ctx context.Context, tenant, key string, force bool) error {
 	t, k, err := m.checkKey(tenant, key)
 	if err != nil {
@@ -509,8 +512,10 @@ func (m *Master) Remove(ctx context.Context, tenant, key string, force bool) err
 		return err
 	}
 	size := o.size
+	waits := m.queueDeleteLocked(t, key, o, nil)
+	m.queueGoneLocked(t, key, waits)
 	m.removeLocked(sh, k, o)
 	sh.mu.Unlock()
 	m.publish(Event{Kind: "remove", Tenant: t, Key: key, Bytes: size})
-	return nil
+	return m.awaitRemovals(ctx, key, waits)
 }

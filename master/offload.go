@@ -368,6 +368,12 @@ func (m *Master) OffloadDone(ctx context.Context, res OffloadResult) error {
 	if !o.complete {
 		return kverr.New(kverr.ReplicaIsNotReady, res.Key, "object is being written again")
 	}
+	if m.rmq.kills(c.id, t, res.Key, DiskLocation{res.Bucket, res.Offset}) {
+		// A removal of this key is on its way to the appliance and will
+		// delete this copy: it must not become a replica.
+		m.ctr.add(cOffloadsFailed, 1)
+		return kverr.New(kverr.ObjectNotFound, res.Key, "a removal of this key is pending on %s: copy not kept", c.id)
+	}
 	m.addDiskReplicaLocked(o, c, res.Bucket, res.Offset, res.Length)
 	m.ctr.add(cOffloadsCompleted, 1)
 	m.publish(Event{Kind: "offload", Tenant: t, Key: res.Key, Node: c.id, Bytes: o.size, Message: "complete"})
@@ -414,6 +420,9 @@ func (m *Master) registerDisk(c *client, d DiskObject, now int64) error {
 	sh := m.shardOf(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if m.rmq.kills(c.id, t, d.Key, DiskLocation{d.Bucket, d.Offset}) {
+		return kverr.New(kverr.ObjectNotFound, d.Key, "removed: the removal is pending on %s", c.id)
+	}
 	if o := sh.objs[k]; o != nil {
 		if o.size != d.Size {
 			return kverr.New(kverr.ObjectAlreadyExists, d.Key, "exists with size %d, disk copy has %d", o.size, d.Size)

@@ -254,6 +254,9 @@ type HeartbeatRequest struct {
 	// CachedReads are reads the client served from its lease cache since
 	// its last beat; each counts as a read (GetReplicaList) would.
 	CachedReads []CachedRead
+	// Identity is the node's incarnation (identity.go); zero for nodes
+	// that do not take part.
+	Identity Identity
 }
 
 // CachedRead is count reads of one object a client served by reusing a

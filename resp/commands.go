@@ -165,7 +165,7 @@ func (c *conn) get(key []byte) (*buffer, error) {
 	}
 	k := string(key)
 	for attempt := 1; ; attempt++ {
-		n, err := s.store.GetIntoFunc(s.ctx, k, alloc)
+		n, err := s.store.GetWith(s.ctx, k, alloc)
 		if err == nil {
 			b.b = b.b[:n]
 			return b, nil

@@ -471,21 +471,38 @@ func (t *Tier) finishBatch(b *bucket, batch []*Pending, metaGrown uint64) {
 	b.writers -= len(batch)
 	b.used += metaGrown
 	t.used += metaGrown
-	for _, p := range batch {
+	var killed []bool
+	for i, p := range batch {
+		close(t.inflight[p.k])
+		delete(t.inflight, p.k)
+		if t.removalsActiveLocked() && t.killedLocked(p.e) {
+			// Removed while being written: durable but dead (the
+			// removals log covers it at recovery), never indexed.
+			if killed == nil {
+				killed = make([]bool, len(batch))
+			}
+			killed[i] = true
+			continue
+		}
 		b.extents[p.e.Loc.Offset] = p.e
 		t.index[p.k] = p.e
 		bytes += p.e.Size
-		close(t.inflight[p.k])
-		delete(t.inflight, p.k)
 	}
 	if b.sealed {
 		t.sealLocked(b)
 	}
+	if killed != nil {
+		t.pruneRemovalsLocked()
+	}
 	t.mu.Unlock()
 	t.st.puts.Add(uint64(len(batch)))
 	t.st.bytesWritten.Add(bytes)
-	for _, p := range batch {
-		p.release(nil)
+	for i, p := range batch {
+		if killed != nil && killed[i] {
+			p.release(kverr.New(kverr.ObjectNotFound, p.k.key, "ssd: removed while being written"))
+		} else {
+			p.release(nil)
+		}
 		t.ops.Done()
 	}
 }

@@ -111,6 +111,7 @@ type Tier struct {
 	// and eviction passes, for Close.
 	ops sync.WaitGroup
 	cm  committer // group commit (commit.go); has its own lock
+	rm  removals  // removals log and active removals (remove.go)
 
 	mu sync.Mutex
 	// Fields below are guarded by mu. Add to ops only with mu held and
@@ -386,8 +387,15 @@ func (t *Tier) openNewBucket(ctx context.Context, key string) error {
 	}
 	t.mu.Lock()
 	t.buckets[id] = b
-	t.open = b
 	t.used += b.used
+	if id < t.rm.floor {
+		// A removal recorded while this bucket was being created has its
+		// point past it: objects written here would count as removed.
+		// Leave it empty (recovery deletes it) and take the next one.
+		t.sealLocked(b)
+	} else {
+		t.open = b
+	}
 	t.mu.Unlock()
 	return nil
 }
@@ -705,6 +713,14 @@ func (t *Tier) Close() error {
 			first = err
 		}
 	}
+	t.rm.logMu.Lock()
+	if t.rm.file != nil {
+		if err := t.rm.file.Close(); err != nil && first == nil {
+			first = err
+		}
+		t.rm.file = nil
+	}
+	t.rm.logMu.Unlock()
 	if err := t.lock.Close(); err != nil && first == nil {
 		first = err
 	}

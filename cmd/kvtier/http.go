@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
 	"github.com/kvtier/kvtier/client"
+	"github.com/kvtier/kvtier/internal/buildinfo"
 	"github.com/kvtier/kvtier/metrics"
 	"github.com/kvtier/kvtier/rest"
 )
@@ -87,7 +88,7 @@ type frontEnd struct {
 }
 
 func newFrontEnd(ms kvtierpb.MasterServer, f *masterFlags, log *slog.Logger) (*frontEnd, error) {
-	m, err := metrics.New(metrics.Config{Source: ms})
+	m, err := metrics.New(metrics.Config{Source: ms, Build: buildinfo.Get(), ProcessCollectors: true})
 	if err != nil {
 		return nil, err
 	}
@@ -125,8 +126,17 @@ func (fe *frontEnd) start(ms kvtierpb.MasterServer, grpcAddr string, f *masterFl
 		"put_discard_timeout": cfg.PutDiscardTimeout.String(), "put_release_timeout": cfg.PutReleaseTimeout.String(),
 		"max_objects": cfg.MaxObjects, "offload": cfg.OffloadMode, "http_token_set": f.httpToken != "",
 	}
+	if len(f.settings) > 0 {
+		// Every flag of the server command as `kvtier config print` shows
+		// it: value (secrets masked) and where it came from.
+		vals, srcs := map[string]any{}, map[string]any{}
+		for _, st := range f.settings {
+			vals[st.Name], srcs[st.Name] = st.Value, st.Source
+		}
+		effective["settings"], effective["sources"] = vals, srcs
+	}
 	s, err := rest.New(rest.Config{Token: f.httpToken, Metrics: fe.metrics, Logger: log,
-		EffectiveConfig: func() any { return effective }}, ms, fe.dp)
+		EffectiveConfig: func() any { return effective }, Doctor: doctorFor(f.doctor)}, ms, fe.dp)
 	if err != nil {
 		return err
 	}

@@ -101,18 +101,34 @@ func newGetCmd() *cobra.Command {
 	var out string
 	cmd := &cobra.Command{
 		Use:   "get KEY [-o FILE]",
-		Short: "Read the object stored under KEY to standard output or FILE",
+		Short: "Read the object stored under KEY to standard output or FILE (--json: metadata printed, data to -o FILE)",
 		Args:  cobra.ExactArgs(1),
 		RunE: f.run(func(ctx context.Context, c *client.Client, args []string) error {
+			toStdout := out == "" || out == "-"
+			if f.json && toStdout {
+				return usagef("get --json prints the object's metadata: give -o FILE for the data (it cannot share standard output with the JSON)")
+			}
 			v, err := c.Get(ctx, args[0])
 			if err != nil {
 				return err
 			}
-			if out == "" || out == "-" {
+			if toStdout {
 				_, err = os.Stdout.Write(v)
 				return err
 			}
-			return os.WriteFile(out, v, 0o644)
+			if err := os.WriteFile(out, v, 0o644); err != nil {
+				return err
+			}
+			if !f.json {
+				return nil
+			}
+			// The metadata as stat shows it (no lease taken), plus where the
+			// bytes went.
+			res := map[string]any{"key": args[0], "size": len(v), "file": out}
+			if info, err := c.Stat(ctx, args[0]); err == nil {
+				res["object"] = toObjectJSON(info)
+			}
+			return printJSON(res)
 		}),
 	}
 	f.register(cmd)
@@ -294,9 +310,10 @@ func newRmCmd() *cobra.Command {
 			if err := c.Remove(ctx, args[0], force); err != nil {
 				return err
 			}
-			if !f.json {
-				fmt.Printf("removed %q\n", args[0])
+			if f.json {
+				return printJSON(map[string]any{"key": args[0], "removed": true, "force": force})
 			}
+			fmt.Printf("removed %q\n", args[0])
 			return nil
 		}),
 	}

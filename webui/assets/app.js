@@ -584,7 +584,11 @@ $("#ssd-form").addEventListener("submit", async (e) => {
 // ---------- host & config ----------
 async function loadHost() {
   try {
-    const [s, cfg] = await Promise.all([api("GET", "/system"), api("GET", "/config")]);
+    const [s, cfg, doc] = await Promise.all([api("GET", "/system"), api("GET", "/config"), api("GET", "/system/doctor")]);
+    const docCls = { ok: "live", skip: "skip", warn: "grace", fail: "gone" };
+    $("#host-doctor tbody").innerHTML = (doc.checks || []).map((c) => `<tr data-check="${esc(c.name)}" data-status="${esc(c.status)}"><td class="key">${esc(c.name)}</td>
+      <td>${badge(docCls[c.status] || "skip", c.status)}</td><td>${esc(c.found)}</td><td class="small">${c.status === "warn" || c.status === "fail" ? esc(c.fix || c.want || "") : ""}</td></tr>`).join("");
+    $("#doc-summary").textContent = `${doc.ok ? "ok" : "NOT READY"} · ${doc.failed} failed · ${doc.warned} warnings`;
     const hp = s.hugepages, m = s.memory, c = s.cpu;
     const card = (label, value, hint) => `<div class="card stat"><div class="label">${label}</div><div class="value">${value}</div><div class="hint">${hint}</div></div>`;
     $("#host-cards").innerHTML =
