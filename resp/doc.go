@@ -147,15 +147,15 @@
 //
 //	go test -run '^$' -bench RESP -benchtime 1x ./tests/
 //
-// Three runs (3, 5 and 3 rounds) on the 2-vCPU VM shared with six other
+// Four runs (3, 5, 3 and 3 rounds) on the 2-vCPU VM shared with six other
 // builds (load average 10-16, so single rounds swing 2-3x), ratio
 // kvtier / redis-server of the medians, SET and GET:
 //
 //	             1 client     4 clients    50 clients
 //	1 MiB SET    0.21-0.50    0.70-1.07    0.68-1.10
-//	1 MiB GET    0.58-3.0     0.56-0.69    1.13-1.41
-//	4 KiB SET    0.50-0.65    0.26-0.68    0.35-0.65
-//	4 KiB GET    0.53-0.77    0.58-0.66    0.35-0.64
+//	1 MiB GET    0.58-3.0     0.56-0.76    0.86-1.41
+//	4 KiB SET    0.50-0.65    0.26-0.98    0.35-0.65
+//	4 KiB GET    0.53-0.77    0.58-0.66    0.35-0.73
 //
 // (The 3.0 is one run in which redis-server's GET rounds fell to 740
 // req/s; take the lower ends as typical.)
