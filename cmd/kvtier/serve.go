@@ -99,6 +99,8 @@ type applianceFlags struct {
 	drainGrace  time.Duration
 	shm         bool
 	nvme        nvmeFlags
+	respAddr    string
+	respPwFile  string
 }
 
 func (f *applianceFlags) register(cmd *cobra.Command, standalone bool) {
@@ -135,6 +137,8 @@ func (f *applianceFlags) register(cmd *cobra.Command, standalone bool) {
 	fs.DurationVar(&f.drainGrace, "drain-grace", 0, "on SIGTERM (systemctl stop), keep serving reads this long after marking segments draining, then unmount")
 	fs.BoolVar(&f.shm, "shm", true, "share DRAM segments with clients on this host (same user or root): they copy through shared memory instead of loopback TCP")
 	f.nvme.register(cmd)
+	fs.StringVar(&f.respAddr, "resp-addr", "", "Redis protocol (RESP2/RESP3) listen address, e.g. 127.0.0.1:6379 (empty: off; port 0 picks a free port)")
+	fs.StringVar(&f.respPwFile, "resp-password-file", "", "file holding the password Redis clients must AUTH with (default: none, like redis-server without requirepass)")
 }
 
 func (f *applianceFlags) config(masterAddr string, log *slog.Logger) (appliance.Config, error) {
@@ -370,7 +374,12 @@ func newApplianceCmd() *cobra.Command {
 				return err
 			}
 			reportTierConflicts(ctx, cmd, &f, a, log)
-			line := fmt.Sprintf("listening data=%s%s name=%s", a.DataAddr(), describeListeners(a), a.Name())
+			respDesc, stopRESP, err := startRESP(f.respAddr, f.respPwFile, a, log)
+			if err != nil {
+				_ = a.Close(context.Background())
+				return err
+			}
+			line := fmt.Sprintf("listening data=%s%s%s name=%s", a.DataAddr(), describeListeners(a), respDesc, a.Name())
 			log.Info(line, "version", buildinfo.Get().Version)
 			fmt.Println(line)
 			notifyReady(log, line)
@@ -378,6 +387,7 @@ func newApplianceCmd() *cobra.Command {
 			<-ctx.Done()
 			log.Info("draining and unmounting", "drain_grace", f.drainGrace.String())
 			notifyStopping("draining for " + f.drainGrace.String())
+			stopRESP()
 			return a.Close(context.Background())
 		},
 	}
@@ -430,7 +440,12 @@ func newStandaloneCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			line := fmt.Sprintf("listening grpc=%s http=%s data=%s%s", rm.grpcAddr, rm.httpAddr, a.DataAddr(), describeListeners(a))
+			respDesc, stopRESP, err := startRESP(af.respAddr, af.respPwFile, a, log)
+			if err != nil {
+				_ = a.Close(context.Background())
+				return err
+			}
+			line := fmt.Sprintf("listening grpc=%s http=%s data=%s%s%s", rm.grpcAddr, rm.httpAddr, a.DataAddr(), describeListeners(a), respDesc)
 			log.Info(line, "version", buildinfo.Get().Version)
 			fmt.Println(line)
 			fmt.Printf("web UI: http://%s/\n", rm.httpAddr)
@@ -439,6 +454,7 @@ func newStandaloneCmd() *cobra.Command {
 			<-ctx.Done()
 			log.Info("draining and unmounting", "drain_grace", af.drainGrace.String())
 			notifyStopping("draining for " + af.drainGrace.String())
+			stopRESP()
 			return a.Close(context.Background())
 		},
 	}
