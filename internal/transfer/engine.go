@@ -29,6 +29,10 @@ func (o Op) String() string {
 		return "READ"
 	case Write:
 		return "WRITE"
+	case opBatchRead:
+		return "BATCH-READ"
+	case opBatchWrite:
+		return "BATCH-WRITE"
 	}
 	return fmt.Sprintf("Op(%d)", uint8(o))
 }
@@ -69,6 +73,9 @@ type Config struct {
 	// DisableSharedMemory keeps every request to a peer on TCP even when
 	// the peer runs on this host and shares its segments' memory.
 	DisableSharedMemory bool
+	// DisableBatchFrames sends every request of a Submit in a frame of its
+	// own, as engines before batch frames did (benchmarks compare the two).
+	DisableBatchFrames bool
 }
 
 // Defaults.
@@ -482,6 +489,7 @@ func (e *Engine) Submit(ctx context.Context, reqs []Request) *Batch {
 	}
 	b.pending.Store(int64(len(reqs)))
 	var remote []*slice
+	var batch []*reqState // TCP requests that may share batch frames
 	for i := range reqs {
 		r := &b.states[i]
 		r.b, r.idx, r.req = b, i, reqs[i]
@@ -506,8 +514,15 @@ func (e *Engine) Submit(ctx context.Context, reqs []Request) *Batch {
 				}
 			}
 			r.via = viaTCP
+			if e.batchable(r) {
+				batch = append(batch, r)
+				continue
+			}
 			remote = e.tcp.slices(r, remote)
 		}
+	}
+	if len(batch) > 0 {
+		remote = e.tcp.batches(batch, remote)
 	}
 	if len(remote) > 0 {
 		// Slices may complete (and the batch with them) as soon as they are

@@ -1,0 +1,119 @@
+package transfer
+
+import (
+	"io"
+	"net"
+
+	"github.com/kvtier/kvtier/internal/memcopy"
+	"github.com/kvtier/kvtier/kverr"
+)
+
+// srvBatch is a server connection's reused state for batch frames, so a
+// connection serving a stream of batches allocates nothing per frame.
+type srvBatch struct {
+	desc  []byte
+	names [][]byte
+	exts  []batchExtent
+	segs  []*segment // pinned, one per name
+	mems  [][]byte   // one per extent: its bytes in segment memory
+	iov   net.Buffers
+}
+
+// serveBatch answers one batch frame (ops 4 and 5) whose header is h. It
+// validates everything before it touches any memory: the descriptor (counts,
+// name table, lengths summing to the payload), every name a registered
+// memory segment, every extent inside its segment. A frame failing any check
+// is refused whole with an error frame naming the first bad extent (a WRITE's
+// payload is read and discarded) and writes nothing; the client then sends
+// that frame's extents one frame each, so every key gets its own result.
+// A returned error is a connection failure.
+func (c *srvConn) serveBatch(h reqHeader) error {
+	e := c.e
+	b := c.batch
+	if b == nil {
+		b = &srvBatch{}
+		c.batch = b
+	}
+	if uint64(cap(b.desc)) < h.offset {
+		b.desc = make([]byte, h.offset)
+	}
+	desc := b.desc[:h.offset]
+	if _, err := io.ReadFull(c.nc, desc); err != nil {
+		return err
+	}
+	var err error
+	b.names, b.exts, err = parseBatchDesc(desc, h, b.names, b.exts)
+	e.stats.servedFrames.Add(1)
+	if err != nil {
+		return c.refuse(h, kverr.New(kverr.InvalidParams, "", "%v", err))
+	}
+	defer func() {
+		for i, s := range b.segs {
+			s.refs.Done()
+			b.segs[i] = nil
+		}
+		b.segs = b.segs[:0]
+		clear(b.mems)
+		b.mems = b.mems[:0]
+	}()
+	for i, name := range b.names {
+		seg, src := e.acquireBytes(name)
+		switch {
+		case src != nil:
+			return c.refuse(h, kverr.New(kverr.InvalidParams, "", "batch name %d: %q is an extent source; batch frames carry memory segments only", i, name))
+		case seg == nil:
+			return c.refuse(h, kverr.New(kverr.SegmentNotFound, "", "batch name %d: segment %q not registered on this node", i, name))
+		}
+		b.segs = append(b.segs, seg)
+	}
+	for i, x := range b.exts {
+		seg := b.segs[x.name]
+		if err := checkRange(seg.name, uint64(len(seg.mem)), x.offset, x.length); err != nil {
+			return c.refuse(h, kverr.New(kverr.InvalidParams, "", "batch extent %d of %d: %s", i, len(b.exts), err.(*kverr.Error).Msg))
+		}
+		b.mems = append(b.mems, seg.mem[x.offset:x.offset+x.length])
+	}
+	if h.op == opBatchWrite {
+		if err := c.readScatter(b.mems, int(h.length)); err != nil {
+			return err
+		}
+		e.stats.servedWritten.Add(h.length)
+		return c.respond(h, nil)
+	}
+	e.stats.servedRead.Add(h.length)
+	// One writev: the header and every extent straight from segment memory.
+	putResponseHeader(c.rh[:], respHeader{op: h.op, id: h.id, payloadLen: h.length})
+	b.iov = append(b.iov[:0], c.rh[:])
+	b.iov = append(b.iov, b.mems...)
+	iov := b.iov
+	_, err = iov.WriteTo(c.nc)
+	clear(b.iov)
+	return err
+}
+
+// readScatter fills mems (total bytes in all) from the connection, reading
+// up to bounceSize bytes per read into the cached chunk buffer and moving
+// them into place (non-temporal stores for large pieces, as readInto):
+// many small extents cost a few reads, not one each.
+func (c *srvConn) readScatter(mems [][]byte, total int) error {
+	if c.bounce == nil {
+		c.bounce = make([]byte, bounceSize)
+	}
+	i, off := 0, 0
+	for total > 0 {
+		n := min(total, bounceSize)
+		src := c.bounce[:n]
+		if _, err := io.ReadFull(c.nc, src); err != nil {
+			return err
+		}
+		total -= n
+		for len(src) > 0 {
+			k := memcopy.NonTemporal(mems[i][off:], src)
+			src = src[k:]
+			if off += k; off == len(mems[i]) {
+				i, off = i+1, 0
+			}
+		}
+	}
+	return nil
+}
