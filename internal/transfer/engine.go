@@ -200,6 +200,9 @@ type Engine struct {
 	cancel  context.CancelFunc
 	closing chan struct{}
 	wg      sync.WaitGroup
+	// predatesBatch (tests only) makes the serving side close a connection
+	// on a batch frame, as an engine from before batch frames does.
+	predatesBatch atomic.Bool
 
 	mu sync.RWMutex
 	// guarded by mu:

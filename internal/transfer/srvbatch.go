@@ -29,6 +29,10 @@ type srvBatch struct {
 // A returned error is a connection failure.
 func (c *srvConn) serveBatch(h reqHeader) error {
 	e := c.e
+	if e.predatesBatch.Load() { // test double of an engine from before batch frames
+		e.stats.malformed.Add(1)
+		return errMalformed
+	}
 	b := c.batch
 	if b == nil {
 		b = &srvBatch{}
