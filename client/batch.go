@@ -154,20 +154,53 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte, o
 // falls back to its other replicas on its own.
 func (c *Client) BatchGet(ctx context.Context, keys []string) ([][]byte, []error) {
 	vals := make([][]byte, len(keys))
+	_, errs := c.batchGet(ctx, keys, func(i int, size uint64) ([]byte, error) {
+		vals[i] = make([]byte, size)
+		return vals[i], nil
+	})
+	for i := range vals {
+		if errs[i] != nil {
+			vals[i] = nil
+		}
+	}
+	return vals, errs
+}
+
+// BatchGetInto is BatchGet into the caller's buffers (Mooncake's
+// batch_get_into): bufs[i] receives keys[i] and must hold the whole object;
+// it returns each object's size. Nothing is allocated per key, so a caller
+// that reuses its buffers moves small objects at the transfer's speed.
+func (c *Client) BatchGetInto(ctx context.Context, keys []string, bufs [][]byte) ([]int, []error) {
+	if len(bufs) != len(keys) {
+		errs := fill(make([]error, len(keys)), kverr.New(kverr.InvalidParams, "", "%d keys but %d buffers", len(keys), len(bufs)))
+		return make([]int, len(keys)), errs
+	}
+	return c.batchGet(ctx, keys, func(i int, size uint64) ([]byte, error) {
+		if uint64(len(bufs[i])) < size {
+			return nil, kverr.New(kverr.InvalidParams, keys[i], "buffer of %d bytes is smaller than the object (%d bytes)", len(bufs[i]), size)
+		}
+		return bufs[i][:size], nil
+	})
+}
+
+// batchGet reads every key into dst(i, size).
+func (c *Client) batchGet(ctx context.Context, keys []string, dst func(i int, size uint64) ([]byte, error)) ([]int, []error) {
+	sizes := make([]int, len(keys))
 	errs := make([]error, len(keys))
 	if len(keys) == 0 {
-		return vals, errs
+		return sizes, errs
 	}
 	rctx, cancel := c.rpcCtx(ctx)
 	resp, err := c.master.BatchGetReplicaList(rctx, &kvtierpb.BatchKeysRequest{ClientId: c.cfg.ClientID, Tenant: c.cfg.Tenant, Keys: c.keyBytes(keys)})
 	cancel()
 	if err != nil {
-		return vals, fill(errs, kverr.FromGRPC(err))
+		return sizes, fill(errs, kverr.FromGRPC(err))
 	}
 	if len(resp.Results) != len(keys) {
-		return vals, fill(errs, kverr.New(kverr.RPCFail, "", "master answered %d results for %d keys", len(resp.Results), len(keys)))
+		return sizes, fill(errs, kverr.New(kverr.RPCFail, "", "master answered %d results for %d keys", len(resp.Results), len(keys)))
 	}
 	lists := make([]*ReplicaList, len(keys))
+	bufs := make([][]byte, len(keys))
 	sums := make([]uint32, len(keys))
 	var reqs []transfer.Request
 	var owner []int
@@ -177,18 +210,20 @@ func (c *Client) BatchGet(ctx context.Context, keys []string) ([][]byte, []error
 			continue
 		}
 		lists[i] = replicaList(r.Value)
-		vals[i] = make([]byte, lists[i].Size)
+		if bufs[i], errs[i] = dst(i, lists[i].Size); errs[i] != nil {
+			continue
+		}
 		best := c.ordered(lists[i].Replicas)
 		if len(best) > 0 && (best[0].Type == kvtierpb.ReplicaType_MEMORY || best[0].Type == kvtierpb.ReplicaType_LOCAL_DISK) && best[0].Length == lists[i].Size {
 			b := best[0]
-			req := transfer.Request{Op: transfer.Read, Endpoint: b.Endpoint, Segment: b.Segment, Bucket: b.Bucket, Offset: b.Offset, Buf: vals[i]}
+			req := transfer.Request{Op: transfer.Read, Endpoint: b.Endpoint, Segment: b.Segment, Bucket: b.Bucket, Offset: b.Offset, Buf: bufs[i]}
 			if lists[i].HasChecksum {
 				req.Sum = &sums[i] // computed while the bytes arrive
 			}
 			reqs = append(reqs, req)
 			owner = append(owner, i)
 		} else {
-			errs[i] = c.read(ctx, keys[i], lists[i], vals[i])
+			errs[i] = c.read(ctx, keys[i], lists[i], bufs[i])
 		}
 	}
 	if len(reqs) > 0 {
@@ -201,7 +236,7 @@ func (c *Client) BatchGet(ctx context.Context, keys []string) ([][]byte, []error
 			if e != nil {
 				// Fall back through every replica, the failed one included
 				// last-resort, with the single-key path.
-				errs[i] = c.read(ctx, keys[i], l, vals[i])
+				errs[i] = c.read(ctx, keys[i], l, bufs[i])
 				continue
 			}
 			if time.Now().After(l.LeaseDeadline) {
@@ -209,12 +244,12 @@ func (c *Client) BatchGet(ctx context.Context, keys []string) ([][]byte, []error
 			}
 		}
 	}
-	for i := range vals {
-		if errs[i] != nil {
-			vals[i] = nil
+	for i := range keys {
+		if errs[i] == nil {
+			sizes[i] = len(bufs[i])
 		}
 	}
-	return vals, errs
+	return sizes, errs
 }
 
 // BatchExist reports for every key whether it is stored. It never extends a

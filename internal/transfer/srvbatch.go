@@ -121,3 +121,4 @@ func (c *srvConn) readScatter(mems [][]byte, total int) error {
 	}
 	return nil
 }
+

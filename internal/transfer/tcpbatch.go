@@ -2,6 +2,8 @@ package transfer
 
 import (
 	"fmt"
+
+	"github.com/kvtier/kvtier/internal/crc32c"
 	"io"
 	"time"
 
@@ -28,6 +30,9 @@ const (
 	// receiveBufSize is the receive goroutine's read buffer: a response
 	// header and the small payloads after it come in one read.
 	receiveBufSize = 64 << 10
+	// receiveDirectMin is the least remainder of a payload read straight
+	// from the socket rather than through the read buffer.
+	receiveDirectMin = 16 << 10
 	// noBatchBackoff is how long a peer that dropped a batch frame before
 	// ever answering one gets single frames only.
 	noBatchBackoff = time.Minute
@@ -192,20 +197,46 @@ func (c *clientConn) receiveBatch(s *slice, h respHeader) error {
 			return fmt.Errorf("%w: batch READ response of %d bytes, asked %d", errMalformed, h.payloadLen, s.n)
 		}
 		for _, x := range s.ext {
-			if x.r.wantSum() {
-				crc, err := c.readSum(x.buf)
-				if err != nil {
-					return fmt.Errorf("receive payload: %w", err)
-				}
-				x.r.crc = crc
-			} else if _, err := io.ReadFull(c.rd, x.buf); err != nil {
+			crc, err := c.readExtent(x.buf, x.r.wantSum())
+			if err != nil {
 				return fmt.Errorf("receive payload: %w", err)
 			}
+			x.r.crc = crc
 		}
 	}
 	c.p.batchOK.Store(true)
 	s.finish(c.e, nil)
 	return nil
+}
+
+// readExtent fills buf from the connection (and checksums it when sum):
+// what the read buffer holds first, then, for a large remainder, straight
+// from the socket into buf (no copy through the buffer), and a small
+// remainder through the buffer, which then also takes what follows it.
+func (c *clientConn) readExtent(buf []byte, sum bool) (uint32, error) {
+	var crc uint32
+	for len(buf) > 0 {
+		var n int
+		var err error
+		if c.rd.Buffered() == 0 && len(buf) >= receiveDirectMin {
+			n, err = c.nc.Read(buf)
+		} else {
+			n, err = c.rd.Read(buf)
+		}
+		if n > 0 {
+			if sum {
+				crc = crc32c.Update(crc, buf[:n])
+			}
+			buf = buf[n:]
+		}
+		if err != nil && len(buf) > 0 {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return 0, err
+		}
+	}
+	return crc, nil
 }
 
 // unbatch completes batch frame s without completing its requests, and sends
@@ -219,3 +250,4 @@ func (t *tcpTransport) unbatch(s *slice) {
 	}
 	t.dispatchAsync(t.e.ctx, s.ext)
 }
+
