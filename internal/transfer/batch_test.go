@@ -212,11 +212,11 @@ func TestBatchFrameValidation(t *testing.T) {
 	}
 	// Counts outside the caps close the connection.
 	for i, h := range []reqHeader{
-		{op: opBatchWrite, nameLen: 1, bucket: 0, offset: 17, length: 1},                                            // no extents
+		{op: opBatchWrite, nameLen: 1, bucket: 0, offset: 17, length: 1},                                             // no extents
 		{op: opBatchWrite, nameLen: 1, bucket: MaxBatchExtents + 1, offset: 17 * (MaxBatchExtents + 1), length: 1e6}, // too many
-		{op: opBatchRead, nameLen: 1, bucket: 2, offset: 1 << 20, length: 2},                                        // descriptor too long
-		{op: opBatchRead, nameLen: 1, bucket: 2, offset: 34, length: MaxFrameLength + 1},                            // payload too long
-		{op: opBatchRead, nameLen: 3, bucket: 2, offset: 40, length: 2},                                             // more names than extents
+		{op: opBatchRead, nameLen: 1, bucket: 2, offset: 1 << 20, length: 2},                                         // descriptor too long
+		{op: opBatchRead, nameLen: 1, bucket: 2, offset: 34, length: MaxFrameLength + 1},                             // payload too long
+		{op: opBatchRead, nameLen: 3, bucket: 2, offset: 40, length: 2},                                              // more names than extents
 	} {
 		c := rawConn(t, addr)
 		b := make([]byte, requestHeaderLen)

@@ -121,4 +121,3 @@ func (c *srvConn) readScatter(mems [][]byte, total int) error {
 	}
 	return nil
 }
-
