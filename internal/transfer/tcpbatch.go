@@ -250,3 +250,4 @@ func (t *tcpTransport) unbatch(s *slice) {
 	}
 	t.dispatchAsync(t.e.ctx, s.ext)
 }
+
