@@ -250,4 +250,3 @@ func (t *tcpTransport) unbatch(s *slice) {
 	}
 	t.dispatchAsync(t.e.ctx, s.ext)
 }
-
