@@ -47,7 +47,11 @@ func TestBatchFramesRoundTrip(t *testing.T) {
 	off := map[string]uint64{}
 	for i := range n {
 		seg := []string{"a", "b"}[i%2]
-		srcs[i] = randBytes(uint64(i), 1+(i*977)%(20<<10))
+		n := 1 + (i*977)%(20<<10) // small ones share chunk reads, 16 KiB+ are read alone
+		if i%50 == 7 {
+			n = 200 << 10 // read through the chunk buffer in pieces
+		}
+		srcs[i] = randBytes(uint64(i), n)
 		reqs[i] = Request{Op: Write, Endpoint: addr, Segment: seg, Offset: off[seg], Buf: srcs[i]}
 		off[seg] += uint64(len(srcs[i])) + 3
 	}

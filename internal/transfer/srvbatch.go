@@ -4,7 +4,6 @@ import (
 	"io"
 	"net"
 
-	"github.com/kvtier/kvtier/internal/memcopy"
 	"github.com/kvtier/kvtier/kverr"
 )
 
@@ -78,7 +77,7 @@ func (c *srvConn) serveBatch(h reqHeader) error {
 		b.mems = append(b.mems, seg.mem[x.offset:x.offset+x.length])
 	}
 	if h.op == opBatchWrite {
-		if err := c.readScatter(b.mems, int(h.length)); err != nil {
+		if err := c.readScatter(b.mems); err != nil {
 			return err
 		}
 		e.stats.servedWritten.Add(h.length)
@@ -95,29 +94,50 @@ func (c *srvConn) serveBatch(h reqHeader) error {
 	return err
 }
 
-// readScatter fills mems (total bytes in all) from the connection, reading
-// up to bounceSize bytes per read into the cached chunk buffer and moving
-// them into place (non-temporal stores for large pieces, as readInto):
-// many small extents cost a few reads, not one each.
-func (c *srvConn) readScatter(mems [][]byte, total int) error {
+// readScatter fills mems from the connection. Extents of scatterDirect
+// bytes or more are read as a single frame's payload is (readInto: straight
+// into the segment below 2 x bounceSize, through the cached chunk buffer
+// above); runs of smaller ones are read up to bounceSize bytes at a time
+// into the chunk buffer and copied into place, so many small extents cost a
+// few reads, not one each.
+func (c *srvConn) readScatter(mems [][]byte) error {
 	if c.bounce == nil {
 		c.bounce = make([]byte, bounceSize)
 	}
-	i, off := 0, 0
-	for total > 0 {
-		n := min(total, bounceSize)
-		src := c.bounce[:n]
-		if _, err := io.ReadFull(c.nc, src); err != nil {
-			return err
+	for i := 0; i < len(mems); {
+		if len(mems[i]) >= scatterDirect {
+			if err := c.readInto(mems[i]); err != nil {
+				return err
+			}
+			i++
+			continue
 		}
-		total -= n
-		for len(src) > 0 {
-			k := memcopy.NonTemporal(mems[i][off:], src)
-			src = src[k:]
-			if off += k; off == len(mems[i]) {
-				i, off = i+1, 0
+		// A run of small extents: j is past its end, run its bytes.
+		j, run := i, 0
+		for j < len(mems) && len(mems[j]) < scatterDirect {
+			run += len(mems[j])
+			j++
+		}
+		off := 0
+		for run > 0 {
+			n := min(run, bounceSize)
+			src := c.bounce[:n]
+			if _, err := io.ReadFull(c.nc, src); err != nil {
+				return err
+			}
+			run -= n
+			for len(src) > 0 {
+				k := copy(mems[i][off:], src)
+				src = src[k:]
+				if off += k; off == len(mems[i]) {
+					i, off = i+1, 0
+				}
 			}
 		}
 	}
 	return nil
 }
+
+// scatterDirect is the smallest extent of a batch WRITE read on its own:
+// above it a read per extent costs less than copying it once more.
+const scatterDirect = 16 << 10
