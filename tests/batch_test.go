@@ -113,6 +113,49 @@ func TestBatchOverTCPPerKeyResults(t *testing.T) {
 	if _, errs := c.BatchGetInto(ctx, rkeys, bufs[:2]); !kverr.Is(errs[0], kverr.InvalidParams) {
 		t.Fatalf("keys and buffers of different counts: %v", errs[0])
 	}
+
+	// b/9 was read: its read lease is cached, the next batch reads it
+	// without the master, and a corruption meanwhile is still caught.
+	corrupt(t, c, a, "b/9")
+	got, gerrs = c.BatchGet(ctx, keys[8:11])
+	if gerrs[0] != nil || gerrs[2] != nil || !kverr.Is(gerrs[1], kverr.ChecksumMismatch) || got[1] != nil {
+		t.Fatalf("cached reads after a corruption: %v", gerrs)
+	}
+	if !bytes.Equal(got[0], vals[8]) || !bytes.Equal(got[2], vals[10]) {
+		t.Fatal("cached reads: bytes differ")
+	}
+
+	// Without the lease cache every batch asks the master; keys read
+	// before are read from their hinted replica meanwhile, kept only when
+	// the answer confirms it and the checksum matches.
+	nc, err := client.New(ctx, client.Config{MasterAddr: ip.addr, LeaseCacheKeys: -1, Transfer: transfer.Config{DisableSharedMemory: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	hk := keys[20:40]
+	for round := range 2 {
+		got, gerrs := nc.BatchGet(ctx, hk)
+		for j, err := range gerrs {
+			if err != nil || !bytes.Equal(got[j], vals[20+j]) {
+				t.Fatalf("round %d %s: %v", round, hk[j], err)
+			}
+		}
+	}
+	if hits, _ := nc.HintStats(); hits != uint64(len(hk)) {
+		t.Fatalf("hinted reads kept: %d, want %d", hits, len(hk))
+	}
+	corrupt(t, nc, a, "b/21")
+	got, gerrs = nc.BatchGet(ctx, hk)
+	for j, err := range gerrs {
+		if j == 1 {
+			if !kverr.Is(err, kverr.ChecksumMismatch) || got[j] != nil {
+				t.Fatalf("corrupted hinted key: %v", err)
+			}
+		} else if err != nil || !bytes.Equal(got[j], vals[20+j]) {
+			t.Fatalf("%s: %v", hk[j], err)
+		}
+	}
 }
 
 // TestBatchPutPartialTransferFailure: when the writes of some keys of a
