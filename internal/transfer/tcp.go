@@ -189,6 +189,20 @@ func notStarted(s *slice, cause error) error {
 	return fmt.Errorf("%w: %w", kverr.New(kverr.TransferFail, "", "transfer: %s segment %q on %s not started", s.op, s.name, s.r.req.Endpoint), cause)
 }
 
+// freeConns is how many of the peer's maxConns connections have nothing
+// outstanding (connections not dialled yet count as free).
+func (p *peer) freeConns(maxConns int) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	busy := 0
+	for _, c := range p.conns {
+		if len(c.slots) > 0 {
+			busy++
+		}
+	}
+	return max(maxConns-busy, 0)
+}
+
 // peer is the set of lanes to one endpoint.
 type peer struct {
 	addr string
@@ -211,7 +225,9 @@ type peer struct {
 const inlineWriteMax = 64 << 10
 
 // trySend sends s from the calling goroutine, saving the hand-off to a
-// lane. It prefers a connection with nothing outstanding (the oldest such,
+// lane. Batch frames are always written inline when a connection is free
+// (their caller waits for the whole batch anyway, and a hand-off per frame
+// is what they exist to save). It prefers a connection with nothing outstanding (the oldest such,
 // so sequential callers keep one connection and its buffers hot); while
 // the peer has fewer than ConnsPerPeer connections it leaves a busy
 // peer's slice to a lane, which dials another, so concurrent callers
@@ -220,7 +236,7 @@ const inlineWriteMax = 64 << 10
 // connection open and busy does it pipeline onto one with a free slot.
 // It never blocks.
 func (p *peer) trySend(s *slice, big bool, maxConns int) bool {
-	if s.op.single() == Write && s.bytes() > inlineWriteMax && !big {
+	if s.op.single() == Write && s.bytes() > inlineWriteMax && !big && s.ext == nil {
 		return false
 	}
 	var c *clientConn

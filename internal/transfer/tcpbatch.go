@@ -80,16 +80,19 @@ func (t *tcpTransport) batches(rs []*reqState, out []*slice) []*slice {
 			}
 			continue
 		}
-		out = t.packGroup(g, out)
+		out = t.packGroup(g, p.freeConns(t.e.cfg.ConnsPerPeer), out)
 	}
 	return out
 }
 
-// packGroup cuts g into frames of about equal payload: as many as the peer
-// has connections while each keeps minBatchFrame, more when the frame caps
-// demand it.
-func (t *tcpTransport) packGroup(g *batchGroup, out []*slice) []*slice {
-	frames := min(t.e.cfg.ConnsPerPeer, len(g.rs), max(1, g.bytes/minBatchFrame))
+// packGroup cuts g into frames of about equal payload: one per free
+// connection of the peer (at least one) while each keeps minBatchFrame,
+// more when the frame caps demand it. A lone caller so spreads its batch
+// over every connection (and the server's goroutines), while concurrent
+// callers, which keep the connections busy between them, send a frame
+// each instead of queueing several behind one another.
+func (t *tcpTransport) packGroup(g *batchGroup, free int, out []*slice) []*slice {
+	frames := min(max(free, 1), len(g.rs), max(1, g.bytes/minBatchFrame))
 	frames = max(frames, (g.bytes+maxBatchFrame-1)/maxBatchFrame, (len(g.rs)+maxClientBatchExtents-1)/maxClientBatchExtents)
 	target := (g.bytes + frames - 1) / frames
 	var cur []*slice
