@@ -52,8 +52,8 @@
 //     this hides pooled connections gone stale (peer restarted). A refusal
 //     (error frame) is never retried.
 //   - Submit writes frames on idle connections from the caller's goroutine
-//     (READ frames, WRITE frames up to 64 KiB, and the first frame of the
-//     call whatever its size), hands the rest to per-connection lanes, and
+//     (READ frames, WRITE frames up to 64 KiB, batch frames, and the first
+//     frame of the call whatever its size), hands the rest to per-connection lanes, and
 //     only starts a dispatch goroutine when it would have to wait (all
 //     connections busy, MaxInflightBytes reached). So a WRITE of one slice
 //     has been written to the socket when Submit returns. One receive
@@ -65,9 +65,10 @@
 //     goroutines) instead of pipelining behind each other on one.
 //   - Batch frames: the requests of one Submit that go to the same peer in
 //     the same direction, each a memory segment's range of at most
-//     SliceSize bytes, travel as batch frames (ops 4 and 5, below): as
-//     many frames as the peer has connections (while each carries at least
-//     64 KiB; at most 4 MiB and 1000 extents a frame), so a call of 128
+//     SliceSize bytes, travel as batch frames (ops 4 and 5, below): one
+//     frame per connection of the peer with nothing outstanding, at least
+//     one (while each carries at least 64 KiB; at most 4 MiB and 1000
+//     extents a frame), so a call of 128
 //     small objects costs a few requests, writevs and responses instead of
 //     128 of each. Per-request results, order and checksums are as for
 //     single frames. Extent-source reads, larger requests and lone requests
