@@ -25,14 +25,6 @@ const (
 
 func (o Op) isBatch() bool { return o == opBatchRead || o == opBatchWrite }
 
-// single is the direction of one extent of a batch op.
-func (o Op) single() Op {
-	if o == opBatchWrite {
-		return Write
-	}
-	return Read
-}
-
 // batchExtent is one extent of a batch frame.
 type batchExtent struct {
 	name   int // index in the frame's name table

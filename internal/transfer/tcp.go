@@ -225,9 +225,9 @@ type peer struct {
 const inlineWriteMax = 64 << 10
 
 // trySend sends s from the calling goroutine, saving the hand-off to a
-// lane. Batch frames are always written inline when a connection is free
-// (their caller waits for the whole batch anyway, and a hand-off per frame
-// is what they exist to save). It prefers a connection with nothing outstanding (the oldest such,
+// lane (batch frames whatever their size: their caller waits for the
+// whole batch anyway, and a hand-off per frame is what they exist to
+// save). It prefers a connection with nothing outstanding (the oldest such,
 // so sequential callers keep one connection and its buffers hot); while
 // the peer has fewer than ConnsPerPeer connections it leaves a busy
 // peer's slice to a lane, which dials another, so concurrent callers
@@ -236,7 +236,7 @@ const inlineWriteMax = 64 << 10
 // connection open and busy does it pipeline onto one with a free slot.
 // It never blocks.
 func (p *peer) trySend(s *slice, big bool, maxConns int) bool {
-	if s.op.single() == Write && s.bytes() > inlineWriteMax && !big && s.ext == nil {
+	if s.op == Write && len(s.buf) > inlineWriteMax && !big {
 		return false
 	}
 	var c *clientConn
