@@ -413,3 +413,44 @@ func FuzzBatchDesc(f *testing.F) {
 		}
 	})
 }
+
+// Batches past the frame caps: more extents than one frame carries, and
+// more distinct segments than one name table holds.
+func TestBatchFrameCaps(t *testing.T) {
+	srv := newEngine(t, Config{})
+	const nseg = 300
+	mems := make([][]byte, nseg)
+	for i := range mems {
+		mems[i] = make([]byte, 8192)
+		if err := srv.RegisterSegment(fmt.Sprintf("s%03d", i), mems[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	la, err := srv.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := la.String()
+	cli := newEngine(t, Config{})
+	var reqs []Request
+	for i := range 2500 { // 2500 extents: three frames at least
+		seg := i % nseg
+		reqs = append(reqs, Request{Op: Write, Endpoint: addr, Segment: fmt.Sprintf("s%03d", seg), Offset: uint64(i / nseg * 100), Buf: randBytes(uint64(i), 100)})
+	}
+	for i, err := range cli.Do(context.Background(), reqs) {
+		if err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+	}
+	for i, r := range reqs {
+		if got := mems[i%nseg][r.Offset : r.Offset+100]; !bytes.Equal(got, r.Buf) {
+			t.Fatalf("write %d did not land", i)
+		}
+	}
+	if f := srv.Stats().ServedFrames; f < 3 || f > 20 {
+		t.Fatalf("2500 extents over 300 segments took %d frames", f)
+	}
+	if m := srv.Stats().MalformedFrames; m != 0 {
+		t.Fatalf("%d malformed frames", m)
+	}
+}
