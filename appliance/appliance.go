@@ -20,7 +20,7 @@ import (
 
 // Config configures an appliance. Zero values mean defaults.
 type Config struct {
-	Name        string // node identity (client id); required, stable across restarts
+	Name        string // node identity (client id), stable across restarts; "": DefaultName(SSDDir, DataAddr)
 	MasterAddr  string // master gRPC address; required
 	DRAM        uint64 // bytes of DRAM to serve; default 256 MiB
 	SegmentSize uint64 // default: DRAM (one segment)
@@ -45,9 +45,6 @@ type Config struct {
 
 // Validate checks the configuration.
 func (c *Config) Validate() error {
-	if c.Name == "" {
-		return kverr.New(kverr.InvalidParams, "", "appliance: a name is required")
-	}
 	if c.MasterAddr == "" {
 		return kverr.New(kverr.InvalidParams, "", "appliance: --master is required")
 	}
@@ -107,6 +104,8 @@ type Appliance struct {
 	offloadBusy atomic.Int64
 	skipped     atomic.Uint64
 	failed      atomic.Uint64
+	failLogAt   atomic.Int64  // unix ns of the last "offload failed" log line
+	failQuiet   atomic.Uint64 // failures not logged since (rate limit)
 
 	nvme        *nvmeExport
 	nofSegments []string
@@ -114,6 +113,14 @@ type Appliance struct {
 
 	settingsMu sync.Mutex
 	settings   *kvtierpb.TierSettings // guarded by settingsMu: last applied
+
+	// incarnation is random per Start; diskID identifies the SSD directory
+	// (identity.go). Both go with every mount and heartbeat.
+	incarnation, diskID string
+	// removeMu orders removals recorded in the SSD tier (write lock)
+	// against offload reports (read lock, held across the report): see
+	// stillStored.
+	removeMu sync.RWMutex
 
 	reregistering atomic.Bool // a re-registration with a restarted master is running
 	registered    atomic.Bool // Start registered the SSD objects (before: beats' "unknown" is just the first contact)
@@ -129,7 +136,7 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	a := &Appliance{cfg: cfg, log: cfg.Logger, segments: map[string][]byte{},
+	a := &Appliance{cfg: cfg, log: cfg.Logger, segments: map[string][]byte{}, incarnation: randomHex(8),
 		offload: make(chan *kvtierpb.OffloadTask, cfg.OffloadQueue), slotFreed: make(chan struct{}, 1)}
 	defer func() {
 		if err != nil {
@@ -178,6 +185,18 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 	}
 
 	if cfg.SSDDir != "" {
+		if a.diskID, err = DiskID(cfg.SSDDir); err != nil {
+			return nil, err
+		}
+	}
+	if a.cfg.Name == "" {
+		if a.cfg.Name, err = DefaultName(cfg.SSDDir, a.addr.String()); err != nil {
+			return nil, err
+		}
+		cfg.Name = a.cfg.Name
+	}
+	a.log.Info("appliance identity", "name", cfg.Name, "incarnation", a.incarnation, "disk_id", a.diskID)
+	if cfg.SSDDir != "" {
 		a.tier, err = ssd.Open(ctx, ssd.Config{
 			Dir: cfg.SSDDir, Capacity: cfg.SSDCapacity, Policy: cfg.SSDPolicy,
 			BucketSize: cfg.SSDBucketSize, Notifier: notifier{a},
@@ -197,6 +216,7 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 		MasterAddr: cfg.MasterAddr, ClientID: cfg.Name, Engine: a.engine,
 		HeartbeatInterval: cfg.HeartbeatInterval, Logger: cfg.Logger,
 		OnHeartbeat: a.fillHeartbeat, OnHeartbeatReply: a.heartbeatReply,
+		Incarnation: a.incarnation, DiskID: a.diskID,
 	})
 	if err != nil {
 		return nil, err
@@ -207,8 +227,8 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 		a.segMu.Lock()
 		a.segments[name] = mem
 		a.segMu.Unlock()
-		if err := a.client.ServeSegment(ctx, name, mem); err != nil {
-			return nil, fmt.Errorf("appliance: mount segment %s: %w", name, err)
+		if err := a.mountSegment(ctx, name, mem); err != nil {
+			return nil, err
 		}
 	}
 	if err := a.startNVMe(ctx, cfg.NVMe); err != nil {
@@ -236,6 +256,7 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 	a.client.Heartbeat(ctx) // report SSD figures and take offload slots now
 	if a.tier != nil {
 		a.wg.Go(func() { a.takeOffload(runCtx) })
+		a.wg.Go(func() { a.takeRemovals(runCtx) })
 	}
 	return a, nil
 }
@@ -319,6 +340,11 @@ func (a *Appliance) Close(ctx context.Context) error {
 			case <-time.After(a.cfg.DrainGrace):
 			case <-ctx.Done():
 			}
+		}
+		// Say goodbye before the SSD tier and the listener go: the master
+		// stops handing out this box's replicas now, not after the silence.
+		if e := a.client.Leave(ctx); e != nil {
+			a.log.Warn("could not tell the master this appliance is leaving", "err", e)
 		}
 	}
 	err = errors.Join(err, a.closeSPDK(ctx))

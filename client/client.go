@@ -41,6 +41,11 @@ type Config struct {
 	HeartbeatInterval time.Duration // default 1s
 	RPCTimeout        time.Duration // per master call; default 10s
 
+	// OneShot is a caller that lives for one command (the CLI verbs): it
+	// never heartbeats, so the master never lists it as a node, and its
+	// exit raises no grace or gone events. It cannot serve segments.
+	OneShot bool
+
 	// GlobalSegmentSize > 0 maps that much memory and mounts it as MEMORY
 	// segments of SegmentSize each (default: one segment).
 	GlobalSegmentSize uint64
@@ -62,6 +67,11 @@ type Config struct {
 	// goroutine.
 	OnHeartbeat      func(*kvtierpb.HeartbeatRequest)
 	OnHeartbeatReply func(*kvtierpb.HeartbeatResponse)
+
+	// Incarnation and DiskID identify this start of a storage node (the
+	// appliance sets them; see master doc.go, "Appliance identity"); sent
+	// with every mount and heartbeat. Empty: not tracked.
+	Incarnation, DiskID string
 
 	// LeaseCacheKeys lets Get and GetInto reuse the replica list of up to
 	// that many recently read keys (default DefaultLeaseCacheKeys;
@@ -110,6 +120,9 @@ func (c *Config) Validate() error {
 		if _, _, err := net.SplitHostPort(strings.TrimSpace(a)); err != nil {
 			return kverr.New(kverr.InvalidParams, "", "client: master address %q: %v", a, err)
 		}
+	}
+	if c.OneShot && c.GlobalSegmentSize > 0 {
+		return kverr.New(kverr.InvalidParams, "", "client: a one-shot client cannot serve a global segment (it never heartbeats)")
 	}
 	if c.HeartbeatInterval < 0 || c.RPCTimeout < 0 || c.LeaseCacheMargin < 0 {
 		return kverr.New(kverr.InvalidParams, "", "client: negative interval")
@@ -185,6 +198,8 @@ type Client struct {
 	stop     context.CancelFunc
 	done     chan struct{}
 	closeOne sync.Once
+	stopOne  sync.Once
+	left     atomic.Bool // Leave ran
 }
 
 // New connects to the master, maps and mounts this client's own memory when
@@ -223,6 +238,9 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if err := c.setup(ctx); err != nil {
 		c.release()
 		return nil, err
+	}
+	if cfg.OneShot {
+		return c, nil
 	}
 	hbCtx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
@@ -377,7 +395,8 @@ func (c *Client) MountSegment(ctx context.Context, seg *kvtierpb.Segment) error 
 	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout)
 	defer cancel()
-	_, err := c.master.MountSegment(ctx, &kvtierpb.MountSegmentRequest{ClientId: c.cfg.ClientID, Segment: seg})
+	_, err := c.master.MountSegment(ctx, &kvtierpb.MountSegmentRequest{ClientId: c.cfg.ClientID, Segment: seg,
+		Incarnation: c.cfg.Incarnation, DiskId: c.cfg.DiskID})
 	return kverr.FromGRPC(err)
 }
 
@@ -390,7 +409,7 @@ func (c *Client) UnmountSegment(ctx context.Context, name string, grace time.Dur
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout+grace)
 	defer cancel()
 	_, err := c.master.UnmountSegment(ctx, &kvtierpb.UnmountSegmentRequest{
-		ClientId: c.cfg.ClientID, Name: name, GraceMs: grace.Milliseconds()})
+		ClientId: c.cfg.ClientID, Name: name, GraceMs: grace.Milliseconds(), Incarnation: c.cfg.Incarnation})
 	return kverr.FromGRPC(err)
 }
 
@@ -412,7 +431,9 @@ func (c *Client) heartbeatLoop(ctx context.Context) {
 // retries, and the master's grace state covers short outages.
 func (c *Client) Heartbeat(ctx context.Context) {
 	c.mu.Lock()
-	req := &kvtierpb.HeartbeatRequest{ClientId: c.cfg.ClientID, Endpoint: c.endpoint}
+	req := &kvtierpb.HeartbeatRequest{ClientId: c.cfg.ClientID, Endpoint: c.endpoint,
+		Incarnation: c.cfg.Incarnation, DiskId: c.cfg.DiskID,
+		HeartbeatIntervalMs: uint32(min(c.cfg.HeartbeatInterval.Milliseconds(), math.MaxUint32))}
 	for _, s := range c.segments {
 		req.Segments = append(req.Segments, s)
 	}
@@ -435,16 +456,40 @@ func (c *Client) Heartbeat(ctx context.Context) {
 	}
 }
 
-// Close stops heartbeating, unmounts this client's own segments and releases
+// stopHeartbeats ends the heartbeat goroutine and waits for it (once).
+func (c *Client) stopHeartbeats() {
+	c.stopOne.Do(func() {
+		if c.stop != nil {
+			c.stop()
+			<-c.done
+		}
+	})
+}
+
+// Leave stops heartbeating and sends one last beat saying this node is
+// shutting down, so the master stops handing out its replicas at once
+// rather than after the silence. The master keeps them (a restart under
+// the same name serves them again). Close still has to be called.
+func (c *Client) Leave(ctx context.Context) error {
+	if c.cfg.OneShot || c.left.Swap(true) {
+		return nil
+	}
+	c.stopHeartbeats()
+	req := &kvtierpb.HeartbeatRequest{ClientId: c.cfg.ClientID, Endpoint: c.endpoint, Leaving: true,
+		HeartbeatIntervalMs: uint32(min(c.cfg.HeartbeatInterval.Milliseconds(), math.MaxUint32))}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout)
+	defer cancel()
+	_, err := c.master.Heartbeat(ctx, req)
+	return kverr.FromGRPC(err)
+}
+
+// Close stops heartbeating, says goodbye (Leave), unmounts this client's own segments and releases
 // its memory. It does not unmount segments added by an embedding appliance
 // unless they were mounted through ServeSegment.
 func (c *Client) Close() error {
 	var err error
 	c.closeOne.Do(func() {
-		if c.stop != nil {
-			c.stop()
-			<-c.done
-		}
+		c.stopHeartbeats()
 		if c.region != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RPCTimeout)
 			c.mu.Lock()
@@ -460,6 +505,11 @@ func (c *Client) Close() error {
 			}
 			cancel()
 		}
+		// Goodbye: a pure caller leaves no row behind, a storage node is
+		// suspect at once instead of after the silence. Best effort.
+		lctx, lcancel := context.WithTimeout(context.Background(), min(c.cfg.RPCTimeout, time.Second))
+		_ = c.Leave(lctx)
+		lcancel()
 		err = errors.Join(err, c.release())
 	})
 	return err

@@ -58,7 +58,16 @@
 // A client may also be a storage node: with GlobalSegmentSize > 0 it maps that
 // much memory and mounts it as MEMORY segments others may be allocated into;
 // with LocalBufferSize > 0 it keeps a registered staging buffer. Either way it
-// heartbeats the master and re-announces its segments on every beat.
+// heartbeats the master and re-announces its segments on every beat; each
+// beat carries the heartbeat period, so the master suspects a node silent
+// for 2.5 periods. Leave sends a last beat saying the node shuts down.
+//
+// A one-shot caller (Config.OneShot: the CLI verbs) never heartbeats, so
+// the master never lists it as a node and its exit raises no events.
+//
+// OpenReader reads one object in ranges (ObjectReader.ReadAt), for callers
+// that stream a large object (the REST API) and must not hold it whole; the
+// caller verifies the CRC32C over the ranges it read.
 //
 // # Performance
 //
@@ -139,6 +148,16 @@
 // copy) unless the lease cache spares it. On an idle VM every wake-up is
 // slower than on a busy one (a raw ping-pong: 24 µs busy, 73 µs idle).
 //
-// Importers: cmd/kvtier, appliance, rest adapters, tests. The client never
+// # Using it from another module
+//
+// The module is go-gettable: go get github.com/kvtier/kvtier/client. The
+// error type and codes are in package github.com/kvtier/kvtier/kverr (match
+// with kverr.Is or errors.Is(err, kverr.ObjectNotFound.Err())); every type
+// of internal/ that the exported API names has an alias here (sdk.go), so an
+// importer can spell it. example_test.go has runnable examples of Put, Get,
+// GetInto and the batch forms against a real store. The C library (capi)
+// and the Python package (python/kvtier) are built on this package.
+//
+// Importers: cmd/kvtier, appliance, capi, rest adapters, tests. The client never
 // imports package master: it speaks only the contract in api/kvtierpb.
 package client

@@ -17,7 +17,7 @@ import (
 // invariants must hold at the end; after a forced RemoveAll no byte stays
 // allocated.
 func TestConcurrentOps(t *testing.T) {
-	m, fc := newTest(t, Config{ClientTTL: time.Hour, HighWatermark: 0.5})
+	m, fc := newTest(t, Config{ClientTTL: time.Hour, HighWatermark: 0.5, RemoveSyncTimeout: -1})
 	for n := 0; n < 4; n++ {
 		for s := 0; s < 2; s++ {
 			mountMem(t, m, fmt.Sprintf("n%d", n), fmt.Sprintf("n%d/%d", n, s), 64<<10)

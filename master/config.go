@@ -18,6 +18,8 @@ const (
 	DefaultMaxSoftPinTTL     = 24 * time.Hour
 	DefaultClientTTL         = 10 * time.Second
 	DefaultClientGrace       = 30 * time.Second
+	DefaultRemoveSyncTimeout = 5 * time.Second
+	DefaultRestartTakeover   = 3 * time.Second
 	DefaultHighWatermark     = 0.90
 	DefaultEvictionRatio     = 0.05
 	DefaultEvictInterval     = 5 * time.Millisecond
@@ -70,8 +72,17 @@ type Config struct {
 	PutReleaseTimeout time.Duration // an abandoned reservation is freed this long after its PutStart
 	SoftPinTTL        time.Duration // default soft-pin duration, counted from PutEnd
 	MaxSoftPinTTL     time.Duration // largest soft-pin TTL a put may ask for
-	ClientTTL         time.Duration // silent this long → GRACE
+	ClientTTL         time.Duration // silent this long → GRACE (suspect); sooner (2.5 beat periods) for a client that reports its period
 	ClientGrace       time.Duration // silent TTL+grace → GONE (segments unmounted, puts revoked)
+	// RemoveSyncTimeout bounds how long a remove waits for the appliances
+	// holding SSD copies to confirm their deletion durably (doc.go,
+	// "Removals"); < 0: removals are queued but not waited for (tests
+	// whose appliances do not take removals).
+	RemoveSyncTimeout time.Duration
+	// RestartTakeover: a new incarnation of a known appliance name takes
+	// over once the old one has been silent this long (doc.go, "Appliance
+	// identity").
+	RestartTakeover time.Duration
 
 	HighWatermark     float64       // MEMORY use fraction that triggers eviction
 	EvictionRatio     float64       // fraction of MEMORY capacity a pass frees at least
@@ -125,6 +136,8 @@ func (c Config) withDefaults() Config {
 	d(&c.MaxSoftPinTTL, DefaultMaxSoftPinTTL)
 	d(&c.ClientTTL, DefaultClientTTL)
 	d(&c.ClientGrace, DefaultClientGrace)
+	d(&c.RemoveSyncTimeout, DefaultRemoveSyncTimeout)
+	d(&c.RestartTakeover, DefaultRestartTakeover)
 	d(&c.EvictInterval, DefaultEvictInterval)
 	d(&c.FrequencyBonus, DefaultFrequencyBonus)
 	d(&c.FrequencyMaxBonus, DefaultFrequencyMaxBonus)
@@ -180,7 +193,7 @@ func (c Config) Validate() error {
 		"LeaseTTL": c.LeaseTTL, "PutDiscardTimeout": c.PutDiscardTimeout, "PutReleaseTimeout": c.PutReleaseTimeout,
 		"SoftPinTTL": c.SoftPinTTL, "MaxSoftPinTTL": c.MaxSoftPinTTL, "ClientTTL": c.ClientTTL,
 		"ClientGrace": c.ClientGrace, "EvictInterval": c.EvictInterval, "FrequencyBonus": c.FrequencyBonus,
-		"FrequencyMaxBonus": c.FrequencyMaxBonus, "OffloadTimeout": c.OffloadTimeout,
+		"FrequencyMaxBonus": c.FrequencyMaxBonus, "OffloadTimeout": c.OffloadTimeout, "RestartTakeover": c.RestartTakeover,
 	} {
 		if v < 0 {
 			return bad("%s must not be negative (got %v)", name, v)

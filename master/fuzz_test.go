@@ -25,7 +25,7 @@ func FuzzMasterOps(f *testing.F) {
 		if len(data) > 400 {
 			data = data[:400]
 		}
-		m, fc := newTest(t, Config{OffloadQueueLimit: 3, ClientTTL: 10 * time.Second, ClientGrace: 20 * time.Second})
+		m, fc := newTest(t, Config{OffloadQueueLimit: 3, ClientTTL: 10 * time.Second, ClientGrace: 20 * time.Second, RemoveSyncTimeout: -1})
 		segs := []struct {
 			client, name string
 			size         uint64

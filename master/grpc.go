@@ -44,7 +44,7 @@ func replicaToPB(r Replica) *kvtierpb.Replica {
 	return &kvtierpb.Replica{
 		Type: kvtierpb.ReplicaType(r.Type), State: kvtierpb.ReplicaState(r.State), Segment: r.Segment,
 		Node: r.Node, Endpoint: r.Endpoint, Offset: r.Offset, Length: r.Length, Bucket: r.Bucket,
-		Nqn: r.NQN, Nsid: r.NSID, TargetAddr: r.TargetAddr,
+		Nqn: r.NQN, Nsid: r.NSID, TargetAddr: r.TargetAddr, Unavailable: r.Unavailable,
 	}
 }
 
@@ -210,7 +210,8 @@ func (s *grpcServer) MountSegment(ctx context.Context, r *kvtierpb.MountSegmentR
 	if r.GetSegment() == nil {
 		return nil, toGRPC(kverr.New(kverr.InvalidParams, "", "mount: no segment"))
 	}
-	return &kvtierpb.Empty{}, toGRPC(s.m.MountSegment(ctx, r.GetClientId(), segmentFromPB(r.GetSegment())))
+	id := Identity{Incarnation: r.GetIncarnation(), DiskID: r.GetDiskId()}
+	return &kvtierpb.Empty{}, toGRPC(s.m.MountSegmentAs(ctx, r.GetClientId(), id, segmentFromPB(r.GetSegment())))
 }
 
 func (s *grpcServer) UnmountSegment(ctx context.Context, r *kvtierpb.UnmountSegmentRequest) (*kvtierpb.Empty, error) {
@@ -218,7 +219,7 @@ func (s *grpcServer) UnmountSegment(ctx context.Context, r *kvtierpb.UnmountSegm
 	if r.GetGraceMs() > math.MaxInt64/int64(time.Millisecond) {
 		g = time.Duration(math.MaxInt64)
 	}
-	return &kvtierpb.Empty{}, toGRPC(s.m.UnmountSegment(ctx, r.GetClientId(), r.GetName(), g))
+	return &kvtierpb.Empty{}, toGRPC(s.m.UnmountSegmentAs(ctx, r.GetClientId(), r.GetIncarnation(), r.GetName(), g))
 }
 
 func diskFromPB(d *kvtierpb.DiskTierStats) DiskStats {
@@ -283,7 +284,9 @@ func settingsToPB(t TierSettings) *kvtierpb.TierSettings {
 }
 
 func (s *grpcServer) Heartbeat(ctx context.Context, r *kvtierpb.HeartbeatRequest) (*kvtierpb.HeartbeatResponse, error) {
-	req := HeartbeatRequest{Client: r.GetClientId(), Endpoint: r.GetEndpoint(), OffloadSlots: int(r.GetOffloadSlots())}
+	req := HeartbeatRequest{Client: r.GetClientId(), Endpoint: r.GetEndpoint(), OffloadSlots: int(r.GetOffloadSlots()),
+		Identity: Identity{Incarnation: r.GetIncarnation(), DiskID: r.GetDiskId()},
+		Interval: time.Duration(r.GetHeartbeatIntervalMs()) * time.Millisecond, Leaving: r.GetLeaving(), Unhealthy: r.GetUnhealthy()}
 	for _, sg := range r.GetSegments() {
 		req.Segments = append(req.Segments, segmentFromPB(sg))
 	}
@@ -329,9 +332,26 @@ func (s *grpcServer) TakeOffload(r *kvtierpb.TakeOffloadRequest, stream grpc.Ser
 	return nil
 }
 
+func (s *grpcServer) TakeRemovals(r *kvtierpb.TakeRemovalsRequest, stream grpc.ServerStreamingServer[kvtierpb.TakeRemovalsResponse]) error {
+	outbox, rs, err := s.m.TakeRemovals(stream.Context(), r.GetClientId(), r.GetOutbox(), r.GetAckThrough(), time.Duration(r.GetWaitMs())*time.Millisecond)
+	if err != nil {
+		return toGRPC(err)
+	}
+	out := &kvtierpb.TakeRemovalsResponse{Outbox: outbox}
+	for _, d := range rs {
+		pd := &kvtierpb.DiskRemoval{Seq: d.Seq, Tenant: d.Tenant, Key: []byte(d.Key), Cutoff: d.Cutoff, Pattern: d.Pattern}
+		for _, l := range d.Keep {
+			pd.Keep = append(pd.Keep, &kvtierpb.DiskLocation{Bucket: l.Bucket, Offset: l.Offset})
+		}
+		out.Removals = append(out.Removals, pd)
+	}
+	// A lost answer is handed out again: removals stay until acknowledged.
+	return stream.Send(out)
+}
+
 func (s *grpcServer) OffloadDone(ctx context.Context, r *kvtierpb.OffloadDoneRequest) (*kvtierpb.Empty, error) {
 	err := s.m.OffloadDone(ctx, OffloadResult{Client: r.GetClientId(), Tenant: r.GetTenant(), Key: string(r.GetKey()),
-		OK: r.GetOk(), Bucket: r.GetBucket(), Offset: r.GetOffset(), Length: r.GetLength(), Error: r.GetError()})
+		OK: r.GetOk(), Bucket: r.GetBucket(), Offset: r.GetOffset(), Length: r.GetLength(), Error: r.GetError(), Retry: r.GetRetry()})
 	return &kvtierpb.Empty{}, toGRPC(err)
 }
 
@@ -398,7 +418,7 @@ func (s *grpcServer) ListClients(ctx context.Context, _ *kvtierpb.Empty) (*kvtie
 	for _, c := range s.m.ListClients(ctx) {
 		out.Clients = append(out.Clients, &kvtierpb.ClientInfo{ClientId: c.ID, Endpoint: c.Endpoint, Segments: c.Segments,
 			LastHeartbeatMs: ms(c.LastHeartbeat), State: kvtierpb.ClientState(c.State), Disk: diskToPB(c.Disk),
-			Nvme: nvmeToPB(c.NVMe)})
+			Nvme: nvmeToPB(c.NVMe), Problems: c.Problems, Storage: c.Storage})
 	}
 	return out, nil
 }

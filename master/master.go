@@ -40,6 +40,10 @@ const (
 	flagSoftPin
 	flagHardPin
 	flagRead // read at least once since PutEnd (lastRead is valid)
+	// flagOffloadFailed: an offload of this object failed (disk full, I/O
+	// error, timeout). Eviction then frees its MEMORY without waiting for
+	// a disk copy that may never come.
+	flagOffloadFailed
 )
 
 const (
@@ -116,6 +120,7 @@ type Master struct {
 	segs    segTable
 	clients clientTable
 	offload offloadQueue
+	rmq     removalOutbox // removals of LOCAL_DISK copies (removals.go)
 
 	usage sync.Map // tenant → *atomic.Uint64 logical bytes held
 
@@ -167,6 +172,7 @@ func New(cfg Config) (*Master, error) {
 	m.segs.init()
 	m.clients.init()
 	m.offload.init(cfg.OffloadQueueLimit)
+	m.rmq.init()
 	pol, err := NewLeasePolicy(cfg.LeasePolicy, cfg.FrequencyBonus, cfg.FrequencyMaxBonus)
 	if err != nil {
 		return nil, err

@@ -33,39 +33,121 @@ func (m *Master) publicReplicas(rs []replica) []Replica {
 	return out
 }
 
-// removeMatching removes every removable object of tenant whose key matches.
-func (m *Master) removeMatching(tenant string, match func(key string) bool, force bool) int {
-	now := m.now().UnixNano()
+// MaxRemovePattern bounds RemoveByRegex's pattern (bytes): compiling and
+// matching cost grow with it, and every appliance with an SSD tier records
+// it once.
+const MaxRemovePattern = 4096
+
+// removeMatching removes every removable object of tenant whose key
+// matches. It holds one shard at a time (readers of other shards never
+// wait for it) and stops between shards when ctx ends, returning what it
+// removed so far with ctx's error. Appliances with an SSD tier get one
+// cutoff each (pattern "" = every key), queued before the scan so that an
+// offload or registration of a matching key during the scan is refused,
+// and handed out once the scan knows which copies to keep (objects it
+// skipped); the call then waits for their acknowledgement like Remove.
+func (m *Master) removeMatching(ctx context.Context, tenant, pattern string, match func(key string) bool, force bool) (int, error) {
+	type cut struct {
+		c       *client
+		r       *pendingRemoval
+		keep    []DiskLocation
+		removed []string // keys removed with a copy on c (for a cancelled scan)
+	}
+	var cuts []*cut
+	byNode := map[*client]*cut{}
+	for _, c := range m.diskNodes() {
+		r := m.rmq.add(c.id, &pendingRemoval{DiskRemoval: DiskRemoval{Tenant: tenant, Cutoff: true, Pattern: pattern}, match: match})
+		ct := &cut{c: c, r: r}
+		cuts = append(cuts, ct)
+		byNode[c] = ct
+	}
 	n := 0
-	m.forEachShard(func(sh *shard) {
+	var err error
+	for i := range m.shards {
+		if err = ctx.Err(); err != nil {
+			break
+		}
+		sh := &m.shards[i]
+		now := m.now().UnixNano()
+		sh.mu.Lock()
+		seen := 0
 		for k, o := range sh.objs {
+			if seen++; seen%1024 == 0 && ctx.Err() != nil {
+				break // the rest of this shard stays; what was removed is queued below
+			}
 			t, key := splitCK(k)
-			if t != tenant || !match(key) || m.removable(o, key, force, now) != nil {
+			if t != tenant || !match(key) {
 				continue
+			}
+			if m.removable(o, key, force, now) != nil {
+				for j := range o.replicas {
+					r := &o.replicas[j]
+					if ct := byNode[r.disk]; r.typ == LocalDisk && ct != nil {
+						ct.keep = append(ct.keep, DiskLocation{r.bucket, r.offset})
+					}
+				}
+				continue
+			}
+			for j := range o.replicas {
+				r := &o.replicas[j]
+				if ct := byNode[r.disk]; r.typ == LocalDisk && ct != nil {
+					ct.removed = append(ct.removed, key)
+				}
 			}
 			m.removeLocked(sh, k, o)
 			n++
 		}
-	})
+		sh.mu.Unlock()
+	}
+	if err == nil {
+		err = ctx.Err() // cancelled inside the last shard scanned
+	}
+	if err != nil {
+		// Cancelled: the objects of unscanned shards stay, so the cutoffs
+		// cannot go out. What was removed must still not come back: one
+		// delete per removed key with an SSD copy, queued before the
+		// cutoffs (which guard those keys meanwhile) are withdrawn.
+		for _, ct := range cuts {
+			for _, key := range ct.removed {
+				m.rmq.add(ct.c.id, &pendingRemoval{DiskRemoval: DiskRemoval{Tenant: tenant, Key: key}, sealed: true})
+			}
+			m.rmq.withdraw(ct.c.id, ct.r)
+		}
+		if n > 0 {
+			m.publish(Event{Kind: "remove", Tenant: tenant, Message: "bulk remove (cancelled)"})
+		}
+		return n, kverr.New(kverr.UnavailableInCurrentStatus, "", "bulk remove cancelled after %d objects: %v", n, err)
+	}
+	waits := map[string]*pendingRemoval{}
+	for _, ct := range cuts {
+		m.rmq.seal(ct.c.id, ct.r, ct.keep)
+		if ClientState(ct.c.state.Load()) != ClientGone {
+			waits[ct.c.id] = ct.r // a gone one takes it when it comes back
+		}
+	}
 	if n > 0 {
 		m.publish(Event{Kind: "remove", Tenant: tenant, Message: "bulk remove"})
 	}
-	return n
+	return n, m.awaitRemovals(ctx, "", waits)
 }
 
 // RemoveByRegex removes the objects of tenant whose key matches expr (Go
-// RE2 syntax), skipping leased ones unless force and in-flight ones always.
-// It returns how many it removed.
+// RE2 syntax, at most MaxRemovePattern bytes), skipping leased ones unless
+// force and in-flight ones always. It returns how many it removed. It
+// stops between shards when ctx ends (see removeMatching).
 func (m *Master) RemoveByRegex(ctx context.Context, tenant, expr string, force bool) (int, error) {
 	t, err := normTenant(tenant)
 	if err != nil {
 		return 0, err
 	}
+	if len(expr) > MaxRemovePattern {
+		return 0, kverr.New(kverr.InvalidParams, "", "regex of %d bytes: at most %d", len(expr), MaxRemovePattern)
+	}
 	re, err := regexp.Compile(expr)
 	if err != nil {
 		return 0, kverr.New(kverr.InvalidParams, "", "regex %q: %v", expr, err)
 	}
-	return m.removeMatching(t, re.MatchString, force), nil
+	return m.removeMatching(ctx, t, expr, re.MatchString, force)
 }
 
 // RemoveAll removes every object of tenant with RemoveByRegex's rules.
@@ -74,7 +156,7 @@ func (m *Master) RemoveAll(ctx context.Context, tenant string, force bool) (int,
 	if err != nil {
 		return 0, err
 	}
-	return m.removeMatching(t, func(string) bool { return true }, force), nil
+	return m.removeMatching(ctx, t, "", func(string) bool { return true }, force)
 }
 
 // BatchPutStart is PutStart per item (client and tenant from the batch).
@@ -145,6 +227,9 @@ func (m *Master) infoLocked(k string, o *object) ObjectInfo {
 	}
 	if info.SoftPin && o.complete {
 		info.SoftPinDeadline = unixOrZero(o.softPinEnd)
+	}
+	for i := range o.replicas {
+		info.Replicas[i].Unavailable = !servable(&o.replicas[i])
 	}
 	return info
 }

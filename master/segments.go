@@ -129,8 +129,19 @@ func (m *Master) mount(clientID string, seg Segment, explicit bool) error {
 	case seg.Base+seg.Size < seg.Base:
 		return kverr.New(kverr.InvalidParams, "", "mount %s: base+size overflows", seg.Name)
 	}
-	if old := m.segs.get(seg.Name); old != nil {
-		return sameSegment(old.spec, seg)
+	for {
+		old := m.segs.get(seg.Name)
+		if old == nil {
+			break
+		}
+		if err := sameSegment(old.spec, seg); err != nil {
+			return err
+		}
+		if !explicit || m.undrain(old) {
+			return nil
+		}
+		// The drain's unmount is under way: wait for it, then mount anew.
+		time.Sleep(time.Millisecond)
 	}
 	align := uint64(memoryAlign)
 	if seg.Type == NOF {
@@ -275,6 +286,35 @@ func (m *Master) countReplica(r *replica, d int64) {
 	}
 }
 
+// drainUnmounting marks a drained segment whose unmount has started.
+const drainUnmounting = -1
+
+// undrain cancels a pending drain of s (its owner mounted it again): it
+// takes allocations again and is not unmounted. It reports false when the
+// drain's unmount has already started (the caller waits and mounts anew).
+func (m *Master) undrain(s *segment) bool {
+	s.mu.Lock()
+	if s.drainDeadline == drainUnmounting {
+		s.mu.Unlock()
+		return false
+	}
+	was := SegmentState(s.state.Load()) == SegDraining
+	if was {
+		s.drainDeadline = 0
+		st := SegMounted
+		if ClientState(s.owner.state.Load()) == ClientGrace {
+			st = SegGrace
+		}
+		s.state.Store(int32(st))
+	}
+	s.mu.Unlock()
+	if was {
+		s.owner.addSegment(s.spec.Name) // also forgets the operator's drain mark
+		m.publish(Event{Kind: "segment", Segment: s.spec.Name, Node: s.spec.Node, Message: "drain cancelled: mounted again"})
+	}
+	return true
+}
+
 // finishDrains unmounts drained segments whose grace has passed.
 func (m *Master) finishDrains(ctx context.Context, now int64) {
 	for _, s := range m.segs.all() {
@@ -282,7 +322,10 @@ func (m *Master) finishDrains(ctx context.Context, now int64) {
 			continue
 		}
 		s.mu.Lock()
-		due := s.drainDeadline <= now
+		due := SegmentState(s.state.Load()) == SegDraining && s.drainDeadline <= now
+		if due {
+			s.drainDeadline = drainUnmounting // a remount now waits for the unmount
+		}
 		s.mu.Unlock()
 		if due {
 			m.unmountNow(s, "drained")

@@ -42,6 +42,8 @@ const (
 	cEventsDropped
 	cEvictionHistoryHits
 	cCachedReads
+	cRemovalsUnconfirmed
+	cApplianceRestarts
 	numCounters
 )
 
@@ -54,7 +56,7 @@ var counterNames = [numCounters]string{
 	"eviction_shortfall_awaiting_offload", "offloads_queued", "offloads_completed",
 	"offloads_failed", "offloads_skipped_queue_full", "abandoned_puts_reclaimed",
 	"disk_buckets_dropped", "events_dropped", "eviction_history_hits",
-	"cached_reads",
+	"cached_reads", "removals_unconfirmed", "appliance_restarts",
 }
 
 // CounterNames lists the names of the counters Stats reports.

@@ -247,7 +247,7 @@ func (t *Tier) allocate(b *bucket, end uint64) error {
 	if b.noAlloc || end <= b.allocated {
 		return nil
 	}
-	target := max(end, min(b.allocated+t.prealloc, t.cfg.BucketSize))
+	target := max(end, min(b.allocated+t.prealloc, t.space.bucket(t.cfg.BucketSize)))
 	err := b.data.Allocate(int64(target))
 	if errors.Is(err, syscall.ENOSPC) && target > end {
 		target = end // room for this object, not for a whole chunk
@@ -261,6 +261,7 @@ func (t *Tier) allocate(b *bucket, end uint64) error {
 		return err
 	}
 	b.allocated = target
+	b.allocSeen.Store(target)
 	return nil
 }
 
@@ -285,6 +286,7 @@ func (t *Tier) trimAll() {
 				t.log.Warn("ssd: cannot cut preallocated tail off data file", "bucket", b.id, "err", err)
 			} else {
 				b.allocated = tr.end
+				b.allocSeen.Store(tr.end)
 			}
 		}
 		b.allocMu.Unlock()
@@ -471,21 +473,38 @@ func (t *Tier) finishBatch(b *bucket, batch []*Pending, metaGrown uint64) {
 	b.writers -= len(batch)
 	b.used += metaGrown
 	t.used += metaGrown
-	for _, p := range batch {
+	var killed []bool
+	for i, p := range batch {
+		close(t.inflight[p.k])
+		delete(t.inflight, p.k)
+		if t.removalsActiveLocked() && t.killedLocked(p.e) {
+			// Removed while being written: durable but dead (the
+			// removals log covers it at recovery), never indexed.
+			if killed == nil {
+				killed = make([]bool, len(batch))
+			}
+			killed[i] = true
+			continue
+		}
 		b.extents[p.e.Loc.Offset] = p.e
 		t.index[p.k] = p.e
 		bytes += p.e.Size
-		close(t.inflight[p.k])
-		delete(t.inflight, p.k)
 	}
 	if b.sealed {
 		t.sealLocked(b)
 	}
+	if killed != nil {
+		t.pruneRemovalsLocked()
+	}
 	t.mu.Unlock()
 	t.st.puts.Add(uint64(len(batch)))
 	t.st.bytesWritten.Add(bytes)
-	for _, p := range batch {
-		p.release(nil)
+	for i, p := range batch {
+		if killed != nil && killed[i] {
+			p.release(kverr.New(kverr.ObjectNotFound, p.k.key, "ssd: removed while being written"))
+		} else {
+			p.release(nil)
+		}
 		t.ops.Done()
 	}
 }

@@ -92,6 +92,7 @@ func (t *Tier) recover(ctx context.Context) error {
 		ids = append(ids, id)
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	recs, corrupt := t.readRemovals()
 	for _, id := range ids {
 		if err := ctx.Err(); err != nil {
 			t.closeLoaded()
@@ -99,6 +100,9 @@ func (t *Tier) recover(ctx context.Context) error {
 		}
 		p := found[id]
 		switch {
+		case corrupt != nil:
+			// Which objects were removed is unknown: serve none of them.
+			t.quarantine(id, "removals log corrupt", corrupt)
 		case p.data && !p.meta:
 			// Crashed between creating the data file and its metadata, or
 			// between eviction's two removals: no record can point here.
@@ -109,6 +113,7 @@ func (t *Tier) recover(ctx context.Context) error {
 			t.loadBucket(id)
 		}
 	}
+	t.applyRemovalsAtRecovery(recs)
 	t.log.Info("ssd: recovered", "dir", t.dir, "buckets", len(t.buckets), "objects", len(t.index),
 		"quarantined", len(t.quarantined), "next_bucket", t.nextID)
 	return nil
@@ -223,11 +228,7 @@ func (t *Tier) loadBucket(id uint64) {
 	for _, r := range d.Records {
 		e := &Entry{Tenant: r.Tenant, Key: r.Key, Size: r.Length, CRC32C: r.CRC32C,
 			Loc: Location{Bucket: id, Offset: r.Offset, Length: r.Length}}
-		b.extents[r.Offset] = e
-		k := objKey{r.Tenant, r.Key}
-		if _, dup := t.index[k]; !dup {
-			t.index[k] = e // first (oldest) copy wins; a later duplicate is dead space
-		}
+		b.extents[r.Offset] = e // indexed by applyRemovalsAtRecovery
 	}
 	t.buckets[id] = b
 	t.used += b.used

@@ -356,18 +356,21 @@ func (ClientState) EnumDescriptor() ([]byte, []int) {
 
 // Where one copy of an object lives.
 type Replica struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Type          ReplicaType            `protobuf:"varint,1,opt,name=type,proto3,enum=kvtier.v1.ReplicaType" json:"type,omitempty"`
-	State         ReplicaState           `protobuf:"varint,2,opt,name=state,proto3,enum=kvtier.v1.ReplicaState" json:"state,omitempty"`
-	Segment       string                 `protobuf:"bytes,3,opt,name=segment,proto3" json:"segment,omitempty"`   // MEMORY/NOF: segment name; LOCAL_DISK: "<node>/ssd"
-	Node          string                 `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`         // client id of the node that owns the storage
-	Endpoint      string                 `protobuf:"bytes,5,opt,name=endpoint,proto3" json:"endpoint,omitempty"` // transfer-engine address (host:port) of that node
-	Offset        uint64                 `protobuf:"varint,6,opt,name=offset,proto3" json:"offset,omitempty"`    // MEMORY/NOF: byte offset in segment; LOCAL_DISK: in bucket
-	Length        uint64                 `protobuf:"varint,7,opt,name=length,proto3" json:"length,omitempty"`
-	Bucket        uint64                 `protobuf:"varint,8,opt,name=bucket,proto3" json:"bucket,omitempty"`                           // LOCAL_DISK only
-	Nqn           string                 `protobuf:"bytes,9,opt,name=nqn,proto3" json:"nqn,omitempty"`                                  // NOF only: subsystem NQN
-	Nsid          uint32                 `protobuf:"varint,10,opt,name=nsid,proto3" json:"nsid,omitempty"`                              // NOF only
-	TargetAddr    string                 `protobuf:"bytes,11,opt,name=target_addr,json=targetAddr,proto3" json:"target_addr,omitempty"` // NOF only: NVMe/TCP listener host:port
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Type       ReplicaType            `protobuf:"varint,1,opt,name=type,proto3,enum=kvtier.v1.ReplicaType" json:"type,omitempty"`
+	State      ReplicaState           `protobuf:"varint,2,opt,name=state,proto3,enum=kvtier.v1.ReplicaState" json:"state,omitempty"`
+	Segment    string                 `protobuf:"bytes,3,opt,name=segment,proto3" json:"segment,omitempty"`   // MEMORY/NOF: segment name; LOCAL_DISK: "<node>/ssd"
+	Node       string                 `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`         // client id of the node that owns the storage
+	Endpoint   string                 `protobuf:"bytes,5,opt,name=endpoint,proto3" json:"endpoint,omitempty"` // transfer-engine address (host:port) of that node
+	Offset     uint64                 `protobuf:"varint,6,opt,name=offset,proto3" json:"offset,omitempty"`    // MEMORY/NOF: byte offset in segment; LOCAL_DISK: in bucket
+	Length     uint64                 `protobuf:"varint,7,opt,name=length,proto3" json:"length,omitempty"`
+	Bucket     uint64                 `protobuf:"varint,8,opt,name=bucket,proto3" json:"bucket,omitempty"`                           // LOCAL_DISK only
+	Nqn        string                 `protobuf:"bytes,9,opt,name=nqn,proto3" json:"nqn,omitempty"`                                  // NOF only: subsystem NQN
+	Nsid       uint32                 `protobuf:"varint,10,opt,name=nsid,proto3" json:"nsid,omitempty"`                              // NOF only
+	TargetAddr string                 `protobuf:"bytes,11,opt,name=target_addr,json=targetAddr,proto3" json:"target_addr,omitempty"` // NOF only: NVMe/TCP listener host:port
+	// ObjectInfo only: the node holding it is not LIVE (suspect, left), so
+	// readers are not sent there until it returns.
+	Unavailable   bool `protobuf:"varint,120,opt,name=unavailable,proto3" json:"unavailable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -477,6 +480,13 @@ func (x *Replica) GetTargetAddr() string {
 		return x.TargetAddr
 	}
 	return ""
+}
+
+func (x *Replica) GetUnavailable() bool {
+	if x != nil {
+		return x.Unavailable
+	}
+	return false
 }
 
 type PutConfig struct {
@@ -1697,9 +1707,15 @@ func (x *Segment) GetBlockSize() uint32 {
 }
 
 type MountSegmentRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	Segment       *Segment               `protobuf:"bytes,2,opt,name=segment,proto3" json:"segment,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Segment  *Segment               `protobuf:"bytes,2,opt,name=segment,proto3" json:"segment,omitempty"`
+	// This start of the node (random per process start; empty: not tracked).
+	// A new incarnation of a known name is a restart (see master doc.go,
+	// "Appliance identity").
+	Incarnation string `protobuf:"bytes,100,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// Identity of the node's SSD directory (persisted there; empty: none).
+	DiskId        string `protobuf:"bytes,101,opt,name=disk_id,json=diskId,proto3" json:"disk_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1748,11 +1764,29 @@ func (x *MountSegmentRequest) GetSegment() *Segment {
 	return nil
 }
 
+func (x *MountSegmentRequest) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
+}
+
+func (x *MountSegmentRequest) GetDiskId() string {
+	if x != nil {
+		return x.DiskId
+	}
+	return ""
+}
+
 type UnmountSegmentRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	GraceMs       int64                  `protobuf:"varint,3,opt,name=grace_ms,json=graceMs,proto3" json:"grace_ms,omitempty"` // drain: reads served this long, then unmounted; 0 = at once
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Name     string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	GraceMs  int64                  `protobuf:"varint,3,opt,name=grace_ms,json=graceMs,proto3" json:"grace_ms,omitempty"` // drain: reads served this long, then unmounted; 0 = at once
+	// The caller's incarnation (as MountSegmentRequest.incarnation): an
+	// unmount from another incarnation than the one holding the name is
+	// refused (a refused duplicate cleaning up must not unmount the holder).
+	Incarnation   string `protobuf:"bytes,100,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1806,6 +1840,13 @@ func (x *UnmountSegmentRequest) GetGraceMs() int64 {
 		return x.GraceMs
 	}
 	return 0
+}
+
+func (x *UnmountSegmentRequest) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
 }
 
 // Figures an appliance reports for its SSD tier.
@@ -1952,7 +1993,18 @@ type HeartbeatRequest struct {
 	// Reads the client served since its last beat without asking the master,
 	// by reusing a running read lease (client LeaseCacheKeys). The master
 	// counts them as reads, as if they had been GetReplicaList calls.
-	CachedReads   []*CachedRead `protobuf:"bytes,7,rep,name=cached_reads,json=cachedReads,proto3" json:"cached_reads,omitempty"`
+	CachedReads []*CachedRead `protobuf:"bytes,7,rep,name=cached_reads,json=cachedReads,proto3" json:"cached_reads,omitempty"`
+	Incarnation string        `protobuf:"bytes,100,opt,name=incarnation,proto3" json:"incarnation,omitempty"`     // as MountSegmentRequest.incarnation
+	DiskId      string        `protobuf:"bytes,101,opt,name=disk_id,json=diskId,proto3" json:"disk_id,omitempty"` // as MountSegmentRequest.disk_id
+	// The client's beat period (0: unknown). The master suspects a client
+	// silent for 2.5 periods (at most its ClientTTL): its replicas are no
+	// longer handed out until it beats again.
+	HeartbeatIntervalMs uint32 `protobuf:"varint,120,opt,name=heartbeat_interval_ms,json=heartbeatIntervalMs,proto3" json:"heartbeat_interval_ms,omitempty"`
+	// The last beat of a node that is shutting down: the master suspects it at
+	// once instead of waiting for the silence.
+	Leaving bool `protobuf:"varint,121,opt,name=leaving,proto3" json:"leaving,omitempty"`
+	// Why the node is not fully healthy (a listener down, ...); empty: healthy.
+	Unhealthy     []string `protobuf:"bytes,122,rep,name=unhealthy,proto3" json:"unhealthy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2032,6 +2084,41 @@ func (x *HeartbeatRequest) GetNvme() *NvmeStats {
 func (x *HeartbeatRequest) GetCachedReads() []*CachedRead {
 	if x != nil {
 		return x.CachedReads
+	}
+	return nil
+}
+
+func (x *HeartbeatRequest) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
+}
+
+func (x *HeartbeatRequest) GetDiskId() string {
+	if x != nil {
+		return x.DiskId
+	}
+	return ""
+}
+
+func (x *HeartbeatRequest) GetHeartbeatIntervalMs() uint32 {
+	if x != nil {
+		return x.HeartbeatIntervalMs
+	}
+	return 0
+}
+
+func (x *HeartbeatRequest) GetLeaving() bool {
+	if x != nil {
+		return x.Leaving
+	}
+	return false
+}
+
+func (x *HeartbeatRequest) GetUnhealthy() []string {
+	if x != nil {
+		return x.Unhealthy
 	}
 	return nil
 }
@@ -2670,15 +2757,20 @@ func (x *HeartbeatResponse) GetSettings() *TierSettings {
 }
 
 type OffloadDoneRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	Tenant        string                 `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	Key           []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
-	Ok            bool                   `protobuf:"varint,4,opt,name=ok,proto3" json:"ok,omitempty"`
-	Bucket        uint64                 `protobuf:"varint,5,opt,name=bucket,proto3" json:"bucket,omitempty"`
-	Offset        uint64                 `protobuf:"varint,6,opt,name=offset,proto3" json:"offset,omitempty"`
-	Length        uint64                 `protobuf:"varint,7,opt,name=length,proto3" json:"length,omitempty"`
-	Error         string                 `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Tenant   string                 `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Key      []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	Ok       bool                   `protobuf:"varint,4,opt,name=ok,proto3" json:"ok,omitempty"`
+	Bucket   uint64                 `protobuf:"varint,5,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Offset   uint64                 `protobuf:"varint,6,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length   uint64                 `protobuf:"varint,7,opt,name=length,proto3" json:"length,omitempty"`
+	Error    string                 `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
+	// With ok false: the appliance skipped the task (its queue was full), so
+	// the object keeps waiting for a disk copy and may be offered again.
+	// Otherwise a failure (disk full, I/O error) lets the master evict the
+	// object from DRAM without one rather than wait forever.
+	Retry         bool `protobuf:"varint,120,opt,name=retry,proto3" json:"retry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2767,6 +2859,13 @@ func (x *OffloadDoneRequest) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *OffloadDoneRequest) GetRetry() bool {
+	if x != nil {
+		return x.Retry
+	}
+	return false
 }
 
 type DiskObject struct {
@@ -3378,8 +3477,14 @@ type ClientInfo struct {
 	State           ClientState            `protobuf:"varint,5,opt,name=state,proto3,enum=kvtier.v1.ClientState" json:"state,omitempty"`
 	Disk            *DiskTierStats         `protobuf:"bytes,6,opt,name=disk,proto3" json:"disk,omitempty"`
 	Nvme            *NvmeStats             `protobuf:"bytes,7,opt,name=nvme,proto3" json:"nvme,omitempty"` // last reported by the client's heartbeat; unset when it exports none
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Why the node is not healthy: silent (suspect), left, or what it reported
+	// itself (HeartbeatRequest.unhealthy). Empty: healthy.
+	Problems []string `protobuf:"bytes,120,rep,name=problems,proto3" json:"problems,omitempty"`
+	// The client has served storage (mounted a segment or reported an SSD
+	// tier): an appliance, as opposed to a pure caller.
+	Storage       bool `protobuf:"varint,121,opt,name=storage,proto3" json:"storage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClientInfo) Reset() {
@@ -3459,6 +3564,20 @@ func (x *ClientInfo) GetNvme() *NvmeStats {
 		return x.Nvme
 	}
 	return nil
+}
+
+func (x *ClientInfo) GetProblems() []string {
+	if x != nil {
+		return x.Problems
+	}
+	return nil
+}
+
+func (x *ClientInfo) GetStorage() bool {
+	if x != nil {
+		return x.Storage
+	}
+	return false
 }
 
 type ListClientsResponse struct {
@@ -3980,11 +4099,268 @@ func (x *Event) GetMessage() string {
 	return ""
 }
 
+// TakeRemovals (appliances with an SSD tier).
+type TakeRemovalsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Outbox        uint64                 `protobuf:"varint,2,opt,name=outbox,proto3" json:"outbox,omitempty"`                           // from the previous response; 0: nothing to acknowledge
+	AckThrough    uint64                 `protobuf:"varint,3,opt,name=ack_through,json=ackThrough,proto3" json:"ack_through,omitempty"` // removals of that outbox with seq <= this are durable
+	WaitMs        uint32                 `protobuf:"varint,4,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`             // 0..5000
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TakeRemovalsRequest) Reset() {
+	*x = TakeRemovalsRequest{}
+	mi := &file_master_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TakeRemovalsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TakeRemovalsRequest) ProtoMessage() {}
+
+func (x *TakeRemovalsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TakeRemovalsRequest.ProtoReflect.Descriptor instead.
+func (*TakeRemovalsRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *TakeRemovalsRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *TakeRemovalsRequest) GetOutbox() uint64 {
+	if x != nil {
+		return x.Outbox
+	}
+	return 0
+}
+
+func (x *TakeRemovalsRequest) GetAckThrough() uint64 {
+	if x != nil {
+		return x.AckThrough
+	}
+	return 0
+}
+
+func (x *TakeRemovalsRequest) GetWaitMs() uint32 {
+	if x != nil {
+		return x.WaitMs
+	}
+	return 0
+}
+
+type DiskLocation struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bucket        uint64                 `protobuf:"varint,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Offset        uint64                 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiskLocation) Reset() {
+	*x = DiskLocation{}
+	mi := &file_master_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiskLocation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiskLocation) ProtoMessage() {}
+
+func (x *DiskLocation) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiskLocation.ProtoReflect.Descriptor instead.
+func (*DiskLocation) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *DiskLocation) GetBucket() uint64 {
+	if x != nil {
+		return x.Bucket
+	}
+	return 0
+}
+
+func (x *DiskLocation) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+type DiskRemoval struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Tenant        string                 `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Key           []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`         // one key (every copy stored before); empty for a cutoff
+	Cutoff        bool                   `protobuf:"varint,4,opt,name=cutoff,proto3" json:"cutoff,omitempty"`  // every key of tenant matching pattern, stored before
+	Pattern       string                 `protobuf:"bytes,5,opt,name=pattern,proto3" json:"pattern,omitempty"` // RE2; empty: every key
+	Keep          []*DiskLocation        `protobuf:"bytes,6,rep,name=keep,proto3" json:"keep,omitempty"`       // copies a cutoff spares (the master still holds them)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiskRemoval) Reset() {
+	*x = DiskRemoval{}
+	mi := &file_master_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiskRemoval) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiskRemoval) ProtoMessage() {}
+
+func (x *DiskRemoval) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiskRemoval.ProtoReflect.Descriptor instead.
+func (*DiskRemoval) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *DiskRemoval) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *DiskRemoval) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *DiskRemoval) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *DiskRemoval) GetCutoff() bool {
+	if x != nil {
+		return x.Cutoff
+	}
+	return false
+}
+
+func (x *DiskRemoval) GetPattern() string {
+	if x != nil {
+		return x.Pattern
+	}
+	return ""
+}
+
+func (x *DiskRemoval) GetKeep() []*DiskLocation {
+	if x != nil {
+		return x.Keep
+	}
+	return nil
+}
+
+type TakeRemovalsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Outbox        uint64                 `protobuf:"varint,1,opt,name=outbox,proto3" json:"outbox,omitempty"` // this master's outbox (changes when the master restarts)
+	Removals      []*DiskRemoval         `protobuf:"bytes,2,rep,name=removals,proto3" json:"removals,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TakeRemovalsResponse) Reset() {
+	*x = TakeRemovalsResponse{}
+	mi := &file_master_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TakeRemovalsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TakeRemovalsResponse) ProtoMessage() {}
+
+func (x *TakeRemovalsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TakeRemovalsResponse.ProtoReflect.Descriptor instead.
+func (*TakeRemovalsResponse) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *TakeRemovalsResponse) GetOutbox() uint64 {
+	if x != nil {
+		return x.Outbox
+	}
+	return 0
+}
+
+func (x *TakeRemovalsResponse) GetRemovals() []*DiskRemoval {
+	if x != nil {
+		return x.Removals
+	}
+	return nil
+}
+
 var File_master_proto protoreflect.FileDescriptor
 
 const file_master_proto_rawDesc = "" +
 	"\n" +
-	"\fmaster.proto\x12\tkvtier.v1\"\xbd\x02\n" +
+	"\fmaster.proto\x12\tkvtier.v1\"\xdf\x02\n" +
 	"\aReplica\x12*\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x16.kvtier.v1.ReplicaTypeR\x04type\x12-\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x17.kvtier.v1.ReplicaStateR\x05state\x12\x18\n" +
@@ -3998,7 +4374,8 @@ const file_master_proto_rawDesc = "" +
 	"\x04nsid\x18\n" +
 	" \x01(\rR\x04nsid\x12\x1f\n" +
 	"\vtarget_addr\x18\v \x01(\tR\n" +
-	"targetAddr\"\xde\x01\n" +
+	"targetAddr\x12 \n" +
+	"\vunavailable\x18x \x01(\bR\vunavailable\"\xde\x01\n" +
 	"\tPutConfig\x12\x1f\n" +
 	"\vreplica_num\x18\x01 \x01(\rR\n" +
 	"replicaNum\x12+\n" +
@@ -4085,14 +4462,17 @@ const file_master_proto_rawDesc = "" +
 	"targetAddr\x12\x1d\n" +
 	"\n" +
 	"block_size\x18\n" +
-	" \x01(\rR\tblockSize\"`\n" +
+	" \x01(\rR\tblockSize\"\x9b\x01\n" +
 	"\x13MountSegmentRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12,\n" +
-	"\asegment\x18\x02 \x01(\v2\x12.kvtier.v1.SegmentR\asegment\"c\n" +
+	"\asegment\x18\x02 \x01(\v2\x12.kvtier.v1.SegmentR\asegment\x12 \n" +
+	"\vincarnation\x18d \x01(\tR\vincarnation\x12\x17\n" +
+	"\adisk_id\x18e \x01(\tR\x06diskId\"\x85\x01\n" +
 	"\x15UnmountSegmentRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x19\n" +
-	"\bgrace_ms\x18\x03 \x01(\x03R\agraceMs\"\xa9\x03\n" +
+	"\bgrace_ms\x18\x03 \x01(\x03R\agraceMs\x12 \n" +
+	"\vincarnation\x18d \x01(\tR\vincarnation\"\xa9\x03\n" +
 	"\rDiskTierStats\x12\x1a\n" +
 	"\bcapacity\x18\x01 \x01(\x04R\bcapacity\x12\x12\n" +
 	"\x04used\x18\x02 \x01(\x04R\x04used\x12\x18\n" +
@@ -4107,7 +4487,7 @@ const file_master_proto_rawDesc = "" +
 	"\findex_loaded\x18\n" +
 	" \x01(\bR\vindexLoaded\x12'\n" +
 	"\x0foffload_skipped\x18\v \x01(\x04R\x0eoffloadSkipped\x12%\n" +
-	"\x0eoffload_failed\x18\f \x01(\x04R\roffloadFailed\"\xb2\x02\n" +
+	"\x0eoffload_failed\x18\f \x01(\x04R\roffloadFailed\"\xd9\x03\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1a\n" +
 	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12.\n" +
@@ -4115,7 +4495,12 @@ const file_master_proto_rawDesc = "" +
 	"\x04disk\x18\x04 \x01(\v2\x18.kvtier.v1.DiskTierStatsR\x04disk\x12#\n" +
 	"\roffload_slots\x18\x05 \x01(\rR\foffloadSlots\x12(\n" +
 	"\x04nvme\x18\x06 \x01(\v2\x14.kvtier.v1.NvmeStatsR\x04nvme\x128\n" +
-	"\fcached_reads\x18\a \x03(\v2\x15.kvtier.v1.CachedReadR\vcachedReads\"u\n" +
+	"\fcached_reads\x18\a \x03(\v2\x15.kvtier.v1.CachedReadR\vcachedReads\x12 \n" +
+	"\vincarnation\x18d \x01(\tR\vincarnation\x12\x17\n" +
+	"\adisk_id\x18e \x01(\tR\x06diskId\x122\n" +
+	"\x15heartbeat_interval_ms\x18x \x01(\rR\x13heartbeatIntervalMs\x12\x18\n" +
+	"\aleaving\x18y \x01(\bR\aleaving\x12\x1c\n" +
+	"\tunhealthy\x18z \x03(\tR\tunhealthy\"u\n" +
 	"\n" +
 	"CachedRead\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
@@ -4172,7 +4557,7 @@ const file_master_proto_rawDesc = "" +
 	"\x11HeartbeatResponse\x12\x14\n" +
 	"\x05known\x18\x01 \x01(\bR\x05known\x120\n" +
 	"\aoffload\x18\x02 \x03(\v2\x16.kvtier.v1.OffloadTaskR\aoffload\x123\n" +
-	"\bsettings\x18\x03 \x01(\v2\x17.kvtier.v1.TierSettingsR\bsettings\"\xc9\x01\n" +
+	"\bsettings\x18\x03 \x01(\v2\x17.kvtier.v1.TierSettingsR\bsettings\"\xdf\x01\n" +
 	"\x12OffloadDoneRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x10\n" +
@@ -4181,7 +4566,8 @@ const file_master_proto_rawDesc = "" +
 	"\x06bucket\x18\x05 \x01(\x04R\x06bucket\x12\x16\n" +
 	"\x06offset\x18\x06 \x01(\x04R\x06offset\x12\x16\n" +
 	"\x06length\x18\a \x01(\x04R\x06length\x12\x14\n" +
-	"\x05error\x18\b \x01(\tR\x05error\"\xaa\x01\n" +
+	"\x05error\x18\b \x01(\tR\x05error\x12\x14\n" +
+	"\x05retry\x18x \x01(\bR\x05retry\"\xaa\x01\n" +
 	"\n" +
 	"DiskObject\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
@@ -4235,7 +4621,7 @@ const file_master_proto_rawDesc = "" +
 	"\breplicas\x18\x05 \x01(\x04R\breplicas\x12*\n" +
 	"\x11drain_deadline_ms\x18\x06 \x01(\x03R\x0fdrainDeadlineMs\"J\n" +
 	"\x14ListSegmentsResponse\x122\n" +
-	"\bsegments\x18\x01 \x03(\v2\x16.kvtier.v1.SegmentInfoR\bsegments\"\x93\x02\n" +
+	"\bsegments\x18\x01 \x03(\v2\x16.kvtier.v1.SegmentInfoR\bsegments\"\xc9\x02\n" +
 	"\n" +
 	"ClientInfo\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1a\n" +
@@ -4244,7 +4630,9 @@ const file_master_proto_rawDesc = "" +
 	"\x11last_heartbeat_ms\x18\x04 \x01(\x03R\x0flastHeartbeatMs\x12,\n" +
 	"\x05state\x18\x05 \x01(\x0e2\x16.kvtier.v1.ClientStateR\x05state\x12,\n" +
 	"\x04disk\x18\x06 \x01(\v2\x18.kvtier.v1.DiskTierStatsR\x04disk\x12(\n" +
-	"\x04nvme\x18\a \x01(\v2\x14.kvtier.v1.NvmeStatsR\x04nvme\"F\n" +
+	"\x04nvme\x18\a \x01(\v2\x14.kvtier.v1.NvmeStatsR\x04nvme\x12\x1a\n" +
+	"\bproblems\x18x \x03(\tR\bproblems\x12\x18\n" +
+	"\astorage\x18y \x01(\bR\astorage\"F\n" +
 	"\x13ListClientsResponse\x12/\n" +
 	"\aclients\x18\x01 \x03(\v2\x15.kvtier.v1.ClientInfoR\aclients\"\x95\x01\n" +
 	"\tTierStats\x12\x12\n" +
@@ -4296,7 +4684,26 @@ const file_master_proto_rawDesc = "" +
 	"\asegment\x18\x05 \x01(\tR\asegment\x12\x12\n" +
 	"\x04node\x18\x06 \x01(\tR\x04node\x12\x14\n" +
 	"\x05bytes\x18\a \x01(\x04R\x05bytes\x12\x18\n" +
-	"\amessage\x18\b \x01(\tR\amessage*\xa2\x04\n" +
+	"\amessage\x18\b \x01(\tR\amessage\"\x84\x01\n" +
+	"\x13TakeRemovalsRequest\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x16\n" +
+	"\x06outbox\x18\x02 \x01(\x04R\x06outbox\x12\x1f\n" +
+	"\vack_through\x18\x03 \x01(\x04R\n" +
+	"ackThrough\x12\x17\n" +
+	"\await_ms\x18\x04 \x01(\rR\x06waitMs\">\n" +
+	"\fDiskLocation\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\x04R\x06bucket\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x04R\x06offset\"\xa8\x01\n" +
+	"\vDiskRemoval\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x16\n" +
+	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\fR\x03key\x12\x16\n" +
+	"\x06cutoff\x18\x04 \x01(\bR\x06cutoff\x12\x18\n" +
+	"\apattern\x18\x05 \x01(\tR\apattern\x12+\n" +
+	"\x04keep\x18\x06 \x03(\v2\x17.kvtier.v1.DiskLocationR\x04keep\"b\n" +
+	"\x14TakeRemovalsResponse\x12\x16\n" +
+	"\x06outbox\x18\x01 \x01(\x04R\x06outbox\x122\n" +
+	"\bremovals\x18\x02 \x03(\v2\x16.kvtier.v1.DiskRemovalR\bremovals*\xa2\x04\n" +
 	"\tErrorCode\x12\x06\n" +
 	"\x02OK\x10\x00\x12\x12\n" +
 	"\x0eINTERNAL_ERROR\x10\x01\x12\x12\n" +
@@ -4349,7 +4756,7 @@ const file_master_proto_rawDesc = "" +
 	"\x18CLIENT_STATE_UNSPECIFIED\x10\x00\x12\b\n" +
 	"\x04LIVE\x10\x01\x12\x10\n" +
 	"\fCLIENT_GRACE\x10\x02\x12\b\n" +
-	"\x04GONE\x10\x032\xb3\x0f\n" +
+	"\x04GONE\x10\x032\x86\x10\n" +
 	"\x06Master\x12C\n" +
 	"\bPutStart\x12\x1a.kvtier.v1.PutStartRequest\x1a\x1b.kvtier.v1.PutStartResponse\x121\n" +
 	"\x06PutEnd\x12\x15.kvtier.v1.KeyRequest\x1a\x10.kvtier.v1.Empty\x124\n" +
@@ -4381,7 +4788,8 @@ const file_master_proto_rawDesc = "" +
 	"\x05Stats\x12\x10.kvtier.v1.Empty\x1a\x18.kvtier.v1.StatsResponse\x126\n" +
 	"\bGetTiers\x12\x10.kvtier.v1.Empty\x1a\x18.kvtier.v1.TiersResponse\x12F\n" +
 	"\vUpdateTiers\x12\x1d.kvtier.v1.UpdateTiersRequest\x1a\x18.kvtier.v1.TiersResponse\x123\n" +
-	"\vWatchEvents\x12\x10.kvtier.v1.Empty\x1a\x10.kvtier.v1.Event0\x01B'Z%github.com/kvtier/kvtier/api/kvtierpbb\x06proto3"
+	"\vWatchEvents\x12\x10.kvtier.v1.Empty\x1a\x10.kvtier.v1.Event0\x01\x12Q\n" +
+	"\fTakeRemovals\x12\x1e.kvtier.v1.TakeRemovalsRequest\x1a\x1f.kvtier.v1.TakeRemovalsResponse0\x01B'Z%github.com/kvtier/kvtier/api/kvtierpbb\x06proto3"
 
 var (
 	file_master_proto_rawDescOnce sync.Once
@@ -4396,7 +4804,7 @@ func file_master_proto_rawDescGZIP() []byte {
 }
 
 var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_master_proto_goTypes = []any{
 	(ErrorCode)(0),                      // 0: kvtier.v1.ErrorCode
 	(ReplicaType)(0),                    // 1: kvtier.v1.ReplicaType
@@ -4454,7 +4862,11 @@ var file_master_proto_goTypes = []any{
 	(*TiersResponse)(nil),               // 53: kvtier.v1.TiersResponse
 	(*UpdateTiersRequest)(nil),          // 54: kvtier.v1.UpdateTiersRequest
 	(*Event)(nil),                       // 55: kvtier.v1.Event
-	nil,                                 // 56: kvtier.v1.StatsResponse.CountersEntry
+	(*TakeRemovalsRequest)(nil),         // 56: kvtier.v1.TakeRemovalsRequest
+	(*DiskLocation)(nil),                // 57: kvtier.v1.DiskLocation
+	(*DiskRemoval)(nil),                 // 58: kvtier.v1.DiskRemoval
+	(*TakeRemovalsResponse)(nil),        // 59: kvtier.v1.TakeRemovalsResponse
+	nil,                                 // 60: kvtier.v1.StatsResponse.CountersEntry
 }
 var file_master_proto_depIdxs = []int32{
 	1,  // 0: kvtier.v1.Replica.type:type_name -> kvtier.v1.ReplicaType
@@ -4495,73 +4907,77 @@ var file_master_proto_depIdxs = []int32{
 	31, // 35: kvtier.v1.ClientInfo.nvme:type_name -> kvtier.v1.NvmeStats
 	48, // 36: kvtier.v1.ListClientsResponse.clients:type_name -> kvtier.v1.ClientInfo
 	50, // 37: kvtier.v1.StatsResponse.tiers:type_name -> kvtier.v1.TierStats
-	56, // 38: kvtier.v1.StatsResponse.counters:type_name -> kvtier.v1.StatsResponse.CountersEntry
+	60, // 38: kvtier.v1.StatsResponse.counters:type_name -> kvtier.v1.StatsResponse.CountersEntry
 	52, // 39: kvtier.v1.TiersResponse.dram:type_name -> kvtier.v1.DramSettings
 	35, // 40: kvtier.v1.TiersResponse.ssd:type_name -> kvtier.v1.TierSettings
 	50, // 41: kvtier.v1.TiersResponse.stats:type_name -> kvtier.v1.TierStats
-	7,  // 42: kvtier.v1.Master.PutStart:input_type -> kvtier.v1.PutStartRequest
-	9,  // 43: kvtier.v1.Master.PutEnd:input_type -> kvtier.v1.KeyRequest
-	9,  // 44: kvtier.v1.Master.PutRevoke:input_type -> kvtier.v1.KeyRequest
-	9,  // 45: kvtier.v1.Master.GetReplicaList:input_type -> kvtier.v1.KeyRequest
-	9,  // 46: kvtier.v1.Master.Exist:input_type -> kvtier.v1.KeyRequest
-	9,  // 47: kvtier.v1.Master.Remove:input_type -> kvtier.v1.KeyRequest
-	13, // 48: kvtier.v1.Master.RemoveByRegex:input_type -> kvtier.v1.RemoveByRegexRequest
-	14, // 49: kvtier.v1.Master.RemoveAll:input_type -> kvtier.v1.RemoveAllRequest
-	16, // 50: kvtier.v1.Master.BatchPutStart:input_type -> kvtier.v1.BatchPutStartRequest
-	19, // 51: kvtier.v1.Master.BatchPutEnd:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 52: kvtier.v1.Master.BatchPutRevoke:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 53: kvtier.v1.Master.BatchGetReplicaList:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 54: kvtier.v1.Master.BatchExist:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 55: kvtier.v1.Master.BatchRemove:input_type -> kvtier.v1.BatchKeysRequest
-	26, // 56: kvtier.v1.Master.MountSegment:input_type -> kvtier.v1.MountSegmentRequest
-	27, // 57: kvtier.v1.Master.UnmountSegment:input_type -> kvtier.v1.UnmountSegmentRequest
-	29, // 58: kvtier.v1.Master.Heartbeat:input_type -> kvtier.v1.HeartbeatRequest
-	39, // 59: kvtier.v1.Master.OffloadDone:input_type -> kvtier.v1.OffloadDoneRequest
-	37, // 60: kvtier.v1.Master.TakeOffload:input_type -> kvtier.v1.TakeOffloadRequest
-	41, // 61: kvtier.v1.Master.RegisterDiskObjects:input_type -> kvtier.v1.RegisterDiskObjectsRequest
-	42, // 62: kvtier.v1.Master.DropBucket:input_type -> kvtier.v1.DropBucketRequest
-	43, // 63: kvtier.v1.Master.ListObjects:input_type -> kvtier.v1.ListObjectsRequest
-	9,  // 64: kvtier.v1.Master.GetObject:input_type -> kvtier.v1.KeyRequest
-	10, // 65: kvtier.v1.Master.ListSegments:input_type -> kvtier.v1.Empty
-	10, // 66: kvtier.v1.Master.ListClients:input_type -> kvtier.v1.Empty
-	10, // 67: kvtier.v1.Master.Stats:input_type -> kvtier.v1.Empty
-	10, // 68: kvtier.v1.Master.GetTiers:input_type -> kvtier.v1.Empty
-	54, // 69: kvtier.v1.Master.UpdateTiers:input_type -> kvtier.v1.UpdateTiersRequest
-	10, // 70: kvtier.v1.Master.WatchEvents:input_type -> kvtier.v1.Empty
-	8,  // 71: kvtier.v1.Master.PutStart:output_type -> kvtier.v1.PutStartResponse
-	10, // 72: kvtier.v1.Master.PutEnd:output_type -> kvtier.v1.Empty
-	10, // 73: kvtier.v1.Master.PutRevoke:output_type -> kvtier.v1.Empty
-	11, // 74: kvtier.v1.Master.GetReplicaList:output_type -> kvtier.v1.GetReplicaListResponse
-	12, // 75: kvtier.v1.Master.Exist:output_type -> kvtier.v1.ExistResponse
-	10, // 76: kvtier.v1.Master.Remove:output_type -> kvtier.v1.Empty
-	15, // 77: kvtier.v1.Master.RemoveByRegex:output_type -> kvtier.v1.CountResponse
-	15, // 78: kvtier.v1.Master.RemoveAll:output_type -> kvtier.v1.CountResponse
-	18, // 79: kvtier.v1.Master.BatchPutStart:output_type -> kvtier.v1.BatchPutStartResponse
-	21, // 80: kvtier.v1.Master.BatchPutEnd:output_type -> kvtier.v1.BatchResponse
-	21, // 81: kvtier.v1.Master.BatchPutRevoke:output_type -> kvtier.v1.BatchResponse
-	23, // 82: kvtier.v1.Master.BatchGetReplicaList:output_type -> kvtier.v1.BatchGetReplicaListResponse
-	24, // 83: kvtier.v1.Master.BatchExist:output_type -> kvtier.v1.BatchExistResponse
-	21, // 84: kvtier.v1.Master.BatchRemove:output_type -> kvtier.v1.BatchResponse
-	10, // 85: kvtier.v1.Master.MountSegment:output_type -> kvtier.v1.Empty
-	10, // 86: kvtier.v1.Master.UnmountSegment:output_type -> kvtier.v1.Empty
-	38, // 87: kvtier.v1.Master.Heartbeat:output_type -> kvtier.v1.HeartbeatResponse
-	10, // 88: kvtier.v1.Master.OffloadDone:output_type -> kvtier.v1.Empty
-	36, // 89: kvtier.v1.Master.TakeOffload:output_type -> kvtier.v1.OffloadTask
-	21, // 90: kvtier.v1.Master.RegisterDiskObjects:output_type -> kvtier.v1.BatchResponse
-	10, // 91: kvtier.v1.Master.DropBucket:output_type -> kvtier.v1.Empty
-	45, // 92: kvtier.v1.Master.ListObjects:output_type -> kvtier.v1.ListObjectsResponse
-	44, // 93: kvtier.v1.Master.GetObject:output_type -> kvtier.v1.ObjectInfo
-	47, // 94: kvtier.v1.Master.ListSegments:output_type -> kvtier.v1.ListSegmentsResponse
-	49, // 95: kvtier.v1.Master.ListClients:output_type -> kvtier.v1.ListClientsResponse
-	51, // 96: kvtier.v1.Master.Stats:output_type -> kvtier.v1.StatsResponse
-	53, // 97: kvtier.v1.Master.GetTiers:output_type -> kvtier.v1.TiersResponse
-	53, // 98: kvtier.v1.Master.UpdateTiers:output_type -> kvtier.v1.TiersResponse
-	55, // 99: kvtier.v1.Master.WatchEvents:output_type -> kvtier.v1.Event
-	71, // [71:100] is the sub-list for method output_type
-	42, // [42:71] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	57, // 42: kvtier.v1.DiskRemoval.keep:type_name -> kvtier.v1.DiskLocation
+	58, // 43: kvtier.v1.TakeRemovalsResponse.removals:type_name -> kvtier.v1.DiskRemoval
+	7,  // 44: kvtier.v1.Master.PutStart:input_type -> kvtier.v1.PutStartRequest
+	9,  // 45: kvtier.v1.Master.PutEnd:input_type -> kvtier.v1.KeyRequest
+	9,  // 46: kvtier.v1.Master.PutRevoke:input_type -> kvtier.v1.KeyRequest
+	9,  // 47: kvtier.v1.Master.GetReplicaList:input_type -> kvtier.v1.KeyRequest
+	9,  // 48: kvtier.v1.Master.Exist:input_type -> kvtier.v1.KeyRequest
+	9,  // 49: kvtier.v1.Master.Remove:input_type -> kvtier.v1.KeyRequest
+	13, // 50: kvtier.v1.Master.RemoveByRegex:input_type -> kvtier.v1.RemoveByRegexRequest
+	14, // 51: kvtier.v1.Master.RemoveAll:input_type -> kvtier.v1.RemoveAllRequest
+	16, // 52: kvtier.v1.Master.BatchPutStart:input_type -> kvtier.v1.BatchPutStartRequest
+	19, // 53: kvtier.v1.Master.BatchPutEnd:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 54: kvtier.v1.Master.BatchPutRevoke:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 55: kvtier.v1.Master.BatchGetReplicaList:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 56: kvtier.v1.Master.BatchExist:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 57: kvtier.v1.Master.BatchRemove:input_type -> kvtier.v1.BatchKeysRequest
+	26, // 58: kvtier.v1.Master.MountSegment:input_type -> kvtier.v1.MountSegmentRequest
+	27, // 59: kvtier.v1.Master.UnmountSegment:input_type -> kvtier.v1.UnmountSegmentRequest
+	29, // 60: kvtier.v1.Master.Heartbeat:input_type -> kvtier.v1.HeartbeatRequest
+	39, // 61: kvtier.v1.Master.OffloadDone:input_type -> kvtier.v1.OffloadDoneRequest
+	37, // 62: kvtier.v1.Master.TakeOffload:input_type -> kvtier.v1.TakeOffloadRequest
+	41, // 63: kvtier.v1.Master.RegisterDiskObjects:input_type -> kvtier.v1.RegisterDiskObjectsRequest
+	42, // 64: kvtier.v1.Master.DropBucket:input_type -> kvtier.v1.DropBucketRequest
+	43, // 65: kvtier.v1.Master.ListObjects:input_type -> kvtier.v1.ListObjectsRequest
+	9,  // 66: kvtier.v1.Master.GetObject:input_type -> kvtier.v1.KeyRequest
+	10, // 67: kvtier.v1.Master.ListSegments:input_type -> kvtier.v1.Empty
+	10, // 68: kvtier.v1.Master.ListClients:input_type -> kvtier.v1.Empty
+	10, // 69: kvtier.v1.Master.Stats:input_type -> kvtier.v1.Empty
+	10, // 70: kvtier.v1.Master.GetTiers:input_type -> kvtier.v1.Empty
+	54, // 71: kvtier.v1.Master.UpdateTiers:input_type -> kvtier.v1.UpdateTiersRequest
+	10, // 72: kvtier.v1.Master.WatchEvents:input_type -> kvtier.v1.Empty
+	56, // 73: kvtier.v1.Master.TakeRemovals:input_type -> kvtier.v1.TakeRemovalsRequest
+	8,  // 74: kvtier.v1.Master.PutStart:output_type -> kvtier.v1.PutStartResponse
+	10, // 75: kvtier.v1.Master.PutEnd:output_type -> kvtier.v1.Empty
+	10, // 76: kvtier.v1.Master.PutRevoke:output_type -> kvtier.v1.Empty
+	11, // 77: kvtier.v1.Master.GetReplicaList:output_type -> kvtier.v1.GetReplicaListResponse
+	12, // 78: kvtier.v1.Master.Exist:output_type -> kvtier.v1.ExistResponse
+	10, // 79: kvtier.v1.Master.Remove:output_type -> kvtier.v1.Empty
+	15, // 80: kvtier.v1.Master.RemoveByRegex:output_type -> kvtier.v1.CountResponse
+	15, // 81: kvtier.v1.Master.RemoveAll:output_type -> kvtier.v1.CountResponse
+	18, // 82: kvtier.v1.Master.BatchPutStart:output_type -> kvtier.v1.BatchPutStartResponse
+	21, // 83: kvtier.v1.Master.BatchPutEnd:output_type -> kvtier.v1.BatchResponse
+	21, // 84: kvtier.v1.Master.BatchPutRevoke:output_type -> kvtier.v1.BatchResponse
+	23, // 85: kvtier.v1.Master.BatchGetReplicaList:output_type -> kvtier.v1.BatchGetReplicaListResponse
+	24, // 86: kvtier.v1.Master.BatchExist:output_type -> kvtier.v1.BatchExistResponse
+	21, // 87: kvtier.v1.Master.BatchRemove:output_type -> kvtier.v1.BatchResponse
+	10, // 88: kvtier.v1.Master.MountSegment:output_type -> kvtier.v1.Empty
+	10, // 89: kvtier.v1.Master.UnmountSegment:output_type -> kvtier.v1.Empty
+	38, // 90: kvtier.v1.Master.Heartbeat:output_type -> kvtier.v1.HeartbeatResponse
+	10, // 91: kvtier.v1.Master.OffloadDone:output_type -> kvtier.v1.Empty
+	36, // 92: kvtier.v1.Master.TakeOffload:output_type -> kvtier.v1.OffloadTask
+	21, // 93: kvtier.v1.Master.RegisterDiskObjects:output_type -> kvtier.v1.BatchResponse
+	10, // 94: kvtier.v1.Master.DropBucket:output_type -> kvtier.v1.Empty
+	45, // 95: kvtier.v1.Master.ListObjects:output_type -> kvtier.v1.ListObjectsResponse
+	44, // 96: kvtier.v1.Master.GetObject:output_type -> kvtier.v1.ObjectInfo
+	47, // 97: kvtier.v1.Master.ListSegments:output_type -> kvtier.v1.ListSegmentsResponse
+	49, // 98: kvtier.v1.Master.ListClients:output_type -> kvtier.v1.ListClientsResponse
+	51, // 99: kvtier.v1.Master.Stats:output_type -> kvtier.v1.StatsResponse
+	53, // 100: kvtier.v1.Master.GetTiers:output_type -> kvtier.v1.TiersResponse
+	53, // 101: kvtier.v1.Master.UpdateTiers:output_type -> kvtier.v1.TiersResponse
+	55, // 102: kvtier.v1.Master.WatchEvents:output_type -> kvtier.v1.Event
+	59, // 103: kvtier.v1.Master.TakeRemovals:output_type -> kvtier.v1.TakeRemovalsResponse
+	74, // [74:104] is the sub-list for method output_type
+	44, // [44:74] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_master_proto_init() }
@@ -4576,7 +4992,7 @@ func file_master_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_proto_rawDesc), len(file_master_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   52,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

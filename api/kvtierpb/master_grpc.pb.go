@@ -54,6 +54,7 @@ const (
 	Master_GetTiers_FullMethodName            = "/kvtier.v1.Master/GetTiers"
 	Master_UpdateTiers_FullMethodName         = "/kvtier.v1.Master/UpdateTiers"
 	Master_WatchEvents_FullMethodName         = "/kvtier.v1.Master/WatchEvents"
+	Master_TakeRemovals_FullMethodName        = "/kvtier.v1.Master/TakeRemovals"
 )
 
 // MasterClient is the client API for Master service.
@@ -98,6 +99,13 @@ type MasterClient interface {
 	GetTiers(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*TiersResponse, error)
 	UpdateTiers(ctx context.Context, in *UpdateTiersRequest, opts ...grpc.CallOption) (*TiersResponse, error)
 	WatchEvents(ctx context.Context, in *Empty, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Event], error)
+	// TakeRemovals hands an appliance the removals of its LOCAL_DISK copies
+	// (Remove, RemoveAll, RemoveByRegex) and takes its acknowledgement of the
+	// ones it made durable: every removal with seq <= ack_through of the
+	// outbox named by outbox. The master waits up to wait_ms for a removal,
+	// sends one response and ends the stream (a stream, like TakeOffload, so
+	// the wait holds no fast-path connection).
+	TakeRemovals(ctx context.Context, in *TakeRemovalsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TakeRemovalsResponse], error)
 }
 
 type masterClient struct {
@@ -416,6 +424,25 @@ func (c *masterClient) WatchEvents(ctx context.Context, in *Empty, opts ...grpc.
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Master_WatchEventsClient = grpc.ServerStreamingClient[Event]
 
+func (c *masterClient) TakeRemovals(ctx context.Context, in *TakeRemovalsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TakeRemovalsResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Master_ServiceDesc.Streams[2], Master_TakeRemovals_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[TakeRemovalsRequest, TakeRemovalsResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Master_TakeRemovalsClient = grpc.ServerStreamingClient[TakeRemovalsResponse]
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -458,6 +485,13 @@ type MasterServer interface {
 	GetTiers(context.Context, *Empty) (*TiersResponse, error)
 	UpdateTiers(context.Context, *UpdateTiersRequest) (*TiersResponse, error)
 	WatchEvents(*Empty, grpc.ServerStreamingServer[Event]) error
+	// TakeRemovals hands an appliance the removals of its LOCAL_DISK copies
+	// (Remove, RemoveAll, RemoveByRegex) and takes its acknowledgement of the
+	// ones it made durable: every removal with seq <= ack_through of the
+	// outbox named by outbox. The master waits up to wait_ms for a removal,
+	// sends one response and ends the stream (a stream, like TakeOffload, so
+	// the wait holds no fast-path connection).
+	TakeRemovals(*TakeRemovalsRequest, grpc.ServerStreamingServer[TakeRemovalsResponse]) error
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -554,6 +588,9 @@ func (UnimplementedMasterServer) UpdateTiers(context.Context, *UpdateTiersReques
 }
 func (UnimplementedMasterServer) WatchEvents(*Empty, grpc.ServerStreamingServer[Event]) error {
 	return status.Error(codes.Unimplemented, "method WatchEvents not implemented")
+}
+func (UnimplementedMasterServer) TakeRemovals(*TakeRemovalsRequest, grpc.ServerStreamingServer[TakeRemovalsResponse]) error {
+	return status.Error(codes.Unimplemented, "method TakeRemovals not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -1084,6 +1121,17 @@ func _Master_WatchEvents_Handler(srv interface{}, stream grpc.ServerStream) erro
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Master_WatchEventsServer = grpc.ServerStreamingServer[Event]
 
+func _Master_TakeRemovals_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(TakeRemovalsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(MasterServer).TakeRemovals(m, &grpc.GenericServerStream[TakeRemovalsRequest, TakeRemovalsResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Master_TakeRemovalsServer = grpc.ServerStreamingServer[TakeRemovalsResponse]
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1209,6 +1257,11 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "WatchEvents",
 			Handler:       _Master_WatchEvents_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "TakeRemovals",
+			Handler:       _Master_TakeRemovals_Handler,
 			ServerStreams: true,
 		},
 	},

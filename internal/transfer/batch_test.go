@@ -258,7 +258,7 @@ func TestBatchToOldPeer(t *testing.T) {
 		}
 	}
 	st := srv.Stats()
-	if st.MalformedFrames == 0 || st.MalformedFrames > DefaultConnsPerPeer {
+	if st.MalformedFrames == 0 || st.MalformedFrames > 2*DefaultConnsPerPeer { // each frame and its one retry
 		t.Fatalf("old peer saw %d batch frames; want the first call's only", st.MalformedFrames)
 	}
 }

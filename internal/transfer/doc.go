@@ -42,7 +42,15 @@
 //     (overflow-safe) and refuses a bad one with an error frame; the connection
 //     and every other client continue. A malformed frame (bad magic or
 //     version, unknown op, absurd name or payload length) closes only that
-//     connection.
+//     connection. A served connection that starts no frame for
+//     Config.IdleTimeout is closed (the caller redials); once a frame's first
+//     byte arrived, its header and the rest must come within IOTimeout, so a
+//     peer sending half a header holds nothing for long.
+//   - The accept loop backs off on temporary errors (EMFILE, ENFILE,
+//     ECONNABORTED, ...; 5 ms doubling to 1 s, as net/http) and continues:
+//     running out of descriptors pauses a listener, never ends it. Engine.Health
+//     reports a listener backing off or stopped for good (the appliance puts
+//     it in its heartbeats); Stats.AcceptErrors counts failed accepts.
 //   - UnregisterSegment waits until no frame uses the segment's memory, so the
 //     caller may unmap it afterwards. Close stops everything and waits.
 //   - A cancelled ctx fails requests not yet handed to a connection; a frame
@@ -185,8 +193,9 @@
 //
 // Compatibility: an engine that predates ops 4 and 5 closes the connection
 // on one (unknown op). A client whose batch frame's connection closes
-// before that peer ever answered a batch frame sends the frame's requests
-// as single frames, and sends that peer only single frames for a minute.
+// twice (the frame is retried once, as any frame) before that peer ever
+// answered a batch frame sends the frame's requests as single frames, and
+// sends that peer only single frames for a minute.
 // A batch frame's connection failure after the peer has answered batches
 // is retried once, like a single frame.
 //

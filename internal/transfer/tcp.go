@@ -436,10 +436,11 @@ func (c *clientConn) fail(err error) {
 // (peer restarted) from callers.
 func (c *clientConn) connFailed(s *slice, err error) {
 	e := c.e
-	if s.ext != nil && !c.p.batchOK.Load() {
-		// A peer that never answered a batch frame may predate them (it
-		// closes on an unknown op): send its extents one frame each
-		// for a while.
+	if s.ext != nil && s.retried && !c.p.batchOK.Load() {
+		// A peer that never answered a batch frame and dropped this one
+		// twice (once may be a pooled connection it closed while idle) may
+		// predate them (it closes on an unknown op): send its extents one
+		// frame each for a while.
 		c.p.noBatchUntil.Store(time.Now().Add(noBatchBackoff).UnixNano())
 		e.tcp.unbatch(s)
 		return

@@ -1,0 +1,129 @@
+package master
+
+import (
+	"context"
+	"time"
+
+	"github.com/kvtier/kvtier/kverr"
+)
+
+// Identity names one start of a node (doc.go, "Appliance identity").
+type Identity struct {
+	// Incarnation is random per process start; "" means the node does not
+	// take part (GPU nodes, CLI calls): no restart detection.
+	Incarnation string
+	// DiskID identifies the node's SSD directory (persisted there); "" =
+	// none. Only one process can hold an SSD directory (flock), so a new
+	// incarnation with the same DiskID proves the old one is gone.
+	DiskID string
+}
+
+// MountSegmentAs is MountSegment from the given start of clientID: a new
+// incarnation of a known name is a restart (see admit).
+func (m *Master) MountSegmentAs(ctx context.Context, clientID string, id Identity, seg Segment) error {
+	return m.mountAs(clientID, id, seg)
+}
+
+// UnmountSegmentAs is UnmountSegment from incarnation inc of clientID: it
+// is refused (ILLEGAL_CLIENT) when another incarnation holds the name.
+func (m *Master) UnmountSegmentAs(ctx context.Context, clientID, inc, name string, grace time.Duration) error {
+	if c := m.clients.get(clientID); c != nil && inc != "" {
+		c.mu.Lock()
+		cur := c.ident.Incarnation
+		c.mu.Unlock()
+		if cur != "" && cur != inc {
+			return kverr.New(kverr.IllegalClient, "", "unmount %s: the name %q is held by incarnation %s, not %s", name, clientID, cur, inc)
+		}
+	}
+	return m.UnmountSegment(ctx, clientID, name, grace)
+}
+
+func (m *Master) mountAs(clientID string, id Identity, seg Segment) error {
+	if c := m.clients.get(clientID); c != nil && clientID != "" {
+		if err := m.admit(c, id, seg.Endpoint, m.now().UnixNano()); err != nil {
+			return err
+		}
+	}
+	if err := m.mount(clientID, seg, true); err != nil {
+		return err
+	}
+	if c := m.clients.get(clientID); c != nil {
+		return m.admit(c, id, seg.Endpoint, m.now().UnixNano()) // adopts the identity of a new client
+	}
+	return nil
+}
+
+// admit checks a contact (heartbeat or mount) from incarnation id of node
+// c at endpoint, before the contact counts as a sign of life.
+//
+//   - The first incarnation the master sees of a name (at its own start,
+//     too) is adopted.
+//   - The same incarnation: nothing to do.
+//   - A new incarnation takes over (a restart, see restartNode) when the
+//     old one is provably or probably dead: same SSD directory (DiskID),
+//     same data address, the old one not LIVE, or silent for at least
+//     RestartTakeover (default 3 s, three heartbeat intervals).
+//   - Otherwise two live processes claim one name: the newcomer is refused
+//     with ILLEGAL_CLIENT naming both incarnations and addresses, and the
+//     old one keeps the name.
+func (m *Master) admit(c *client, id Identity, endpoint string, now int64) error {
+	if id.Incarnation == "" {
+		return nil
+	}
+	c.mu.Lock()
+	cur := c.ident
+	silent := time.Duration(now - c.lastBeat)
+	if cur.Incarnation == "" || cur.Incarnation == id.Incarnation {
+		if cur.Incarnation == "" {
+			c.ident = id
+		}
+		c.mu.Unlock()
+		return nil
+	}
+	oldAddr := c.getEndpoint()
+	st := ClientState(c.state.Load())
+	takeover := id.DiskID != "" && id.DiskID == cur.DiskID ||
+		endpoint != "" && endpoint == oldAddr ||
+		st != ClientLive || silent >= m.cfg.RestartTakeover
+	if !takeover {
+		c.mu.Unlock()
+		return kverr.New(kverr.IllegalClient, "",
+			"appliance name %q is held by live incarnation %s at %s (last heartbeat %v ago); this is incarnation %s at %s: "+
+				"give each appliance its own --name (a restarted appliance takes over once the old one has been silent %v)",
+			c.id, cur.Incarnation, oldAddr, silent.Round(time.Millisecond), id.Incarnation, endpoint, m.cfg.RestartTakeover)
+	}
+	c.ident = id
+	c.mu.Unlock()
+	m.restartNode(c, cur.Incarnation, id.Incarnation)
+	return nil
+}
+
+// restartNode forgets what the old incarnation of c held in memory: its
+// segments are unmounted at once (their MEMORY and NOF replicas dropped;
+// objects left with none disappear, so a re-put works; a pending drain
+// ends with them), its offload tasks are reset, its in-flight puts
+// revoked, and its LOCAL_DISK replicas dropped: the new incarnation
+// registers what its SSD tier recovered (RegisterDiskObjects), so
+// registered copies come back and missing or quarantined ones stay gone.
+// Removals pending for the name stay queued for the new incarnation.
+func (m *Master) restartNode(c *client, oldInc, newInc string) {
+	for _, s := range m.segs.all() {
+		if s.owner == c {
+			m.unmountNow(s, "owner restarted")
+		}
+	}
+	m.dropReplicas(func(r *replica) bool { return r.disk == c })
+	for _, k := range m.offload.dropNode(c.id) {
+		m.resetOffload(k)
+	}
+	m.forEachShard(func(sh *shard) {
+		for k, o := range sh.inflight {
+			if o.writer == c.id {
+				m.revokeLocked(sh, k, o)
+				m.ctr.add(cPutsRevoked, 1)
+			}
+		}
+	})
+	m.ctr.add(cApplianceRestarts, 1)
+	m.publish(Event{Kind: "client", Node: c.id, Message: "restarted: incarnation " + oldInc + " replaced by " + newInc})
+}
