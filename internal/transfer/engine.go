@@ -29,6 +29,10 @@ func (o Op) String() string {
 		return "READ"
 	case Write:
 		return "WRITE"
+	case opBatchRead:
+		return "BATCH-READ"
+	case opBatchWrite:
+		return "BATCH-WRITE"
 	}
 	return fmt.Sprintf("Op(%d)", uint8(o))
 }
@@ -69,6 +73,9 @@ type Config struct {
 	// DisableSharedMemory keeps every request to a peer on TCP even when
 	// the peer runs on this host and shares its segments' memory.
 	DisableSharedMemory bool
+	// DisableBatchFrames sends every request of a Submit in a frame of its
+	// own, as engines before batch frames did (benchmarks compare the two).
+	DisableBatchFrames bool
 	// IdleTimeout closes a served connection that starts no frame for this
 	// long (default 5 min; the caller redials, see connFailed).
 	IdleTimeout time.Duration
@@ -203,7 +210,10 @@ type Engine struct {
 	cancel  context.CancelFunc
 	closing chan struct{}
 	wg      sync.WaitGroup
-	lhealth listenerHealth // accept loops' trouble (server.go)
+	// predatesBatch (tests only) makes the serving side close a connection
+	// on a batch frame, as an engine from before batch frames does.
+	predatesBatch atomic.Bool
+	lhealth       listenerHealth // accept loops' trouble (server.go)
 
 	mu sync.RWMutex
 	// guarded by mu:
@@ -493,6 +503,7 @@ func (e *Engine) Submit(ctx context.Context, reqs []Request) *Batch {
 	}
 	b.pending.Store(int64(len(reqs)))
 	var remote []*slice
+	var batch []*reqState // TCP requests that may share batch frames
 	for i := range reqs {
 		r := &b.states[i]
 		r.b, r.idx, r.req = b, i, reqs[i]
@@ -517,8 +528,15 @@ func (e *Engine) Submit(ctx context.Context, reqs []Request) *Batch {
 				}
 			}
 			r.via = viaTCP
+			if e.batchable(r) {
+				batch = append(batch, r)
+				continue
+			}
 			remote = e.tcp.slices(r, remote)
 		}
+	}
+	if len(batch) > 0 {
+		remote = e.tcp.batches(batch, remote)
 	}
 	if len(remote) > 0 {
 		// Slices may complete (and the batch with them) as soon as they are

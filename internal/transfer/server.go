@@ -173,7 +173,8 @@ type srvConn struct {
 	nc     net.Conn
 	hdr    [requestHeaderLen + MaxNameLen]byte
 	rh     [responseHeaderLen]byte
-	bounce []byte // readInto's chunk buffer, made on first use
+	bounce []byte    // readInto's chunk buffer, made on first use
+	batch  *srvBatch // batch frames' reused state, made on first use
 }
 
 func (e *Engine) serveConn(nc net.Conn) {
@@ -211,6 +212,12 @@ func (e *Engine) serveConn(nc net.Conn) {
 			return
 		}
 		_ = nc.SetDeadline(time.Now().Add(e.cfg.IOTimeout))
+		if h.op.isBatch() { // many extents in one frame (srvbatch.go)
+			if err := c.serveBatch(h); err != nil {
+				return
+			}
+			continue
+		}
 		name := c.hdr[requestHeaderLen : requestHeaderLen+h.nameLen]
 		if _, err := io.ReadFull(nc, name); err != nil {
 			return
@@ -372,7 +379,7 @@ func (c *srvConn) refuse(h reqHeader, cause error) error {
 
 // sendError writes h's error frame (after a WRITE's payload).
 func (c *srvConn) sendError(h reqHeader, cause error) error {
-	if h.op == Write {
+	if h.op == Write || h.op == opBatchWrite {
 		if _, err := io.CopyN(io.Discard, c.nc, int64(h.length)); err != nil {
 			return err
 		}
