@@ -475,7 +475,10 @@ func (c *Client) Leave(ctx context.Context) error {
 		return nil
 	}
 	c.stopHeartbeats()
+	// The incarnation keeps a refused duplicate's goodbye from marking the
+	// live holder of the name as gone (the master admits it like any beat).
 	req := &kvtierpb.HeartbeatRequest{ClientId: c.cfg.ClientID, Endpoint: c.endpoint, Leaving: true,
+		Incarnation: c.cfg.Incarnation, DiskId: c.cfg.DiskID,
 		HeartbeatIntervalMs: uint32(min(c.cfg.HeartbeatInterval.Milliseconds(), math.MaxUint32))}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout)
 	defer cancel()
