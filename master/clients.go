@@ -51,11 +51,17 @@ const (
 // and still shows a dead appliance within ~2.5 s at the default 1 s period.
 const SuspectBeats = 2.5
 
+// MinSuspectSilence is the least silence that makes a client suspect,
+// whatever beat period it reports: a node beating every 100 ms must not be
+// declared down by one GC pause or a scheduling hiccup of a loaded host.
+const MinSuspectSilence = time.Second
+
 // suspectAfter is how long c may stay silent before it is suspect: 2.5 of
-// its beat periods when it reports one, never more than ttl.
+// its beat periods when it reports one (at least MinSuspectSilence), never
+// more than ttl.
 func (c *client) suspectAfter(ttl int64) int64 {
 	if iv := c.interval.Load(); iv > 0 {
-		return min(ttl, int64(float64(iv)*SuspectBeats))
+		return min(ttl, max(int64(float64(iv)*SuspectBeats), int64(MinSuspectSilence)))
 	}
 	return ttl
 }
