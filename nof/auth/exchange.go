@@ -161,12 +161,13 @@ func (c *Controller) Send(b []byte) {
 	}
 }
 
-// Receive returns the controller's next message, or nil when none is due
-// (the host asked out of turn).
+// Receive returns the controller's next message: a Failure1 when none is
+// due (the host asked out of turn).
 func (c *Controller) Receive() []byte {
 	m := c.out
 	if m == nil {
-		return nil
+		c.fail(ExplIncorrectMessage, "authentication receive with no message due")
+		m = c.out
 	}
 	c.out = nil
 	if m.ID == Success1 && c.step == 0xFE {
