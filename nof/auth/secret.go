@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash"
 	"hash/crc32"
+	"os"
 	"strings"
 )
 
@@ -48,6 +49,19 @@ func ParseSecret(s string) (*Secret, error) {
 		return nil, fmt.Errorf("nvme auth: secret CRC-32 does not match its key")
 	}
 	return &Secret{Key: append([]byte(nil), key...), Transform: tr}, nil
+}
+
+// LoadSecret parses a secret given as is ("DHHC-1:...") or as "@FILE", a
+// file holding one (a flag or variable then does not show the key).
+func LoadSecret(val string) (*Secret, error) {
+	if path, ok := strings.CutPrefix(val, "@"); ok {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("nvme auth: secret file: %v", err)
+		}
+		val = strings.TrimSpace(string(b))
+	}
+	return ParseSecret(val)
 }
 
 // String is the DHHC-1 representation of s.
