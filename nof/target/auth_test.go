@@ -183,3 +183,19 @@ func memNS(t *testing.T) []namespace.Namespace {
 	}
 	return []namespace.Namespace{mem}
 }
+
+// A host that connects and then sits on an unauthenticated queue is cut
+// off after HeaderTimeout, keep-alive or not (it asked for none here).
+func TestAuthUnauthenticatedQueueTimesOut(t *testing.T) {
+	hs := newSecret(t, 32, 0)
+	_, addr := newTarget(t, target.Config{HeaderTimeout: 300 * time.Millisecond},
+		target.Subsystem{HostSecrets: map[string]*auth.Secret{hostNQN: hs}})
+	h := dialRaw(t, addr, false, false)
+	if cpl := h.connect(0, 0xFFFF, subNQN, hostNQN, 0); !cpl.OK() || cpl.DW0&nvme.ConnectATR == 0 {
+		t.Fatalf("connect: %+v", cpl)
+	}
+	start := time.Now()
+	if _, err := h.r.Next(); err == nil || time.Since(start) > 5*time.Second {
+		t.Fatalf("unauthenticated queue still open after %v: %v", time.Since(start), err)
+	}
+}
