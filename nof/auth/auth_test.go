@@ -291,3 +291,52 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// The controller side checked byte for byte against the formulas written
+// out here (NULL group, hh 01 secrets): the host secret transformed with
+// the host NQN, the controller secret with the subsystem NQN.
+func TestControllerKAT(t *testing.T) {
+	hk, ck := bytes.Repeat([]byte{0xA1}, 32), bytes.Repeat([]byte{0xB2}, 32)
+	host, sub := "nqn.2014-08.org.nvmexpress:uuid:1", "nqn.2024-01.io.kvtier:sub"
+	hmacSHA := func(key []byte, parts ...string) []byte {
+		m := hmac.New(sha256.New, key)
+		for _, p := range parts {
+			m.Write([]byte(p))
+		}
+		return m.Sum(nil)
+	}
+	khost := hmacSHA(hk, host, "NVMe-over-Fabrics")
+	kctrl := hmacSHA(ck, sub, "NVMe-over-Fabrics")
+	c := &Controller{HostSecret: &Secret{Key: hk, Transform: 1}, CtrlSecret: &Secret{Key: ck, Transform: 1}, HostNQN: host, SubNQN: sub}
+	neg := []byte{0, 0, 0, 0, 0x34, 0x12, 0, 1, 1, 0, 1, 1, 1}
+	neg = append(neg, make([]byte, 72-len(neg))...)
+	neg[8+4+30] = 0 // group list: NULL (dhlen 1)
+	c.Send(neg)
+	ch, err := Parse(c.Receive())
+	if err != nil || ch.ID != Challenge || ch.TID != 0x1234 || ch.Hash != 1 || ch.Group != 0 || len(ch.C) != 32 || len(ch.DHValue) != 0 {
+		t.Fatalf("challenge %+v %v", ch, err)
+	}
+	le32 := func(v uint32) string { return string(binary.LittleEndian.AppendUint32(nil, v)) }
+	r1 := hmacSHA(khost, string(ch.C), le32(ch.Seq), "\x34\x12", "\x00", "HostHost", host, "\x00", sub)
+	c2 := bytes.Repeat([]byte{0x5C}, 32)
+	reply := make([]byte, 16)
+	reply[0], reply[1], reply[4], reply[5], reply[6], reply[8] = 1, 2, 0x34, 0x12, 32, 1
+	binary.LittleEndian.PutUint32(reply[12:], 0xCAFEF00D)
+	reply = append(append(reply, r1...), c2...)
+	c.Send(reply)
+	s1, err := Parse(c.Receive())
+	if err != nil || s1.ID != Success1 || !s1.RValid {
+		t.Fatalf("success1 %+v %v (%v)", s1, err, c.Err())
+	}
+	r2 := hmacSHA(kctrl, string(c2), le32(0xCAFEF00D), "\x34\x12", "\x00", "Controller", sub, "\x00", host)
+	if !bytes.Equal(s1.R, r2) {
+		t.Fatalf("controller response %x, want %x", s1.R, r2)
+	}
+	if c.Authenticated() {
+		t.Fatal("authenticated before Success2")
+	}
+	c.Send([]byte{1, 4, 0, 0, 0x34, 0x12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})
+	if !c.Authenticated() {
+		t.Fatalf("not authenticated after Success2: %v", c.Err())
+	}
+}

@@ -152,7 +152,7 @@ func (c *Controller) Send(b []byte) {
 				return
 			}
 			s1.RValid = true
-			s1.R = ControllerResponse(c.CtrlSecret.TransformedKey(c.HostNQN), AugmentedChallenge(m.C, skey), m.Seq, c.tid, c.SubNQN, c.HostNQN)
+			s1.R = ControllerResponse(c.CtrlSecret.TransformedKey(c.SubNQN), AugmentedChallenge(m.C, skey), m.Seq, c.tid, c.SubNQN, c.HostNQN)
 			c.step = Success2
 		}
 		c.out = s1
@@ -238,7 +238,7 @@ func (h *Host) Run(send func([]byte) error, recv func() ([]byte, error)) error {
 	if h.CtrlSecret == nil {
 		return nil
 	}
-	want := ControllerResponse(h.CtrlSecret.TransformedKey(h.HostNQN), AugmentedChallenge(rep.C, skey), rep.Seq, h.TID, h.SubNQN, h.HostNQN)
+	want := ControllerResponse(h.CtrlSecret.TransformedKey(h.SubNQN), AugmentedChallenge(rep.C, skey), rep.Seq, h.TID, h.SubNQN, h.HostNQN)
 	if !s1.RValid || !Equal(want, s1.R) {
 		return failure(ExplFailed, "controller response does not match the controller secret")
 	}

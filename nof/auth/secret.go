@@ -91,15 +91,15 @@ func newHash(id uint8) func() hash.Hash {
 }
 
 // TransformedKey is the key the HMAC responses use: the key itself when
-// the transform is 0, else HMAC-hh(key, hostNQN || "NVMe-over-Fabrics").
-// Both the host's and the controller's secret are transformed with the
-// host NQN.
-func (s *Secret) TransformedKey(hostNQN string) []byte {
+// the transform is 0, else HMAC-hh(key, NQN || "NVMe-over-Fabrics"), NQN
+// being the owner's: the host NQN for a host secret, the subsystem NQN for
+// a controller secret (as Linux and SPDK transform them).
+func (s *Secret) TransformedKey(nqn string) []byte {
 	if s.Transform == 0 {
 		return append([]byte(nil), s.Key...)
 	}
 	m := hmac.New(newHash(s.Transform), s.Key)
-	m.Write([]byte(hostNQN))
+	m.Write([]byte(nqn))
 	m.Write([]byte("NVMe-over-Fabrics"))
 	return m.Sum(nil)
 }
