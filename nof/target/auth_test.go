@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
+	"net"
 	"testing"
 	"time"
 
@@ -198,4 +200,42 @@ func TestAuthUnauthenticatedQueueTimesOut(t *testing.T) {
 	if _, err := h.r.Next(); err == nil || time.Since(start) > 5*time.Second {
 		t.Fatalf("unauthenticated queue still open after %v: %v", time.Since(start), err)
 	}
+}
+
+// FuzzTargetAuth feeds arbitrary bytes after ICReq and an admin Connect to
+// a subsystem that requires authentication: the target must not crash and
+// no input may authenticate the queue (the host secret is never given).
+func FuzzTargetAuth(f *testing.F) {
+	o := pdu.Options{}
+	cd := nvme.ConnectData{CNTLID: 0xFFFF, SubNQN: subNQN, HostNQN: hostNQN}
+	prefix := (&pdu.ICReq{}).AppendPDU(nil, o)
+	prefix = (&pdu.CapsuleCmd{Cmd: pdu.Command{Opcode: nvme.OpcodeFabrics, Flags: 0x40, NSID: uint32(nvme.FabricsConnect),
+		SGL: pdu.SGL{Len: 1024, Type: pdu.SGLInCapsule}, CDW11: 31}, Data: cd.Marshal()}).AppendPDU(prefix, o)
+	send := func(m []byte) []byte {
+		return (&pdu.CapsuleCmd{Cmd: pdu.Command{Opcode: nvme.OpcodeFabrics, Flags: 0x40, CID: 1, NSID: uint32(nvme.FabricsAuthSend),
+			SGL: pdu.SGL{Len: uint32(len(m)), Type: pdu.SGLInCapsule}, CDW10: 0xE9010100, CDW11: uint32(len(m))}, Data: m}).AppendPDU(nil, o)
+	}
+	recv := (&pdu.CapsuleCmd{Cmd: pdu.Command{Opcode: nvme.OpcodeFabrics, Flags: 0x40, CID: 2, NSID: uint32(nvme.FabricsAuthRecv),
+		SGL: pdu.SGL{Len: 1024, Type: pdu.SGLTransport}, CDW10: 0xE9010100, CDW11: 1024}}).AppendPDU(nil, o)
+	neg := send((&auth.Message{ID: auth.Negotiate, Hashes: []uint8{1}, Groups: []uint8{0, 1}}).Marshal())
+	f.Add(append(append([]byte(nil), neg...), recv...))
+	f.Add(append(append(append([]byte(nil), neg...), recv...), send((&auth.Message{ID: auth.Reply, R: make([]byte, 32)}).Marshal())...))
+	f.Add(append(send((&auth.Message{ID: auth.Success2}).Marshal()), identifyCmd(1, 0).AppendPDU(nil, o)...))
+	f.Add(recv)
+	tg, addr := newTarget(f, target.Config{HeaderTimeout: time.Second},
+		target.Subsystem{HostSecrets: map[string]*auth.Secret{hostNQN: newSecret(f, 32, 1)}})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		nc.SetDeadline(time.Now().Add(time.Second))
+		nc.Write(append(append([]byte(nil), prefix...), b...))
+		nc.(*net.TCPConn).CloseWrite()
+		io.Copy(io.Discard, nc)
+		if st := tg.Stats().Auth; st.Succeeded != 0 {
+			t.Fatalf("a queue authenticated without the secret: %+v", st)
+		}
+	})
 }
