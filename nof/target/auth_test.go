@@ -239,3 +239,39 @@ func FuzzTargetAuth(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkConnectAuth is the cost of authentication, paid once per queue
+// at connect (I/O afterwards is unchanged): a whole Dial (admin queue and
+// one I/O queue) and Close, open beside NULL-group and ffdhe2048
+// authentication (bidirectional) in the same run.
+func BenchmarkConnectAuth(b *testing.B) {
+	hs, cs := newSecret(b, 32, 1), newSecret(b, 32, 1)
+	_, open := newTarget(b, target.Config{}, target.Subsystem{NQN: subNQN + "-open"})
+	_, authed := newTarget(b, target.Config{}, target.Subsystem{HostSecrets: map[string]*auth.Secret{hostNQN: hs},
+		CtrlSecrets: map[string]*auth.Secret{hostNQN: cs}})
+	for _, bc := range []struct {
+		name string
+		addr string
+		cfg  initiator.Config
+	}{
+		{"open", open, initiator.Config{SubNQN: subNQN + "-open"}},
+		{"null", authed, initiator.Config{DHCHAPSecret: hs, DHCHAPCtrlSecret: cs, DHGroups: []uint8{auth.DHNull}}},
+		{"ffdhe2048", authed, initiator.Config{DHCHAPSecret: hs, DHCHAPCtrlSecret: cs, DHGroups: []uint8{auth.DHFFDHE2048}}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			cfg := bc.cfg
+			if cfg.SubNQN == "" {
+				cfg.SubNQN = subNQN
+			}
+			cfg.HostNQN = hostNQN
+			ctx := context.Background()
+			for b.Loop() {
+				c, err := initiator.Dial(ctx, bc.addr, cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				c.Close()
+			}
+		})
+	}
+}
