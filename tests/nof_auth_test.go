@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/crc32"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,6 +19,8 @@ import (
 
 	"github.com/kvtier/kvtier/client"
 	"github.com/kvtier/kvtier/kverr"
+	"github.com/kvtier/kvtier/nof/nvme"
+	"github.com/kvtier/kvtier/nof/pdu"
 )
 
 func dhchapSecret(t *testing.T, hh int) string {
@@ -104,6 +107,15 @@ func TestNOFAuthentication(t *testing.T) {
 		t.Fatalf("kvtier nvme identify with a wrong secret: exit %d\n%s", code, errs)
 	}
 
+	// A host that ignores ATR (hand-driven over TCP, with an NQN that has
+	// a key): Connect answers with ATR, every other command is refused as
+	// Authentication Required, so the controller never enables and no I/O
+	// queue can be connected.
+	rawIgnoringATR(t, nvmeAddr, box.addrs["nqn"], host)
+	if got, err := cl.Get(ctx, "auth/a"); err != nil || !bytes.Equal(got, v) {
+		t.Fatalf("object changed after the raw host: %v", err)
+	}
+
 	// Counted, as the appliance reports them.
 	var st struct {
 		Appliances []struct {
@@ -119,7 +131,7 @@ func TestNOFAuthentication(t *testing.T) {
 		}
 		json.NewDecoder(res.Body).Decode(&st)
 		res.Body.Close()
-		if len(st.Appliances) == 1 && st.Appliances[0].Auth.Failed >= 3 && st.Appliances[0].Auth.Refused >= 2 {
+		if len(st.Appliances) == 1 && st.Appliances[0].Auth.Failed >= 3 && st.Appliances[0].Auth.Refused >= 4 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -129,5 +141,52 @@ func TestNOFAuthentication(t *testing.T) {
 	}
 	if a := st.Appliances[0].Auth; a.Succeeded < 3 {
 		t.Fatalf("auth counters %+v: want the successful queues counted", a)
+	}
+}
+
+func rawIgnoringATR(t *testing.T, addr, sub, host string) {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(10 * time.Second))
+	w, r := pdu.NewWriter(nc), pdu.NewReader(nc, pdu.ReaderConfig{Side: pdu.HostSide})
+	cpl := func(m pdu.Message) pdu.Completion {
+		t.Helper()
+		if err := w.Send(m); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			f, err := r.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f.Type == pdu.TypeICResp {
+				return pdu.Completion{}
+			}
+			if f.Type == pdu.TypeCapsuleResp {
+				return f.Completion()
+			}
+		}
+	}
+	cpl(&pdu.ICReq{})
+	r.SetNegotiated(pdu.Options{})
+	cd := nvme.ConnectData{CNTLID: 0xFFFF, SubNQN: sub, HostNQN: host}
+	c := cpl(&pdu.CapsuleCmd{Cmd: pdu.Command{Opcode: nvme.OpcodeFabrics, Flags: 0x40, CID: 1, NSID: uint32(nvme.FabricsConnect),
+		SGL: pdu.SGL{Len: 1024, Type: pdu.SGLInCapsule}, CDW11: 31}, Data: cd.Marshal()})
+	if !c.OK() || c.DW0&nvme.ConnectATR == 0 {
+		t.Fatalf("connect: %+v, want success with ATR", c)
+	}
+	c = cpl(&pdu.CapsuleCmd{Cmd: pdu.Command{Opcode: nvme.OpcodeFabrics, Flags: 0x40, CID: 2, NSID: uint32(nvme.FabricsPropSet),
+		CDW11: nvme.PropCC, CDW12: 0x00460001}})
+	if c.SCT() != nvme.SCTSpecific || c.SC() != nvme.SCAuthRequired {
+		t.Fatalf("enable without authentication: %+v", c)
+	}
+	c = cpl(&pdu.CapsuleCmd{Cmd: pdu.Command{Opcode: nvme.AdminIdentify, Flags: 0x40, CID: 3, CDW10: 1,
+		SGL: pdu.SGL{Len: 4096, Type: pdu.SGLTransport}}})
+	if c.SCT() != nvme.SCTSpecific || c.SC() != nvme.SCAuthRequired {
+		t.Fatalf("identify without authentication: %+v", c)
 	}
 }
