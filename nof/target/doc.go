@@ -27,7 +27,9 @@
 //     the protocol is nof/auth's): a subsystem with Subsystem.HostSecrets
 //     admits only the host NQNs that have a secret there (others: SC 0x84 at
 //     Connect, counted as refused). Every queue, admin and I/O, then
-//     answers Connect with AUTHREQ.ATR (DW0 bit 17) and serves nothing but
+//     answers Connect with AUTHREQ.ATR (DW0 bit 17; ASCR, bit 18, secure
+//     channel concatenation, is never set and a Negotiate asking for it
+//     fails) and serves nothing but
 //     Authentication Send/Receive (fctype 0x05/0x06, SECP 0xE9, SPSP 01/01,
 //     the message in the capsule) and Disconnect until the host completes a
 //     transaction: every other command gets SCT 1 SC 0x91 (Authentication
