@@ -33,7 +33,7 @@ func (a *Appliance) fillHeartbeat(req *kvtierpb.HeartbeatRequest) {
 		st, ok = a.NVMeStats()
 	}
 	if ok {
-		nv := &kvtierpb.NvmeStats{Addr: a.NVMeAddr()}
+		nv := &kvtierpb.NvmeStats{Addr: a.NVMeAddr(), AuthSucceeded: st.Auth.Succeeded, AuthFailed: st.Auth.Failed, AuthRefused: st.Auth.Refused}
 		for _, sub := range st.Subsystems {
 			ps := &kvtierpb.NvmeSubsystem{Nqn: sub.NQN}
 			for _, n := range sub.Namespaces {

@@ -102,6 +102,16 @@ type Config struct {
 	// messages and errors) when the master offers it, and gRPC otherwise.
 	GRPCOnly bool
 
+	// NVMeHostNQN is the host NQN NOF replicas are read and written with
+	// [$KVTIER_NVME_HOSTNQN, else one derived from ClientID]. Set it when
+	// appliances authenticate NVMe hosts: their secrets are per host NQN.
+	NVMeHostNQN string
+	// NVMeSecret is the DH-HMAC-CHAP host secret, "DHHC-1:..." or "@FILE"
+	// [$KVTIER_NVME_SECRET]; needed when the appliance's target has
+	// --nvme-host-key set. NVMeCtrlSecret also authenticates the appliance
+	// (bidirectional) [$KVTIER_NVME_CTRL_SECRET].
+	NVMeSecret, NVMeCtrlSecret string
+
 	Logger *slog.Logger
 }
 
@@ -138,6 +148,14 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.Tenant == "" {
 		out.Tenant = "default"
+	}
+	for _, e := range []struct {
+		v   *string
+		env string
+	}{{&out.NVMeHostNQN, "KVTIER_NVME_HOSTNQN"}, {&out.NVMeSecret, "KVTIER_NVME_SECRET"}, {&out.NVMeCtrlSecret, "KVTIER_NVME_CTRL_SECRET"}} {
+		if *e.v == "" {
+			*e.v = os.Getenv(e.env)
+		}
 	}
 	if out.HeartbeatInterval == 0 {
 		out.HeartbeatInterval = time.Second
@@ -209,6 +227,10 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	nvmeSecret, nvmeCtrlSecret, err := nvmeSecrets(cfg)
+	if err != nil {
+		return nil, err
+	}
 	target, opts := masterTarget(cfg.MasterAddr)
 	conn, err := grpc.NewClient(target, append(grpcOptions(), opts...)...)
 	if err != nil {
@@ -235,6 +257,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		leases:   leaseCache{max: cfg.LeaseCacheKeys, margin: cfg.LeaseCacheMargin, m: map[string]*ReplicaList{}},
 		hints:    leaseCache{max: cfg.ReplicaHints, margin: math.MinInt64, m: map[string]*ReplicaList{}},
 	}
+	c.nof.secret, c.nof.ctrlSecret = nvmeSecret, nvmeCtrlSecret
 	if err := c.setup(ctx); err != nil {
 		c.release()
 		return nil, err

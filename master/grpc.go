@@ -240,7 +240,7 @@ func nvmeFromPB(n *kvtierpb.NvmeStats) *NVMeStats {
 	if n == nil {
 		return nil
 	}
-	out := &NVMeStats{Addr: n.GetAddr()}
+	out := &NVMeStats{Addr: n.GetAddr(), AuthSucceeded: n.GetAuthSucceeded(), AuthFailed: n.GetAuthFailed(), AuthRefused: n.GetAuthRefused()}
 	for _, sub := range n.GetSubsystems() {
 		s := NVMeSubsystem{NQN: sub.GetNqn()}
 		for _, ns := range sub.GetNamespaces() {
@@ -261,7 +261,7 @@ func nvmeToPB(n *NVMeStats) *kvtierpb.NvmeStats {
 	if n == nil {
 		return nil
 	}
-	out := &kvtierpb.NvmeStats{Addr: n.Addr}
+	out := &kvtierpb.NvmeStats{Addr: n.Addr, AuthSucceeded: n.AuthSucceeded, AuthFailed: n.AuthFailed, AuthRefused: n.AuthRefused}
 	for _, sub := range n.Subsystems {
 		s := &kvtierpb.NvmeSubsystem{Nqn: sub.NQN}
 		for _, ns := range sub.Namespaces {

@@ -212,6 +212,8 @@ type NVMeStats struct {
 	Addr       string // listener host:port
 	Subsystems []NVMeSubsystem
 	Hosts      []NVMeHost // connected controllers
+	// In-band authentication outcomes (nof/target AuthStats).
+	AuthSucceeded, AuthFailed, AuthRefused uint64
 }
 
 // NVMeSubsystem is one exported subsystem and its namespaces.
@@ -245,7 +247,7 @@ func (s *NVMeStats) clone() *NVMeStats {
 	if s == nil {
 		return nil
 	}
-	out := &NVMeStats{Addr: s.Addr, Hosts: slices.Clone(s.Hosts)}
+	out := &NVMeStats{Addr: s.Addr, Hosts: slices.Clone(s.Hosts), AuthSucceeded: s.AuthSucceeded, AuthFailed: s.AuthFailed, AuthRefused: s.AuthRefused}
 	for _, sub := range s.Subsystems {
 		out.Subsystems = append(out.Subsystems, NVMeSubsystem{NQN: sub.NQN, Namespaces: slices.Clone(sub.Namespaces)})
 	}

@@ -2195,10 +2195,14 @@ func (x *CachedRead) GetLastReadAgeMs() uint64 {
 // The figures of an appliance's built-in NVMe/TCP target, as of one heartbeat.
 // Counters are totals since the target started.
 type NvmeStats struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Addr          string                 `protobuf:"bytes,1,opt,name=addr,proto3" json:"addr,omitempty"` // NVMe/TCP listener host:port
-	Subsystems    []*NvmeSubsystem       `protobuf:"bytes,2,rep,name=subsystems,proto3" json:"subsystems,omitempty"`
-	Hosts         []*NvmeHost            `protobuf:"bytes,3,rep,name=hosts,proto3" json:"hosts,omitempty"` // connected controllers (associations)
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Addr       string                 `protobuf:"bytes,1,opt,name=addr,proto3" json:"addr,omitempty"` // NVMe/TCP listener host:port
+	Subsystems []*NvmeSubsystem       `protobuf:"bytes,2,rep,name=subsystems,proto3" json:"subsystems,omitempty"`
+	Hosts      []*NvmeHost            `protobuf:"bytes,3,rep,name=hosts,proto3" json:"hosts,omitempty"` // connected controllers (associations)
+	// In-band authentication (DH-HMAC-CHAP) outcomes since the target started.
+	AuthSucceeded uint64 `protobuf:"varint,240,opt,name=auth_succeeded,json=authSucceeded,proto3" json:"auth_succeeded,omitempty"` // queues that authenticated
+	AuthFailed    uint64 `protobuf:"varint,241,opt,name=auth_failed,json=authFailed,proto3" json:"auth_failed,omitempty"`          // transactions that failed (wrong secret, bad message)
+	AuthRefused   uint64 `protobuf:"varint,242,opt,name=auth_refused,json=authRefused,proto3" json:"auth_refused,omitempty"`       // Connects of hosts without a secret + commands refused as Authentication Required
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2252,6 +2256,27 @@ func (x *NvmeStats) GetHosts() []*NvmeHost {
 		return x.Hosts
 	}
 	return nil
+}
+
+func (x *NvmeStats) GetAuthSucceeded() uint64 {
+	if x != nil {
+		return x.AuthSucceeded
+	}
+	return 0
+}
+
+func (x *NvmeStats) GetAuthFailed() uint64 {
+	if x != nil {
+		return x.AuthFailed
+	}
+	return 0
+}
+
+func (x *NvmeStats) GetAuthRefused() uint64 {
+	if x != nil {
+		return x.AuthRefused
+	}
+	return 0
 }
 
 type NvmeSubsystem struct {
@@ -4506,13 +4531,17 @@ const file_master_proto_rawDesc = "" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
 	"\x05count\x18\x03 \x01(\rR\x05count\x12'\n" +
-	"\x10last_read_age_ms\x18\x04 \x01(\x04R\rlastReadAgeMs\"\x84\x01\n" +
+	"\x10last_read_age_ms\x18\x04 \x01(\x04R\rlastReadAgeMs\"\xf2\x01\n" +
 	"\tNvmeStats\x12\x12\n" +
 	"\x04addr\x18\x01 \x01(\tR\x04addr\x128\n" +
 	"\n" +
 	"subsystems\x18\x02 \x03(\v2\x18.kvtier.v1.NvmeSubsystemR\n" +
 	"subsystems\x12)\n" +
-	"\x05hosts\x18\x03 \x03(\v2\x13.kvtier.v1.NvmeHostR\x05hosts\"[\n" +
+	"\x05hosts\x18\x03 \x03(\v2\x13.kvtier.v1.NvmeHostR\x05hosts\x12&\n" +
+	"\x0eauth_succeeded\x18\xf0\x01 \x01(\x04R\rauthSucceeded\x12 \n" +
+	"\vauth_failed\x18\xf1\x01 \x01(\x04R\n" +
+	"authFailed\x12\"\n" +
+	"\fauth_refused\x18\xf2\x01 \x01(\x04R\vauthRefused\"[\n" +
 	"\rNvmeSubsystem\x12\x10\n" +
 	"\x03nqn\x18\x01 \x01(\tR\x03nqn\x128\n" +
 	"\n" +
