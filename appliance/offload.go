@@ -23,6 +23,7 @@ import (
 // startNVMe set a.nvme, so seeing a NOF segment orders those writes before
 // the reads here.
 func (a *Appliance) fillHeartbeat(req *kvtierpb.HeartbeatRequest) {
+	req.DramDirectory = true // dramdir.go
 	nof := false
 	for _, s := range req.Segments {
 		nof = nof || s.GetType() == kvtierpb.ReplicaType_NOF

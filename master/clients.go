@@ -18,6 +18,10 @@ type client struct {
 	endpoint atomic.Pointer[string]
 	hasSSD   atomic.Bool  // reported an SSD tier with capacity > 0
 	state    atomic.Int32 // ClientState
+	// awaitDram: the master waits for this node's DRAM directory report
+	// (dramdir.go); awaitSince (guarded by mu) is when it started.
+	awaitDram  atomic.Bool
+	awaitSince int64
 
 	mu       sync.Mutex
 	lastBeat int64               // guarded by mu; unix ns
@@ -140,6 +144,12 @@ func (m *Master) Heartbeat(ctx context.Context, req HeartbeatRequest) (Heartbeat
 	if prev == ClientGone {
 		known = false
 	}
+	if req.DramDirectory {
+		m.dram.ensure(c.id) // records are kept for it from now on
+	}
+	if req.DramDirectory && !known {
+		m.awaitReport(c, now) // before the segments are re-announced below
+	}
 	c.mu.Lock()
 	c.lastBeat = now
 	c.slots = req.OffloadSlots
@@ -157,7 +167,7 @@ func (m *Master) Heartbeat(ctx context.Context, req HeartbeatRequest) (Heartbeat
 		_ = m.mount(req.Client, s, false) // a conflicting re-announcement changes nothing
 	}
 	m.noteCachedReads(req.CachedReads)
-	reply := HeartbeatReply{Known: known, Settings: m.settings.Load().ssd}
+	reply := HeartbeatReply{Known: known, Settings: m.settings.Load().ssd, ForgetDram: prev == ClientGone}
 	if req.OffloadSlots > 0 {
 		reply.Offload = m.dispatchOffload(c, req.OffloadSlots)
 	}
@@ -200,6 +210,7 @@ func (m *Master) checkClients(ctx context.Context, now int64) {
 func (m *Master) clientGone(c *client) {
 	c.state.Store(int32(ClientGone))
 	c.hasSSD.Store(false)
+	m.dram.forget(c.id)
 	for _, s := range m.segs.all() {
 		if s.owner == c {
 			m.unmountNow(s, "owner gone")

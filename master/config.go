@@ -83,6 +83,18 @@ type Config struct {
 	// over once the old one has been silent this long (doc.go, "Appliance
 	// identity").
 	RestartTakeover time.Duration
+	// DramSyncTimeout bounds how long PutEnd waits for the appliances
+	// holding the MEMORY replicas to record the put in their DRAM
+	// directories (dramdir.go); default 2 s. Past it the put still
+	// succeeds, counted in dram_commits_unconfirmed.
+	DramSyncTimeout time.Duration
+	// RebuildWait bounds how long segments re-announced to a master that
+	// did not know their appliance wait for its DRAM directory report
+	// before taking allocations; default 10 s.
+	RebuildWait time.Duration
+	// LeaderEpoch is reported with every PutEnd (HA: the election's epoch;
+	// 0 for a single master).
+	LeaderEpoch int64
 
 	HighWatermark     float64       // MEMORY use fraction that triggers eviction
 	EvictionRatio     float64       // fraction of MEMORY capacity a pass frees at least
@@ -138,6 +150,8 @@ func (c Config) withDefaults() Config {
 	d(&c.ClientGrace, DefaultClientGrace)
 	d(&c.RemoveSyncTimeout, DefaultRemoveSyncTimeout)
 	d(&c.RestartTakeover, DefaultRestartTakeover)
+	d(&c.DramSyncTimeout, 2*time.Second)
+	d(&c.RebuildWait, 10*time.Second)
 	d(&c.EvictInterval, DefaultEvictInterval)
 	d(&c.FrequencyBonus, DefaultFrequencyBonus)
 	d(&c.FrequencyMaxBonus, DefaultFrequencyMaxBonus)

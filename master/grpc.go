@@ -107,7 +107,14 @@ func (s *grpcServer) PutStart(ctx context.Context, r *kvtierpb.PutStartRequest) 
 }
 
 func (s *grpcServer) PutEnd(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtierpb.Empty, error) {
-	return &kvtierpb.Empty{}, toGRPC(s.m.PutEnd(ctx, r.GetClientId(), r.GetTenant(), string(r.GetKey())))
+	if err := s.m.fenceErr(); err != nil {
+		return nil, toGRPC(err)
+	}
+	err := s.m.PutEnd(ctx, r.GetClientId(), r.GetTenant(), string(r.GetKey()))
+	if err == nil {
+		err = s.m.fenceErr() // deposed while waiting: do not acknowledge
+	}
+	return &kvtierpb.Empty{LeaderEpoch: s.m.cfg.LeaderEpoch}, toGRPC(err)
 }
 
 func (s *grpcServer) PutRevoke(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtierpb.Empty, error) {
@@ -165,7 +172,15 @@ func (s *grpcServer) BatchPutStart(ctx context.Context, r *kvtierpb.BatchPutStar
 }
 
 func (s *grpcServer) BatchPutEnd(ctx context.Context, r *kvtierpb.BatchKeysRequest) (*kvtierpb.BatchResponse, error) {
-	return keyResults(s.m.BatchPutEnd(ctx, r.GetClientId(), r.GetTenant(), keysOf(r.GetKeys()))), nil
+	if err := s.m.fenceErr(); err != nil {
+		return nil, toGRPC(err)
+	}
+	out := keyResults(s.m.BatchPutEnd(ctx, r.GetClientId(), r.GetTenant(), keysOf(r.GetKeys())))
+	if err := s.m.fenceErr(); err != nil {
+		return nil, toGRPC(err)
+	}
+	out.LeaderEpoch = s.m.cfg.LeaderEpoch
+	return out, nil
 }
 
 func (s *grpcServer) BatchPutRevoke(ctx context.Context, r *kvtierpb.BatchKeysRequest) (*kvtierpb.BatchResponse, error) {
@@ -285,7 +300,7 @@ func settingsToPB(t TierSettings) *kvtierpb.TierSettings {
 
 func (s *grpcServer) Heartbeat(ctx context.Context, r *kvtierpb.HeartbeatRequest) (*kvtierpb.HeartbeatResponse, error) {
 	req := HeartbeatRequest{Client: r.GetClientId(), Endpoint: r.GetEndpoint(), OffloadSlots: int(r.GetOffloadSlots()),
-		Identity: Identity{Incarnation: r.GetIncarnation(), DiskID: r.GetDiskId()}}
+		Identity: Identity{Incarnation: r.GetIncarnation(), DiskID: r.GetDiskId()}, DramDirectory: r.GetDramDirectory()}
 	for _, sg := range r.GetSegments() {
 		req.Segments = append(req.Segments, segmentFromPB(sg))
 	}
@@ -305,7 +320,7 @@ func (s *grpcServer) Heartbeat(ctx context.Context, r *kvtierpb.HeartbeatRequest
 	if err != nil {
 		return nil, toGRPC(err)
 	}
-	out := &kvtierpb.HeartbeatResponse{Known: rep.Known, Settings: settingsToPB(rep.Settings)}
+	out := &kvtierpb.HeartbeatResponse{Known: rep.Known, Settings: settingsToPB(rep.Settings), ForgetDram: rep.ForgetDram}
 	for _, t := range rep.Offload {
 		out.Offload = append(out.Offload, offloadTaskToPB(t))
 	}
@@ -433,7 +448,8 @@ func tierStatsToPB(ts []TierStats) []*kvtierpb.TierStats {
 func (s *grpcServer) Stats(ctx context.Context, _ *kvtierpb.Empty) (*kvtierpb.StatsResponse, error) {
 	st := s.m.Stats(ctx)
 	return &kvtierpb.StatsResponse{Objects: st.Objects, Tiers: tierStatsToPB(st.Tiers), Counters: st.Counters,
-		HeapBytes: st.HeapBytes, Leader: st.Leader}, nil
+		HeapBytes: st.HeapBytes, Leader: st.Leader, Rebuilding: st.Rebuilding, RebuildReason: st.RebuildReason,
+		LeaderEpoch: s.m.cfg.LeaderEpoch}, nil
 }
 
 func tiersToPB(t Tiers) *kvtierpb.TiersResponse {

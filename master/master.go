@@ -117,6 +117,7 @@ type Master struct {
 	clients clientTable
 	offload offloadQueue
 	rmq     removalOutbox // removals of LOCAL_DISK copies (removals.go)
+	dram    dramOutbox    // appliances' DRAM directory records (dramdir.go)
 
 	usage sync.Map // tenant → *atomic.Uint64 logical bytes held
 
@@ -137,6 +138,8 @@ type Master struct {
 	passGen     atomic.Uint64 // completed eviction passes
 
 	interned sync.Map // client ids, so objects share writer strings
+
+	fenced atomic.Bool // leadership lost: mutations refused (Fence)
 
 	ctr    counterSet
 	events eventBus
@@ -169,6 +172,7 @@ func New(cfg Config) (*Master, error) {
 	m.clients.init()
 	m.offload.init(cfg.OffloadQueueLimit)
 	m.rmq.init()
+	m.dram.init()
 	pol, err := NewLeasePolicy(cfg.LeasePolicy, cfg.FrequencyBonus, cfg.FrequencyMaxBonus)
 	if err != nil {
 		return nil, err
@@ -228,6 +232,7 @@ func (m *Master) Reap(ctx context.Context) {
 	m.finishDrains(ctx, now)
 	m.reapPuts(now)
 	m.reapOffloads(now)
+	m.reapReports(now)
 }
 
 // ck builds the composite map key: one length byte, the tenant, the key.
@@ -370,6 +375,7 @@ func (m *Master) dropObjectLocked(sh *shard, c string, o *object) {
 // freeReplicaLocked returns a MEMORY/NOF replica's space to its segment.
 func (m *Master) freeReplicaLocked(r *replica) {
 	if r.seg != nil {
+		m.queueFreeLocked(r)
 		r.seg.release(r.offset, r.allocLen())
 	}
 }

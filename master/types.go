@@ -257,6 +257,9 @@ type HeartbeatRequest struct {
 	// Identity is the node's incarnation (identity.go); zero for nodes
 	// that do not take part.
 	Identity Identity
+	// DramDirectory: the node keeps a DRAM directory and reports it to a
+	// master that does not know it (dramdir.go).
+	DramDirectory bool
 }
 
 // CachedRead is count reads of one object a client served by reusing a
@@ -300,6 +303,9 @@ type HeartbeatReply struct {
 	Known    bool // false: the client was unknown or GONE (re-register disk objects)
 	Offload  []OffloadTask
 	Settings TierSettings
+	// ForgetDram: the client was GONE (its replicas dropped): its DRAM
+	// directory is stale and must be cleared before it reports it.
+	ForgetDram bool
 }
 
 // OffloadResult reports one finished offload task.
@@ -368,6 +374,10 @@ type Stats struct {
 	Counters  map[string]uint64
 	HeapBytes uint64
 	Leader    bool
+	// Rebuilding: the master waits for appliances' DRAM directory reports
+	// (RebuildReason says whose).
+	Rebuilding    bool
+	RebuildReason string
 }
 
 // Tiers is the tier configuration and figures.

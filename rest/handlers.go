@@ -27,6 +27,10 @@ type ReadyJSON struct {
 	Reason   string `json:"reason,omitempty"`
 	Segments int    `json:"mounted_segments"`
 	Leader   bool   `json:"leader"`
+	// Rebuilding: the master waits for appliances' DRAM directory reports
+	// (a restart or a new leader); reads of keys not yet reported and puts
+	// answer UNAVAILABLE_IN_CURRENT_STATUS until then.
+	Rebuilding bool `json:"rebuilding"`
 }
 
 // ready: at least one segment mounted, every SSD index loaded, this master
@@ -44,6 +48,7 @@ func (s *Server) ready(c echo.Context) error {
 		return notReady("master stats: " + errorBody(err, c.Request()).Message)
 	}
 	out.Leader = st.GetLeader()
+	out.Rebuilding = st.GetRebuilding()
 	segs, err := s.ms.ListSegments(ctx, &kvtierpb.Empty{})
 	if err != nil {
 		return notReady("listing segments: " + errorBody(err, c.Request()).Message)
@@ -58,6 +63,9 @@ func (s *Server) ready(c echo.Context) error {
 	}
 	if out.Segments == 0 {
 		return notReady("no segment is mounted")
+	}
+	if out.Rebuilding {
+		return notReady("rebuilding: " + st.GetRebuildReason())
 	}
 	cl, err := s.ms.ListClients(ctx, &kvtierpb.Empty{})
 	if err != nil {

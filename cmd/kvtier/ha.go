@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"net"
 
+	"github.com/spf13/pflag"
+
 	"github.com/kvtier/kvtier/ha"
 )
 
@@ -36,10 +38,16 @@ func campaign(f *masterFlags, log *slog.Logger) (*ha.Leadership, error) {
 	defer stop()
 	log.Info("standby: campaigning for leadership", "etcd", f.etcd, "advertise", f.grpcAddr)
 	fmt.Printf("standby grpc=%s etcd=%v\n", f.grpcAddr, f.etcd)
-	lead, err := ha.Campaign(ctx, ha.Config{Endpoints: f.etcd, Name: f.grpcAddr, Advertise: f.grpcAddr, Logger: log})
+	lead, err := ha.Campaign(ctx, ha.Config{Endpoints: f.etcd, Name: f.grpcAddr, Advertise: f.grpcAddr, Logger: log, SessionTTL: f.etcdTTL})
 	if err != nil {
 		return nil, fmt.Errorf("--etcd: %w", err)
 	}
 	log.Info("elected leader", "epoch", lead.Epoch())
 	return lead, nil
+}
+
+// registerHAFlags adds the HA settings beside --etcd.
+func registerHAFlags(fs *pflag.FlagSet, f *masterFlags) {
+	fs.DurationVar(&f.etcdTTL, "etcd-session-ttl", ha.DefaultSessionTTL,
+		"HA: etcd session TTL (whole seconds); a dead leader is replaced within about this long, and a leader cut off from etcd stops serving within 2/3 of it")
 }

@@ -32,6 +32,7 @@ type masterFlags struct {
 	highWatermark      float64
 	evictionRatio      float64
 	etcd               []string
+	etcdTTL            time.Duration // ha.go
 	leasePolicy        string
 	frequencyBonus     time.Duration
 	frequencyMaxBonus  time.Duration
@@ -54,6 +55,7 @@ func (f *masterFlags) register(cmd *cobra.Command, standalone bool) {
 	fs.Float64Var(&f.highWatermark, "high-watermark", master.DefaultHighWatermark, "DRAM use fraction that triggers eviction, in (0,1]")
 	fs.Float64Var(&f.evictionRatio, "eviction-ratio", master.DefaultEvictionRatio, "fraction of DRAM capacity one eviction pass frees, in (0,1]")
 	fs.StringSliceVar(&f.etcd, "etcd", nil, "etcd endpoints for HA mode (leader + standbys)")
+	registerHAFlags(fs, f)
 	fs.StringVar(&f.leasePolicy, "lease-policy", master.DefaultLeasePolicy, "eviction order policy: plain | frequency")
 	fs.DurationVar(&f.frequencyBonus, "frequency-bonus", master.DefaultFrequencyBonus, "frequency policy: eviction-order bonus per read")
 	fs.DurationVar(&f.frequencyMaxBonus, "frequency-max-bonus", master.DefaultFrequencyMaxBonus, "frequency policy: cap of the bonus")
@@ -192,7 +194,11 @@ func startMaster(f *masterFlags, log *slog.Logger) (*runningMaster, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := master.New(f.config())
+	cfg := f.config()
+	if lead != nil {
+		cfg.LeaderEpoch = lead.Epoch() // reported with every PutEnd
+	}
+	m, err := master.New(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -233,6 +239,7 @@ func startMaster(f *masterFlags, log *slog.Logger) (*runningMaster, error) {
 			select {
 			case <-lead.Lost():
 				// Another master may already be leader: stop answering at once.
+				m.Fence()
 				rm.grpc.Stop()
 				_ = rm.fast.Close()
 				close(rm.lost)
