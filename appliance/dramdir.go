@@ -127,6 +127,12 @@ func (a *Appliance) takeDramRecords(ctx context.Context) {
 		cancel()
 		if err == nil {
 			if resp.Outbox != outbox {
+				if outbox != 0 {
+					// Another master (restarted or newly elected): beat now
+					// rather than up to an interval later, so it learns of
+					// this appliance and its DRAM objects at once.
+					go a.client.Heartbeat(ctx)
+				}
 				outbox, ack = resp.Outbox, 0
 			}
 			if resp.Reset_ {

@@ -24,6 +24,7 @@ import (
 // the reads here.
 func (a *Appliance) fillHeartbeat(req *kvtierpb.HeartbeatRequest) {
 	req.DramDirectory = true // dramdir.go
+	req.DramObjects = uint64(a.dir.len())
 	nof := false
 	for _, s := range req.Segments {
 		nof = nof || s.GetType() == kvtierpb.ReplicaType_NOF

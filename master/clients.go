@@ -148,7 +148,7 @@ func (m *Master) Heartbeat(ctx context.Context, req HeartbeatRequest) (Heartbeat
 		m.dram.ensure(c.id) // records are kept for it from now on
 	}
 	if req.DramDirectory && !known {
-		m.awaitReport(c, now) // before the segments are re-announced below
+		m.awaitReport(c, now, req.DramObjects) // before the segments are re-announced below
 	}
 	c.mu.Lock()
 	c.lastBeat = now

@@ -92,6 +92,12 @@ type Config struct {
 	// did not know their appliance wait for its DRAM directory report
 	// before taking allocations; default 10 s.
 	RebuildWait time.Duration
+	// RebuildWindow: once an appliance reports DRAM objects this master
+	// never knew (it replaced a master), reads that miss answer
+	// UNAVAILABLE_IN_CURRENT_STATUS (retry) until this long after the
+	// master started, so appliances not heard from yet can report; default
+	// 3 s (appliances beat every second).
+	RebuildWindow time.Duration
 	// LeaderEpoch is reported with every PutEnd (HA: the election's epoch;
 	// 0 for a single master).
 	LeaderEpoch int64
@@ -152,6 +158,7 @@ func (c Config) withDefaults() Config {
 	d(&c.RestartTakeover, DefaultRestartTakeover)
 	d(&c.DramSyncTimeout, 2*time.Second)
 	d(&c.RebuildWait, 10*time.Second)
+	d(&c.RebuildWindow, 3*time.Second)
 	d(&c.EvictInterval, DefaultEvictInterval)
 	d(&c.FrequencyBonus, DefaultFrequencyBonus)
 	d(&c.FrequencyMaxBonus, DefaultFrequencyMaxBonus)

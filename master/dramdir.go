@@ -422,7 +422,15 @@ func (a *allocator) reserve(off, length uint64) bool {
 // a master that did not know c, which will report its DRAM directory: they
 // take no allocations until it has (or RebuildWait passed), so no put is
 // placed over an object not yet reported.
-func (m *Master) awaitReport(c *client, now int64) {
+//
+// A node with objects in its directory is evidence that this master
+// replaced one that knew them: reads that miss answer "rebuilding" until
+// RebuildWindow after this master's start, giving the nodes not heard of
+// yet one heartbeat to re-announce themselves.
+func (m *Master) awaitReport(c *client, now int64, objects uint64) {
+	if objects > 0 {
+		m.restarted.Store(true)
+	}
 	c.mu.Lock()
 	if c.awaitSince == 0 {
 		c.awaitSince = now
@@ -465,6 +473,9 @@ func (m *Master) reapReports(now int64) {
 // Rebuilding reports whether the master waits for appliances' DRAM
 // directory reports, and whose.
 func (m *Master) Rebuilding() (bool, string) {
+	if m.restarted.Load() && m.now().UnixNano() < m.started+int64(m.cfg.RebuildWindow) {
+		return true, "appliances report what the previous master knew (the first " + m.cfg.RebuildWindow.String() + " after start)"
+	}
 	var who []string
 	for _, c := range m.clients.list() {
 		if c.awaitDram.Load() {
@@ -475,6 +486,27 @@ func (m *Master) Rebuilding() (bool, string) {
 		return false, ""
 	}
 	return true, "waiting for the DRAM directory of " + strings.Join(who, ", ")
+}
+
+// errAwaitingReports refuses a put while no MEMORY segment takes
+// allocations because their appliances' reports are still due (a put
+// elsewhere is fine: a key reported later that was put again meanwhile
+// keeps the new bytes).
+func (m *Master) errAwaitingReports(key string) error {
+	waiting := false
+	for _, s := range m.segs.all() {
+		if s.spec.Type != Memory || s.removed.Load() {
+			continue
+		}
+		if s.allocatable() {
+			return nil
+		}
+		waiting = waiting || s.awaiting.Load()
+	}
+	if !waiting {
+		return nil
+	}
+	return kverr.New(kverr.UnavailableInCurrentStatus, key, "master rebuilding: every DRAM segment waits for its appliance's directory report; retry")
 }
 
 // errRebuilding is the answer to a read of an unknown key or a put while

@@ -300,7 +300,8 @@ func settingsToPB(t TierSettings) *kvtierpb.TierSettings {
 
 func (s *grpcServer) Heartbeat(ctx context.Context, r *kvtierpb.HeartbeatRequest) (*kvtierpb.HeartbeatResponse, error) {
 	req := HeartbeatRequest{Client: r.GetClientId(), Endpoint: r.GetEndpoint(), OffloadSlots: int(r.GetOffloadSlots()),
-		Identity: Identity{Incarnation: r.GetIncarnation(), DiskID: r.GetDiskId()}, DramDirectory: r.GetDramDirectory()}
+		Identity: Identity{Incarnation: r.GetIncarnation(), DiskID: r.GetDiskId()}, DramDirectory: r.GetDramDirectory(),
+		DramObjects: r.GetDramObjects()}
 	for _, sg := range r.GetSegments() {
 		req.Segments = append(req.Segments, segmentFromPB(sg))
 	}

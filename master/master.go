@@ -140,6 +140,10 @@ type Master struct {
 	interned sync.Map // client ids, so objects share writer strings
 
 	fenced atomic.Bool // leadership lost: mutations refused (Fence)
+	// started (unix ns, set by New) and restarted (a node reported DRAM
+	// objects this master never knew) time the rebuild window (dramdir.go).
+	started   int64
+	restarted atomic.Bool
 
 	ctr    counterSet
 	events eventBus
@@ -173,6 +177,7 @@ func New(cfg Config) (*Master, error) {
 	m.offload.init(cfg.OffloadQueueLimit)
 	m.rmq.init()
 	m.dram.init()
+	m.started = m.now().UnixNano()
 	pol, err := NewLeasePolicy(cfg.LeasePolicy, cfg.FrequencyBonus, cfg.FrequencyMaxBonus)
 	if err != nil {
 		return nil, err

@@ -30,7 +30,7 @@ func (m *Master) PutStart(ctx context.Context, req PutRequest) ([]Replica, error
 	if err := m.checkPut(&req); err != nil {
 		return nil, err
 	}
-	if err := m.errRebuilding(req.Key); err != nil {
+	if err := m.errAwaitingReports(req.Key); err != nil {
 		return nil, err
 	}
 	need := req.Size * uint64(max(req.Config.Replicas, 1))

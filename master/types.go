@@ -260,6 +260,7 @@ type HeartbeatRequest struct {
 	// DramDirectory: the node keeps a DRAM directory and reports it to a
 	// master that does not know it (dramdir.go).
 	DramDirectory bool
+	DramObjects   uint64 // objects in that directory
 }
 
 // CachedRead is count reads of one object a client served by reusing a

@@ -2009,6 +2009,10 @@ type HeartbeatRequest struct {
 	// not know it, it reports it (RegisterDramObjects), and until then the
 	// segments this beat re-announces take no allocations.
 	DramDirectory bool `protobuf:"varint,200,opt,name=dram_directory,json=dramDirectory,proto3" json:"dram_directory,omitempty"`
+	// Objects in that directory: a master that did not know the node learns
+	// from a non-zero count that it restarted (or was newly elected) and
+	// answers misses "rebuilding" (retry) for a while.
+	DramObjects   uint64 `protobuf:"varint,201,opt,name=dram_objects,json=dramObjects,proto3" json:"dram_objects,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2111,6 +2115,13 @@ func (x *HeartbeatRequest) GetDramDirectory() bool {
 		return x.DramDirectory
 	}
 	return false
+}
+
+func (x *HeartbeatRequest) GetDramObjects() uint64 {
+	if x != nil {
+		return x.DramObjects
+	}
+	return 0
 }
 
 // Reads of one object served from a client's lease cache.
@@ -4901,7 +4912,7 @@ const file_master_proto_rawDesc = "" +
 	"\findex_loaded\x18\n" +
 	" \x01(\bR\vindexLoaded\x12'\n" +
 	"\x0foffload_skipped\x18\v \x01(\x04R\x0eoffloadSkipped\x12%\n" +
-	"\x0eoffload_failed\x18\f \x01(\x04R\roffloadFailed\"\x95\x03\n" +
+	"\x0eoffload_failed\x18\f \x01(\x04R\roffloadFailed\"\xb9\x03\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1a\n" +
 	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12.\n" +
@@ -4912,7 +4923,8 @@ const file_master_proto_rawDesc = "" +
 	"\fcached_reads\x18\a \x03(\v2\x15.kvtier.v1.CachedReadR\vcachedReads\x12 \n" +
 	"\vincarnation\x18d \x01(\tR\vincarnation\x12\x17\n" +
 	"\adisk_id\x18e \x01(\tR\x06diskId\x12&\n" +
-	"\x0edram_directory\x18\xc8\x01 \x01(\bR\rdramDirectory\"u\n" +
+	"\x0edram_directory\x18\xc8\x01 \x01(\bR\rdramDirectory\x12\"\n" +
+	"\fdram_objects\x18\xc9\x01 \x01(\x04R\vdramObjects\"u\n" +
 	"\n" +
 	"CachedRead\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
