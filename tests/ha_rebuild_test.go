@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -368,6 +369,22 @@ func TestHADeposedLeaderStops(t *testing.T) {
 	stopped := time.Now()
 	if err := ecmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
+	}
+	// The deposed leader must stop answering on its gRPC port within the TTL.
+	for {
+		conn, err := net.DialTimeout("tcp", addrA, 100*time.Millisecond)
+		if err != nil {
+			break
+		}
+		conn.Close()
+		if time.Since(stopped) > 2*time.Second {
+			t.Fatalf("the leader still accepts connections 2s (the TTL) after etcd stopped:\n%s", a.output())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("leader stopped serving %v after etcd was stopped (TTL 2s)", time.Since(stopped).Round(time.Millisecond))
+	if !strings.Contains(a.output(), "leadership lost") {
+		t.Fatalf("the leader does not say it lost its leadership:\n%s", a.output())
 	}
 	select {
 	case <-a.exited:
