@@ -494,3 +494,35 @@ func (s *grpcServer) WatchEvents(_ *kvtierpb.Empty, stream grpc.ServerStreamingS
 		}
 	}
 }
+
+// DRAM directory and rebuild (dramdir.go).
+
+func (s *grpcServer) TakeDramRecords(r *kvtierpb.TakeDramRecordsRequest, stream grpc.ServerStreamingServer[kvtierpb.TakeDramRecordsResponse]) error {
+	outbox, reset, rs, err := s.m.TakeDramRecords(stream.Context(), r.GetClientId(), r.GetOutbox(), r.GetAckThrough(), time.Duration(r.GetWaitMs())*time.Millisecond)
+	if err != nil {
+		return toGRPC(err)
+	}
+	out := &kvtierpb.TakeDramRecordsResponse{Outbox: outbox, Reset_: reset, Records: make([]*kvtierpb.DramRecord, len(rs))}
+	for i, d := range rs {
+		out.Records[i] = &kvtierpb.DramRecord{Seq: d.Seq, Free: d.Free, Tenant: d.Tenant, Key: []byte(d.Key), Segment: d.Segment,
+			Offset: d.Offset, Size: d.Size, Crc32C: d.CRC32C, HasChecksum: d.HasChecksum, Version: d.Version}
+	}
+	// A lost answer is handed out again: records stay until acknowledged.
+	return stream.Send(out)
+}
+
+func (s *grpcServer) RegisterDramObjects(ctx context.Context, r *kvtierpb.RegisterDramObjectsRequest) (*kvtierpb.BatchResponse, error) {
+	if err := s.m.fenceErr(); err != nil {
+		return nil, toGRPC(err)
+	}
+	objs := make([]DramObject, len(r.GetObjects()))
+	for i, o := range r.GetObjects() {
+		objs[i] = DramObject{Tenant: o.GetTenant(), Key: string(o.GetKey()), Segment: o.GetSegment(), Offset: o.GetOffset(),
+			Size: o.GetSize(), CRC32C: o.GetCrc32C(), HasChecksum: o.GetHasChecksum(), Version: o.GetVersion()}
+	}
+	res, err := s.m.RegisterDramObjects(ctx, r.GetClientId(), r.GetIncarnation(), objs, r.GetLast())
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	return keyResults(res), nil
+}
