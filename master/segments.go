@@ -261,6 +261,7 @@ func (m *Master) dropReplicas(drop func(r *replica) bool) {
 			n := 0
 			for i := range o.replicas {
 				if drop(&o.replicas[i]) {
+					m.queueFreeLocked(&o.replicas[i]) // the owner's DRAM directory forgets it too
 					m.countReplica(&o.replicas[i], -1)
 					continue
 				}
