@@ -39,6 +39,11 @@ type Config struct {
 
 	NVMe NVMeConfig // built-in NVMe/TCP target (off unless NVMe.Addr is set)
 
+	// NoDramDirectory: keep no DRAM directory (dramdir.go). A master
+	// restart or failover then loses the objects only in this box's DRAM;
+	// for benchmark baselines.
+	NoDramDirectory bool
+
 	Transfer transfer.Config
 	Logger   *slog.Logger
 }
@@ -253,7 +258,9 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 		a.refreshSPDKStats(ctx)
 		a.wg.Go(func() { a.pollSPDKStats(runCtx) })
 	}
-	a.wg.Go(func() { a.takeDramRecords(runCtx) })
+	if !cfg.NoDramDirectory {
+		a.wg.Go(func() { a.takeDramRecords(runCtx) })
+	}
 	a.client.Heartbeat(ctx) // report SSD figures and take offload slots now
 	if a.tier != nil {
 		a.wg.Go(func() { a.takeOffload(runCtx) })
@@ -385,7 +392,7 @@ func (a *Appliance) teardown() error {
 // the segments, and the SSD objects are registered again so a master restart
 // does not silently empty the cache.
 func (a *Appliance) heartbeatReply(resp *kvtierpb.HeartbeatResponse) {
-	if !resp.Known && a.reportingDram.CompareAndSwap(false, true) {
+	if !resp.Known && !a.cfg.NoDramDirectory && a.reportingDram.CompareAndSwap(false, true) {
 		// The master waits for this report before it allocates in the
 		// segments the beat re-announced (dramdir.go).
 		forget := resp.ForgetDram

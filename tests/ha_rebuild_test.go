@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -461,4 +462,45 @@ func maxTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// BenchmarkPutDramDirectory is what the DRAM directory costs a put: 4 KiB
+// puts into a standalone store that keeps it (PutEnd waits for the
+// appliance to record the commit) beside one started with
+// --no-dram-directory, in the same run, with GOMAXPROCS callers and 8 x that.
+//
+//	go test -run '^$' -bench PutDramDirectory -benchtime 3000x ./tests/
+func BenchmarkPutDramDirectory(b *testing.B) {
+	for _, dir := range []bool{true, false} {
+		args := []string{"standalone", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--name", "bench-dir",
+			"--dram", "512MiB", "--ssd-dir", "", "--offload", "off"}
+		name := "directory"
+		if !dir {
+			args, name = append(args, "--no-dram-directory"), "none"
+		}
+		c := &benchCluster{grpc: startProcB(b, args...)["grpc"]}
+		cl := c.newClient(b)
+		v := randomBytes(7, 4<<10)
+		for _, par := range []int{1, 8} {
+			b.Run(fmt.Sprintf("%s/callers=%d", name, par*runtime.GOMAXPROCS(0)), func(b *testing.B) {
+				ctx := context.Background()
+				var mu sync.Mutex
+				next := 0
+				b.SetParallelism(par)
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						mu.Lock()
+						next++
+						k := fmt.Sprintf("bench/%s/%d/%d", name, par, next)
+						mu.Unlock()
+						if err := cl.Put(ctx, k, v); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			})
+		}
+	}
 }

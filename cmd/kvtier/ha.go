@@ -51,3 +51,11 @@ func registerHAFlags(fs *pflag.FlagSet, f *masterFlags) {
 	fs.DurationVar(&f.etcdTTL, "etcd-session-ttl", ha.DefaultSessionTTL,
 		"HA: etcd session TTL (whole seconds); a dead leader is replaced within about this long, and a leader cut off from etcd stops serving within 2/3 of it")
 }
+
+// registerDramDirFlag adds the hidden switch that turns the appliance's
+// DRAM directory off (the baseline of BenchmarkPutDramDirectory; without
+// it a master restart or failover loses the DRAM-only objects).
+func registerDramDirFlag(fs *pflag.FlagSet, f *applianceFlags) {
+	fs.BoolVar(&f.noDramDir, "no-dram-directory", false, "keep no DRAM directory (benchmark baseline: DRAM-only objects are lost when the master restarts)")
+	_ = fs.MarkHidden("no-dram-directory")
+}

@@ -95,6 +95,7 @@ type applianceFlags struct {
 	dataAddr    string
 	drainGrace  time.Duration
 	shm         bool
+	noDramDir   bool // ha.go
 	nvme        nvmeFlags
 }
 
@@ -125,6 +126,7 @@ func (f *applianceFlags) register(cmd *cobra.Command, standalone bool) {
 	fs.StringVar(&f.offload, "offload", master.DefaultOffloadMode, "SSD offload mode: off | immediate | on-evict")
 	fs.StringVar(&f.dataAddr, "data-addr", "127.0.0.1:0", "transfer-engine listen address")
 	fs.DurationVar(&f.drainGrace, "drain-grace", 0, "on SIGTERM, keep serving reads this long after marking segments draining")
+	registerDramDirFlag(fs, f)
 	fs.BoolVar(&f.shm, "shm", true, "share DRAM segments with clients on this host (same user or root): they copy through shared memory instead of loopback TCP")
 	f.nvme.register(cmd)
 }
@@ -152,7 +154,7 @@ func (f *applianceFlags) config(masterAddr string, log *slog.Logger) (appliance.
 		Name: f.name, MasterAddr: masterAddr, DRAM: uint64(f.dramSize), SegmentSize: uint64(f.segmentSize),
 		Hugepages: hp, DataAddr: f.dataAddr, SSDDir: f.ssdDir, SSDCapacity: uint64(f.ssdCapacity),
 		SSDPolicy: pol, DrainGrace: f.drainGrace, Logger: log,
-		Transfer: transfer.Config{DisableSharedMemory: !f.shm},
+		Transfer: transfer.Config{DisableSharedMemory: !f.shm}, NoDramDirectory: f.noDramDir,
 	}, nil
 }
 
