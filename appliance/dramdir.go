@@ -14,9 +14,6 @@ import (
 	"github.com/kvtier/kvtier/kverr"
 )
 
-// dramRecordsWait is how long one TakeDramRecords call waits at the master.
-const dramRecordsWait = time.Second
-
 // dramEntry is one committed object in a DRAM segment: what the directory
 // remembers so that a new master can be rebuilt from it (about 100 bytes
 // plus the key). crc is the client's checksum (hasCRC) or the one this
@@ -114,37 +111,16 @@ func (d *dramDir) snapshot() map[string][]dramEntry {
 // DramDirectoryLen is the number of objects the DRAM directory holds.
 func (a *Appliance) DramDirectoryLen() int { return a.dir.len() }
 
-// takeDramRecords keeps the DRAM directory: it asks the master for commit
-// and free records (a long poll), applies them, and acknowledges them in
-// its next call, which is what lets a PutEnd (commit) or a Remove (free)
-// answer. A new master (another outbox) has nothing of the old one to
-// acknowledge.
+// takeDramRecords keeps the DRAM directory: over one stream per master
+// (TakeDramRecords, both ways) it receives commit and free records,
+// applies them and acknowledges each batch at once, which is what lets a
+// PutEnd (commit) or a Remove (free) answer. A new master (another outbox)
+// has nothing of the old one to acknowledge; a broken stream is opened
+// again after takeBackoff.
 func (a *Appliance) takeDramRecords(ctx context.Context) {
 	var outbox, ack uint64
 	for ctx.Err() == nil {
-		cctx, cancel := context.WithTimeout(ctx, dramRecordsWait+10*time.Second)
-		resp, err := a.takeDramRecordsOnce(cctx, outbox, ack)
-		cancel()
-		if err == nil {
-			if resp.Outbox != outbox {
-				if outbox != 0 {
-					// Another master (restarted or newly elected): beat now
-					// rather than up to an interval later, so it learns of
-					// this appliance and its DRAM objects at once.
-					go a.client.Heartbeat(ctx)
-				}
-				outbox, ack = resp.Outbox, 0
-			}
-			if resp.Reset_ {
-				a.log.Warn("master dropped DRAM directory records this appliance missed: directory cleared")
-				a.dir.clear()
-			}
-			if n := len(resp.Records); n > 0 {
-				a.applyDramRecords(resp.Records)
-				ack = resp.Records[n-1].Seq
-			}
-			continue
-		}
+		err := a.dramStream(ctx, &outbox, &ack)
 		if ctx.Err() != nil {
 			return
 		}
@@ -152,7 +128,7 @@ func (a *Appliance) takeDramRecords(ctx context.Context) {
 			a.log.Warn("master does not hand out DRAM directory records (older master): DRAM objects are lost if it restarts")
 			return
 		}
-		a.log.Debug("take dram records failed", "err", kverr.FromGRPC(err))
+		a.log.Debug("dram records stream ended", "err", kverr.FromGRPC(err))
 		select {
 		case <-ctx.Done():
 		case <-time.After(takeBackoff):
@@ -160,13 +136,46 @@ func (a *Appliance) takeDramRecords(ctx context.Context) {
 	}
 }
 
-func (a *Appliance) takeDramRecordsOnce(ctx context.Context, outbox, ack uint64) (*kvtierpb.TakeDramRecordsResponse, error) {
-	stream, err := a.client.Master().TakeDramRecords(ctx, &kvtierpb.TakeDramRecordsRequest{
-		ClientId: a.cfg.Name, Outbox: outbox, AckThrough: ack, WaitMs: uint32(dramRecordsWait / time.Millisecond)})
+// dramStream runs one TakeDramRecords stream until it breaks.
+func (a *Appliance) dramStream(ctx context.Context, outbox, ack *uint64) error {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := a.client.Master().TakeDramRecords(sctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return stream.Recv()
+	send := func() error {
+		return stream.Send(&kvtierpb.TakeDramRecordsRequest{ClientId: a.cfg.Name, Outbox: *outbox, AckThrough: *ack})
+	}
+	if err := send(); err != nil {
+		return err
+	}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		if resp.Outbox != *outbox {
+			if *outbox != 0 {
+				// Another master (restarted or newly elected): beat now
+				// rather than up to an interval later, so it learns of
+				// this appliance and its DRAM objects at once.
+				go a.client.Heartbeat(ctx)
+			}
+			*outbox, *ack = resp.Outbox, 0
+		}
+		if resp.Reset_ {
+			a.log.Warn("master dropped DRAM directory records this appliance missed: directory cleared")
+			a.dir.clear()
+		}
+		if n := len(resp.Records); n > 0 {
+			a.applyDramRecords(resp.Records)
+			*ack = resp.Records[n-1].Seq
+			if err := send(); err != nil {
+				return err
+			}
+		}
+	}
 }
 
 // applyDramRecords applies records in order. A commit without the

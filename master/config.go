@@ -86,7 +86,8 @@ type Config struct {
 	// DramSyncTimeout bounds how long PutEnd waits for the appliances
 	// holding the MEMORY replicas to record the put in their DRAM
 	// directories (dramdir.go); default 2 s. Past it the put still
-	// succeeds, counted in dram_commits_unconfirmed.
+	// succeeds, counted in dram_commits_unconfirmed. < 0: never wait (a
+	// put acknowledged just before a master's death may then be lost).
 	DramSyncTimeout time.Duration
 	// RebuildWait bounds how long segments re-announced to a master that
 	// did not know their appliance wait for its DRAM directory report
@@ -215,6 +216,7 @@ func (c Config) Validate() error {
 		"SoftPinTTL": c.SoftPinTTL, "MaxSoftPinTTL": c.MaxSoftPinTTL, "ClientTTL": c.ClientTTL,
 		"ClientGrace": c.ClientGrace, "EvictInterval": c.EvictInterval, "FrequencyBonus": c.FrequencyBonus,
 		"FrequencyMaxBonus": c.FrequencyMaxBonus, "OffloadTimeout": c.OffloadTimeout, "RestartTakeover": c.RestartTakeover,
+		"RebuildWait": c.RebuildWait, "RebuildWindow": c.RebuildWindow,
 	} {
 		if v < 0 {
 			return bad("%s must not be negative (got %v)", name, v)

@@ -1,6 +1,7 @@
 package master
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -216,6 +217,9 @@ func (m *Master) dramBarrier(ctx context.Context, key string) error {
 // does not fail the put (it is complete); the object may then not survive
 // a master restart, which a counter records.
 func (m *Master) awaitCommits(ctx context.Context, ws []dramWait) {
+	if m.cfg.DramSyncTimeout < 0 {
+		return // the operator chose latency over surviving a master loss
+	}
 	if late := m.dram.waitAcked(ctx, ws, m.cfg.DramSyncTimeout); len(late) > 0 {
 		m.ctr.add(cDramCommitsUnconfirmed, 1)
 	}
@@ -224,16 +228,25 @@ func (m *Master) awaitCommits(ctx context.Context, ws []dramWait) {
 // TakeDramRecords acknowledges the records client applied (those of
 // outbox up to ackThrough), then returns the records it has still to
 // apply, waiting up to wait for one; reset asks it to clear its directory
-// first.
+// first. It is AckDramRecords then NextDramRecords from the first record
+// not acknowledged.
 func (m *Master) TakeDramRecords(ctx context.Context, client string, outbox, ackThrough uint64, wait time.Duration) (uint64, bool, []DramRecord, error) {
-	switch {
-	case client == "":
-		return 0, false, nil, kverr.New(kverr.InvalidParams, "", "take dram records: empty client id")
-	case wait < 0 || wait > MaxTakeOffloadWait:
-		return 0, false, nil, kverr.New(kverr.InvalidParams, "", "take dram records: wait %v not in [0, %v]", wait, MaxTakeOffloadWait)
+	if err := m.AckDramRecords(client, outbox, ackThrough); err != nil {
+		return 0, false, nil, err
+	}
+	return m.NextDramRecords(ctx, client, 0, wait)
+}
+
+// AckDramRecords records that client applied every record of outbox up to
+// ackThrough (an acknowledgement naming another outbox, a previous
+// master's, is ignored). The first call of a client starts its queue.
+func (m *Master) AckDramRecords(client string, outbox, ackThrough uint64) error {
+	if client == "" {
+		return kverr.New(kverr.InvalidParams, "", "dram records: empty client id")
 	}
 	q := &m.dram
 	q.mu.Lock()
+	defer q.mu.Unlock()
 	n := q.byNode[client]
 	if n == nil {
 		n = &nodeDram{ready: make(chan struct{}), ackc: make(chan struct{})}
@@ -249,18 +262,30 @@ func (m *Master) TakeDramRecords(ctx context.Context, client string, outbox, ack
 		close(n.ackc)
 		n.ackc = make(chan struct{})
 	}
-	q.mu.Unlock()
+	return nil
+}
+
+// NextDramRecords returns this master's outbox and client's records with a
+// seq above after (those a stream has not sent yet), waiting up to wait
+// for one; reset asks the client to clear its directory first.
+func (m *Master) NextDramRecords(ctx context.Context, client string, after uint64, wait time.Duration) (uint64, bool, []DramRecord, error) {
+	if wait < 0 || wait > MaxTakeOffloadWait {
+		return 0, false, nil, kverr.New(kverr.InvalidParams, "", "dram records: wait %v not in [0, %v]", wait, MaxTakeOffloadWait)
+	}
+	q := &m.dram
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
 		q.mu.Lock()
-		if q.byNode[client] != n { // forgotten meanwhile
+		n := q.byNode[client]
+		if n == nil { // forgotten (gone, restarted): it asks again
 			q.mu.Unlock()
 			return q.id, false, nil, nil
 		}
 		reset := n.reset
 		n.reset = false
-		out := slices.Clone(n.pending[:min(len(n.pending), MaxTakeDramRecords)])
+		i, _ := slices.BinarySearchFunc(n.pending, after+1, func(r DramRecord, seq uint64) int { return cmp.Compare(r.Seq, seq) })
+		out := slices.Clone(n.pending[i:min(len(n.pending), i+MaxTakeDramRecords)])
 		ready := n.ready
 		q.mu.Unlock()
 		if len(out) > 0 || reset {

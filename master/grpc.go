@@ -497,18 +497,59 @@ func (s *grpcServer) WatchEvents(_ *kvtierpb.Empty, stream grpc.ServerStreamingS
 
 // DRAM directory and rebuild (dramdir.go).
 
-func (s *grpcServer) TakeDramRecords(r *kvtierpb.TakeDramRecordsRequest, stream grpc.ServerStreamingServer[kvtierpb.TakeDramRecordsResponse]) error {
-	outbox, reset, rs, err := s.m.TakeDramRecords(stream.Context(), r.GetClientId(), r.GetOutbox(), r.GetAckThrough(), time.Duration(r.GetWaitMs())*time.Millisecond)
+func (s *grpcServer) TakeDramRecords(stream grpc.BidiStreamingServer[kvtierpb.TakeDramRecordsRequest, kvtierpb.TakeDramRecordsResponse]) error {
+	first, err := stream.Recv()
 	if err != nil {
+		return err
+	}
+	client := first.GetClientId()
+	if err := s.m.AckDramRecords(client, first.GetOutbox(), first.GetAckThrough()); err != nil {
 		return toGRPC(err)
 	}
-	out := &kvtierpb.TakeDramRecordsResponse{Outbox: outbox, Reset_: reset, Records: make([]*kvtierpb.DramRecord, len(rs))}
-	for i, d := range rs {
-		out.Records[i] = &kvtierpb.DramRecord{Seq: d.Seq, Free: d.Free, Tenant: d.Tenant, Key: []byte(d.Key), Segment: d.Segment,
-			Offset: d.Offset, Size: d.Size, Crc32C: d.CRC32C, HasChecksum: d.HasChecksum, Version: d.Version}
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	go func() { // acknowledgements, until the stream ends
+		defer cancel()
+		for {
+			r, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			if s.m.AckDramRecords(client, r.GetOutbox(), r.GetAckThrough()) != nil {
+				return
+			}
+		}
+	}()
+	// The first answer names this master's outbox at once (a new master:
+	// the appliance beats now); records not acknowledged are sent again.
+	var sent uint64
+	for answered := false; ; answered = true {
+		wait := time.Second
+		if !answered {
+			wait = 0
+		}
+		outbox, reset, rs, err := s.m.NextDramRecords(ctx, client, sent, wait)
+		if err != nil {
+			return toGRPC(err)
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if answered && len(rs) == 0 && !reset {
+			continue
+		}
+		out := &kvtierpb.TakeDramRecordsResponse{Outbox: outbox, Reset_: reset, Records: make([]*kvtierpb.DramRecord, len(rs))}
+		for i, d := range rs {
+			out.Records[i] = &kvtierpb.DramRecord{Seq: d.Seq, Free: d.Free, Tenant: d.Tenant, Key: []byte(d.Key), Segment: d.Segment,
+				Offset: d.Offset, Size: d.Size, Crc32C: d.CRC32C, HasChecksum: d.HasChecksum, Version: d.Version}
+		}
+		if err := stream.Send(out); err != nil {
+			return err
+		}
+		if len(rs) > 0 {
+			sent = rs[len(rs)-1].Seq
+		}
 	}
-	// A lost answer is handed out again: records stay until acknowledged.
-	return stream.Send(out)
 }
 
 func (s *grpcServer) RegisterDramObjects(ctx context.Context, r *kvtierpb.RegisterDramObjectsRequest) (*kvtierpb.BatchResponse, error) {

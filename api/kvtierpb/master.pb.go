@@ -4369,7 +4369,7 @@ type TakeDramRecordsRequest struct {
 	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
 	Outbox        uint64                 `protobuf:"varint,2,opt,name=outbox,proto3" json:"outbox,omitempty"`                           // from the previous response; 0: nothing to acknowledge
 	AckThrough    uint64                 `protobuf:"varint,3,opt,name=ack_through,json=ackThrough,proto3" json:"ack_through,omitempty"` // records of that outbox with seq <= this are applied
-	WaitMs        uint32                 `protobuf:"varint,4,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`             // 0..5000
+	WaitMs        uint32                 `protobuf:"varint,4,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`             // unused (the stream waits as long as it lives)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5222,7 +5222,7 @@ const file_master_proto_rawDesc = "" +
 	"\x18CLIENT_STATE_UNSPECIFIED\x10\x00\x12\b\n" +
 	"\x04LIVE\x10\x01\x12\x10\n" +
 	"\fCLIENT_GRACE\x10\x02\x12\b\n" +
-	"\x04GONE\x10\x032\xba\x11\n" +
+	"\x04GONE\x10\x032\xbc\x11\n" +
 	"\x06Master\x12C\n" +
 	"\bPutStart\x12\x1a.kvtier.v1.PutStartRequest\x1a\x1b.kvtier.v1.PutStartResponse\x121\n" +
 	"\x06PutEnd\x12\x15.kvtier.v1.KeyRequest\x1a\x10.kvtier.v1.Empty\x124\n" +
@@ -5255,8 +5255,8 @@ const file_master_proto_rawDesc = "" +
 	"\bGetTiers\x12\x10.kvtier.v1.Empty\x1a\x18.kvtier.v1.TiersResponse\x12F\n" +
 	"\vUpdateTiers\x12\x1d.kvtier.v1.UpdateTiersRequest\x1a\x18.kvtier.v1.TiersResponse\x123\n" +
 	"\vWatchEvents\x12\x10.kvtier.v1.Empty\x1a\x10.kvtier.v1.Event0\x01\x12Q\n" +
-	"\fTakeRemovals\x12\x1e.kvtier.v1.TakeRemovalsRequest\x1a\x1f.kvtier.v1.TakeRemovalsResponse0\x01\x12Z\n" +
-	"\x0fTakeDramRecords\x12!.kvtier.v1.TakeDramRecordsRequest\x1a\".kvtier.v1.TakeDramRecordsResponse0\x01\x12V\n" +
+	"\fTakeRemovals\x12\x1e.kvtier.v1.TakeRemovalsRequest\x1a\x1f.kvtier.v1.TakeRemovalsResponse0\x01\x12\\\n" +
+	"\x0fTakeDramRecords\x12!.kvtier.v1.TakeDramRecordsRequest\x1a\".kvtier.v1.TakeDramRecordsResponse(\x010\x01\x12V\n" +
 	"\x13RegisterDramObjects\x12%.kvtier.v1.RegisterDramObjectsRequest\x1a\x18.kvtier.v1.BatchResponseB'Z%github.com/kvtier/kvtier/api/kvtierpbb\x06proto3"
 
 var (

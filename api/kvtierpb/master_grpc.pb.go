@@ -111,11 +111,15 @@ type MasterClient interface {
 	// TakeDramRecords hands an appliance what happened to the objects in its
 	// DRAM segments (a put committed there, a replica freed) so it keeps a
 	// directory a new master can be rebuilt from, and takes its
-	// acknowledgement: every record with seq <= ack_through of the outbox
+	// acknowledgements: every record with seq <= ack_through of the outbox
 	// named by outbox. PutEnd answers once the holders acknowledged the
-	// commit; Remove once they acknowledged the free. A long poll like
-	// TakeRemovals.
-	TakeDramRecords(ctx context.Context, in *TakeDramRecordsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TakeDramRecordsResponse], error)
+	// commit; Remove once they acknowledged the free. One long-lived stream
+	// each way per appliance (a put's commit costs one message each way, no
+	// call set-up): the master answers the first request at once (naming its
+	// outbox) and then whenever records are queued; the appliance sends a
+	// request after applying each answer. A new stream gets every record not
+	// yet acknowledged again (applying one twice changes nothing).
+	TakeDramRecords(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[TakeDramRecordsRequest, TakeDramRecordsResponse], error)
 	// RegisterDramObjects reports an appliance's DRAM directory to a master
 	// that did not know the appliance (restarted, or newly elected): each
 	// object becomes readable again at the reported extent. last ends the
@@ -458,24 +462,18 @@ func (c *masterClient) TakeRemovals(ctx context.Context, in *TakeRemovalsRequest
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Master_TakeRemovalsClient = grpc.ServerStreamingClient[TakeRemovalsResponse]
 
-func (c *masterClient) TakeDramRecords(ctx context.Context, in *TakeDramRecordsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TakeDramRecordsResponse], error) {
+func (c *masterClient) TakeDramRecords(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[TakeDramRecordsRequest, TakeDramRecordsResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &Master_ServiceDesc.Streams[3], Master_TakeDramRecords_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
 	x := &grpc.GenericClientStream[TakeDramRecordsRequest, TakeDramRecordsResponse]{ClientStream: stream}
-	if err := x.ClientStream.SendMsg(in); err != nil {
-		return nil, err
-	}
-	if err := x.ClientStream.CloseSend(); err != nil {
-		return nil, err
-	}
 	return x, nil
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Master_TakeDramRecordsClient = grpc.ServerStreamingClient[TakeDramRecordsResponse]
+type Master_TakeDramRecordsClient = grpc.BidiStreamingClient[TakeDramRecordsRequest, TakeDramRecordsResponse]
 
 func (c *masterClient) RegisterDramObjects(ctx context.Context, in *RegisterDramObjectsRequest, opts ...grpc.CallOption) (*BatchResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -539,11 +537,15 @@ type MasterServer interface {
 	// TakeDramRecords hands an appliance what happened to the objects in its
 	// DRAM segments (a put committed there, a replica freed) so it keeps a
 	// directory a new master can be rebuilt from, and takes its
-	// acknowledgement: every record with seq <= ack_through of the outbox
+	// acknowledgements: every record with seq <= ack_through of the outbox
 	// named by outbox. PutEnd answers once the holders acknowledged the
-	// commit; Remove once they acknowledged the free. A long poll like
-	// TakeRemovals.
-	TakeDramRecords(*TakeDramRecordsRequest, grpc.ServerStreamingServer[TakeDramRecordsResponse]) error
+	// commit; Remove once they acknowledged the free. One long-lived stream
+	// each way per appliance (a put's commit costs one message each way, no
+	// call set-up): the master answers the first request at once (naming its
+	// outbox) and then whenever records are queued; the appliance sends a
+	// request after applying each answer. A new stream gets every record not
+	// yet acknowledged again (applying one twice changes nothing).
+	TakeDramRecords(grpc.BidiStreamingServer[TakeDramRecordsRequest, TakeDramRecordsResponse]) error
 	// RegisterDramObjects reports an appliance's DRAM directory to a master
 	// that did not know the appliance (restarted, or newly elected): each
 	// object becomes readable again at the reported extent. last ends the
@@ -649,7 +651,7 @@ func (UnimplementedMasterServer) WatchEvents(*Empty, grpc.ServerStreamingServer[
 func (UnimplementedMasterServer) TakeRemovals(*TakeRemovalsRequest, grpc.ServerStreamingServer[TakeRemovalsResponse]) error {
 	return status.Error(codes.Unimplemented, "method TakeRemovals not implemented")
 }
-func (UnimplementedMasterServer) TakeDramRecords(*TakeDramRecordsRequest, grpc.ServerStreamingServer[TakeDramRecordsResponse]) error {
+func (UnimplementedMasterServer) TakeDramRecords(grpc.BidiStreamingServer[TakeDramRecordsRequest, TakeDramRecordsResponse]) error {
 	return status.Error(codes.Unimplemented, "method TakeDramRecords not implemented")
 }
 func (UnimplementedMasterServer) RegisterDramObjects(context.Context, *RegisterDramObjectsRequest) (*BatchResponse, error) {
@@ -1196,15 +1198,11 @@ func _Master_TakeRemovals_Handler(srv interface{}, stream grpc.ServerStream) err
 type Master_TakeRemovalsServer = grpc.ServerStreamingServer[TakeRemovalsResponse]
 
 func _Master_TakeDramRecords_Handler(srv interface{}, stream grpc.ServerStream) error {
-	m := new(TakeDramRecordsRequest)
-	if err := stream.RecvMsg(m); err != nil {
-		return err
-	}
-	return srv.(MasterServer).TakeDramRecords(m, &grpc.GenericServerStream[TakeDramRecordsRequest, TakeDramRecordsResponse]{ServerStream: stream})
+	return srv.(MasterServer).TakeDramRecords(&grpc.GenericServerStream[TakeDramRecordsRequest, TakeDramRecordsResponse]{ServerStream: stream})
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Master_TakeDramRecordsServer = grpc.ServerStreamingServer[TakeDramRecordsResponse]
+type Master_TakeDramRecordsServer = grpc.BidiStreamingServer[TakeDramRecordsRequest, TakeDramRecordsResponse]
 
 func _Master_RegisterDramObjects_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(RegisterDramObjectsRequest)
@@ -1364,6 +1362,7 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "TakeDramRecords",
 			Handler:       _Master_TakeDramRecords_Handler,
 			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "master.proto",

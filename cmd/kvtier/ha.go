@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -50,6 +51,8 @@ func campaign(f *masterFlags, log *slog.Logger) (*ha.Leadership, error) {
 func registerHAFlags(fs *pflag.FlagSet, f *masterFlags) {
 	fs.DurationVar(&f.etcdTTL, "etcd-session-ttl", ha.DefaultSessionTTL,
 		"HA: etcd session TTL (whole seconds); a dead leader is replaced within about this long, and a leader cut off from etcd stops serving within 2/3 of it")
+	fs.DurationVar(&f.dramSync, "dram-sync-timeout", 2*time.Second,
+		"longest a PutEnd waits for the appliances to record the put in their DRAM directories, which a restarted master or new leader is rebuilt from (negative: never wait; a put acknowledged just before the master dies may then be lost)")
 }
 
 // registerDramDirFlag adds the hidden switch that turns the appliance's

@@ -33,6 +33,7 @@ type masterFlags struct {
 	evictionRatio      float64
 	etcd               []string
 	etcdTTL            time.Duration // ha.go
+	dramSync           time.Duration // ha.go
 	leasePolicy        string
 	frequencyBonus     time.Duration
 	frequencyMaxBonus  time.Duration
@@ -77,7 +78,7 @@ func (f *masterFlags) config() master.Config {
 		LeaseTTL: f.leaseTTL, HighWatermark: f.highWatermark, EvictionRatio: f.evictionRatio,
 		LeasePolicy: f.leasePolicy, FrequencyBonus: f.frequencyBonus, FrequencyMaxBonus: f.frequencyMaxBonus, EvictionHistory: f.evictionHistory, ClientTTL: f.clientTTL, ClientGrace: f.clientGrace,
 		PutDiscardTimeout: f.putDiscard, PutReleaseTimeout: f.putRelease, MaxObjects: f.maxObjects,
-		OffloadMode: f.offload,
+		OffloadMode: f.offload, DramSyncTimeout: f.dramSync,
 	}
 }
 
