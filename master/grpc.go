@@ -508,6 +508,13 @@ func (s *grpcServer) TakeDramRecords(stream grpc.BidiStreamingServer[kvtierpb.Ta
 	}
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
+	go func() { // the master stops: end the stream (the appliance opens a new one)
+		select {
+		case <-s.m.stopped:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	go func() { // acknowledgements, until the stream ends
 		defer cancel()
 		for {

@@ -144,6 +144,10 @@ type Master struct {
 	// objects this master never knew) time the rebuild window (dramdir.go).
 	started   int64
 	restarted atomic.Bool
+	// stopped is closed when Run returns: long-lived streams
+	// (TakeDramRecords) end, so a graceful stop does not wait for them.
+	stopped  chan struct{}
+	stopOnce sync.Once
 
 	ctr    counterSet
 	events eventBus
@@ -178,6 +182,7 @@ func New(cfg Config) (*Master, error) {
 	m.rmq.init()
 	m.dram.init()
 	m.started = m.now().UnixNano()
+	m.stopped = make(chan struct{})
 	pol, err := NewLeasePolicy(cfg.LeasePolicy, cfg.FrequencyBonus, cfg.FrequencyMaxBonus)
 	if err != nil {
 		return nil, err
@@ -196,6 +201,7 @@ func (m *Master) Config() Config { return m.cfg }
 // Run owns the background work: the evictor (every EvictInterval), the
 // timeout reaper and client liveness. It returns when ctx is done.
 func (m *Master) Run(ctx context.Context) {
+	defer m.stopOnce.Do(func() { close(m.stopped) })
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
