@@ -273,3 +273,45 @@ func FuzzAllocatorReserve(f *testing.F) {
 		}
 	})
 }
+
+// TestDramForgetAfterGone: an appliance declared gone lost its replicas
+// (and keys may be removed or put again meanwhile): when it comes back it
+// is told to clear its directory, and its segments wait for its (empty)
+// report before taking puts.
+func TestDramForgetAfterGone(t *testing.T) {
+	m, fc := newTest(t, Config{ClientTTL: time.Second, ClientGrace: time.Second, DramSyncTimeout: -1})
+	seg := Segment{Name: "box/mem0", Endpoint: "box:1", Size: 1 << 20}
+	beat := func() HeartbeatReply {
+		t.Helper()
+		rep, err := m.Heartbeat(ctx, HeartbeatRequest{Client: "box", Endpoint: "box:1", DramDirectory: true, DramObjects: 1, Segments: []Segment{seg}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	if rep := beat(); rep.ForgetDram {
+		t.Fatal("first contact told to forget")
+	}
+	if _, err := m.RegisterDramObjects(ctx, "box", "", nil, true); err != nil {
+		t.Fatal(err)
+	}
+	put(t, m, "w", "k", 100)
+	fc.Advance(3 * time.Second)
+	m.Reap(ctx)
+	if exists(t, m, "k") {
+		t.Fatal("object of a gone appliance still listed")
+	}
+	rep := beat()
+	if rep.Known || !rep.ForgetDram {
+		t.Fatalf("back from gone: known %v, forget %v; want false, true", rep.Known, rep.ForgetDram)
+	}
+	_, err := m.PutStart(ctx, putReq("w", "k2", 100))
+	wantCode(t, err, kverr.UnavailableInCurrentStatus)
+	if _, err := m.RegisterDramObjects(ctx, "box", "", nil, true); err != nil {
+		t.Fatal(err)
+	}
+	put(t, m, "w", "k2", 100)
+	if ok, why := m.Rebuilding(); ok && !m.restarted.Load() {
+		t.Fatalf("still rebuilding after the report: %s", why)
+	}
+}

@@ -122,6 +122,24 @@ func TestRebuildSingleMasterRestart(t *testing.T) {
 		gone = append(gone, k)
 	}
 
+	// A put in flight at the kill: never committed, so not rebuilt, and
+	// its space is free at the restarted master.
+	if _, err := cl.Master().PutStart(ctx, &kvtierpb.PutStartRequest{ClientId: cl.ID(), Key: []byte("rb/in-flight"),
+		Size: 1 << 20, Config: &kvtierpb.PutConfig{ReplicaNum: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	var wantUsed uint64
+	for i := range 400 {
+		k, v := rebuildValue("rb", i)
+		if _, ok := want[k]; ok {
+			n := uint64(1)
+			if i%4 == 0 {
+				n = 2
+			}
+			wantUsed += n * ((uint64(len(v)) + 63) / 64 * 64)
+		}
+	}
+
 	m.kill()
 	m2 := start(t, "master-restarted", args...)
 	t0 := time.Now()
@@ -135,6 +153,20 @@ func TestRebuildSingleMasterRestart(t *testing.T) {
 	})
 	t.Logf("restarted master ready %v after start (rebuilding state seen: %v)", time.Since(t0).Round(time.Millisecond), sawRebuilding)
 	checkAll(t, cl, want, gone)
+	if _, err := getRetrying(ctx, cl, "rb/in-flight", 10*time.Second); !kverr.Is(err, kverr.ObjectNotFound) {
+		t.Fatalf("the put in flight at the kill: %v, want OBJECT_NOT_FOUND", err)
+	}
+	segs, err := cl.Master().ListSegments(ctx, &kvtierpb.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var used uint64
+	for _, s := range segs.GetSegments() {
+		used += s.GetUsed()
+	}
+	if used != wantUsed {
+		t.Fatalf("DRAM in use after the rebuild: %d bytes, want %d (the rebuilt objects' extents only)", used, wantUsed)
+	}
 
 	// New puts fill the space around the rebuilt objects; none may land on them.
 	for i := 1000; i < 1400; i++ {
