@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvtier/kvtier/api/kvtierpb"
 	"github.com/kvtier/kvtier/kverr"
 )
 
@@ -313,5 +314,27 @@ func TestDramForgetAfterGone(t *testing.T) {
 	put(t, m, "w", "k2", 100)
 	if ok, why := m.Rebuilding(); ok && !m.restarted.Load() {
 		t.Fatalf("still rebuilding after the report: %s", why)
+	}
+}
+
+// TestFenceRefusesMutations: a deposed leader answers NOT_LEADER to puts
+// and removals and reports it is not the leader; reads still answer.
+func TestFenceRefusesMutations(t *testing.T) {
+	m, _ := newTest(t, Config{LeaderEpoch: 7})
+	mountMem(t, m, "box", "box/mem0", 1<<20)
+	put(t, m, "w", "k", 100)
+	m.Fence()
+	s := NewGRPCServer(m)
+	_, err := s.PutStart(ctx, &kvtierpb.PutStartRequest{ClientId: "w", Key: []byte("k2"), Size: 10})
+	wantCode(t, kverr.FromGRPC(err), kverr.NotLeader)
+	_, err = s.PutEnd(ctx, &kvtierpb.KeyRequest{ClientId: "w", Key: []byte("k")})
+	wantCode(t, kverr.FromGRPC(err), kverr.NotLeader)
+	_, err = s.Remove(ctx, &kvtierpb.KeyRequest{Key: []byte("k"), Force: true})
+	wantCode(t, kverr.FromGRPC(err), kverr.NotLeader)
+	if st := m.Stats(ctx); st.Leader {
+		t.Fatal("a fenced master reports itself leader")
+	}
+	if !exists(t, m, "k") {
+		t.Fatal("a refused remove removed")
 	}
 }

@@ -99,6 +99,9 @@ func listToPB(l ReplicaList) *kvtierpb.GetReplicaListResponse {
 }
 
 func (s *grpcServer) PutStart(ctx context.Context, r *kvtierpb.PutStartRequest) (*kvtierpb.PutStartResponse, error) {
+	if err := s.m.fenceErr(); err != nil { // deposed: another master may lead
+		return nil, toGRPC(err)
+	}
 	reps, err := s.m.PutStart(ctx, putFromPB(r))
 	if err != nil {
 		return nil, toGRPC(err)
@@ -138,10 +141,16 @@ func (s *grpcServer) Exist(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtier
 }
 
 func (s *grpcServer) Remove(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtierpb.Empty, error) {
+	if err := s.m.fenceErr(); err != nil { // deposed: another master may lead
+		return nil, toGRPC(err)
+	}
 	return &kvtierpb.Empty{}, toGRPC(s.m.Remove(ctx, r.GetTenant(), string(r.GetKey()), r.GetForce()))
 }
 
 func (s *grpcServer) RemoveByRegex(ctx context.Context, r *kvtierpb.RemoveByRegexRequest) (*kvtierpb.CountResponse, error) {
+	if err := s.m.fenceErr(); err != nil { // deposed: another master may lead
+		return nil, toGRPC(err)
+	}
 	n, err := s.m.RemoveByRegex(ctx, r.GetTenant(), r.GetRegex(), r.GetForce())
 	if err != nil {
 		return nil, toGRPC(err)
@@ -150,6 +159,9 @@ func (s *grpcServer) RemoveByRegex(ctx context.Context, r *kvtierpb.RemoveByRege
 }
 
 func (s *grpcServer) RemoveAll(ctx context.Context, r *kvtierpb.RemoveAllRequest) (*kvtierpb.CountResponse, error) {
+	if err := s.m.fenceErr(); err != nil { // deposed: another master may lead
+		return nil, toGRPC(err)
+	}
 	n, err := s.m.RemoveAll(ctx, r.GetTenant(), r.GetForce())
 	if err != nil {
 		return nil, toGRPC(err)
@@ -158,6 +170,9 @@ func (s *grpcServer) RemoveAll(ctx context.Context, r *kvtierpb.RemoveAllRequest
 }
 
 func (s *grpcServer) BatchPutStart(ctx context.Context, r *kvtierpb.BatchPutStartRequest) (*kvtierpb.BatchPutStartResponse, error) {
+	if err := s.m.fenceErr(); err != nil { // deposed: another master may lead
+		return nil, toGRPC(err)
+	}
 	reqs := make([]PutRequest, len(r.GetItems()))
 	for i, it := range r.GetItems() {
 		reqs[i] = putFromPB(it)
@@ -207,6 +222,9 @@ func (s *grpcServer) BatchExist(ctx context.Context, r *kvtierpb.BatchKeysReques
 }
 
 func (s *grpcServer) BatchRemove(ctx context.Context, r *kvtierpb.BatchKeysRequest) (*kvtierpb.BatchResponse, error) {
+	if err := s.m.fenceErr(); err != nil { // deposed: another master may lead
+		return nil, toGRPC(err)
+	}
 	return keyResults(s.m.BatchRemove(ctx, r.GetTenant(), keysOf(r.GetKeys()), r.GetForce())), nil
 }
 
