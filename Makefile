@@ -2,23 +2,60 @@ GO ?= go
 PROTOC ?= protoc
 GOBIN := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: all build run test test-short bench generate tools vet fmt
+# What `kvtier version` and kvtier_build_info report; override: make dist VERSION=v1.2.0
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -X github.com/kvtier/kvtier/internal/buildinfo.Version=$(VERSION) -X github.com/kvtier/kvtier/internal/buildinfo.Commit=$(COMMIT)
+
+.PHONY: all build run dist test test-short bench generate tools vet fmt
 
 all: build
 
 build:
-	$(GO) build -o bin/kvtier ./cmd/kvtier
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/kvtier ./cmd/kvtier
 	@# The C library (and with it the Python package python/kvtier) needs a C
 	@# compiler for cgo; without one the binary is still built.
 	@if command -v $${CC:-gcc} >/dev/null 2>&1; then \
 		echo "$(GO) build -buildmode=c-shared -o bin/libkvtier.so ./capi"; \
-		$(GO) build -buildmode=c-shared -o bin/libkvtier.so ./capi && \
+		$(GO) build -ldflags "$(LDFLAGS)" -buildmode=c-shared -o bin/libkvtier.so ./capi && \
 		rm -f bin/libkvtier.h && cp capi/kvtier_store.h bin/kvtier_store.h; \
 	else echo "no C compiler ($${CC:-gcc}): skipping bin/libkvtier.so"; fi
 
 # One command for a working appliance: master + appliance in one process, web UI on loopback.
+# Flags through ARGS, another verb through CMD: make run ARGS="--dram 1GiB"; make run CMD=doctor ARGS=--json
+CMD ?= standalone
 run: build
-	./bin/kvtier standalone
+	./bin/kvtier $(CMD) $(ARGS)
+
+# A tarball to install on a box: the binary, the C library and Python package
+# when capi/ and python/ exist (the library needs a C compiler), the systemd
+# unit, the example configuration, the Grafana dashboard and firmware-notes/.
+DIST_NAME := kvtier-$(VERSION)-$(shell $(GO) env GOOS)-$(shell $(GO) env GOARCH)
+DIST_DIR := dist/$(DIST_NAME)
+dist:
+	rm -rf $(DIST_DIR) dist/$(DIST_NAME).tar.gz
+	mkdir -p $(DIST_DIR)/bin
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(DIST_DIR)/bin/kvtier ./cmd/kvtier
+	@if [ -d capi ]; then \
+		if command -v $${CC:-gcc} >/dev/null 2>&1; then \
+			mkdir -p $(DIST_DIR)/lib $(DIST_DIR)/include && \
+			$(GO) build -trimpath -ldflags "$(LDFLAGS)" -buildmode=c-shared -o $(DIST_DIR)/lib/libkvtier.so ./capi && \
+			rm -f $(DIST_DIR)/lib/libkvtier.h && cp capi/*.h $(DIST_DIR)/include/; \
+		else echo "no C compiler ($${CC:-gcc}): the tarball has no libkvtier.so"; fi; \
+	fi
+	@if [ -d python ]; then \
+		mkdir -p $(DIST_DIR)/python && \
+		tar -C python --exclude=__pycache__ --exclude='*.pyc' --exclude=build --exclude='*.egg-info' -cf - . | tar -C $(DIST_DIR)/python -xf - && \
+		if [ -f $(DIST_DIR)/lib/libkvtier.so ]; then cp $(DIST_DIR)/lib/libkvtier.so $(DIST_DIR)/python/kvtier/; fi; \
+	fi
+	mkdir -p $(DIST_DIR)/systemd $(DIST_DIR)/grafana
+	cp deploy/systemd/kvtier.service $(DIST_DIR)/systemd/
+	cp deploy/kvtier.example.yaml $(DIST_DIR)/
+	cp deploy/grafana/kvtier.json $(DIST_DIR)/grafana/
+	cp -r firmware-notes $(DIST_DIR)/
+	cp README.md ARCHITECTURE.md $(DIST_DIR)/
+	tar -C dist -czf dist/$(DIST_NAME).tar.gz $(DIST_NAME)
+	@echo "dist/$(DIST_NAME).tar.gz"
 
 # All tests, concurrency under the race detector.
 test:

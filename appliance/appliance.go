@@ -109,6 +109,8 @@ type Appliance struct {
 	offloadBusy atomic.Int64
 	skipped     atomic.Uint64
 	failed      atomic.Uint64
+	failLogAt   atomic.Int64  // unix ns of the last "offload failed" log line
+	failQuiet   atomic.Uint64 // failures not logged since (rate limit)
 
 	nvme        *nvmeExport
 	nofSegments []string
@@ -348,6 +350,11 @@ func (a *Appliance) Close(ctx context.Context) error {
 			case <-time.After(a.cfg.DrainGrace):
 			case <-ctx.Done():
 			}
+		}
+		// Say goodbye before the SSD tier and the listener go: the master
+		// stops handing out this box's replicas now, not after the silence.
+		if e := a.client.Leave(ctx); e != nil {
+			a.log.Warn("could not tell the master this appliance is leaving", "err", e)
 		}
 	}
 	err = errors.Join(err, a.closeSPDK(ctx))

@@ -35,8 +35,14 @@
 // Teardown is set: operators own their SPDK target. Either way the heartbeat
 // carries the exported namespaces' I/O figures to the master (built-in: the
 // target's counters and connected hosts; SPDK: bdev_get_iostat, refreshed
-// every 2 s off the heartbeat path, without hosts), for REST /api/v1/nvme
-// and the web UI.
+// every SPDKConfig.WatchInterval (1 s) off the heartbeat path, without
+// hosts), for REST /api/v1/nvme and the web UI. With SPDK, the same round
+// probes SPDK's liveness: two failed probes in a row, or an SPDK that
+// answers without the export (restarted), unmount the NOF segments (logged
+// at warn; the master publishes the unmount), and when SPDK answers again
+// the plan is re-applied and they are remounted.
+// NVMeHealth says why the export does not serve (a built-in target listener
+// that cannot accept, or SPDK gone), for the appliance's liveness report.
 //
 // Removals: a long poll (TakeRemovals) takes the master's removals of SSD
 // copies, records each batch durably in the SSD tier (ssd.Tier.Remove) and
@@ -68,8 +74,17 @@
 // incarnation holds the name is retried for 10 s, then Start fails.
 //
 // Close drains: it stops taking offload work, unmounts every segment on the
-// master (after DrainGrace, during which reads are still served), stops the
-// engine, seals the SSD tier and unmaps the memory.
+// master (after DrainGrace, during which reads are still served), says
+// goodbye (a leaving heartbeat: the master stops handing out this box's
+// replicas at once rather than after the silence), stops the engine, seals
+// the SSD tier and unmaps the memory.
+//
+// Health: every heartbeat carries what is broken on this box
+// (HeartbeatRequest.unhealthy: a data listener backing off or stopped);
+// the master lists it and /api/v1/ready reports the cluster degraded. A
+// failed offload (disk full, I/O error) is logged at most once every 5 s
+// with its cause and the count of failures not logged, and reported to the
+// master, which lets the object leave DRAM without a disk copy.
 //
 // Importers: cmd/kvtier and tests. The appliance never imports package master.
 package appliance

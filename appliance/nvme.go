@@ -61,6 +61,7 @@ type nvmeExport struct {
 	addr   string
 	nqn    string
 	files  []*namespace.File
+	watch  *spdkWatch // SPDK backend: SPDK's liveness
 }
 
 // startNVMe opens the namespaces, serves them and mounts each as a NOF
@@ -148,6 +149,28 @@ func (a *Appliance) NVMeStats() (target.Stats, bool) {
 		return target.Stats{}, false
 	}
 	return a.nvme.target.Stats(), true
+}
+
+// NVMeHealth returns nil while the NVMe/TCP export serves, else why it
+// does not: a built-in target listener that cannot accept (out of file
+// descriptors) or stopped, or, with the SPDK backend, an SPDK that does not
+// answer its JSON-RPC socket. The appliance's liveness report uses it; nil
+// when not exporting.
+func (a *Appliance) NVMeHealth() error {
+	if a.nvme == nil {
+		return nil
+	}
+	if a.nvme.target != nil {
+		if err := a.nvme.target.Health(); err != nil {
+			return fmt.Errorf("appliance %s: %w", a.cfg.Name, err)
+		}
+	}
+	if w := a.nvme.watch; w != nil {
+		if err := w.health(); err != nil {
+			return fmt.Errorf("appliance %s: %w", a.cfg.Name, err)
+		}
+	}
+	return nil
 }
 
 func (ex *nvmeExport) close() error {

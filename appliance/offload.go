@@ -53,6 +53,14 @@ func (a *Appliance) fillHeartbeat(req *kvtierpb.HeartbeatRequest) {
 	} else if nof {
 		req.Nvme = a.spdkStats.Load() // SPDK mode (nil until the first refresh)
 	}
+	if a.engine != nil {
+		req.Unhealthy = append(req.Unhealthy, a.engine.Health()...)
+	}
+	if err := a.NVMeHealth(); err != nil {
+		// A dead NVMe/TCP listener or a vanished SPDK export: the master
+		// shows the appliance degraded, with this reason.
+		req.Unhealthy = append(req.Unhealthy, "nvme: "+err.Error())
+	}
 	if a.tier == nil {
 		return
 	}
@@ -87,7 +95,7 @@ func (a *Appliance) queueOffload(t *kvtierpb.OffloadTask) {
 		// Full queue: the object keeps its DRAM copy; tell the master
 		// so it releases the pin and may offer it again later.
 		a.skipped.Add(1)
-		go a.done(context.Background(), t, ssd.Location{}, kverr.New(kverr.NoAvailableHandle, string(t.Key), "offload queue full"))
+		go a.report(context.Background(), t, ssd.Location{}, kverr.New(kverr.NoAvailableHandle, string(t.Key), "offload queue full"), true)
 	}
 }
 
@@ -278,28 +286,48 @@ func (a *Appliance) done(ctx context.Context, t *kvtierpb.OffloadTask, loc ssd.L
 		// Held across the report (see stillStored).
 		a.removeMu.RLock()
 		err = a.stillStored(t, loc)
-		refused := a.report(ctx, t, loc, err)
+		refused := a.report(ctx, t, loc, err, false)
 		a.removeMu.RUnlock()
 		if refused {
 			a.dropUnwanted(t.Tenant, string(t.Key))
 		}
 		return
 	}
-	a.report(ctx, t, loc, err)
+	a.report(ctx, t, loc, err, false)
 }
 
-// report sends OffloadDone; refused says the master refused a successful
-// copy as unwanted (OBJECT_NOT_FOUND: the object is gone, or a removal of
-// it is pending).
-func (a *Appliance) report(ctx context.Context, t *kvtierpb.OffloadTask, loc ssd.Location, err error) (refused bool) {
+// offloadLogEvery is the least time between two "offload failed" log lines:
+// a full disk fails every offload, thousands a second.
+const offloadLogEvery = 5 * time.Second
+
+// logOffloadFailure logs a failed offload with its cause, at most once per
+// offloadLogEvery, counting the failures left out in between.
+func (a *Appliance) logOffloadFailure(key string, err error) {
+	now := time.Now().UnixNano()
+	last := a.failLogAt.Load()
+	if now-last < int64(offloadLogEvery) || !a.failLogAt.CompareAndSwap(last, now) {
+		a.failQuiet.Add(1)
+		return
+	}
+	a.log.Warn("offload to SSD failed; the object stays in DRAM and becomes evictable without a disk copy",
+		"key", key, "err", err, "failures_not_logged", a.failQuiet.Swap(0), "failures_total", a.failed.Load())
+}
+
+// report tells the master how an offload task ended. skipped: the task was
+// not attempted (queue full) and may be offered again. refused says the
+// master refused a successful copy as unwanted (OBJECT_NOT_FOUND: the object
+// is gone, or a removal of it is pending).
+func (a *Appliance) report(ctx context.Context, t *kvtierpb.OffloadTask, loc ssd.Location, err error, skipped bool) (refused bool) {
 	req := &kvtierpb.OffloadDoneRequest{ClientId: a.cfg.Name, Tenant: t.Tenant, Key: t.Key, Ok: err == nil,
-		Bucket: loc.Bucket, Offset: loc.Offset, Length: loc.Length}
+		Bucket: loc.Bucket, Offset: loc.Offset, Length: loc.Length, Retry: err != nil && skipped}
 	if err != nil {
-		if !kverr.Is(err, kverr.NoAvailableHandle) {
-			a.failed.Add(1)
-		}
 		req.Error = err.Error()
-		a.log.Debug("offload failed", "key", string(t.Key), "err", err)
+		if skipped {
+			a.log.Debug("offload skipped", "key", string(t.Key), "err", err)
+		} else {
+			a.failed.Add(1)
+			a.logOffloadFailure(string(t.Key), err)
+		}
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()

@@ -7,7 +7,10 @@ package appliance
 // namespace on the master as a NOF segment "<appliance>/spdk<nsid>".
 //
 // The appliance keeps no SPDK connection open: Start dials, applies the plan
-// and hangs up; SPDKIOStat and SPDKTeardown dial again. SPDK's state belongs
+// and hangs up; SPDKIOStat, SPDKTeardown and the liveness watch dial again.
+// The watch (pollSPDKStats) unmounts the NOF segments while SPDK does not
+// answer and re-applies the plan and remounts them when it does again (a
+// restarted spdk_tgt has forgotten the export). SPDK's state belongs
 // to the operator: Close unmounts the NOF segments on the master and leaves
 // SPDK exporting, unless SPDKConfig.Teardown asks for the plan's objects to
 // be removed.
@@ -21,8 +24,10 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
@@ -56,6 +61,10 @@ type SPDKConfig struct {
 	// lvol store, bdevs, controllers). Default false: operators own SPDK.
 	Teardown    bool
 	CallTimeout time.Duration // per RPC without a ctx deadline; 0 = 60 s
+	// WatchInterval is how often SPDK's liveness is probed (and its
+	// figures refreshed); 0 = 1 s. Two failed probes in a row unmount the
+	// NOF segments until SPDK answers again (see pollSPDKStats).
+	WatchInterval time.Duration
 }
 
 var bdevUnsafe = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
@@ -117,6 +126,9 @@ func spdkPlan(name string, cfg NVMeConfig) (spdk.Plan, string, error) {
 		}
 		p.AioFiles = append(p.AioFiles, spdk.AioSpec{Name: SPDKAioBdevName(name, i), Filename: abs, BlockSize: 4096})
 	}
+	if cfg.SPDK.WatchInterval < 0 {
+		return spdk.Plan{}, "", bad("negative SPDK watch interval %v", cfg.SPDK.WatchInterval)
+	}
 	if err := (spdk.Config{Socket: cfg.SPDK.Socket}).Validate(); err != nil {
 		return spdk.Plan{}, "", err
 	}
@@ -161,37 +173,13 @@ func (a *Appliance) startSPDK(ctx context.Context, cfg NVMeConfig) error {
 		return fmt.Errorf("appliance: SPDK JSON-RPC socket %s (is nvmf_tgt/spdk_tgt running?): %w", sock, err)
 	}
 	a.log.Info("spdk connected", "socket", sock, "version", v.Version)
-	nss, err := spdk.NewManager(c).Apply(ctx, plan)
+	mounted, err := a.applySPDKPlan(ctx)
 	if err != nil {
-		return fmt.Errorf("appliance: SPDK at %s refused the export plan %s: %w", sock, plan.String(), err)
+		return err
 	}
-	a.nvme = &nvmeExport{addr: targetAddr, nqn: plan.Subsystem.NQN}
-	var mounted []string
-	for _, ns := range nss {
-		seg := &kvtierpb.Segment{
-			Name: fmt.Sprintf("%s/spdk%d", a.cfg.Name, ns.NSID), Type: kvtierpb.ReplicaType_NOF,
-			Nqn: plan.Subsystem.NQN, Nsid: ns.NSID, TargetAddr: targetAddr,
-			BlockSize: ns.BlockSize, Size: ns.Size,
-		}
-		if err := a.client.MountSegment(ctx, seg); err != nil {
-			err = fmt.Errorf("appliance: mount NOF segment %s (SPDK bdev %s): %w", seg.Name, ns.PlanName, err)
-			// MountSegment records the segment for heartbeats even when the
-			// RPC fails: withdraw it (the master may answer that it is not
-			// ours, or not mounted) and the ones mounted before it.
-			_ = a.client.UnmountSegment(ctx, seg.Name, 0)
-			for _, name := range mounted {
-				if e := a.client.UnmountSegment(ctx, name, 0); e != nil && !kverr.Is(e, kverr.SegmentNotFound) {
-					err = errors.Join(err, fmt.Errorf("unmount %s: %w", name, e))
-				}
-			}
-			return err
-		}
-		mounted = append(mounted, seg.Name)
-		a.log.Info("spdk namespace", "segment", seg.Name, "bdev", ns.PlanName, "nsid", ns.NSID,
-			"size", ns.Size, "block_size", ns.BlockSize)
-	}
+	a.nvme = &nvmeExport{addr: targetAddr, nqn: plan.Subsystem.NQN, watch: &spdkWatch{mounted: mounted}}
 	a.nofSegments = append(a.nofSegments, mounted...)
-	a.log.Info("nvme/tcp export via spdk", "addr", targetAddr, "nqn", plan.Subsystem.NQN, "namespaces", len(nss))
+	a.log.Info("nvme/tcp export via spdk", "addr", targetAddr, "nqn", plan.Subsystem.NQN, "namespaces", len(mounted))
 	if a.log.Enabled(ctx, slog.LevelDebug) {
 		a.logSPDKIOStat(ctx, c, plan.Subsystem.NQN)
 	}
@@ -271,27 +259,226 @@ func (a *Appliance) spdkIOStat(ctx context.Context, c *spdk.Client, nqn string) 
 	return out, nil
 }
 
-// spdkStatsInterval is how often the SPDK figures shown by the master (REST
-// /api/v1/nvme, web UI) are refreshed; spdkStatsTimeout bounds one refresh,
-// so a stuck SPDK socket never delays a heartbeat (the heartbeat only reads
-// the latest snapshot).
+// spdkStatsTimeout bounds one refresh of the SPDK figures shown by the
+// master (REST /api/v1/nvme, web UI) and one liveness probe, so a stuck SPDK
+// socket never delays a heartbeat (the heartbeat only reads the latest
+// snapshot). spdkDownAfter probes in a row must fail before SPDK counts as
+// gone, so one slow answer under load does not unmount anything.
 const (
-	spdkStatsInterval = 2 * time.Second
-	spdkStatsTimeout  = 2 * time.Second
+	spdkStatsTimeout = 2 * time.Second
+	spdkDownAfter    = 2
 )
 
-// pollSPDKStats refreshes the SPDK figures until ctx ends.
+// spdkWatch is what the SPDK backend knows of SPDK's liveness. The watch
+// goroutine (pollSPDKStats) alone changes it; NVMeHealth reads it.
+type spdkWatch struct {
+	mu       sync.Mutex // guards the fields below
+	down     error      // why SPDK counts as gone; nil while it answers
+	since    time.Time  // when it went
+	failures int        // probes failed in a row
+	mounted  []string   // NOF segments mounted now
+}
+
+func (w *spdkWatch) health() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.down == nil {
+		return nil
+	}
+	return fmt.Errorf("SPDK export unavailable since %s (NOF segments unmounted): %w", w.since.UTC().Format(time.RFC3339), w.down)
+}
+
+// pollSPDKStats watches SPDK until ctx ends: every SPDKConfig.WatchInterval
+// it probes SPDK's JSON-RPC socket (spdk_get_version, then the export's
+// subsystem and namespaces). After spdkDownAfter failed probes, or at once
+// when SPDK answers without the export (it restarted between two probes),
+// the NOF segments are unmounted on the master (grace 0: their
+// replicas are no longer handed out, and the master publishes a segment
+// event for each) and a warning is logged; when SPDK answers again (a
+// restarted spdk_tgt has forgotten the export) the plan is applied again
+// and the segments are remounted. While SPDK answers, the figures for the
+// heartbeat are refreshed.
 func (a *Appliance) pollSPDKStats(ctx context.Context) {
-	t := time.NewTicker(spdkStatsInterval)
+	t := time.NewTicker(a.cfg.NVMe.SPDK.watchInterval())
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			a.refreshSPDKStats(ctx)
+			a.checkSPDK(ctx)
 		}
 	}
+}
+
+func (c SPDKConfig) watchInterval() time.Duration {
+	if c.WatchInterval > 0 {
+		return c.WatchInterval
+	}
+	return time.Second
+}
+
+// checkSPDK is one round of the watch.
+func (a *Appliance) checkSPDK(ctx context.Context) {
+	w := a.nvme.watch
+	pctx, cancel := context.WithTimeout(ctx, spdkStatsTimeout)
+	lost, err := a.probeSPDK(pctx)
+	cancel()
+	if ctx.Err() != nil {
+		return
+	}
+	w.mu.Lock()
+	wasDown := w.down != nil
+	if err != nil {
+		w.failures++
+	} else {
+		w.failures = 0
+	}
+	failures := w.failures
+	w.mu.Unlock()
+	switch {
+	case err != nil && !wasDown && failures >= spdkDownAfter:
+		a.spdkGone(ctx, err)
+	case err != nil:
+		a.log.Debug("spdk probe failed", "err", err, "in_a_row", failures)
+	case wasDown:
+		a.spdkBack(ctx)
+	case lost != nil:
+		// SPDK restarted between two probes: it answers, but without
+		// the export. What the NOF segments held is gone with it.
+		a.spdkGone(ctx, lost)
+		a.spdkBack(ctx)
+	default:
+		a.refreshSPDKStats(ctx)
+	}
+}
+
+// probeSPDK dials SPDK's socket, asks for its version (err: SPDK does not
+// answer) and checks that the export is still there (lost: SPDK answers
+// but the subsystem or one of its namespaces is missing, as after a
+// restart).
+func (a *Appliance) probeSPDK(ctx context.Context) (lost, err error) {
+	c, err := newSPDKClient(a.cfg.NVMe.SPDK)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	if _, err := c.SpdkGetVersion(ctx); err != nil {
+		return nil, err
+	}
+	w := a.nvme.watch
+	w.mu.Lock()
+	want := len(w.mounted)
+	down := w.down != nil
+	w.mu.Unlock()
+	if down {
+		return nil, nil // spdkBack re-applies the plan anyway
+	}
+	nss, err := spdk.NewManager(c).Namespaces(ctx, a.nvme.nqn)
+	var rpcErr *spdk.RPCError
+	if errors.As(err, &rpcErr) {
+		return fmt.Errorf("SPDK answers but the export %s is gone (restarted?): %w", a.nvme.nqn, err), nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(nss) != want {
+		return fmt.Errorf("SPDK exports %d namespaces of %s, %d are mounted (restarted?)", len(nss), a.nvme.nqn, want), nil
+	}
+	return nil, nil
+}
+
+// spdkGone unmounts the NOF segments: nothing on them can be read or
+// written while SPDK is gone, so the master must stop placing and handing
+// out NOF replicas there.
+func (a *Appliance) spdkGone(ctx context.Context, cause error) {
+	w := a.nvme.watch
+	w.mu.Lock()
+	w.down, w.since = cause, time.Now()
+	segs := w.mounted
+	w.mounted = nil
+	w.mu.Unlock()
+	a.spdkStats.Store(nil)
+	a.log.Warn("spdk export unavailable (SPDK not answering, or restarted without it): unmounting its NOF segments until it is back",
+		"socket", spdkSocket(a.cfg.NVMe.SPDK), "segments", segs, "err", cause)
+	for _, name := range segs {
+		if err := a.client.UnmountSegment(ctx, name, 0); err != nil && !kverr.Is(err, kverr.SegmentNotFound) {
+			// The segment is no longer announced by heartbeats either, so
+			// the master drops it when this node's heartbeat shows it gone.
+			a.log.Warn("unmount NOF segment while spdk is gone", "segment", name, "err", err)
+		}
+	}
+}
+
+// spdkBack applies the plan to an SPDK that answers again and remounts the
+// NOF segments; on failure SPDK stays "gone" and the next round retries.
+func (a *Appliance) spdkBack(ctx context.Context) {
+	w := a.nvme.watch
+	mounted, err := a.applySPDKPlan(ctx)
+	if err != nil {
+		w.mu.Lock()
+		w.down = err
+		w.mu.Unlock()
+		a.log.Warn("spdk answers again but the export could not be restored; retrying", "err", err)
+		return
+	}
+	if a.closed.Load() {
+		// Close began while we mounted: take them back (Close may have
+		// unmounted before our mount landed).
+		for _, name := range mounted {
+			_ = a.client.UnmountSegment(ctx, name, 0)
+		}
+		return
+	}
+	w.mu.Lock()
+	w.down, w.failures, w.mounted = nil, 0, mounted
+	w.mu.Unlock()
+	a.log.Warn("spdk is back: export re-applied and NOF segments remounted", "segments", mounted)
+	a.refreshSPDKStats(ctx)
+}
+
+// applySPDKPlan applies the export plan through a new connection and mounts
+// every exported namespace; on a mount failure it unmounts what it mounted.
+func (a *Appliance) applySPDKPlan(ctx context.Context) ([]string, error) {
+	cfg := a.cfg.NVMe
+	plan, targetAddr, err := spdkPlan(a.cfg.Name, cfg)
+	if err != nil {
+		return nil, err
+	}
+	c, err := newSPDKClient(cfg.SPDK)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	nss, err := spdk.NewManager(c).Apply(ctx, plan)
+	if err != nil {
+		return nil, fmt.Errorf("appliance: SPDK at %s refused the export plan %s: %w", spdkSocket(cfg.SPDK), plan.String(), err)
+	}
+	var mounted []string
+	for _, ns := range nss {
+		seg := &kvtierpb.Segment{
+			Name: fmt.Sprintf("%s/spdk%d", a.cfg.Name, ns.NSID), Type: kvtierpb.ReplicaType_NOF,
+			Nqn: plan.Subsystem.NQN, Nsid: ns.NSID, TargetAddr: targetAddr,
+			BlockSize: ns.BlockSize, Size: ns.Size,
+		}
+		if err := a.client.MountSegment(ctx, seg); err != nil {
+			err = fmt.Errorf("appliance: mount NOF segment %s (SPDK bdev %s): %w", seg.Name, ns.PlanName, err)
+			// MountSegment records the segment for heartbeats even when the
+			// RPC fails: withdraw it (the master may answer that it is not
+			// ours, or not mounted) and the ones mounted before it.
+			_ = a.client.UnmountSegment(ctx, seg.Name, 0)
+			for _, name := range mounted {
+				if e := a.client.UnmountSegment(ctx, name, 0); e != nil && !kverr.Is(e, kverr.SegmentNotFound) {
+					err = errors.Join(err, fmt.Errorf("unmount %s: %w", name, e))
+				}
+			}
+			return nil, err
+		}
+		mounted = append(mounted, seg.Name)
+		a.log.Info("spdk namespace", "segment", seg.Name, "bdev", ns.PlanName, "nsid", ns.NSID,
+			"size", ns.Size, "block_size", ns.BlockSize)
+	}
+	return mounted, nil
 }
 
 // refreshSPDKStats asks SPDK for the exported namespaces' I/O counters and
@@ -373,11 +560,27 @@ func (a *Appliance) SPDKTeardown(ctx context.Context) error {
 
 // closeSPDK is Close's SPDK step, after the NOF segments are unmounted:
 // SPDK state is removed only when SPDKConfig.Teardown asks for it.
+// It also unmounts NOF segments that a restarted SPDK exported under NSIDs
+// that the first start did not have (Close unmounted the first start's).
 func (a *Appliance) closeSPDK(ctx context.Context) error {
-	if a.cfg.NVMe.Backend != BackendSPDK || !a.cfg.NVMe.SPDK.Teardown || a.nvme == nil {
+	if a.cfg.NVMe.Backend != BackendSPDK || a.nvme == nil {
 		return nil
 	}
-	return a.SPDKTeardown(ctx)
+	var err error
+	if w := a.nvme.watch; w != nil {
+		w.mu.Lock()
+		extra := slices.DeleteFunc(slices.Clone(w.mounted), func(n string) bool { return slices.Contains(a.nofSegments, n) })
+		w.mu.Unlock()
+		for _, name := range extra {
+			if e := a.client.UnmountSegment(ctx, name, 0); e != nil && !kverr.Is(e, kverr.SegmentNotFound) {
+				err = errors.Join(err, fmt.Errorf("unmount %s: %w", name, e))
+			}
+		}
+	}
+	if !a.cfg.NVMe.SPDK.Teardown {
+		return err
+	}
+	return errors.Join(err, a.SPDKTeardown(ctx))
 }
 
 // Flag syntax for the SPDK plan (cmd/kvtier parses flags with these; sizes

@@ -154,41 +154,162 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte, o
 // falls back to its other replicas on its own.
 func (c *Client) BatchGet(ctx context.Context, keys []string) ([][]byte, []error) {
 	vals := make([][]byte, len(keys))
-	errs := make([]error, len(keys))
-	if len(keys) == 0 {
-		return vals, errs
+	_, errs := c.batchGet(ctx, keys, func(i int, size uint64) ([]byte, error) {
+		vals[i] = make([]byte, size)
+		return vals[i], nil
+	})
+	for i := range vals {
+		if errs[i] != nil {
+			vals[i] = nil
+		}
 	}
-	rctx, cancel := c.rpcCtx(ctx)
-	resp, err := c.master.BatchGetReplicaList(rctx, &kvtierpb.BatchKeysRequest{ClientId: c.cfg.ClientID, Tenant: c.cfg.Tenant, Keys: c.keyBytes(keys)})
-	cancel()
-	if err != nil {
-		return vals, fill(errs, kverr.FromGRPC(err))
+	return vals, errs
+}
+
+// BatchGetInto is BatchGet into the caller's buffers (Mooncake's
+// batch_get_into): bufs[i] receives keys[i] and must hold the whole object;
+// it returns each object's size. Nothing is allocated per key, so a caller
+// that reuses its buffers moves small objects at the transfer's speed.
+func (c *Client) BatchGetInto(ctx context.Context, keys []string, bufs [][]byte) ([]int, []error) {
+	if len(bufs) != len(keys) {
+		errs := fill(make([]error, len(keys)), kverr.New(kverr.InvalidParams, "", "%d keys but %d buffers", len(keys), len(bufs)))
+		return make([]int, len(keys)), errs
 	}
-	if len(resp.Results) != len(keys) {
-		return vals, fill(errs, kverr.New(kverr.RPCFail, "", "master answered %d results for %d keys", len(resp.Results), len(keys)))
+	return c.batchGet(ctx, keys, func(i int, size uint64) ([]byte, error) {
+		if uint64(len(bufs[i])) < size {
+			return nil, kverr.New(kverr.InvalidParams, keys[i], "buffer of %d bytes is smaller than the object (%d bytes)", len(bufs[i]), size)
+		}
+		return bufs[i][:size], nil
+	})
+}
+
+// batchGet reads every key into dst(i, size) with the single-key Get's
+// rules, for all keys at once: a key whose read lease is cached
+// (Config.LeaseCacheKeys) is read without asking the master; a key read
+// before (Config.ReplicaHints) is read speculatively from the replica its
+// previous answer named while one BatchGetReplicaList asks the master about
+// every key not served from the cache, and kept only when the answer names
+// that same replica and the bytes pass its CRC32C; every other key is read
+// from the answer's first-choice replica in a second transfer batch. All
+// reads of one round go in one transfer batch (batch frames over TCP). A
+// key whose cached or first-choice read fails goes through the single-key
+// path alone (fresh answer, every replica in order).
+func (c *Client) batchGet(ctx context.Context, keys []string, dst func(i int, size uint64) ([]byte, error)) ([]int, []error) {
+	n := len(keys)
+	sizes := make([]int, n)
+	errs := make([]error, n)
+	if n == 0 {
+		return sizes, errs
 	}
-	lists := make([]*ReplicaList, len(keys))
-	sums := make([]uint32, len(keys))
+	lists := make([]*ReplicaList, n) // the list the bytes are read by
+	bufs := make([][]byte, n)
+	sums := make([]uint32, n)
+	spec := make([]*kvtierpb.Replica, n) // speculative read's replica (a hint)
 	var reqs []transfer.Request
 	var owner []int
-	for i, r := range resp.Results {
-		if e := resultErr(keys[i], r.Code, r.Message); e != nil {
-			errs[i] = e
+	var ask []int // keys to ask the master about
+	for i, k := range keys {
+		if rl := c.leases.get(k); rl != nil {
+			if r := c.firstChoice(rl); r != nil {
+				if b, err := dst(i, rl.Size); err == nil {
+					lists[i], bufs[i] = rl, b
+					reqs, owner = append(reqs, readReq(r, b, rl.HasChecksum, &sums[i])), append(owner, i)
+					continue
+				}
+			}
+			c.leases.drop(k)
+		}
+		ask = append(ask, i)
+		if h := c.hints.get(k); h != nil && h.HasChecksum {
+			if r := c.firstChoice(h); r != nil {
+				if b, err := dst(i, h.Size); err == nil {
+					lists[i], bufs[i], spec[i] = h, b, r
+					reqs, owner = append(reqs, readReq(r, b, true, &sums[i])), append(owner, i)
+				}
+			}
+		}
+	}
+	var first *transfer.Batch
+	if len(reqs) > 0 {
+		first = c.engine.Submit(ctx, reqs)
+	}
+	// Meanwhile, ask the master about every key not served from the cache.
+	var resp *kvtierpb.BatchGetReplicaListResponse
+	var qerr error
+	if len(ask) > 0 {
+		akeys := make([]string, len(ask))
+		for j, i := range ask {
+			akeys[j] = keys[i]
+		}
+		rctx, cancel := c.rpcCtx(ctx)
+		resp, qerr = c.master.BatchGetReplicaList(rctx, &kvtierpb.BatchKeysRequest{ClientId: c.cfg.ClientID, Tenant: c.cfg.Tenant, Keys: c.keyBytes(akeys)})
+		cancel()
+		switch {
+		case qerr != nil:
+			qerr = kverr.FromGRPC(qerr)
+		case len(resp.Results) != len(ask):
+			qerr = kverr.New(kverr.RPCFail, "", "master answered %d results for %d keys", len(resp.Results), len(ask))
+		}
+	}
+	readOK := make([]bool, n) // the first round's read of i succeeded
+	if first != nil {
+		for j, e := range first.Wait() {
+			readOK[owner[j]] = e == nil
+		}
+	}
+	var retry []int // cached reads that failed: the single-key path
+	for _, i := range owner {
+		if spec[i] != nil {
 			continue
 		}
-		lists[i] = replicaList(r.Value)
-		vals[i] = make([]byte, lists[i].Size)
-		best := c.ordered(lists[i].Replicas)
-		if len(best) > 0 && (best[0].Type == kvtierpb.ReplicaType_MEMORY || best[0].Type == kvtierpb.ReplicaType_LOCAL_DISK) && best[0].Length == lists[i].Size {
-			b := best[0]
-			req := transfer.Request{Op: transfer.Read, Endpoint: b.Endpoint, Segment: b.Segment, Bucket: b.Bucket, Offset: b.Offset, Buf: vals[i]}
-			if lists[i].HasChecksum {
-				req.Sum = &sums[i] // computed while the bytes arrive
+		rl := lists[i]
+		if readOK[i] && (!rl.HasChecksum || sums[i] == rl.CRC32C) && time.Now().Before(rl.LeaseDeadline) {
+			c.noteCachedRead(keys[i])
+			sizes[i] = len(bufs[i])
+			continue
+		}
+		c.leases.drop(keys[i])
+		retry = append(retry, i)
+	}
+	reqs, owner = reqs[:0], owner[:0]
+	for j, i := range ask {
+		k := keys[i]
+		if qerr != nil {
+			errs[i] = qerr
+			continue
+		}
+		r := resp.Results[j]
+		if e := resultErr(k, r.Code, r.Message); e != nil {
+			errs[i] = e
+			c.hints.drop(k)
+			continue
+		}
+		rl := replicaList(r.Value)
+		if h := spec[i]; h != nil {
+			if readOK[i] && rl.HasChecksum && rl.CRC32C == sums[i] && rl.Size == lists[i].Size && listsReplica(rl, h) {
+				c.hintHits.Add(1)
+				if time.Now().After(rl.LeaseDeadline) {
+					errs[i] = kverr.New(kverr.LeaseExpired, k, "read lease ended during the transfer; query again")
+					continue
+				}
+				c.leases.put(k, rl)
+				c.hints.put(k, rl)
+				sizes[i] = len(bufs[i])
+				continue
 			}
-			reqs = append(reqs, req)
-			owner = append(owner, i)
-		} else {
-			errs[i] = c.read(ctx, keys[i], lists[i], vals[i])
+			c.hintMisses.Add(1)
+		}
+		lists[i] = rl
+		b, err := dst(i, rl.Size)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		bufs[i] = b
+		if best := c.firstChoice(rl); best != nil {
+			reqs, owner = append(reqs, readReq(best, b, rl.HasChecksum, &sums[i])), append(owner, i)
+		} else if errs[i] = c.read(ctx, k, rl, b); errs[i] == nil {
+			sizes[i] = len(b)
 		}
 	}
 	if len(reqs) > 0 {
@@ -201,20 +322,56 @@ func (c *Client) BatchGet(ctx context.Context, keys []string) ([][]byte, []error
 			if e != nil {
 				// Fall back through every replica, the failed one included
 				// last-resort, with the single-key path.
-				errs[i] = c.read(ctx, keys[i], l, vals[i])
+				c.hints.drop(keys[i])
+				if errs[i] = c.read(ctx, keys[i], l, bufs[i]); errs[i] == nil {
+					sizes[i] = len(bufs[i])
+				}
 				continue
 			}
 			if time.Now().After(l.LeaseDeadline) {
 				errs[i] = kverr.New(kverr.LeaseExpired, keys[i], "read lease ended during the transfer; query again")
+				continue
 			}
+			c.leases.put(keys[i], l)
+			c.hints.put(keys[i], l)
+			sizes[i] = len(bufs[i])
 		}
 	}
-	for i := range vals {
-		if errs[i] != nil {
-			vals[i] = nil
+	for _, i := range retry {
+		sizes[i], errs[i] = c.get(ctx, keys[i], func(size uint64) ([]byte, error) { return dst(i, size) })
+	}
+	return sizes, errs
+}
+
+// firstChoice is rl's first-choice replica when the transfer engine reads
+// it whole (MEMORY or LOCAL_DISK of the object's size), else nil.
+func (c *Client) firstChoice(rl *ReplicaList) *kvtierpb.Replica {
+	best := c.ordered(rl.Replicas)
+	if len(best) > 0 && (best[0].Type == kvtierpb.ReplicaType_MEMORY || best[0].Type == kvtierpb.ReplicaType_LOCAL_DISK) && best[0].Length == rl.Size {
+		return best[0]
+	}
+	return nil
+}
+
+// readReq reads replica r into b, checksummed as the bytes arrive when sum.
+func readReq(r *kvtierpb.Replica, b []byte, sum bool, crc *uint32) transfer.Request {
+	req := transfer.Request{Op: transfer.Read, Endpoint: r.Endpoint, Segment: r.Segment, Bucket: r.Bucket, Offset: r.Offset, Buf: b}
+	if sum {
+		req.Sum = crc
+	}
+	return req
+}
+
+// listsReplica reports whether rl lists replica r (same type, segment,
+// endpoint, offset, length and bucket).
+func listsReplica(rl *ReplicaList, r *kvtierpb.Replica) bool {
+	for _, x := range rl.Replicas {
+		if x.Type == r.Type && x.Segment == r.Segment && x.Endpoint == r.Endpoint &&
+			x.Offset == r.Offset && x.Length == r.Length && x.Bucket == r.Bucket {
+			return true
 		}
 	}
-	return vals, errs
+	return false
 }
 
 // BatchExist reports for every key whether it is stored. It never extends a

@@ -41,6 +41,11 @@ type Config struct {
 	HeartbeatInterval time.Duration // default 1s
 	RPCTimeout        time.Duration // per master call; default 10s
 
+	// OneShot is a caller that lives for one command (the CLI verbs): it
+	// never heartbeats, so the master never lists it as a node, and its
+	// exit raises no grace or gone events. It cannot serve segments.
+	OneShot bool
+
 	// GlobalSegmentSize > 0 maps that much memory and mounts it as MEMORY
 	// segments of SegmentSize each (default: one segment).
 	GlobalSegmentSize uint64
@@ -116,6 +121,9 @@ func (c *Config) Validate() error {
 			return kverr.New(kverr.InvalidParams, "", "client: master address %q: %v", a, err)
 		}
 	}
+	if c.OneShot && c.GlobalSegmentSize > 0 {
+		return kverr.New(kverr.InvalidParams, "", "client: a one-shot client cannot serve a global segment (it never heartbeats)")
+	}
 	if c.HeartbeatInterval < 0 || c.RPCTimeout < 0 || c.LeaseCacheMargin < 0 {
 		return kverr.New(kverr.InvalidParams, "", "client: negative interval")
 	}
@@ -190,6 +198,8 @@ type Client struct {
 	stop     context.CancelFunc
 	done     chan struct{}
 	closeOne sync.Once
+	stopOne  sync.Once
+	left     atomic.Bool // Leave ran
 }
 
 // New connects to the master, maps and mounts this client's own memory when
@@ -228,6 +238,9 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if err := c.setup(ctx); err != nil {
 		c.release()
 		return nil, err
+	}
+	if cfg.OneShot {
+		return c, nil
 	}
 	hbCtx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
@@ -419,7 +432,8 @@ func (c *Client) heartbeatLoop(ctx context.Context) {
 func (c *Client) Heartbeat(ctx context.Context) {
 	c.mu.Lock()
 	req := &kvtierpb.HeartbeatRequest{ClientId: c.cfg.ClientID, Endpoint: c.endpoint,
-		Incarnation: c.cfg.Incarnation, DiskId: c.cfg.DiskID}
+		Incarnation: c.cfg.Incarnation, DiskId: c.cfg.DiskID,
+		HeartbeatIntervalMs: uint32(min(c.cfg.HeartbeatInterval.Milliseconds(), math.MaxUint32))}
 	for _, s := range c.segments {
 		req.Segments = append(req.Segments, s)
 	}
@@ -442,16 +456,43 @@ func (c *Client) Heartbeat(ctx context.Context) {
 	}
 }
 
-// Close stops heartbeating, unmounts this client's own segments and releases
+// stopHeartbeats ends the heartbeat goroutine and waits for it (once).
+func (c *Client) stopHeartbeats() {
+	c.stopOne.Do(func() {
+		if c.stop != nil {
+			c.stop()
+			<-c.done
+		}
+	})
+}
+
+// Leave stops heartbeating and sends one last beat saying this node is
+// shutting down, so the master stops handing out its replicas at once
+// rather than after the silence. The master keeps them (a restart under
+// the same name serves them again). Close still has to be called.
+func (c *Client) Leave(ctx context.Context) error {
+	if c.cfg.OneShot || c.left.Swap(true) {
+		return nil
+	}
+	c.stopHeartbeats()
+	// The incarnation keeps a refused duplicate's goodbye from marking the
+	// live holder of the name as gone (the master admits it like any beat).
+	req := &kvtierpb.HeartbeatRequest{ClientId: c.cfg.ClientID, Endpoint: c.endpoint, Leaving: true,
+		Incarnation: c.cfg.Incarnation, DiskId: c.cfg.DiskID,
+		HeartbeatIntervalMs: uint32(min(c.cfg.HeartbeatInterval.Milliseconds(), math.MaxUint32))}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout)
+	defer cancel()
+	_, err := c.master.Heartbeat(ctx, req)
+	return kverr.FromGRPC(err)
+}
+
+// Close stops heartbeating, says goodbye (Leave), unmounts this client's own segments and releases
 // its memory. It does not unmount segments added by an embedding appliance
 // unless they were mounted through ServeSegment.
 func (c *Client) Close() error {
 	var err error
 	c.closeOne.Do(func() {
-		if c.stop != nil {
-			c.stop()
-			<-c.done
-		}
+		c.stopHeartbeats()
 		if c.region != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RPCTimeout)
 			c.mu.Lock()
@@ -467,6 +508,11 @@ func (c *Client) Close() error {
 			}
 			cancel()
 		}
+		// Goodbye: a pure caller leaves no row behind, a storage node is
+		// suspect at once instead of after the silence. Best effort.
+		lctx, lcancel := context.WithTimeout(context.Background(), min(c.cfg.RPCTimeout, time.Second))
+		_ = c.Leave(lctx)
+		lcancel()
 		err = errors.Join(err, c.release())
 	})
 	return err

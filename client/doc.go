@@ -44,10 +44,30 @@
 // is of no use to a replica in this process: the local copy runs before the
 // master call, not beside it.
 //
+// Batch calls (BatchPut, BatchGet, BatchGetInto, BatchExist, BatchRemove)
+// are batched end to end: one master call for all keys (BatchPut: one
+// BatchPutStart, one BatchPutEnd for the keys whose replicas were all
+// written, one BatchPutRevoke for the rest), and every replica read or
+// write of the call in one transfer batch, which travels over TCP as a few
+// batch frames per appliance (internal/transfer "Batch frames") instead of
+// a request and a response per key. Batch gets keep the single-key Get's
+// lease cache and replica hints. Results are per key, in input order; a
+// key fails alone (its checksum, its replica, its revoke), never because a
+// neighbour in the batch did.
+//
 // A client may also be a storage node: with GlobalSegmentSize > 0 it maps that
 // much memory and mounts it as MEMORY segments others may be allocated into;
 // with LocalBufferSize > 0 it keeps a registered staging buffer. Either way it
-// heartbeats the master and re-announces its segments on every beat.
+// heartbeats the master and re-announces its segments on every beat; each
+// beat carries the heartbeat period, so the master suspects a node silent
+// for 2.5 periods. Leave sends a last beat saying the node shuts down.
+//
+// A one-shot caller (Config.OneShot: the CLI verbs) never heartbeats, so
+// the master never lists it as a node and its exit raises no events.
+//
+// OpenReader reads one object in ranges (ObjectReader.ReadAt), for callers
+// that stream a large object (the REST API) and must not hold it whole; the
+// caller verifies the CRC32C over the ranges it read.
 //
 // # Performance
 //

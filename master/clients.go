@@ -3,7 +3,9 @@ package master
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +20,9 @@ type client struct {
 	endpoint atomic.Pointer[string]
 	hasSSD   atomic.Bool  // reported an SSD tier with capacity > 0
 	state    atomic.Int32 // ClientState
+	interval atomic.Int64 // reported beat period in ns (0: unknown)
+	storage  atomic.Bool  // has mounted a segment or reported an SSD tier
+
 	// awaitDram: the master waits for this node's DRAM directory report
 	// (dramdir.go); awaitSince (guarded by mu) is when it started.
 	awaitDram  atomic.Bool
@@ -31,6 +36,33 @@ type client struct {
 	segments map[string]struct{} // guarded by mu
 	drained  map[string]struct{} // guarded by mu: names heartbeats must not remount
 	ident    Identity            // guarded by mu: the incarnation holding the name (identity.go)
+	health   clientHealth        // guarded by mu: what its last beat said of itself
+}
+
+// clientHealth is what a client's last beat said of itself.
+type clientHealth struct {
+	left      bool     // it is shutting down
+	unhealthy []string // what it reports broken
+}
+
+// Bounds of a beat's unhealthy reasons (they are kept per client).
+const (
+	maxUnhealthy = 16
+	maxReasonLen = 512
+)
+
+// SuspectBeats is how many beat periods of silence make a client that
+// reports its period suspect (GRACE). 2.5 tolerates one lost or late beat
+// and still shows a dead appliance within ~2.5 s at the default 1 s period.
+const SuspectBeats = 2.5
+
+// suspectAfter is how long c may stay silent before it is suspect: 2.5 of
+// its beat periods when it reports one, never more than ttl.
+func (c *client) suspectAfter(ttl int64) int64 {
+	if iv := c.interval.Load(); iv > 0 {
+		return min(ttl, int64(float64(iv)*SuspectBeats))
+	}
+	return ttl
 }
 
 func (c *client) getEndpoint() string {
@@ -47,6 +79,7 @@ func (c *client) setEndpoint(e string) {
 }
 
 func (c *client) addSegment(name string) {
+	c.storage.Store(true)
 	c.mu.Lock()
 	c.segments[name] = struct{}{}
 	delete(c.drained, name)
@@ -129,6 +162,17 @@ func (m *Master) Heartbeat(ctx context.Context, req HeartbeatRequest) (Heartbeat
 	if err := m.validCachedReads(req.CachedReads); err != nil {
 		return HeartbeatReply{}, err
 	}
+	if req.Interval < 0 {
+		return HeartbeatReply{}, kverr.New(kverr.InvalidParams, "", "heartbeat: negative interval")
+	}
+	if len(req.Unhealthy) > maxUnhealthy {
+		return HeartbeatReply{}, kverr.New(kverr.InvalidParams, "", "heartbeat: %d unhealthy reasons, at most %d", len(req.Unhealthy), maxUnhealthy)
+	}
+	for _, r := range req.Unhealthy {
+		if len(r) > maxReasonLen {
+			return HeartbeatReply{}, kverr.New(kverr.InvalidParams, "", "heartbeat: an unhealthy reason of %d bytes, at most %d", len(r), maxReasonLen)
+		}
+	}
 	nvme := req.NVMe.clone() // copied outside the client lock
 	now := m.now().UnixNano()
 	old := m.clients.get(req.Client)
@@ -150,15 +194,56 @@ func (m *Master) Heartbeat(ctx context.Context, req HeartbeatRequest) (Heartbeat
 	if req.DramDirectory && !known {
 		m.awaitReport(c, now, req.DramObjects) // before the segments are re-announced below
 	}
+	if req.Interval > 0 {
+		c.interval.Store(int64(req.Interval))
+	}
 	c.mu.Lock()
 	c.lastBeat = now
+	if req.Leaving {
+		// A goodbye carries no figures: keep the last ones listed (the
+		// state says how old they are).
+		req.OffloadSlots, req.Disk, nvme, req.Unhealthy = 0, &c.disk, c.nvme, c.health.unhealthy
+	}
 	c.slots = req.OffloadSlots
 	if req.Disk != nil {
 		c.disk = *req.Disk
 		c.hasSSD.Store(req.Disk.Capacity > 0)
+		if req.Disk.Capacity > 0 {
+			c.storage.Store(true)
+		}
 	}
 	c.nvme = nvme
+	wasLeft := c.health.left
+	c.health.left = req.Leaving
+	changed := !slices.Equal(c.health.unhealthy, req.Unhealthy)
+	if changed {
+		c.health.unhealthy = slices.Clone(req.Unhealthy)
+	}
 	c.mu.Unlock()
+	if changed {
+		msg := "healthy again"
+		if len(req.Unhealthy) > 0 {
+			msg = "unhealthy: " + strings.Join(req.Unhealthy, "; ")
+		}
+		m.publish(Event{Kind: "client", Node: c.id, Message: msg})
+	}
+	if req.Leaving && !c.storage.Load() {
+		// A pure caller saying goodbye is forgotten: it held no storage,
+		// so there is nothing to suspect, and no row or event is left.
+		m.forgetCaller(c)
+		return HeartbeatReply{Known: known, Settings: m.settings.Load().ssd}, nil
+	}
+	if req.Leaving {
+		// The node is shutting down: suspect it now rather than after the
+		// silence, and take nothing else from this beat (no remount, no
+		// offload tasks).
+		c.state.Store(int32(ClientGrace))
+		m.setClientSegments(c, SegMounted, SegGrace)
+		if !wasLeft {
+			m.publish(Event{Kind: "client", Node: c.id, Message: "left (shutting down): its replicas are not handed out until it returns"})
+		}
+		return HeartbeatReply{Known: known, Settings: m.settings.Load().ssd}, nil
+	}
 	if prev != ClientLive {
 		m.setClientSegments(c, SegGrace, SegMounted)
 		m.publish(Event{Kind: "client", Node: c.id, Message: "live (was " + prev.String() + ")"})
@@ -183,8 +268,9 @@ func (m *Master) setClientSegments(c *client, from, to SegmentState) {
 	}
 }
 
-// checkClients applies the liveness rules: silent past ClientTTL → GRACE
-// (segments take no new allocations, replicas kept); past TTL+grace → GONE.
+// checkClients applies the liveness rules: silent past suspectAfter (2.5
+// beat periods, at most ClientTTL) → GRACE, "suspect" (segments take no new
+// allocations, replicas kept but not handed out); past TTL+grace → GONE.
 func (m *Master) checkClients(ctx context.Context, now int64) {
 	ttl, grace := int64(m.cfg.ClientTTL), int64(m.cfg.ClientGrace)
 	for _, c := range m.clients.list() {
@@ -196,18 +282,47 @@ func (m *Master) checkClients(ctx context.Context, now int64) {
 		case st == ClientGone:
 		case silent > ttl+grace:
 			m.clientGone(c)
-		case silent > ttl && st == ClientLive:
+		case silent > c.suspectAfter(ttl) && st == ClientLive:
 			if c.state.CompareAndSwap(int32(ClientLive), int32(ClientGrace)) {
 				m.setClientSegments(c, SegMounted, SegGrace)
-				m.publish(Event{Kind: "client", Node: c.id, Message: "grace"})
+				m.publish(Event{Kind: "client", Node: c.id, Message: fmt.Sprintf(
+					"grace: suspect, no heartbeat for %v; its replicas are not handed out; gone after %v of silence",
+					time.Duration(silent).Round(100*time.Millisecond), time.Duration(ttl+grace))})
 			}
 		}
 	}
 }
 
+// problemsLocked says why c is not healthy at now. c.mu must be held.
+func (c *client) problemsLocked(now int64) []string {
+	var out []string
+	switch ClientState(c.state.Load()) {
+	case ClientGrace:
+		if c.health.left {
+			out = append(out, "left (shut down)")
+		} else {
+			out = append(out, fmt.Sprintf("suspect: no heartbeat for %v", time.Duration(now-c.lastBeat).Round(100*time.Millisecond)))
+		}
+	case ClientGone:
+		out = append(out, "gone")
+	}
+	return append(out, c.health.unhealthy...)
+}
+
+// servable reports whether r may be handed to a reader: its storage is
+// mounted and its node LIVE. A suspect node (GRACE) keeps its replicas, but
+// handing them out would send readers to a box that may be dead.
+func servable(r *replica) bool {
+	if r.seg != nil {
+		return !r.seg.removed.Load() && ClientState(r.seg.owner.state.Load()) == ClientLive
+	}
+	return r.disk == nil || ClientState(r.disk.state.Load()) == ClientLive
+}
+
 // clientGone unmounts c's segments, drops its LOCAL_DISK replicas, revokes
 // its PROCESSING puts and forgets its offload tasks.
 func (m *Master) clientGone(c *client) {
+	before := m.nObjects.Load()
 	c.state.Store(int32(ClientGone))
 	c.hasSSD.Store(false)
 	m.dram.forget(c.id)
@@ -228,16 +343,42 @@ func (m *Master) clientGone(c *client) {
 			}
 		}
 	})
-	m.publish(Event{Kind: "client", Node: c.id, Message: "gone"})
+	// Operators must see what a lost node took with it (puts running
+	// meanwhile make the count approximate).
+	msg := "gone: its segments are unmounted and its SSD replicas dropped"
+	if lost := before - m.nObjects.Load(); lost > 0 {
+		msg += fmt.Sprintf("; %d objects had no other replica and are lost", lost)
+	}
+	m.publish(Event{Kind: "client", Node: c.id, Message: msg})
+}
+
+// forgetCaller removes a client that never served storage from the table,
+// revoking its puts still in flight (as GONE would, without the events).
+func (m *Master) forgetCaller(c *client) {
+	m.clients.mu.Lock()
+	if m.clients.byID[c.id] == c {
+		delete(m.clients.byID, c.id)
+	}
+	m.clients.mu.Unlock()
+	c.state.Store(int32(ClientGone))
+	m.forEachShard(func(sh *shard) {
+		for k, o := range sh.inflight {
+			if o.writer == c.id {
+				m.revokeLocked(sh, k, o)
+				m.ctr.add(cPutsRevoked, 1)
+			}
+		}
+	})
 }
 
 // ListClients returns every known client.
 func (m *Master) ListClients(ctx context.Context) []ClientInfo {
 	var out []ClientInfo
+	now := m.now().UnixNano()
 	for _, c := range m.clients.list() {
 		c.mu.Lock()
 		ci := ClientInfo{ID: c.id, Endpoint: c.getEndpoint(), LastHeartbeat: time.Unix(0, c.lastBeat),
-			State: ClientState(c.state.Load()), Disk: c.disk}
+			State: ClientState(c.state.Load()), Disk: c.disk, Problems: c.problemsLocked(now), Storage: c.storage.Load()}
 		nvme := c.nvme
 		for s := range c.segments {
 			ci.Segments = append(ci.Segments, s)

@@ -72,7 +72,7 @@ type Config struct {
 	PutReleaseTimeout time.Duration // an abandoned reservation is freed this long after its PutStart
 	SoftPinTTL        time.Duration // default soft-pin duration, counted from PutEnd
 	MaxSoftPinTTL     time.Duration // largest soft-pin TTL a put may ask for
-	ClientTTL         time.Duration // silent this long → GRACE
+	ClientTTL         time.Duration // silent this long → GRACE (suspect); sooner (2.5 beat periods) for a client that reports its period
 	ClientGrace       time.Duration // silent TTL+grace → GONE (segments unmounted, puts revoked)
 	// RemoveSyncTimeout bounds how long a remove waits for the appliances
 	// holding SSD copies to confirm their deletion durably (doc.go,

@@ -44,8 +44,12 @@
 //     PutReleaseTimeout (a stalled writer may still be writing). An abandoned
 //     put is revoked at that time (abandoned_puts_reclaimed).
 //   - GetReplicaList returns the COMPLETE replicas — MEMORY, then NOF, then
-//     LOCAL_DISK; replicas on GRACE or DRAINING storage after all others —
-//     and sets the read lease to now + LeaseTTL. Exist never touches a lease.
+//     LOCAL_DISK; replicas on DRAINING storage after all others; none on a
+//     node that is not LIVE (a suspect node keeps its replicas but serves
+//     none: readers would be sent to a box that may be dead) — and sets the
+//     read lease to now + LeaseTTL. An object whose every replica is on a
+//     suspect node is OBJECT_NOT_FOUND naming the node, and Exist says no
+//     for it ("exists" implies "get succeeds"). Exist never touches a lease.
 //   - Remove refuses a leased object (OBJECT_HAS_LEASE) unless force, and
 //     always one in flight or whose offload task is dispatched
 //     (REPLICA_IS_NOT_READY). RemoveByRegex/RemoveAll skip instead of failing.
@@ -59,9 +63,15 @@
 //     does, and cancels the drain: the segment takes allocations again and
 //     the old drain never unmounts it). Unmounting drops the replicas there; objects left with none
 //     disappear.
-//   - Clients (every node that mounts must heartbeat): silent for ClientTTL →
-//     GRACE (its segments take no allocations, replicas kept and listed last);
-//     silent for ClientTTL + ClientGrace → GONE (segments unmounted,
+//   - Clients (every node that mounts must heartbeat): silent for
+//     SuspectBeats (2.5) of the beat period it reports
+//     (HeartbeatRequest.Interval; ClientTTL when it reports none, and never
+//     longer) → GRACE, "suspect" (its segments take no allocations, its
+//     replicas are kept but not handed out, an event names it); a beat with
+//     Leaving (a node shutting down) makes it GRACE at once. What a beat
+//     reports broken (Unhealthy, e.g. a listener down) is listed with the
+//     suspicion in ClientInfo.Problems and evented when it changes.
+//     Silent for ClientTTL + ClientGrace → GONE (segments unmounted,
 //     LOCAL_DISK replicas dropped, PROCESSING puts revoked, offload tasks
 //     forgotten). A heartbeat makes it LIVE again and re-announces segments;
 //     HeartbeatReply.Known is false for an unknown or GONE client. A beat's
@@ -150,7 +160,12 @@
 //     for appliances without TakeOffload); each task goes out once. A
 //     queued or dispatched task pins the object in DRAM. OffloadDone(ok) adds a COMPLETE LOCAL_DISK
 //     replica {segment "<node>/ssd", node, endpoint, bucket, offset, length};
-//     failure or OffloadTimeout releases the pin (offloads_failed).
+//     failure or OffloadTimeout releases the pin (offloads_failed) and
+//     marks the object so eviction frees its DRAM without a disk copy
+//     instead of offering it again (a full disk must not wedge DRAM); a
+//     skipped task (OffloadResult.Retry: the appliance's queue was full)
+//     only releases the pin. Failure events carry the cause, at most one a
+//     second per node, counting the ones left out.
 //     DropBucket forgets a bucket's LOCAL_DISK replicas; RegisterDiskObjects
 //     re-announces them after an appliance restart. Every HeartbeatReply
 //     carries the current SSD TierSettings.

@@ -335,7 +335,7 @@ func (m *Master) evictOne(ref candRef, rep *EvictionReport, st *settings, now in
 		(!second && o.flags&flagSoftPin != 0 && o.softPinEnd > now) {
 		return
 	}
-	if st.ssd.OffloadMode != OffloadOff && !m.cfg.ForceEvict && !hasDiskCopy(o) {
+	if st.ssd.OffloadMode != OffloadOff && !m.cfg.ForceEvict && !hasDiskCopy(o) && o.flags&flagOffloadFailed == 0 {
 		if pending, full := m.queueOffloadLocked(ref.ck, o); pending || full {
 			rep.AwaitingOffload++
 			if pending {

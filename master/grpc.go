@@ -44,7 +44,7 @@ func replicaToPB(r Replica) *kvtierpb.Replica {
 	return &kvtierpb.Replica{
 		Type: kvtierpb.ReplicaType(r.Type), State: kvtierpb.ReplicaState(r.State), Segment: r.Segment,
 		Node: r.Node, Endpoint: r.Endpoint, Offset: r.Offset, Length: r.Length, Bucket: r.Bucket,
-		Nqn: r.NQN, Nsid: r.NSID, TargetAddr: r.TargetAddr,
+		Nqn: r.NQN, Nsid: r.NSID, TargetAddr: r.TargetAddr, Unavailable: r.Unavailable,
 	}
 }
 
@@ -318,8 +318,9 @@ func settingsToPB(t TierSettings) *kvtierpb.TierSettings {
 
 func (s *grpcServer) Heartbeat(ctx context.Context, r *kvtierpb.HeartbeatRequest) (*kvtierpb.HeartbeatResponse, error) {
 	req := HeartbeatRequest{Client: r.GetClientId(), Endpoint: r.GetEndpoint(), OffloadSlots: int(r.GetOffloadSlots()),
-		Identity: Identity{Incarnation: r.GetIncarnation(), DiskID: r.GetDiskId()}, DramDirectory: r.GetDramDirectory(),
-		DramObjects: r.GetDramObjects()}
+		Identity: Identity{Incarnation: r.GetIncarnation(), DiskID: r.GetDiskId()},
+		Interval: time.Duration(r.GetHeartbeatIntervalMs()) * time.Millisecond, Leaving: r.GetLeaving(), Unhealthy: r.GetUnhealthy(),
+		DramDirectory: r.GetDramDirectory(), DramObjects: r.GetDramObjects()}
 	for _, sg := range r.GetSegments() {
 		req.Segments = append(req.Segments, segmentFromPB(sg))
 	}
@@ -384,7 +385,7 @@ func (s *grpcServer) TakeRemovals(r *kvtierpb.TakeRemovalsRequest, stream grpc.S
 
 func (s *grpcServer) OffloadDone(ctx context.Context, r *kvtierpb.OffloadDoneRequest) (*kvtierpb.Empty, error) {
 	err := s.m.OffloadDone(ctx, OffloadResult{Client: r.GetClientId(), Tenant: r.GetTenant(), Key: string(r.GetKey()),
-		OK: r.GetOk(), Bucket: r.GetBucket(), Offset: r.GetOffset(), Length: r.GetLength(), Error: r.GetError()})
+		OK: r.GetOk(), Bucket: r.GetBucket(), Offset: r.GetOffset(), Length: r.GetLength(), Error: r.GetError(), Retry: r.GetRetry()})
 	return &kvtierpb.Empty{}, toGRPC(err)
 }
 
@@ -451,7 +452,7 @@ func (s *grpcServer) ListClients(ctx context.Context, _ *kvtierpb.Empty) (*kvtie
 	for _, c := range s.m.ListClients(ctx) {
 		out.Clients = append(out.Clients, &kvtierpb.ClientInfo{ClientId: c.ID, Endpoint: c.Endpoint, Segments: c.Segments,
 			LastHeartbeatMs: ms(c.LastHeartbeat), State: kvtierpb.ClientState(c.State), Disk: diskToPB(c.Disk),
-			Nvme: nvmeToPB(c.NVMe)})
+			Nvme: nvmeToPB(c.NVMe), Problems: c.Problems, Storage: c.Storage})
 	}
 	return out, nil
 }

@@ -40,6 +40,10 @@ const (
 	flagSoftPin
 	flagHardPin
 	flagRead // read at least once since PutEnd (lastRead is valid)
+	// flagOffloadFailed: an offload of this object failed (disk full, I/O
+	// error, timeout). Eviction then frees its MEMORY without waiting for
+	// a disk copy that may never come.
+	flagOffloadFailed
 )
 
 const (

@@ -414,12 +414,17 @@ func TestClientGraceAndGone(t *testing.T) {
 	if r[0].Segment != "B/0" {
 		t.Fatal("allocated on a GRACE segment")
 	}
+	// A suspect node's replicas are kept but not handed out: reads use the
+	// surviving replica, or miss with the node named.
 	l, err := m.GetReplicaList(ctx, "r", "", "k")
-	if err != nil || len(l.Replicas) != 2 || l.Replicas[1].Segment != "A/0" {
-		t.Fatalf("GRACE replica must be listed last: %+v", l.Replicas)
+	if err != nil || len(l.Replicas) != 1 || l.Replicas[0].Segment != "B/0" {
+		t.Fatalf("GRACE replica handed out: %+v %v", l.Replicas, err)
 	}
-	if !exists(t, m, "onlyA") {
-		t.Fatal("grace dropped replicas")
+	if exists(t, m, "onlyA") {
+		t.Fatal("exist says yes for an object whose only replica is on a suspect node")
+	}
+	if _, err := m.GetReplicaList(ctx, "r", "", "onlyA"); !kverr.Is(err, kverr.ObjectNotFound) || !strings.Contains(err.Error(), "A") {
+		t.Fatalf("read of a suspect node's only replica: %v", err)
 	}
 	// Comes back: remount, replicas kept.
 	if r := hb("A", segA); !r.Known {
@@ -427,6 +432,9 @@ func TestClientGraceAndGone(t *testing.T) {
 	}
 	if segState(m, "A/0") != SegMounted || !exists(t, m, "onlyA") {
 		t.Fatal("return from grace")
+	}
+	if l, _ := m.GetReplicaList(ctx, "r", "", "k"); len(l.Replicas) != 2 {
+		t.Fatalf("replicas after return from grace: %+v", l.Replicas)
 	}
 	// Silent past TTL+grace: gone.
 	fc.Advance(DefaultClientTTL + DefaultClientGrace + time.Second)

@@ -388,9 +388,14 @@ func (m *Master) GetReplicaList(ctx context.Context, client, tenant, key string)
 	out.Replicas = make([]Replica, 0, len(o.replicas))
 	var rk [8]int
 	ranks := rk[:0]
+	var suspect *replica // a replica skipped because its node is suspect
 	for i := range o.replicas {
 		r := &o.replicas[i]
 		if r.state != Complete || (r.seg != nil && r.seg.removed.Load()) {
+			continue
+		}
+		if !servable(r) {
+			suspect = r
 			continue
 		}
 		rank := replicaRank(r)
@@ -402,9 +407,17 @@ func (m *Master) GetReplicaList(ctx context.Context, client, tenant, key string)
 		}
 		out.Replicas[j], ranks[j] = m.publicReplica(r), rank
 	}
+	var suspectNode string
+	if suspect != nil {
+		suspectNode = m.publicReplica(suspect).Node
+	}
 	sh.mu.Unlock()
 	if len(out.Replicas) == 0 {
 		m.ctr.add(cGetMisses, 1)
+		if suspectNode != "" {
+			return ReplicaList{}, kverr.New(kverr.ObjectNotFound, key,
+				"no live replica: its replicas are on %s, which is not heartbeating (suspect)", suspectNode)
+		}
 		return ReplicaList{}, kverr.New(kverr.ObjectNotFound, key, "no live replica")
 	}
 	switch out.Replicas[0].Type {
@@ -464,7 +477,19 @@ func (m *Master) noteCachedReads(rs []CachedRead) {
 	m.ctr.add(cCachedReads, n)
 }
 
-// Exist reports whether a COMPLETE object exists. It never grants or extends
+// hasServable reports whether GetReplicaList would hand out a replica of o.
+func hasServable(o *object) bool {
+	for i := range o.replicas {
+		if o.replicas[i].state == Complete && servable(&o.replicas[i]) {
+			return true
+		}
+	}
+	return false
+}
+
+// Exist reports whether a COMPLETE object exists with a replica a reader
+// can use: "exists" implies "get succeeds" or a clear error, so an object
+// whose only replicas are on a suspect node does not exist for now. It never grants or extends
 // a lease: inference engines probe every block on every request.
 func (m *Master) Exist(ctx context.Context, tenant, key string) (bool, error) {
 	t, err := m.validKey(tenant, key)
@@ -477,7 +502,7 @@ func (m *Master) Exist(ctx context.Context, tenant, key string) (bool, error) {
 	sh := m.shardOfBytes(k)
 	sh.mu.Lock()
 	o := sh.objs[string(k)]
-	ok := o != nil && o.complete
+	ok := o != nil && o.complete && hasServable(o)
 	sh.mu.Unlock()
 	return ok, nil
 }

@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +23,33 @@ type offloadQueue struct {
 	wake        map[string]chan struct{} // guarded by mu: node → closed at its next enqueue (TakeOffload waiters)
 	progressed  chan struct{}            // guarded by mu: closed at the next OffloadDone; nil while nobody waits
 	lastTake    atomic.Int64             // unix ns of the latest TakeOffload call (appliances poll)
+
+	failMu    sync.Mutex
+	failLast  map[string]int64 // guarded by failMu: node → unix ns of its last failure event
+	failQuiet map[string]int   // guarded by failMu: node → failures not evented since
+}
+
+// offloadFailEvery is the least time between two offload-failure events of
+// one node: a full disk fails every offload, and one event a second with
+// the count says as much as thousands.
+const offloadFailEvery = int64(time.Second)
+
+// failEvent reports whether a failure of node at now gets its own event,
+// and how many failures were left out since the last one.
+func (q *offloadQueue) failEvent(node string, now int64) (publish bool, quiet int) {
+	q.failMu.Lock()
+	defer q.failMu.Unlock()
+	if q.failLast == nil {
+		q.failLast, q.failQuiet = map[string]int64{}, map[string]int{}
+	}
+	if last, ok := q.failLast[node]; ok && now-last < offloadFailEvery {
+		q.failQuiet[node]++
+		return false, 0
+	}
+	q.failLast[node] = now
+	quiet = q.failQuiet[node]
+	delete(q.failQuiet, node)
+	return true, quiet
 }
 
 type outTask struct {
@@ -317,7 +345,18 @@ func (m *Master) reapOffloads(now int64) {
 	for _, k := range m.offload.expired(now - int64(m.cfg.OffloadTimeout)) {
 		m.ctr.add(cOffloadsFailed, 1)
 		m.resetOffload(k)
+		m.markOffloadFailed(k)
 	}
+}
+
+// markOffloadFailed lets eviction free k's MEMORY without a disk copy.
+func (m *Master) markOffloadFailed(k string) {
+	sh := m.shardOf(k)
+	sh.mu.Lock()
+	if o := sh.objs[k]; o != nil {
+		o.flags |= flagOffloadFailed
+	}
+	sh.mu.Unlock()
 }
 
 func (m *Master) resetOffload(k string) {
@@ -361,8 +400,21 @@ func (m *Master) OffloadDone(ctx context.Context, res OffloadResult) error {
 		o.offload = offloadNone
 	}
 	if !res.OK {
+		if res.Retry {
+			return nil // skipped: the object waits for a later offer
+		}
 		m.ctr.add(cOffloadsFailed, 1)
-		m.publish(Event{Kind: "offload", Tenant: t, Key: res.Key, Node: c.id, Message: "failed: " + res.Error})
+		// Not offered again: eviction frees its DRAM without a disk copy
+		// rather than keep it for an offload that may never land (a full
+		// disk would otherwise wedge DRAM).
+		o.flags |= flagOffloadFailed
+		if pub, quiet := m.offload.failEvent(c.id, m.now().UnixNano()); pub {
+			msg := "failed: " + res.Error
+			if quiet > 0 {
+				msg += fmt.Sprintf(" (and %d more failures on this node since the last event)", quiet)
+			}
+			m.publish(Event{Kind: "offload", Tenant: t, Key: res.Key, Node: c.id, Message: msg})
+		}
 		return nil
 	}
 	if !o.complete {

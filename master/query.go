@@ -233,6 +233,9 @@ func (m *Master) infoLocked(k string, o *object) ObjectInfo {
 	if info.SoftPin && o.complete {
 		info.SoftPinDeadline = unixOrZero(o.softPinEnd)
 	}
+	for i := range o.replicas {
+		info.Replicas[i].Unavailable = !servable(&o.replicas[i])
+	}
 	return info
 }
 

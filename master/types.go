@@ -65,6 +65,9 @@ type Replica struct {
 	NQN        string // NOF
 	NSID       uint32 // NOF
 	TargetAddr string // NOF
+	// Unavailable (object info only): its node is not LIVE, so the replica
+	// is kept but not handed out to readers.
+	Unavailable bool
 }
 
 // PutConfig is the per-put placement configuration.
@@ -195,6 +198,12 @@ type ClientInfo struct {
 	State         ClientState
 	Disk          DiskStats
 	NVMe          *NVMeStats // last NVMe/TCP report; nil when the client exports none
+	// Problems say why the client is not healthy (suspect, left, gone, or
+	// what it reported itself); empty when it is.
+	Problems []string
+	// Storage: the client has mounted a segment or reported an SSD tier (an
+	// appliance or a storage node, not a pure caller).
+	Storage bool
 }
 
 // NVMeStats are the figures of a client's built-in NVMe/TCP target, as of
@@ -261,6 +270,15 @@ type HeartbeatRequest struct {
 	// master that does not know it (dramdir.go).
 	DramDirectory bool
 	DramObjects   uint64 // objects in that directory
+	// Interval is the client's beat period (0: unknown): silent for
+	// SuspectBeats periods (at most ClientTTL) it is suspect (GRACE).
+	Interval time.Duration
+	// Leaving marks the last beat of a node shutting down: it is suspect at
+	// once, its replicas kept but no longer handed out.
+	Leaving bool
+	// Unhealthy lists what the node itself reports broken (a listener
+	// down, ...); empty: healthy.
+	Unhealthy []string
 }
 
 // CachedRead is count reads of one object a client served by reusing a
@@ -316,6 +334,9 @@ type OffloadResult struct {
 	Bucket, Offset      uint64
 	Length              uint64
 	Error               string
+	// Retry (with !OK): skipped, not failed; the object keeps waiting for
+	// its disk copy. A failure makes it evictable without one.
+	Retry bool
 }
 
 // DiskObject is one object an appliance found on its SSD tier.

@@ -17,11 +17,14 @@ type counterMetric struct {
 	label   string // "" for unlabelled metrics
 }
 
-// clusterCollector asks the master for its figures at scrape time. It holds no
-// state between scrapes; Prometheus computes rates from the counters.
+// clusterCollector asks the master for its figures at scrape time. The only
+// state it keeps between scrapes is each appliance's SSD counter totals
+// (applianceCounters): an appliance's own counters restart at zero when it
+// restarts, and a Prometheus counter must not go backwards.
 type clusterCollector struct {
 	src     Source
 	timeout time.Duration
+	ssdTot  *applianceCounters
 
 	up            *prometheus.Desc
 	objects       *prometheus.Desc
@@ -45,6 +48,7 @@ type clusterCollector struct {
 	ssdWritten    *prometheus.Desc
 	ssdRead       *prometheus.Desc
 	ssdQueue      *prometheus.Desc
+	applianceUp   *prometheus.Desc
 	counters      []counterMetric
 }
 
@@ -68,15 +72,18 @@ func newClusterCollector(src Source, timeout time.Duration) *clusterCollector {
 		segUsed:       d("kvtier_segment_used_bytes", "Bytes allocated in a segment.", "segment"),
 		segFree:       d("kvtier_segment_largest_free_bytes", "Largest free extent of a segment.", "segment"),
 		segDraining:   d("kvtier_segment_draining", "1 while a segment drains before unmount.", "segment"),
-		clients:       d("kvtier_clients", "Registered clients by state.", "result"),
-		ssdCap:        d("kvtier_ssd_capacity_bytes", "SSD tier capacity summed over appliances."),
-		ssdUsed:       d("kvtier_ssd_used_bytes", "SSD tier bytes in use summed over appliances."),
-		ssdBuckets:    d("kvtier_ssd_buckets", "SSD buckets on disk summed over appliances."),
-		ssdQuarantine: d("kvtier_ssd_quarantined_buckets", "SSD buckets quarantined after I/O errors."),
-		ssdEvicted:    d("kvtier_ssd_evicted_buckets_total", "SSD buckets evicted (deleted) so far."),
-		ssdWritten:    d("kvtier_ssd_written_bytes_total", "Bytes written to the SSD tier."),
-		ssdRead:       d("kvtier_ssd_read_bytes_total", "Bytes read from the SSD tier."),
-		ssdQueue:      d("kvtier_ssd_offload_queue", "Offload tasks waiting on appliances."),
+		clients:       d("kvtier_clients", "Registered clients by state (live, grace, gone).", "state"),
+		ssdCap:        d("kvtier_ssd_capacity_bytes", "SSD tier capacity of an appliance (departed appliances are not listed).", "appliance"),
+		ssdUsed:       d("kvtier_ssd_used_bytes", "SSD tier bytes in use on an appliance.", "appliance"),
+		ssdBuckets:    d("kvtier_ssd_buckets", "SSD buckets on disk of an appliance.", "appliance"),
+		ssdQuarantine: d("kvtier_ssd_quarantined_buckets", "SSD buckets quarantined after I/O errors, per appliance.", "appliance"),
+		ssdEvicted:    d("kvtier_ssd_evicted_buckets_total", "SSD buckets evicted (deleted) by an appliance; monotonic across its restarts.", "appliance"),
+		ssdWritten:    d("kvtier_ssd_written_bytes_total", "Bytes an appliance wrote to its SSD tier; monotonic across its restarts.", "appliance"),
+		ssdRead:       d("kvtier_ssd_read_bytes_total", "Bytes an appliance read from its SSD tier; monotonic across its restarts.", "appliance"),
+		ssdQueue:      d("kvtier_ssd_offload_queue", "Offload tasks waiting on an appliance.", "appliance"),
+		ssdTot:        newApplianceCounters(),
+		applianceUp: d("kvtier_appliance_up", "1 while an appliance (a client serving storage) heartbeats and reports no problem; "+
+			"0 when it is suspect, left, gone or unhealthy (its replicas are not handed out while it is not LIVE).", "appliance"),
 	}
 	puts := d("kvtier_puts_total", "Put outcomes counted by the master.", "result")
 	gets := d("kvtier_gets_total", "Get outcomes counted by the master (hit per tier, or miss).", "result")
@@ -128,7 +135,7 @@ func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.up, c.objects, c.heap, c.leader, c.tierCap, c.tierUsed,
 		c.tierObjects, c.tierHits, c.tierMisses, c.segCap, c.segUsed, c.segFree, c.segDraining,
 		c.clients, c.ssdCap, c.ssdUsed, c.ssdBuckets, c.ssdQuarantine, c.ssdEvicted, c.ssdWritten,
-		c.ssdRead, c.ssdQueue} {
+		c.ssdRead, c.ssdQueue, c.applianceUp} {
 		ch <- d
 	}
 	seen := map[*prometheus.Desc]bool{}
@@ -187,8 +194,10 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if cl, err := c.src.ListClients(ctx, &kvtierpb.Empty{}); err == nil {
 		states := map[string]float64{"live": 0, "grace": 0, "gone": 0}
-		var d kvtierpb.DiskTierStats
 		for _, ci := range cl.GetClients() {
+			if ci.GetStorage() {
+				gauge(c.applianceUp, b2f(ci.GetState() == kvtierpb.ClientState_LIVE && len(ci.GetProblems()) == 0), ci.GetClientId())
+			}
 			switch ci.GetState() {
 			case kvtierpb.ClientState_LIVE:
 				states["live"]++
@@ -197,28 +206,21 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 			case kvtierpb.ClientState_GONE:
 				states["gone"]++
 			}
-			if x := ci.GetDisk(); x != nil {
-				d.Capacity += x.GetCapacity()
-				d.Used += x.GetUsed()
-				d.Buckets += x.GetBuckets()
-				d.QuarantinedBuckets += x.GetQuarantinedBuckets()
-				d.EvictedBuckets += x.GetEvictedBuckets()
-				d.BytesWritten += x.GetBytesWritten()
-				d.BytesRead += x.GetBytesRead()
-				d.OffloadQueue += x.GetOffloadQueue()
-			}
 		}
 		for s, n := range states {
 			gauge(c.clients, n, s)
 		}
-		gauge(c.ssdCap, float64(d.Capacity))
-		gauge(c.ssdUsed, float64(d.Used))
-		gauge(c.ssdBuckets, float64(d.Buckets))
-		gauge(c.ssdQuarantine, float64(d.QuarantinedBuckets))
-		counter(c.ssdEvicted, float64(d.EvictedBuckets))
-		counter(c.ssdWritten, float64(d.BytesWritten))
-		counter(c.ssdRead, float64(d.BytesRead))
-		gauge(c.ssdQueue, float64(d.OffloadQueue))
+		for _, a := range c.ssdTot.observe(cl.GetClients(), time.Now()) {
+			d := a.disk
+			gauge(c.ssdCap, float64(d.GetCapacity()), a.name)
+			gauge(c.ssdUsed, float64(d.GetUsed()), a.name)
+			gauge(c.ssdBuckets, float64(d.GetBuckets()), a.name)
+			gauge(c.ssdQuarantine, float64(d.GetQuarantinedBuckets()), a.name)
+			gauge(c.ssdQueue, float64(d.GetOffloadQueue()), a.name)
+			counter(c.ssdEvicted, float64(a.totals[ctrEvicted]), a.name)
+			counter(c.ssdWritten, float64(a.totals[ctrWritten]), a.name)
+			counter(c.ssdRead, float64(a.totals[ctrRead]), a.name)
+		}
 	}
 }
 

@@ -10,9 +10,20 @@
 //
 // Every metric name starts with "kvtier_" and ends with its unit ("_bytes",
 // "_seconds") or "_total" for counters; gauges of counts carry no unit. Labels
-// are drawn only from tier, segment, op and result; never a key or a client
-// id, so cardinality stays bounded by the number of routes, RPC methods, tiers
-// and segments. The Grafana dashboard in deploy/grafana/kvtier.json uses only
+// are drawn only from tier, segment, appliance, op, result and state (and
+// kvtier_build_info's version, commit, go_version, tags); never a key or a
+// pure caller's client id, so cardinality stays bounded by the number of
+// routes, RPC methods, tiers, segments and appliances. kvtier_clients names
+// its label state (it was result before 2026-12; dashboards must follow).
+// With Config.ProcessCollectors the Go runtime's go_* and the process's
+// process_* series are exported too.
+//
+// # Counters across appliance restarts
+//
+// SSD counters (kvtier_ssd_*_total) are per appliance and kept monotonic by
+// the master's front end: it adds each report's increase and treats a value
+// that went down as an appliance restart (see applianceCounters). A departed
+// (GONE) appliance's series are no longer exported. The Grafana dashboard in deploy/grafana/kvtier.json uses only
 // names exported here (a test checks this).
 //
 // Importers: rest (serves /metrics), cmd/kvtier (installs the gRPC

@@ -6,14 +6,17 @@ import (
 	"net/http"
 	"path"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/internal/buildinfo"
 	"github.com/kvtier/kvtier/kverr"
 )
 
@@ -35,6 +38,13 @@ type Config struct {
 	Source Source
 	// ScrapeTimeout bounds the Source calls of one scrape; 0 means 2 s.
 	ScrapeTimeout time.Duration
+	// Build is exported as kvtier_build_info; the zero value exports
+	// buildinfo.Get().
+	Build buildinfo.Info
+	// ProcessCollectors adds the Go runtime (go_*) and process (process_*)
+	// collectors of this process. Off by default so that tests building
+	// several Metrics in one process see only kvtier's series.
+	ProcessCollectors bool
 }
 
 // Validate reports a config that cannot work.
@@ -54,6 +64,7 @@ type Metrics struct {
 	rpcRequests  *prometheus.CounterVec   // op, result
 	rpcLatency   *prometheus.HistogramVec // op
 	transfer     *prometheus.CounterVec   // op
+	cluster      *clusterCollector        // nil without a Source
 }
 
 // latencyBuckets spans 50 µs to ~3 s: control-plane RPCs are sub-millisecond,
@@ -93,9 +104,23 @@ func New(cfg Config) (*Metrics, error) {
 			Help: "Object bytes moved by the data plane, by operation (put, get, offload...).",
 		}, []string{"op"}),
 	}
-	cs := []prometheus.Collector{m.httpRequests, m.httpLatency, m.rpcRequests, m.rpcLatency, m.transfer}
+	if cfg.Build.GoVersion == "" {
+		cfg.Build = buildinfo.Get()
+	}
+	build := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "kvtier_build_info",
+		Help: "Always 1; the labels name the running build (version, commit, Go version, build tags).",
+		ConstLabels: prometheus.Labels{"version": cfg.Build.Version, "commit": cfg.Build.Commit,
+			"go_version": cfg.Build.GoVersion, "tags": strings.Join(cfg.Build.BuildTags, ",")},
+	})
+	build.Set(1)
+	cs := []prometheus.Collector{m.httpRequests, m.httpLatency, m.rpcRequests, m.rpcLatency, m.transfer, build}
 	if cfg.Source != nil {
-		cs = append(cs, newClusterCollector(cfg.Source, cfg.ScrapeTimeout))
+		m.cluster = newClusterCollector(cfg.Source, cfg.ScrapeTimeout)
+		cs = append(cs, m.cluster)
+	}
+	if cfg.ProcessCollectors {
+		cs = append(cs, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	for _, c := range cs {
 		if err := m.reg.Register(c); err != nil {
@@ -107,6 +132,29 @@ func New(cfg Config) (*Metrics, error) {
 		m.transfer.WithLabelValues(op)
 	}
 	return m, nil
+}
+
+// Track observes the appliances' SSD counters every interval until ctx
+// ends, so a restart between two scrapes loses at most one interval of
+// counts (see applianceCounters). Without a Source it returns at once.
+func (m *Metrics) Track(ctx context.Context, interval time.Duration) {
+	if m.cluster == nil || interval <= 0 {
+		return
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cctx, cancel := context.WithTimeout(ctx, m.cluster.timeout)
+		if cl, err := m.cluster.src.ListClients(cctx, &kvtierpb.Empty{}); err == nil {
+			m.cluster.ssdTot.observe(cl.GetClients(), time.Now())
+		}
+		cancel()
+	}
 }
 
 // Registry returns the private registry (for tests and extra collectors).

@@ -100,7 +100,7 @@ func TestRPCInterceptorAndClusterFigures(t *testing.T) {
 		`kvtier_tier_objects{tier="memory"} 1`,
 		`kvtier_puts_total{result="completed"} 1`,
 		`kvtier_segment_capacity_bytes{segment="node-a/dram0"} 6.7108864e+07`,
-		`kvtier_clients{result="live"} 1`,
+		`kvtier_clients{state="live"} 1`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("metrics lack %q", want)
@@ -159,7 +159,7 @@ func TestDashboardMetricsExist(t *testing.T) {
 }
 
 // Names carry the kvtier_ prefix and a unit or _total; labels come only
-// from tier, segment, op, result.
+// from tier, segment, appliance, op, result, state (and build_info's own).
 func TestNamingAndLabels(t *testing.T) {
 	_, m, cl := cluster(t)
 	if _, err := cl.Stats(context.Background(), &kvtierpb.Empty{}); err != nil {
@@ -172,8 +172,10 @@ func TestNamingAndLabels(t *testing.T) {
 	}
 	unitless := map[string]bool{"kvtier_objects": true, "kvtier_master_up": true, "kvtier_master_leader": true,
 		"kvtier_tier_objects": true, "kvtier_segment_draining": true, "kvtier_clients": true, "kvtier_ssd_buckets": true,
-		"kvtier_ssd_quarantined_buckets": true, "kvtier_ssd_offload_queue": true}
-	allowed := map[string]bool{"tier": true, "segment": true, "op": true, "result": true}
+		"kvtier_ssd_quarantined_buckets": true, "kvtier_ssd_offload_queue": true, "kvtier_appliance_up": true}
+	allowed := map[string]bool{"tier": true, "segment": true, "op": true, "result": true, "state": true, "appliance": true}
+	unitless["kvtier_build_info"] = true
+	buildLabels := map[string]bool{"version": true, "commit": true, "go_version": true, "tags": true}
 	if len(fams) < 30 {
 		t.Fatalf("only %d metric families", len(fams))
 	}
@@ -187,7 +189,7 @@ func TestNamingAndLabels(t *testing.T) {
 		}
 		for _, mt := range f.GetMetric() {
 			for _, l := range mt.GetLabel() {
-				if !allowed[l.GetName()] {
+				if !allowed[l.GetName()] && !(n == "kvtier_build_info" && buildLabels[l.GetName()]) {
 					t.Errorf("%s has label %q", n, l.GetName())
 				}
 			}

@@ -19,6 +19,28 @@
 // request (POST, PUT, PATCH, DELETE) must carry "Authorization: Bearer TOKEN";
 // the token is compared in constant time. Reads stay open.
 //
+// # Paths and methods
+//
+// Only /api/v1/..., /metrics and the web UI's own paths (/ and its embedded
+// files; webui.Serves) exist: any other path (/healthz, /version,
+// /debug/pprof, Mooncake's /get_all_segments) is a 404 with the JSON error
+// body, never the UI's HTML. HEAD is answered wherever GET is (routed as GET,
+// body dropped; the event stream answers its headers only). Operator
+// endpoints beyond the data API: GET version (build), GET system/doctor (the
+// host checks of package doctor), POST appliances/{name}/drain and /undrain
+// (every segment of one appliance; undrain needs the master's Undrainer
+// capability).
+// GET ready answers 200 with "degraded": true and "reasons" (one per
+// appliance) while an appliance is suspect, has left or reports a problem:
+// the cluster still serves from the others, so it stays ready.
+// GET objects/{key}/data streams when the DataPlane is an ObjectStreamer:
+// StreamChunk (1 MiB) at a time, each chunk written under
+// Config.DataWriteTimeout, the CRC32C computed over the chunks. The last
+// chunk is written only once the checksum matched; on a mismatch or a read
+// error after the status was sent the connection is aborted, so the client
+// sees a body shorter than Content-Length, never wrong bytes with a clean
+// end. X-Kvtier-Crc32c carries the object's checksum.
+//
 // # Key encoding in URLs
 //
 // Keys are bytes. In /api/v1/objects/{key} the key is ONE path segment:
@@ -51,5 +73,5 @@
 // stream ends when the client goes away or the master's stream ends.
 //
 // Importers: cmd/kvtier and tests. rest imports the generated API, kverr,
-// clock, metrics and webui; never a mechanism package.
+// clock, metrics, doctor, buildinfo and webui; never a mechanism package.
 package rest

@@ -31,10 +31,17 @@ type ReadyJSON struct {
 	// (a restart or a new leader); reads of keys not yet reported and puts
 	// answer UNAVAILABLE_IN_CURRENT_STATUS until then.
 	Rebuilding bool `json:"rebuilding"`
+	// Degraded: ready, but an appliance (a client serving storage) is
+	// suspect, left or reports a problem; Reasons name each, and its
+	// replicas are not handed out meanwhile.
+	Degraded bool     `json:"degraded"`
+	Reasons  []string `json:"reasons,omitempty"`
 }
 
 // ready: at least one segment mounted, every SSD index loaded, this master
-// the leader, then Config.Ready.
+// the leader, then Config.Ready. A ready cluster with an appliance down or
+// unhealthy answers 200 with degraded true and the reasons (it still
+// serves from the others; a 503 would take the master out of rotation).
 func (s *Server) ready(c echo.Context) error {
 	ctx, cancel := s.ctx(c)
 	defer cancel()
@@ -75,13 +82,22 @@ func (s *Server) ready(c echo.Context) error {
 		if d := ci.GetDisk(); d != nil && d.GetCapacity() > 0 && !d.GetIndexLoaded() && ci.GetState() == kvtierpb.ClientState_LIVE {
 			return notReady("SSD index of " + ci.GetClientId() + " is still loading")
 		}
+		// A gone appliance has left the cluster (its event said so);
+		// suspect and unhealthy ones degrade it.
+		if ci.GetStorage() && ci.GetState() != kvtierpb.ClientState_GONE && len(ci.GetProblems()) > 0 {
+			out.Reasons = append(out.Reasons, "appliance "+ci.GetClientId()+" "+clientState(ci.GetState())+": "+strings.Join(ci.GetProblems(), "; "))
+		}
 	}
+	out.Degraded = len(out.Reasons) > 0
 	if s.cfg.Ready != nil {
 		if err := s.cfg.Ready(ctx); err != nil {
 			return notReady(err.Error())
 		}
 	}
 	out.Ready = true
+	if out.Degraded {
+		out.Reason = "degraded: " + strings.Join(out.Reasons, " | ")
+	}
 	return c.JSON(http.StatusOK, out)
 }
 
@@ -429,6 +445,12 @@ type ClientJSON struct {
 	State         string     `json:"state"` // live | grace | gone
 	Disk          *DiskJSON  `json:"disk,omitempty"`
 	NVMeAddr      string     `json:"nvme_addr,omitempty"` // NVMe/TCP listener it reports (details: GET nvme)
+	// Problems say why it is not healthy (suspect, left, gone, or what it
+	// reports itself, e.g. a listener down); absent when healthy.
+	Problems []string `json:"problems,omitempty"`
+	// Storage: it serves storage (an appliance or storage node), as
+	// opposed to a pure caller.
+	Storage bool `json:"storage"`
 }
 
 // DiskJSON is an appliance's SSD tier.
@@ -470,7 +492,8 @@ func (s *Server) listClients(c echo.Context) error {
 	out := make([]ClientJSON, 0, len(resp.GetClients()))
 	for _, ci := range resp.GetClients() {
 		j := ClientJSON{ID: ci.GetClientId(), Endpoint: ci.GetEndpoint(), Segments: append([]string{}, ci.GetSegments()...),
-			LastHeartbeat: msTime(ci.GetLastHeartbeatMs()), State: clientState(ci.GetState())}
+			LastHeartbeat: msTime(ci.GetLastHeartbeatMs()), State: clientState(ci.GetState()),
+			Problems: ci.GetProblems(), Storage: ci.GetStorage()}
 		if j.LastHeartbeat != nil {
 			j.SinceSeconds = math.Max(0, now.Sub(*j.LastHeartbeat).Seconds())
 		}

@@ -35,6 +35,9 @@ type ReplicaJSON struct {
 	NQN      string `json:"nqn,omitempty"`
 	NSID     uint32 `json:"nsid,omitempty"`
 	Target   string `json:"target_addr,omitempty"`
+	// Unavailable: its node is down (suspect or left); readers are not
+	// sent there until it returns.
+	Unavailable bool `json:"unavailable,omitempty"`
 }
 
 // ObjectJSON is an object's metadata.
@@ -83,6 +86,7 @@ func replicaJSON(r *kvtierpb.Replica) ReplicaJSON {
 		Type: r.GetType().String(), State: r.GetState().String(), Segment: r.GetSegment(),
 		Node: r.GetNode(), Endpoint: r.GetEndpoint(), Offset: r.GetOffset(), Length: r.GetLength(),
 		Bucket: r.GetBucket(), NQN: r.GetNqn(), NSID: r.GetNsid(), Target: r.GetTargetAddr(),
+		Unavailable: r.GetUnavailable(),
 	}
 }
 
@@ -255,6 +259,9 @@ func (s *Server) getObjectData(c echo.Context) error {
 	}
 	if err := s.needDataPlane(); err != nil {
 		return err
+	}
+	if sp, ok := s.dp.(ObjectStreamer); ok {
+		return s.streamObject(c, sp, tenant, string(key))
 	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()

@@ -16,6 +16,7 @@ type apiOp struct {
 	body                               map[string]any // request body, nil if none
 	ok                                 int
 	okSchema                           map[string]any
+	okType                             string // content type of the answer; "" is application/json
 	errors                             []int
 	mutating                           bool
 }
@@ -28,9 +29,10 @@ const keyEncodingDoc = "Keys are bytes. {key} is one path segment: either the ke
 	"start with \"~b64:\"). Object JSON carries key_path, the ready-made segment."
 
 var (
-	pTenant = apiParam{"tenant", "query", "string", "Tenant; default \"default\"."}
-	pKey    = apiParam{"key", "path", "string", keyEncodingDoc}
-	pSeg    = apiParam{"name", "path", "string", "Segment name, percent-encoded (name_path in the listing)."}
+	pTenant    = apiParam{"tenant", "query", "string", "Tenant; default \"default\"."}
+	pKey       = apiParam{"key", "path", "string", keyEncodingDoc}
+	pSeg       = apiParam{"name", "path", "string", "Segment name, percent-encoded (name_path in the listing)."}
+	pAppliance = apiParam{"name", "path", "string", "Appliance name (its client id in GET clients), percent-encoded."}
 )
 
 func obj(props map[string]any) map[string]any {
@@ -66,8 +68,8 @@ var apiOps = []apiOp{
 		ok: 200, okSchema: obj(map[string]any{"objects": arr(ref("Object")), "next_cursor": str()}), errors: []int{400}},
 	{method: "GET", path: "/api/v1/objects/{key}", summary: "Object metadata: replicas, lease and pin state",
 		params: []apiParam{pKey, pTenant}, ok: 200, okSchema: ref("Object"), errors: []int{400, 404}},
-	{method: "GET", path: "/api/v1/objects/{key}/data", summary: "Object bytes",
-		params: []apiParam{pKey, pTenant}, ok: 200, okSchema: map[string]any{"type": "string", "format": "binary"}, errors: []int{400, 404, 409}},
+	{method: "GET", path: "/api/v1/objects/{key}/data", summary: "Object bytes", description: "Streamed 1 MiB at a time; X-Kvtier-Crc32c carries the checksum. The last chunk is sent only once the checksum matched: a mismatch or a failed read after the status aborts the connection (a body shorter than Content-Length).",
+		params: []apiParam{pKey, pTenant}, ok: 200, okSchema: map[string]any{"type": "string", "format": "binary"}, okType: "application/octet-stream", errors: []int{400, 404, 409}},
 	{method: "PUT", path: "/api/v1/objects/{key}", summary: "Store an object (body = value)",
 		description: "Objects are write-once: a second PUT of the key is OBJECT_ALREADY_EXISTS (409). The body must be 1 byte to the configured maximum.",
 		params: []apiParam{pKey, pTenant,
@@ -92,7 +94,8 @@ var apiOps = []apiOp{
 		ok: 200, okSchema: ref("Tiers"), errors: []int{400, 401}, mutating: true},
 	{method: "GET", path: "/api/v1/clients", summary: "Clients, their segments, last heartbeat and state (live, grace, gone)", ok: 200,
 		okSchema: obj(map[string]any{"clients": arr(obj(map[string]any{"id": str(), "endpoint": str(), "segments": arr(str()),
-			"last_heartbeat": str(), "seconds_since_heartbeat": num(), "state": str(), "disk": map[string]any{"type": "object"}, "nvme_addr": str()}))})},
+			"last_heartbeat": str(), "seconds_since_heartbeat": num(), "state": str(), "disk": map[string]any{"type": "object"}, "nvme_addr": str(),
+			"problems": arr(str()), "storage": boolean()}))})},
 	{method: "GET", path: "/api/v1/nvme", summary: "NVMe/TCP targets: subsystems, namespaces with I/O counters, connected hosts",
 		description: "One entry per appliance that reports a built-in NVMe/TCP target in its heartbeat, with the figures of its last heartbeat " +
 			"(state tells whether it is still live). Counters are totals since the target started; sizes and byte counts are bytes. " +
@@ -101,8 +104,20 @@ var apiOps = []apiOp{
 	{method: "GET", path: "/api/v1/config", summary: "Effective configuration", ok: 200, okSchema: map[string]any{"type": "object"}},
 	{method: "GET", path: "/api/v1/system", summary: "Host figures: CPU, memory, hugepages, disks, NICs", ok: 200, okSchema: map[string]any{"type": "object"}},
 	{method: "GET", path: "/api/v1/events", summary: "Server-sent events",
-		description: "text/event-stream; event names: put (sampled), remove, evict, offload, bucket_delete, segment, client; data is one JSON Event. A ': keep-alive' comment every 15 s.",
-		ok:          200, okSchema: map[string]any{"type": "string"}},
+		description: "A text/event-stream that does not end: event names put (sampled), remove, evict, offload, bucket_delete, segment, client; each data line is one JSON Event (schema Event). A ': keep-alive' comment every 15 s. HEAD answers the headers only.",
+		ok:          200, okType: "text/event-stream", okSchema: map[string]any{"type": "string", "description": "SSE frames: 'event: KIND' then 'data: {Event JSON}' then a blank line"}},
+	{method: "GET", path: "/api/v1/system/doctor", summary: "Host checks (kvtier doctor): hugepages, memlock, THP, O_DIRECT, free space, I/O scheduler, NUMA, open files, clock, RDMA, NVMe",
+		description: "Each check has a status (ok, warn, fail, skip), what was found, what kvtier wants and the command that fixes it. ok is false when a check failed.",
+		ok:          200, okSchema: ref("Doctor")},
+	{method: "GET", path: "/api/v1/version", summary: "Build: version, commit, Go version, build tags", ok: 200,
+		okSchema: obj(map[string]any{"version": str(), "commit": str(), "go_version": str(), "build_tags": arr(str()), "platform": str()})},
+	{method: "POST", path: "/api/v1/appliances/{name}/drain", summary: "Drain every segment of an appliance",
+		description: "Each segment takes no new allocations and serves reads for grace_ms (1 ms to 24 h, default 30000), then is unmounted; heartbeats do not remount it until undrain. The body is optional.",
+		params:      []apiParam{pAppliance}, body: obj(map[string]any{"grace_ms": integer()}), ok: 202, okSchema: ref("ApplianceDrain"),
+		errors: []int{400, 401, 404}, mutating: true},
+	{method: "POST", path: "/api/v1/appliances/{name}/undrain", summary: "Undo a drain of an appliance",
+		description: "Draining segments take allocations again at once; segments the drain already unmounted are remounted by the appliance's next heartbeat.",
+		params:      []apiParam{pAppliance}, ok: 200, okSchema: ref("ApplianceDrain"), errors: []int{401, 404}, mutating: true},
 	{method: "GET", path: "/api/v1/openapi.json", summary: "This document", ok: 200, okSchema: map[string]any{"type": "object"}},
 }
 
@@ -111,15 +126,17 @@ func schemas() map[string]any {
 		"misses": integer(), "used_fraction": num()})
 	return map[string]any{
 		"Error": obj(map[string]any{"code": map[string]any{"type": "string", "example": "OBJECT_NOT_FOUND"}, "message": str(), "status": integer()}),
-		"Ready": obj(map[string]any{"ready": boolean(), "reason": str(), "mounted_segments": integer(), "leader": boolean()}),
-		"Tier":  tier,
+		"Ready": obj(map[string]any{"ready": boolean(), "reason": str(), "mounted_segments": integer(), "leader": boolean(),
+			"degraded": boolean(), "reasons": arr(str())}),
+		"Tier": tier,
 		"Cluster": obj(map[string]any{"time": str(), "leader": boolean(), "objects": integer(), "heap_bytes": integer(),
 			"tiers": arr(ref("Tier")), "rates": map[string]any{"type": "object"}, "puts": map[string]any{"type": "object"},
 			"gets": map[string]any{"type": "object"}, "evictions": map[string]any{"type": "object"},
 			"offloads": map[string]any{"type": "object"}, "counters": map[string]any{"type": "object"}}),
 		"Segment": obj(map[string]any{"name": str(), "name_path": str(), "type": str(), "owner": str(), "state": str(),
 			"capacity": integer(), "used": integer(), "largest_free": integer(), "replicas": integer(), "drain_deadline": str()}),
-		"Replica": obj(map[string]any{"type": str(), "state": str(), "segment": str(), "node": str(), "offset": integer(), "length": integer(), "bucket": integer()}),
+		"Replica": obj(map[string]any{"type": str(), "state": str(), "segment": str(), "node": str(), "offset": integer(), "length": integer(), "bucket": integer(),
+			"unavailable": boolean()}),
 		"Object": obj(map[string]any{"key": str(), "key_b64": str(), "key_path": str(), "tenant": str(), "size": integer(),
 			"lease": obj(map[string]any{"active": boolean(), "deadline": str()}), "soft_pin": boolean(), "hard_pin": boolean(),
 			"complete": boolean(), "tiers": arr(str()), "replicas": arr(ref("Replica"))}),
@@ -135,6 +152,11 @@ func schemas() map[string]any {
 			"totals": obj(map[string]any{"appliances": integer(), "subsystems": integer(), "namespaces": integer(), "hosts": integer(),
 				"capacity": integer(), "read_ops": integer(), "read_bytes": integer(), "write_ops": integer(), "write_bytes": integer(),
 				"other_ops": integer(), "errors": integer()})}),
+		"Doctor": obj(map[string]any{"ok": boolean(), "failed": integer(), "warned": integer(),
+			"checks": arr(obj(map[string]any{"name": str(), "status": map[string]any{"type": "string", "enum": []string{"ok", "warn", "fail", "skip"}},
+				"found": str(), "want": str(), "fix": str()}))}),
+		"ApplianceDrain": obj(map[string]any{"appliance": str(), "state": str(), "grace_ms": integer(), "segments": arr(str())}),
+		"Event":          obj(map[string]any{"time": str(), "kind": str(), "tenant": str(), "key": str(), "key_b64": str(), "segment": str(), "node": str(), "bytes": integer(), "message": str()}),
 		"Tiers": obj(map[string]any{"dram": obj(map[string]any{"high_watermark": num(), "eviction_ratio": num(), "lease_policy": str()}),
 			"ssd":   obj(map[string]any{"offload_mode": str(), "policy": str(), "capacity": integer(), "high_watermark": num()}),
 			"stats": arr(ref("Tier"))}),
@@ -174,7 +196,11 @@ func OpenAPI() map[string]any {
 		resps := map[string]any{}
 		okDesc := map[string]any{"description": http.StatusText(op.ok)}
 		if op.okSchema != nil {
-			okDesc["content"] = map[string]any{"application/json": map[string]any{"schema": op.okSchema}}
+			ct := op.okType
+			if ct == "" {
+				ct = "application/json"
+			}
+			okDesc["content"] = map[string]any{ct: map[string]any{"schema": op.okSchema}}
 		}
 		resps[strconv.Itoa(op.ok)] = okDesc
 		for _, e := range op.errors {
@@ -191,7 +217,8 @@ func OpenAPI() map[string]any {
 		"openapi": "3.0.3",
 		"info": map[string]any{"title": "kvtier operator API", "version": "1",
 			"description": "Control and inspect a kvtier cluster. Errors are {code, message, status}. " + keyEncodingDoc +
-				" When a token is configured, mutating requests need Authorization: Bearer TOKEN."},
+				" When a token is configured, mutating requests need Authorization: Bearer TOKEN." +
+				" HEAD is answered wherever GET is. Paths outside /api/v1/, /metrics and the web UI's (/, /index.html, /app.js, /app.css) are 404."},
 		"servers": []any{map[string]any{"url": "/"}},
 		"paths":   paths,
 		"components": map[string]any{"schemas": schemas(),

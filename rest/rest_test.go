@@ -403,7 +403,9 @@ func TestMetricsEndpoint(t *testing.T) {
 
 func TestUIServed(t *testing.T) {
 	c := resttest.Start(t, resttest.Options{})
-	for _, p := range []string{"/", "/app.js", "/app.css", "/some/deep/link"} {
+	// The UI routes pages by fragment (#host): only / and its files are the
+	// UI; other paths are 404 (TestUnknownPathsAre404).
+	for _, p := range []string{"/", "/index.html", "/app.js", "/app.css"} {
 		r := do(t, c, "GET", p, nil)
 		mustStatus(t, r, 200)
 		if p == "/" && !bytes.Contains(r.body, []byte("<title>kvtier</title>")) {

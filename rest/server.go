@@ -3,6 +3,7 @@ package rest
 import (
 	"context"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/doctor"
 	"github.com/kvtier/kvtier/internal/clock"
 	"github.com/kvtier/kvtier/kverr"
 	"github.com/kvtier/kvtier/metrics"
@@ -58,6 +60,13 @@ type Config struct {
 	KeepAlive time.Duration
 	// RequestTimeout bounds each control-plane call; 0 means 10 s.
 	RequestTimeout time.Duration
+	// Doctor runs the host checks for GET system/doctor; nil checks this
+	// host with doctor's defaults (no SSD directory).
+	Doctor func(ctx context.Context) doctor.Report
+	// DataWriteTimeout bounds the write of each chunk of an object's bytes
+	// (GET objects/{key}/data); a reader slower than that is cut off.
+	// 0 means DefaultDataWriteTimeout.
+	DataWriteTimeout time.Duration
 }
 
 // DefaultMaxPutBytes is the PUT body limit when Config.MaxPutBytes is 0.
@@ -70,6 +79,8 @@ func (c Config) Validate() error {
 		return kverr.New(kverr.InvalidParams, "", "rest: negative MaxPutBytes %d", c.MaxPutBytes)
 	case c.KeepAlive < 0:
 		return kverr.New(kverr.InvalidParams, "", "rest: negative KeepAlive %v", c.KeepAlive)
+	case c.DataWriteTimeout < 0:
+		return kverr.New(kverr.InvalidParams, "", "rest: negative DataWriteTimeout %v", c.DataWriteTimeout)
 	case c.RequestTimeout < 0:
 		return kverr.New(kverr.InvalidParams, "", "rest: negative RequestTimeout %v", c.RequestTimeout)
 	case strings.ContainsAny(c.Token, " \t\r\n"):
@@ -113,6 +124,9 @@ func New(cfg Config, ms kvtierpb.MasterServer, dp DataPlane) (*Server, error) {
 	if cfg.KeepAlive == 0 {
 		cfg.KeepAlive = 15 * time.Second
 	}
+	if cfg.DataWriteTimeout == 0 {
+		cfg.DataWriteTimeout = DefaultDataWriteTimeout
+	}
 	if cfg.RequestTimeout == 0 {
 		cfg.RequestTimeout = 10 * time.Second
 	}
@@ -140,13 +154,37 @@ func New(cfg Config, ms kvtierpb.MasterServer, dp DataPlane) (*Server, error) {
 	ui := webui.Handler()
 	mh := s.met.Handler()
 	s.root = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodHead {
+			// HEAD wherever GET exists: route as GET; net/http drops the body
+			// of an answer to HEAD. The event stream would never end, so HEAD
+			// gets its headers only.
+			if r.URL.Path == "/api/v1/events" {
+				w.Header().Set("Content-Type", "text/event-stream")
+				w.Header().Set("Cache-Control", "no-cache")
+				w.WriteHeader(http.StatusOK)
+				return
+			}
+			r = r.Clone(r.Context())
+			r.Method = http.MethodGet
+		}
 		switch {
 		case r.URL.Path == "/metrics":
 			mh.ServeHTTP(w, r)
 		case strings.HasPrefix(r.URL.Path, "/api/"):
 			e.ServeHTTP(w, r)
-		default:
+		case webui.Serves(r.URL.Path):
 			ui.ServeHTTP(w, r)
+		default:
+			// Only / and the UI's own files are the UI: anything else
+			// (/healthz, /version, /debug/pprof, Mooncake's
+			// /get_all_segments) is a 404 a probe or script can see.
+			body := ErrorBody{Code: kverr.InvalidParams.String(), Status: http.StatusNotFound,
+				Message: "no such endpoint: " + r.Method + " " + r.URL.EscapedPath() + " (the API is under /api/v1/, see /api/v1/openapi.json; metrics at /metrics; the web UI at /)"}
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("X-Content-Type-Options", "nosniff")
+			w.WriteHeader(http.StatusNotFound)
+			_ = json.NewEncoder(w).Encode(body)
+			s.met.ObserveHTTP(r.Method+" unmatched", http.StatusNotFound, 0)
 		}
 	})
 	return s, nil
@@ -190,6 +228,10 @@ func (s *Server) routes(e *echo.Echo) {
 	g.GET("/nvme", s.nvme)
 	g.GET("/config", s.getConfig)
 	g.GET("/system", s.system)
+	g.GET("/system/doctor", s.doctor)
+	g.GET("/version", s.version)
+	g.POST("/appliances/:name/drain", s.drainAppliance)
+	g.POST("/appliances/:name/undrain", s.undrainAppliance)
 	g.GET("/events", s.events)
 	g.GET("/openapi.json", s.openapi)
 }

@@ -247,7 +247,7 @@ func (t *Tier) allocate(b *bucket, end uint64) error {
 	if b.noAlloc || end <= b.allocated {
 		return nil
 	}
-	target := max(end, min(b.allocated+t.prealloc, t.cfg.BucketSize))
+	target := max(end, min(b.allocated+t.prealloc, t.space.bucket(t.cfg.BucketSize)))
 	err := b.data.Allocate(int64(target))
 	if errors.Is(err, syscall.ENOSPC) && target > end {
 		target = end // room for this object, not for a whole chunk
@@ -261,6 +261,7 @@ func (t *Tier) allocate(b *bucket, end uint64) error {
 		return err
 	}
 	b.allocated = target
+	b.allocSeen.Store(target)
 	return nil
 }
 
@@ -285,6 +286,7 @@ func (t *Tier) trimAll() {
 				t.log.Warn("ssd: cannot cut preallocated tail off data file", "bucket", b.id, "err", err)
 			} else {
 				b.allocated = tr.end
+				b.allocSeen.Store(tr.end)
 			}
 		}
 		b.allocMu.Unlock()

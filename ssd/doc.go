@@ -48,6 +48,17 @@
 //     treats as "not offloaded", never as a client write error. A full disk
 //     (ENOSPC) is also NO_AVAILABLE_HANDLE; other write errors and a
 //     read-only file system are FILE_WRITE_FAIL with the cause in the text.
+//   - Real free space (space.go): when the FS offers it (SpaceFS; OSFS with
+//     statfs), the tier works to min(Capacity, what the file system holds:
+//     used + free + the data files' preallocated tails − a small headroom),
+//     re-read at most every 100 ms and at once after an ENOSPC, so it
+//     evicts buckets before a write fails, whatever Capacity says; buckets
+//     (and their preallocation) shrink to an eighth of that when it is below
+//     Capacity, so a small disk holds several evictable buckets. A bucket
+//     that cannot be created for want of space evicts and tries again.
+//   - ReadExtent of part of an object (a Block-aligned range inside it,
+//     ranged.go) returns its bytes without a checksum; the caller verifies
+//     the object's CRC32C over all its ranges.
 //   - ReadExtent(bucket, offset, dst) reads an object, len(dst) being its
 //     length, and verifies its CRC32C before returning (an object of 2
 //     MiB or more read into Block-aligned memory is read as up to

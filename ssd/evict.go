@@ -43,6 +43,7 @@ func (t *Tier) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+			t.refreshSpace(false)
 		case <-t.kick:
 		}
 		res, err := t.EvictOnce(ctx)
@@ -77,7 +78,7 @@ func (t *Tier) evict(ctx context.Context, need uint64) (EvictResult, error) {
 		return res, errClosed("")
 	}
 	t.ops.Add(1)
-	capacity := t.capacity
+	capacity := t.effectiveCapacityLocked()
 	target := uint64(float64(capacity) * t.low)
 	if need > 0 {
 		if t.used+need <= capacity {

@@ -53,6 +53,9 @@ type bucket struct {
 	// this bucket that need blocks past allocated.
 	allocated uint64 // data file size with allocated blocks
 	noAlloc   bool   // the file system cannot preallocate: writes extend the file
+	// allocSeen mirrors allocated for readers that must not wait on a
+	// fallocate (the free-space check, space.go).
+	allocSeen atomic.Uint64
 
 	metaMu sync.Mutex
 	// metaLen, metaAlloc and metaBad are guarded by metaMu, which is held
@@ -112,6 +115,9 @@ type Tier struct {
 	ops sync.WaitGroup
 	cm  committer // group commit (commit.go); has its own lock
 	rm  removals  // removals log and active removals (remove.go)
+	// space is the file system's free space (space.go): its own lock for
+	// the statfs clock, Tier.mu for the limit.
+	space spaceWatch
 
 	mu sync.Mutex
 	// Fields below are guarded by mu. Add to ops only with mu held and
@@ -274,7 +280,7 @@ func writeErr(key, what string, err error) error {
 
 func (t *Tier) fitsLocked(b *bucket, need uint64) bool {
 	return !b.sealed && b.nobj < t.cfg.BucketMaxObjects &&
-		(b.reserved == 0 || b.reserved+need <= t.cfg.BucketSize)
+		(b.reserved == 0 || b.reserved+need <= t.bucketSizeLocked())
 }
 
 // sealLocked stops appends to b and closes its metadata handle when no
@@ -295,6 +301,7 @@ func (t *Tier) sealLocked(b *bucket) {
 // tier would pass its capacity.
 func (t *Tier) reserve(ctx context.Context, key string, need, rlen uint64) (*bucket, File, uint64, error) {
 	for tries := 0; ; {
+		t.refreshSpace(false) // the file system may hold less than Capacity (space.go)
 		t.mu.Lock()
 		if t.closed {
 			t.mu.Unlock()
@@ -314,8 +321,8 @@ func (t *Tier) reserve(ctx context.Context, key string, need, rlen uint64) (*buc
 			t.mu.Unlock() // evicting everything would not help
 			return nil, nil, 0, kverr.New(kverr.PayloadTooLarge, key, "ssd: %d bytes cannot fit a tier of %d bytes", whole, capacity)
 		}
-		if t.used+extra > t.capacity {
-			used, capacity := t.used, t.capacity
+		if eff := t.effectiveCapacityLocked(); t.used+extra > eff {
+			used, capacity := t.used, eff
 			t.mu.Unlock()
 			tries++
 			res, err := t.evict(ctx, extra)
@@ -325,14 +332,16 @@ func (t *Tier) reserve(ctx context.Context, key string, need, rlen uint64) (*buc
 			if (res.FreedBytes == 0 && !res.roomFree) || tries > 8 {
 				t.st.noSpace.Add(1)
 				return nil, nil, 0, kverr.New(kverr.NoAvailableHandle, key,
-					"ssd: tier full (%d of %d bytes used, %d needed) and eviction freed nothing: %s", used, capacity, extra, res.Reason)
+					"ssd: tier full (%d of %d bytes used%s, %d needed) and eviction freed nothing: %s", used, capacity, t.fsNote(capacity), extra, res.Reason)
 			}
 			continue
 		}
 		if b == nil {
 			t.mu.Unlock()
 			if err := t.openNewBucket(ctx, key); err != nil {
-				return nil, nil, 0, err
+				if tries++; tries > 8 || !t.evictForRoom(ctx, err, extra) {
+					return nil, nil, 0, err
+				}
 			}
 			continue
 		}
@@ -342,7 +351,7 @@ func (t *Tier) reserve(ctx context.Context, key string, need, rlen uint64) (*buc
 		b.writers++
 		b.used += need
 		t.used += need
-		if b.reserved >= t.cfg.BucketSize || b.nobj >= t.cfg.BucketMaxObjects {
+		if b.reserved >= t.bucketSizeLocked() || b.nobj >= t.cfg.BucketMaxObjects {
 			t.sealLocked(b)
 		}
 		meta := b.meta
@@ -492,13 +501,15 @@ func (t *Tier) abortWrite(b *bucket, err error) {
 	t.sealLocked(b)
 	t.mu.Unlock()
 	if errors.Is(err, syscall.ENOSPC) {
+		t.refreshSpace(true) // another writer filled the disk: work to what is left
 		t.wake()
 	}
 }
 
 // ReadExtent reads the object stored at (bucket, offset) into dst, whose
 // length must be the object's length, and verifies its CRC32C before
-// returning. On any error dst holds no object bytes (it is zeroed).
+// returning. A Block-aligned range inside one object is read too, without
+// a checksum (see readRange). On any error dst holds no object bytes (it is zeroed).
 // Unknown bucket or offset: OBJECT_NOT_FOUND; checksum mismatch:
 // CHECKSUM_MISMATCH; I/O error: FILE_READ_FAIL.
 func (t *Tier) ReadExtent(ctx context.Context, bucketID, offset uint64, dst []byte) error {
@@ -516,6 +527,13 @@ func (t *Tier) ReadExtent(ctx context.Context, bucketID, offset uint64, dst []by
 		return kverr.New(kverr.ObjectNotFound, "", "ssd: no bucket %d on this tier", bucketID)
 	}
 	e := b.extents[offset]
+	if e == nil || uint64(len(dst)) < e.Size {
+		// Part of an object: a ranged read (ranged.go), checked by the
+		// caller's checksum over the whole object.
+		if r := containingLocked(b, offset, uint64(len(dst))); r != nil {
+			return t.readRange(ctx, b, r, offset, dst)
+		}
+	}
 	if e == nil {
 		t.mu.Unlock()
 		return kverr.New(kverr.ObjectNotFound, "", "ssd: no object at bucket %d offset %d", bucketID, offset)

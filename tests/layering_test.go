@@ -46,8 +46,10 @@ var forbidden = map[string][]string{
 	"github.com/kvtier/kvtier/internal/transfer": {"github.com/kvtier/kvtier/master", "github.com/kvtier/kvtier/client", "github.com/kvtier/kvtier/appliance", "github.com/kvtier/kvtier/ssd", "github.com/kvtier/kvtier/api"},
 	"github.com/kvtier/kvtier/internal/fastrpc":  {"github.com/kvtier/kvtier/master", "github.com/kvtier/kvtier/client", "github.com/kvtier/kvtier/appliance", "github.com/kvtier/kvtier/ssd", "github.com/kvtier/kvtier/internal/transfer", "github.com/kvtier/kvtier/api"},
 	"github.com/kvtier/kvtier/nof":               {"github.com/kvtier/kvtier/master", "github.com/kvtier/kvtier/client", "github.com/kvtier/kvtier/appliance", "github.com/kvtier/kvtier/rest"},
+	"github.com/kvtier/kvtier/resp":              {"github.com/kvtier/kvtier/master", "github.com/kvtier/kvtier/appliance", "github.com/kvtier/kvtier/ssd", "github.com/kvtier/kvtier/rest", "github.com/kvtier/kvtier/webui"},
 	"github.com/kvtier/kvtier/kverr":             {"github.com/kvtier/kvtier/master", "github.com/kvtier/kvtier/client"},
 	"github.com/kvtier/kvtier/internal/crc32c":   {"github.com/kvtier/kvtier/master", "github.com/kvtier/kvtier/client", "github.com/kvtier/kvtier/appliance", "github.com/kvtier/kvtier/ssd", "github.com/kvtier/kvtier/internal/transfer", "github.com/kvtier/kvtier/api", "github.com/kvtier/kvtier/kverr"},
+	"github.com/kvtier/kvtier/doctor":            {"github.com/kvtier/kvtier/master", "github.com/kvtier/kvtier/client", "github.com/kvtier/kvtier/appliance", "github.com/kvtier/kvtier/ssd", "github.com/kvtier/kvtier/dram", "github.com/kvtier/kvtier/rest", "github.com/kvtier/kvtier/api"},
 	"github.com/kvtier/kvtier/capi":              {"github.com/kvtier/kvtier/master", "github.com/kvtier/kvtier/appliance", "github.com/kvtier/kvtier/ssd", "github.com/kvtier/kvtier/rest"},
 	"github.com/kvtier/kvtier/internal/memcopy":  {"github.com/kvtier/kvtier/master", "github.com/kvtier/kvtier/client", "github.com/kvtier/kvtier/appliance", "github.com/kvtier/kvtier/ssd", "github.com/kvtier/kvtier/internal/transfer", "github.com/kvtier/kvtier/api", "github.com/kvtier/kvtier/kverr"},
 }

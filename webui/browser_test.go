@@ -272,7 +272,9 @@ func TestBrowserOverviewObjectsSettings(t *testing.T) {
 		waitJS(`document.querySelector("#cl-table tbody").textContent.includes("node-a")`))
 	screenshot(t, ctx, "clients")
 	run(t, ctx, "host", chromedp.Navigate(c.URL+"/#host"),
-		waitJS(`document.querySelectorAll("#host-nics tbody tr").length > 0`))
+		waitJS(`document.querySelectorAll("#host-nics tbody tr").length > 0`),
+		// The host checks (kvtier doctor) are listed, each with its status.
+		waitJS(`document.querySelectorAll("#host-doctor tbody tr[data-status]").length === 11 && document.querySelector("#doc-summary").textContent.includes("failed")`))
 	screenshot(t, ctx, "host")
 	apiPut(t, c, "late/arrival", 1000, "")
 	run(t, ctx, "events", chromedp.Navigate(c.URL+"/#events"), waitJS(`document.querySelector("#live-pill").textContent === "live"`))

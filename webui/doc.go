@@ -4,8 +4,9 @@
 //
 // # Contract
 //
-// Handler serves the assets at / (index.html for / and for unknown paths that
-// are not files, so deep links work). The UI talks only to the REST API of
+// Handler serves the assets at / (index.html for /). Pages are addressed by
+// URL fragment (#host), so Serves reports / and the embedded files as the
+// UI's only paths; rest answers every other path 404. The UI talks only to the REST API of
 // package rest under /api/v1/ (polling and the /api/v1/events server-sent
 // events). When the API refuses a mutating request with UNAUTHORIZED, the UI
 // asks once for the bearer token, keeps it in the browser's sessionStorage

@@ -11,6 +11,21 @@ import (
 //go:embed assets
 var assets embed.FS
 
+// Serves reports whether path is the UI's: / or one of its embedded files.
+// The UI routes pages by URL fragment (#host), so no other path is its.
+func Serves(urlPath string) bool {
+	p := strings.TrimPrefix(path.Clean("/"+urlPath), "/")
+	if p == "" || p == "index.html" {
+		return true
+	}
+	sub, err := fs.Sub(assets, "assets")
+	if err != nil {
+		return false
+	}
+	st, err := fs.Stat(sub, p)
+	return err == nil && !st.IsDir()
+}
+
 // Handler serves the embedded UI. Paths that name no asset get index.html so
 // bookmarks of UI pages keep working.
 func Handler() http.Handler {

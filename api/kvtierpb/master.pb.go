@@ -356,18 +356,21 @@ func (ClientState) EnumDescriptor() ([]byte, []int) {
 
 // Where one copy of an object lives.
 type Replica struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Type          ReplicaType            `protobuf:"varint,1,opt,name=type,proto3,enum=kvtier.v1.ReplicaType" json:"type,omitempty"`
-	State         ReplicaState           `protobuf:"varint,2,opt,name=state,proto3,enum=kvtier.v1.ReplicaState" json:"state,omitempty"`
-	Segment       string                 `protobuf:"bytes,3,opt,name=segment,proto3" json:"segment,omitempty"`   // MEMORY/NOF: segment name; LOCAL_DISK: "<node>/ssd"
-	Node          string                 `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`         // client id of the node that owns the storage
-	Endpoint      string                 `protobuf:"bytes,5,opt,name=endpoint,proto3" json:"endpoint,omitempty"` // transfer-engine address (host:port) of that node
-	Offset        uint64                 `protobuf:"varint,6,opt,name=offset,proto3" json:"offset,omitempty"`    // MEMORY/NOF: byte offset in segment; LOCAL_DISK: in bucket
-	Length        uint64                 `protobuf:"varint,7,opt,name=length,proto3" json:"length,omitempty"`
-	Bucket        uint64                 `protobuf:"varint,8,opt,name=bucket,proto3" json:"bucket,omitempty"`                           // LOCAL_DISK only
-	Nqn           string                 `protobuf:"bytes,9,opt,name=nqn,proto3" json:"nqn,omitempty"`                                  // NOF only: subsystem NQN
-	Nsid          uint32                 `protobuf:"varint,10,opt,name=nsid,proto3" json:"nsid,omitempty"`                              // NOF only
-	TargetAddr    string                 `protobuf:"bytes,11,opt,name=target_addr,json=targetAddr,proto3" json:"target_addr,omitempty"` // NOF only: NVMe/TCP listener host:port
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Type       ReplicaType            `protobuf:"varint,1,opt,name=type,proto3,enum=kvtier.v1.ReplicaType" json:"type,omitempty"`
+	State      ReplicaState           `protobuf:"varint,2,opt,name=state,proto3,enum=kvtier.v1.ReplicaState" json:"state,omitempty"`
+	Segment    string                 `protobuf:"bytes,3,opt,name=segment,proto3" json:"segment,omitempty"`   // MEMORY/NOF: segment name; LOCAL_DISK: "<node>/ssd"
+	Node       string                 `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`         // client id of the node that owns the storage
+	Endpoint   string                 `protobuf:"bytes,5,opt,name=endpoint,proto3" json:"endpoint,omitempty"` // transfer-engine address (host:port) of that node
+	Offset     uint64                 `protobuf:"varint,6,opt,name=offset,proto3" json:"offset,omitempty"`    // MEMORY/NOF: byte offset in segment; LOCAL_DISK: in bucket
+	Length     uint64                 `protobuf:"varint,7,opt,name=length,proto3" json:"length,omitempty"`
+	Bucket     uint64                 `protobuf:"varint,8,opt,name=bucket,proto3" json:"bucket,omitempty"`                           // LOCAL_DISK only
+	Nqn        string                 `protobuf:"bytes,9,opt,name=nqn,proto3" json:"nqn,omitempty"`                                  // NOF only: subsystem NQN
+	Nsid       uint32                 `protobuf:"varint,10,opt,name=nsid,proto3" json:"nsid,omitempty"`                              // NOF only
+	TargetAddr string                 `protobuf:"bytes,11,opt,name=target_addr,json=targetAddr,proto3" json:"target_addr,omitempty"` // NOF only: NVMe/TCP listener host:port
+	// ObjectInfo only: the node holding it is not LIVE (suspect, left), so
+	// readers are not sent there until it returns.
+	Unavailable   bool `protobuf:"varint,120,opt,name=unavailable,proto3" json:"unavailable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -477,6 +480,13 @@ func (x *Replica) GetTargetAddr() string {
 		return x.TargetAddr
 	}
 	return ""
+}
+
+func (x *Replica) GetUnavailable() bool {
+	if x != nil {
+		return x.Unavailable
+	}
+	return false
 }
 
 type PutConfig struct {
@@ -2012,7 +2022,16 @@ type HeartbeatRequest struct {
 	// Objects in that directory: a master that did not know the node learns
 	// from a non-zero count that it restarted (or was newly elected) and
 	// answers misses "rebuilding" (retry) for a while.
-	DramObjects   uint64 `protobuf:"varint,201,opt,name=dram_objects,json=dramObjects,proto3" json:"dram_objects,omitempty"`
+	DramObjects uint64 `protobuf:"varint,201,opt,name=dram_objects,json=dramObjects,proto3" json:"dram_objects,omitempty"`
+	// The client's beat period (0: unknown). The master suspects a client
+	// silent for 2.5 periods (at most its ClientTTL): its replicas are no
+	// longer handed out until it beats again.
+	HeartbeatIntervalMs uint32 `protobuf:"varint,120,opt,name=heartbeat_interval_ms,json=heartbeatIntervalMs,proto3" json:"heartbeat_interval_ms,omitempty"`
+	// The last beat of a node that is shutting down: the master suspects it at
+	// once instead of waiting for the silence.
+	Leaving bool `protobuf:"varint,121,opt,name=leaving,proto3" json:"leaving,omitempty"`
+	// Why the node is not fully healthy (a listener down, ...); empty: healthy.
+	Unhealthy     []string `protobuf:"bytes,122,rep,name=unhealthy,proto3" json:"unhealthy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2122,6 +2141,27 @@ func (x *HeartbeatRequest) GetDramObjects() uint64 {
 		return x.DramObjects
 	}
 	return 0
+}
+
+func (x *HeartbeatRequest) GetHeartbeatIntervalMs() uint32 {
+	if x != nil {
+		return x.HeartbeatIntervalMs
+	}
+	return 0
+}
+
+func (x *HeartbeatRequest) GetLeaving() bool {
+	if x != nil {
+		return x.Leaving
+	}
+	return false
+}
+
+func (x *HeartbeatRequest) GetUnhealthy() []string {
+	if x != nil {
+		return x.Unhealthy
+	}
+	return nil
 }
 
 // Reads of one object served from a client's lease cache.
@@ -2769,15 +2809,20 @@ func (x *HeartbeatResponse) GetForgetDram() bool {
 }
 
 type OffloadDoneRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	Tenant        string                 `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	Key           []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
-	Ok            bool                   `protobuf:"varint,4,opt,name=ok,proto3" json:"ok,omitempty"`
-	Bucket        uint64                 `protobuf:"varint,5,opt,name=bucket,proto3" json:"bucket,omitempty"`
-	Offset        uint64                 `protobuf:"varint,6,opt,name=offset,proto3" json:"offset,omitempty"`
-	Length        uint64                 `protobuf:"varint,7,opt,name=length,proto3" json:"length,omitempty"`
-	Error         string                 `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Tenant   string                 `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Key      []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	Ok       bool                   `protobuf:"varint,4,opt,name=ok,proto3" json:"ok,omitempty"`
+	Bucket   uint64                 `protobuf:"varint,5,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Offset   uint64                 `protobuf:"varint,6,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length   uint64                 `protobuf:"varint,7,opt,name=length,proto3" json:"length,omitempty"`
+	Error    string                 `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
+	// With ok false: the appliance skipped the task (its queue was full), so
+	// the object keeps waiting for a disk copy and may be offered again.
+	// Otherwise a failure (disk full, I/O error) lets the master evict the
+	// object from DRAM without one rather than wait forever.
+	Retry         bool `protobuf:"varint,120,opt,name=retry,proto3" json:"retry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2866,6 +2911,13 @@ func (x *OffloadDoneRequest) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *OffloadDoneRequest) GetRetry() bool {
+	if x != nil {
+		return x.Retry
+	}
+	return false
 }
 
 type DiskObject struct {
@@ -3477,8 +3529,14 @@ type ClientInfo struct {
 	State           ClientState            `protobuf:"varint,5,opt,name=state,proto3,enum=kvtier.v1.ClientState" json:"state,omitempty"`
 	Disk            *DiskTierStats         `protobuf:"bytes,6,opt,name=disk,proto3" json:"disk,omitempty"`
 	Nvme            *NvmeStats             `protobuf:"bytes,7,opt,name=nvme,proto3" json:"nvme,omitempty"` // last reported by the client's heartbeat; unset when it exports none
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Why the node is not healthy: silent (suspect), left, or what it reported
+	// itself (HeartbeatRequest.unhealthy). Empty: healthy.
+	Problems []string `protobuf:"bytes,120,rep,name=problems,proto3" json:"problems,omitempty"`
+	// The client has served storage (mounted a segment or reported an SSD
+	// tier): an appliance, as opposed to a pure caller.
+	Storage       bool `protobuf:"varint,121,opt,name=storage,proto3" json:"storage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClientInfo) Reset() {
@@ -3558,6 +3616,20 @@ func (x *ClientInfo) GetNvme() *NvmeStats {
 		return x.Nvme
 	}
 	return nil
+}
+
+func (x *ClientInfo) GetProblems() []string {
+	if x != nil {
+		return x.Problems
+	}
+	return nil
+}
+
+func (x *ClientInfo) GetStorage() bool {
+	if x != nil {
+		return x.Storage
+	}
+	return false
 }
 
 type ListClientsResponse struct {
@@ -4784,7 +4856,7 @@ var File_master_proto protoreflect.FileDescriptor
 
 const file_master_proto_rawDesc = "" +
 	"\n" +
-	"\fmaster.proto\x12\tkvtier.v1\"\xbd\x02\n" +
+	"\fmaster.proto\x12\tkvtier.v1\"\xdf\x02\n" +
 	"\aReplica\x12*\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x16.kvtier.v1.ReplicaTypeR\x04type\x12-\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x17.kvtier.v1.ReplicaStateR\x05state\x12\x18\n" +
@@ -4798,7 +4870,8 @@ const file_master_proto_rawDesc = "" +
 	"\x04nsid\x18\n" +
 	" \x01(\rR\x04nsid\x12\x1f\n" +
 	"\vtarget_addr\x18\v \x01(\tR\n" +
-	"targetAddr\"\xde\x01\n" +
+	"targetAddr\x12 \n" +
+	"\vunavailable\x18x \x01(\bR\vunavailable\"\xde\x01\n" +
 	"\tPutConfig\x12\x1f\n" +
 	"\vreplica_num\x18\x01 \x01(\rR\n" +
 	"replicaNum\x12+\n" +
@@ -4912,7 +4985,7 @@ const file_master_proto_rawDesc = "" +
 	"\findex_loaded\x18\n" +
 	" \x01(\bR\vindexLoaded\x12'\n" +
 	"\x0foffload_skipped\x18\v \x01(\x04R\x0eoffloadSkipped\x12%\n" +
-	"\x0eoffload_failed\x18\f \x01(\x04R\roffloadFailed\"\xb9\x03\n" +
+	"\x0eoffload_failed\x18\f \x01(\x04R\roffloadFailed\"\xa5\x04\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1a\n" +
 	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12.\n" +
@@ -4924,7 +4997,10 @@ const file_master_proto_rawDesc = "" +
 	"\vincarnation\x18d \x01(\tR\vincarnation\x12\x17\n" +
 	"\adisk_id\x18e \x01(\tR\x06diskId\x12&\n" +
 	"\x0edram_directory\x18\xc8\x01 \x01(\bR\rdramDirectory\x12\"\n" +
-	"\fdram_objects\x18\xc9\x01 \x01(\x04R\vdramObjects\"u\n" +
+	"\fdram_objects\x18\xc9\x01 \x01(\x04R\vdramObjects\x122\n" +
+	"\x15heartbeat_interval_ms\x18x \x01(\rR\x13heartbeatIntervalMs\x12\x18\n" +
+	"\aleaving\x18y \x01(\bR\aleaving\x12\x1c\n" +
+	"\tunhealthy\x18z \x03(\tR\tunhealthy\"u\n" +
 	"\n" +
 	"CachedRead\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
@@ -4983,7 +5059,7 @@ const file_master_proto_rawDesc = "" +
 	"\aoffload\x18\x02 \x03(\v2\x16.kvtier.v1.OffloadTaskR\aoffload\x123\n" +
 	"\bsettings\x18\x03 \x01(\v2\x17.kvtier.v1.TierSettingsR\bsettings\x12 \n" +
 	"\vforget_dram\x18\xc8\x01 \x01(\bR\n" +
-	"forgetDram\"\xc9\x01\n" +
+	"forgetDram\"\xdf\x01\n" +
 	"\x12OffloadDoneRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x10\n" +
@@ -4992,7 +5068,8 @@ const file_master_proto_rawDesc = "" +
 	"\x06bucket\x18\x05 \x01(\x04R\x06bucket\x12\x16\n" +
 	"\x06offset\x18\x06 \x01(\x04R\x06offset\x12\x16\n" +
 	"\x06length\x18\a \x01(\x04R\x06length\x12\x14\n" +
-	"\x05error\x18\b \x01(\tR\x05error\"\xaa\x01\n" +
+	"\x05error\x18\b \x01(\tR\x05error\x12\x14\n" +
+	"\x05retry\x18x \x01(\bR\x05retry\"\xaa\x01\n" +
 	"\n" +
 	"DiskObject\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
@@ -5046,7 +5123,7 @@ const file_master_proto_rawDesc = "" +
 	"\breplicas\x18\x05 \x01(\x04R\breplicas\x12*\n" +
 	"\x11drain_deadline_ms\x18\x06 \x01(\x03R\x0fdrainDeadlineMs\"J\n" +
 	"\x14ListSegmentsResponse\x122\n" +
-	"\bsegments\x18\x01 \x03(\v2\x16.kvtier.v1.SegmentInfoR\bsegments\"\x93\x02\n" +
+	"\bsegments\x18\x01 \x03(\v2\x16.kvtier.v1.SegmentInfoR\bsegments\"\xc9\x02\n" +
 	"\n" +
 	"ClientInfo\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1a\n" +
@@ -5055,7 +5132,9 @@ const file_master_proto_rawDesc = "" +
 	"\x11last_heartbeat_ms\x18\x04 \x01(\x03R\x0flastHeartbeatMs\x12,\n" +
 	"\x05state\x18\x05 \x01(\x0e2\x16.kvtier.v1.ClientStateR\x05state\x12,\n" +
 	"\x04disk\x18\x06 \x01(\v2\x18.kvtier.v1.DiskTierStatsR\x04disk\x12(\n" +
-	"\x04nvme\x18\a \x01(\v2\x14.kvtier.v1.NvmeStatsR\x04nvme\"F\n" +
+	"\x04nvme\x18\a \x01(\v2\x14.kvtier.v1.NvmeStatsR\x04nvme\x12\x1a\n" +
+	"\bproblems\x18x \x03(\tR\bproblems\x12\x18\n" +
+	"\astorage\x18y \x01(\bR\astorage\"F\n" +
 	"\x13ListClientsResponse\x12/\n" +
 	"\aclients\x18\x01 \x03(\v2\x15.kvtier.v1.ClientInfoR\aclients\"\x95\x01\n" +
 	"\tTierStats\x12\x12\n" +

@@ -22,36 +22,106 @@ func applyConfigFile(cmd *cobra.Command) error {
 	}
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("--config: %w", err)
+		return usagef("--config: %w", err)
 	}
 	var values map[string]any
 	if err := yaml.Unmarshal(raw, &values); err != nil {
-		return fmt.Errorf("--config %s: not a YAML mapping: %w", path, err)
+		return usagef("--config %s: not a YAML mapping: %w", path, err)
 	}
+	// A top-level key naming a command is a section of settings for that
+	// command only (one file serves master, appliance and standalone);
+	// its settings win over the file's top-level ones.
+	flat := map[string]any{}
+	sections := map[string]map[string]any{}
 	for name, v := range values {
+		sec, isMap := v.(map[string]any)
+		if !isMap || cmd.Flags().Lookup(name) != nil {
+			flat[name] = v
+			continue
+		}
+		if !isCommandName(cmd, name) {
+			return usagef("--config %s: unknown section %q (want a command name: standalone, master, appliance, ...)", path, name)
+		}
+		sections[name] = sec
+	}
+	for _, name := range sectionsFor(cmd) {
+		for k, sv := range sections[name] {
+			flat[k] = sv
+		}
+	}
+	for name, v := range flat {
 		f := cmd.Flags().Lookup(name)
 		if f == nil {
-			return fmt.Errorf("--config %s: unknown setting %q for %q", path, name, cmd.Name())
+			if isOtherCommandsFlag(cmd, name) {
+				continue // a top-level setting for another command of the same file
+			}
+			return usagef("--config %s: unknown setting %q for %q", path, name, cmd.Name())
 		}
 		if f.Changed {
 			continue
 		}
-		var s string
+		var vals []string
 		switch x := v.(type) {
 		case []any:
-			parts := make([]string, len(x))
-			for i, p := range x {
-				parts[i] = fmt.Sprint(p)
+			if len(x) == 0 {
+				continue // an empty list is the default
 			}
-			s = strings.Join(parts, ",")
+			for _, p := range x {
+				vals = append(vals, fmt.Sprint(p))
+			}
+			if f.Value.Type() != "stringArray" {
+				vals = []string{strings.Join(vals, ",")} // slices split on commas
+			}
+		case nil:
+			vals = []string{""}
 		default:
-			s = fmt.Sprint(x)
+			vals = []string{fmt.Sprint(x)}
 		}
-		if err := cmd.Flags().Set(name, s); err != nil {
-			return fmt.Errorf("--config %s: %s: %w", path, name, err)
+		for _, s := range vals {
+			if err := cmd.Flags().Set(name, s); err != nil {
+				return usagef("--config %s: %s: %w", path, name, err)
+			}
 		}
+		setSource(f, sourceFile)
 	}
 	return nil
+}
+
+// sectionsFor lists the sections that apply to cmd, the later winning:
+// its own, and for doctor the appliance's and the standalone's settings it
+// checks the host against.
+func sectionsFor(cmd *cobra.Command) []string {
+	if cmd.Name() == "doctor" {
+		return []string{"appliance", "standalone", "doctor"}
+	}
+	return []string{cmd.Name()}
+}
+
+// isCommandName reports whether name is a kvtier command (a config section).
+func isCommandName(cmd *cobra.Command, name string) bool {
+	if _, ok := serverCommands()[name]; ok {
+		return true
+	}
+	if cmd.HasParent() {
+		for _, c := range cmd.Root().Commands() {
+			if c.Name() == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// isOtherCommandsFlag reports whether name is a setting of another server
+// command, so a top-level key shared by one file's commands (grpc-addr for
+// master and standalone) is not an error for the appliance.
+func isOtherCommandsFlag(cmd *cobra.Command, name string) bool {
+	for n, mk := range serverCommands() {
+		if n != cmd.Name() && mk().Flags().Lookup(name) != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // sizeValue is a byte size flag accepting 1GiB, 512MiB, 4KiB, 1G, 100M, 123.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
 	"github.com/kvtier/kvtier/client"
+	"github.com/kvtier/kvtier/internal/buildinfo"
 	"github.com/kvtier/kvtier/metrics"
 	"github.com/kvtier/kvtier/rest"
 )
@@ -70,6 +71,22 @@ func (d *dataPlane) Get(ctx context.Context, tenant, key string) ([]byte, error)
 	return v, err
 }
 
+// OpenObject streams GET objects/{key}/data in ranges (rest.ObjectStreamer):
+// the REST API then holds one chunk per request, not the whole object.
+func (d *dataPlane) OpenObject(ctx context.Context, tenant, key string) (rest.ObjectStream, error) {
+	c, err := d.client(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	r, err := c.OpenReader(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+var _ rest.ObjectStreamer = (*dataPlane)(nil)
+
 func (d *dataPlane) close() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -87,7 +104,7 @@ type frontEnd struct {
 }
 
 func newFrontEnd(ms kvtierpb.MasterServer, f *masterFlags, log *slog.Logger) (*frontEnd, error) {
-	m, err := metrics.New(metrics.Config{Source: ms})
+	m, err := metrics.New(metrics.Config{Source: ms, Build: buildinfo.Get(), ProcessCollectors: true})
 	if err != nil {
 		return nil, err
 	}
@@ -125,8 +142,17 @@ func (fe *frontEnd) start(ms kvtierpb.MasterServer, grpcAddr string, f *masterFl
 		"put_discard_timeout": cfg.PutDiscardTimeout.String(), "put_release_timeout": cfg.PutReleaseTimeout.String(),
 		"max_objects": cfg.MaxObjects, "offload": cfg.OffloadMode, "http_token_set": f.httpToken != "",
 	}
+	if len(f.settings) > 0 {
+		// Every flag of the server command as `kvtier config print` shows
+		// it: value (secrets masked) and where it came from.
+		vals, srcs := map[string]any{}, map[string]any{}
+		for _, st := range f.settings {
+			vals[st.Name], srcs[st.Name] = st.Value, st.Source
+		}
+		effective["settings"], effective["sources"] = vals, srcs
+	}
 	s, err := rest.New(rest.Config{Token: f.httpToken, Metrics: fe.metrics, Logger: log,
-		EffectiveConfig: func() any { return effective }}, ms, fe.dp)
+		EffectiveConfig: func() any { return effective }, Doctor: doctorFor(f.doctor)}, ms, fe.dp)
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,9 @@
 // Command kvtier is the one binary of the kvtier tiered KV-cache appliance:
 // servers (standalone, master, appliance), client verbs (put, get, exist,
-// stat, ls, rm), tools (bench, replay, nvme). It is the only place that reads
-// flags, config files and the environment.
+// stat, ls, rm), tools (bench, replay, nvme) and operator verbs (version,
+// doctor, status, config print, appliance drain|undrain, tiers show|set). It
+// is the only place that reads flags, config files and the environment, and
+// the only place that picks an exit status (exitcodes.go).
 package main
 
 import (
@@ -11,31 +13,26 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvtier/kvtier/internal/buildinfo"
 	"github.com/kvtier/kvtier/kverr"
 )
 
 func main() {
 	root := newRoot()
-	if err := root.Execute(); err != nil {
-		var ex exitError
-		if errors.As(err, &ex) {
-			if ex.err != nil {
-				fmt.Fprintln(os.Stderr, "kvtier:", ex.err)
-			}
-			os.Exit(ex.code)
-		}
-		fmt.Fprintln(os.Stderr, "kvtier:", describe(err))
-		os.Exit(2)
+	err := root.Execute()
+	if err == nil {
+		return
 	}
+	var ex exitError
+	if errors.As(err, &ex) {
+		if ex.err != nil {
+			fmt.Fprintln(os.Stderr, "kvtier:", describe(ex.err))
+		}
+	} else {
+		fmt.Fprintln(os.Stderr, "kvtier:", describe(err))
+	}
+	os.Exit(exitCode(err))
 }
-
-// exitError carries a specific exit status (exist: 1 when absent).
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e exitError) Error() string { return fmt.Sprintf("exit %d: %v", e.code, e.err) }
 
 // describe prints a kvtier refusal as "CODE_NAME: reason".
 func describe(err error) string {
@@ -58,14 +55,27 @@ Store and read an object:                   kvtier put KEY FILE ; kvtier get KEY
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.PersistentFlags().String("config", "", "YAML file with flag values (flag-name: value); command-line flags win")
+	root.PersistentFlags().String("config", "", "YAML file with flag values (flag-name: value); precedence: flag > KVTIER_* environment > this file > default")
 	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
-		return applyConfigFile(cmd)
+		return applySettings(cmd)
 	}
+	registerLogFlags(root)
+	root.Version = buildinfo.Get().Version
+	root.SetVersionTemplate(buildinfo.Get().String() + "\n")
 	root.AddCommand(
-		newStandaloneCmd(), newMasterCmd(), newApplianceCmd(),
+		newStandaloneCmd(), newMasterCmd(), newApplianceCmdWithAdmin(),
 		newPutCmd(), newGetCmd(), newExistCmd(), newStatCmd(), newLsCmd(), newRmCmd(),
 	)
 	root.AddCommand(extraCommands()...)
+	root.AddCommand(operatorCommands()...)
+	markUsageErrors(root)
 	return root
+}
+
+// newApplianceCmdWithAdmin is `kvtier appliance` (the server) with the
+// operator verbs `appliance drain NAME` and `appliance undrain NAME`.
+func newApplianceCmdWithAdmin() *cobra.Command {
+	c := newApplianceCmd()
+	newApplianceAdminCmds(c)
+	return c
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/kvtier/kvtier/appliance"
 	"github.com/kvtier/kvtier/dram"
 	"github.com/kvtier/kvtier/ha"
+	"github.com/kvtier/kvtier/internal/buildinfo"
 	"github.com/kvtier/kvtier/internal/fastrpc"
 	"github.com/kvtier/kvtier/internal/transfer"
 	"github.com/kvtier/kvtier/master"
@@ -45,7 +46,10 @@ type masterFlags struct {
 	maxObjects         int
 	httpToken          string
 	offload            string
+	ssdPolicy          string
 	rpcPoll            time.Duration
+	doctor             *applianceFlags // standalone: the host checks use the appliance's settings
+	settings           []setting       // every flag of the command, for GET /api/v1/config
 }
 
 func (f *masterFlags) register(cmd *cobra.Command, standalone bool) {
@@ -61,7 +65,7 @@ func (f *masterFlags) register(cmd *cobra.Command, standalone bool) {
 	fs.DurationVar(&f.frequencyBonus, "frequency-bonus", master.DefaultFrequencyBonus, "frequency policy: eviction-order bonus per read")
 	fs.DurationVar(&f.frequencyMaxBonus, "frequency-max-bonus", master.DefaultFrequencyMaxBonus, "frequency policy: cap of the bonus")
 	fs.IntVar(&f.evictionHistory, "eviction-history", 0, "frequency policy: evicted keys whose read counts are remembered (0: 4x the DRAM objects; negative: off)")
-	fs.DurationVar(&f.clientTTL, "client-ttl", master.DefaultClientTTL, "a client silent this long enters the grace state")
+	fs.DurationVar(&f.clientTTL, "client-ttl", master.DefaultClientTTL, "a client silent this long enters the grace state (suspect: its replicas are not served); one that reports its heartbeat period, as appliances do, already after 2.5 periods")
 	fs.DurationVar(&f.clientGrace, "client-grace", master.DefaultClientGrace, "a client in grace this long is gone: its segments are unmounted")
 	fs.DurationVar(&f.putDiscard, "put-discard-timeout", master.DefaultPutDiscardTimeout, "an unfinished put older than this may be taken over by a new writer")
 	fs.DurationVar(&f.putRelease, "put-release-timeout", master.DefaultPutReleaseTimeout, "an abandoned put's space is freed this long after its start")
@@ -69,7 +73,8 @@ func (f *masterFlags) register(cmd *cobra.Command, standalone bool) {
 	fs.StringVar(&f.httpToken, "http-token", "", "bearer token required by mutating REST calls and UI actions (default: none)")
 	fs.DurationVar(&f.rpcPoll, "rpc-poll", fastrpc.DefaultServerPoll, "longest a master connection polls for its next data-path call before sleeping, when its calls come that close together (0: off; saves a CPU wake-up per call on VMs)")
 	if !standalone {
-		fs.StringVar(&f.offload, "offload", master.DefaultOffloadMode, "SSD offload mode: off | immediate | on-evict")
+		fs.StringVar(&f.offload, "offload", master.DefaultOffloadMode, "SSD offload mode of the cluster: off | immediate | on-evict")
+		fs.StringVar(&f.ssdPolicy, "ssd-policy", master.DefaultSSDPolicy, "SSD bucket eviction of every appliance: fifo | lru (cluster-wide; wins over appliances' own --ssd-policy)")
 	}
 }
 
@@ -78,7 +83,7 @@ func (f *masterFlags) config() master.Config {
 		LeaseTTL: f.leaseTTL, HighWatermark: f.highWatermark, EvictionRatio: f.evictionRatio,
 		LeasePolicy: f.leasePolicy, FrequencyBonus: f.frequencyBonus, FrequencyMaxBonus: f.frequencyMaxBonus, EvictionHistory: f.evictionHistory, ClientTTL: f.clientTTL, ClientGrace: f.clientGrace,
 		PutDiscardTimeout: f.putDiscard, PutReleaseTimeout: f.putRelease, MaxObjects: f.maxObjects,
-		OffloadMode: f.offload, DramSyncTimeout: f.dramSync,
+		OffloadMode: f.offload, SSDPolicy: f.ssdPolicy, DramSyncTimeout: f.dramSync,
 	}
 }
 
@@ -98,6 +103,8 @@ type applianceFlags struct {
 	shm         bool
 	noDramDir   bool // ha.go
 	nvme        nvmeFlags
+	respAddr    string
+	respPwFile  string
 }
 
 func (f *applianceFlags) register(cmd *cobra.Command, standalone bool) {
@@ -123,13 +130,20 @@ func (f *applianceFlags) register(cmd *cobra.Command, standalone bool) {
 	}
 	fs.StringVar(&f.ssdDir, "ssd-dir", defaultSSD, "SSD tier directory (empty: no SSD tier)")
 	fs.Var(&f.ssdCapacity, "ssd-capacity", "SSD tier capacity, e.g. 100GiB")
-	fs.StringVar(&f.ssdPolicy, "ssd-policy", "fifo", "SSD bucket eviction: fifo | lru")
-	fs.StringVar(&f.offload, "offload", master.DefaultOffloadMode, "SSD offload mode: off | immediate | on-evict")
+	policyHelp, offloadHelp := "SSD bucket eviction: fifo | lru (until the master's cluster-wide setting arrives; a difference is reported at start)",
+		"SSD offload mode: off | immediate | on-evict (the cluster's setting applies; a difference is reported at start)"
+	if standalone {
+		policyHelp, offloadHelp = "SSD bucket eviction: fifo | lru", "SSD offload mode: off | immediate | on-evict"
+	}
+	fs.StringVar(&f.ssdPolicy, "ssd-policy", "fifo", policyHelp)
+	fs.StringVar(&f.offload, "offload", master.DefaultOffloadMode, offloadHelp)
 	fs.StringVar(&f.dataAddr, "data-addr", "127.0.0.1:0", "transfer-engine listen address")
-	fs.DurationVar(&f.drainGrace, "drain-grace", 0, "on SIGTERM, keep serving reads this long after marking segments draining")
+	fs.DurationVar(&f.drainGrace, "drain-grace", 0, "on SIGTERM (systemctl stop), keep serving reads this long after marking segments draining, then unmount")
 	registerDramDirFlag(fs, f)
 	fs.BoolVar(&f.shm, "shm", true, "share DRAM segments with clients on this host (same user or root): they copy through shared memory instead of loopback TCP")
 	f.nvme.register(cmd)
+	fs.StringVar(&f.respAddr, "resp-addr", "", "Redis protocol (RESP2/RESP3) listen address, e.g. 127.0.0.1:6379 (empty: off; port 0 picks a free port)")
+	fs.StringVar(&f.respPwFile, "resp-password-file", "", "file holding the password Redis clients must AUTH with (default: none, like redis-server without requirepass)")
 }
 
 func (f *applianceFlags) config(masterAddr string, log *slog.Logger) (appliance.Config, error) {
@@ -166,10 +180,6 @@ func envOr(name, def string) string {
 	return def
 }
 
-func newLogger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-}
-
 func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
@@ -177,6 +187,7 @@ func signalContext() (context.Context, context.CancelFunc) {
 // runningMaster is a master with its gRPC and HTTP servers.
 type runningMaster struct {
 	m        *master.Master
+	ms       kvtierpb.MasterServer
 	grpc     *grpc.Server
 	fast     *fastrpc.Server // the unary methods' fast path, on the gRPC listener
 	grpcAddr net.Addr
@@ -224,7 +235,7 @@ func startMaster(f *masterFlags, log *slog.Logger) (*runningMaster, error) {
 		hl.Close()
 		return nil, err
 	}
-	rm := &runningMaster{m: m, grpcAddr: lis.Addr(), httpAddr: hl.Addr(), fe: fe,
+	rm := &runningMaster{m: m, ms: ms, grpcAddr: lis.Addr(), httpAddr: hl.Addr(), fe: fe,
 		done: make(chan struct{}), httpDone: make(chan struct{})}
 	rm.grpc = grpc.NewServer(fe.grpcOptions()...)
 	kvtierpb.RegisterMasterServer(rm.grpc, ms)
@@ -234,6 +245,7 @@ func startMaster(f *masterFlags, log *slog.Logger) (*runningMaster, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	rm.cancel = cancel
 	go func() { defer close(rm.done); m.Run(ctx) }()
+	go fe.metrics.Track(ctx, 2*time.Second) // appliance SSD counters stay monotonic across restarts
 	go func() { _ = rm.grpc.Serve(glis) }()
 	rm.lead = lead
 	rm.lost = make(chan struct{})
@@ -285,20 +297,27 @@ func newMasterCmd() *cobra.Command {
 		Short: "Run the control plane: metadata, allocation, leases, eviction (gRPC + REST + web UI)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log := newLogger()
+			log, err := newLogger(cmd)
+			if err != nil {
+				return err
+			}
 			stopProfile, err := startCPUProfile(cpuProfile)
 			if err != nil {
 				return err
 			}
 			defer stopProfile()
+			f.settings = effectiveSettings(cmd)
 			rm, err := startMaster(&f, log)
 			if err != nil {
 				return err
 			}
-			log.Info(fmt.Sprintf("listening grpc=%s http=%s", rm.grpcAddr, rm.httpAddr))
-			fmt.Printf("listening grpc=%s http=%s\n", rm.grpcAddr, rm.httpAddr)
+			line := fmt.Sprintf("listening grpc=%s http=%s", rm.grpcAddr, rm.httpAddr)
+			log.Info(line, "version", buildinfo.Get().Version)
+			fmt.Println(line)
 			ctx, cancel := signalContext()
 			defer cancel()
+			notifyReady(log, line)
+			go logSummaries(ctx, log, rm.ms, summaryInterval(cmd))
 			select {
 			case <-ctx.Done():
 			case <-rm.lost:
@@ -306,6 +325,7 @@ func newMasterCmd() *cobra.Command {
 				return fmt.Errorf("lost leadership in etcd; exiting so that this master restarts as a standby")
 			}
 			log.Info("shutting down")
+			notifyStopping("shutting down")
 			rm.stop()
 			return nil
 		},
@@ -346,7 +366,13 @@ func newApplianceCmd() *cobra.Command {
 		Short: "Run a storage box: DRAM segments, SSD tier, transfer engine, joined to a master",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log := newLogger()
+			log, err := newLogger(cmd)
+			if err != nil {
+				return err
+			}
+			if err := f.validateDRAM(); err != nil {
+				return err
+			}
 			ctx, cancel := signalContext()
 			defer cancel()
 			cfg, err := f.config(f.master, log)
@@ -357,30 +383,26 @@ func newApplianceCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if cmd.Flags().Changed("offload") {
-				if err := setOffloadMode(ctx, a, f.offload); err != nil {
-					_ = a.Close(context.Background())
-					return err
-				}
+			reportTierConflicts(ctx, cmd, &f, a, log)
+			respDesc, stopRESP, err := startRESP(f.respAddr, f.respPwFile, a, log)
+			if err != nil {
+				_ = a.Close(context.Background())
+				return err
 			}
-			line := fmt.Sprintf("listening data=%s%s name=%s", a.DataAddr(), describeListeners(a), a.Name())
-			log.Info(line)
+			line := fmt.Sprintf("listening data=%s%s%s name=%s", a.DataAddr(), describeListeners(a), respDesc, a.Name())
+			log.Info(line, "version", buildinfo.Get().Version)
 			fmt.Println(line)
+			notifyReady(log, line)
+			go logApplianceSummaries(ctx, log, a, summaryInterval(cmd))
 			<-ctx.Done()
-			log.Info("draining and unmounting")
+			log.Info("draining and unmounting", "drain_grace", f.drainGrace.String())
+			notifyStopping("draining for " + f.drainGrace.String())
+			stopRESP()
 			return a.Close(context.Background())
 		},
 	}
 	f.register(cmd, false)
 	return cmd
-}
-
-func setOffloadMode(ctx context.Context, a *appliance.Appliance, mode string) error {
-	_, err := a.Client().Master().UpdateTiers(ctx, &kvtierpb.UpdateTiersRequest{OffloadMode: &mode})
-	if err != nil {
-		return fmt.Errorf("--offload: %w", err)
-	}
-	return nil
 }
 
 func newStandaloneCmd() *cobra.Command {
@@ -392,13 +414,24 @@ func newStandaloneCmd() *cobra.Command {
 		Short: "Run master + appliance in one process with embedded defaults (the one-command start)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log := newLogger()
+			log, err := newLogger(cmd)
+			if err != nil {
+				return err
+			}
 			stopProfile, err := startCPUProfile(cpuProfile)
 			if err != nil {
 				return err
 			}
 			defer stopProfile()
+			if err := af.validateDRAM(); err != nil {
+				return err
+			}
+			// One process is master and appliance: its tier flags are the
+			// cluster's settings, so they cannot disagree.
 			mf.offload = af.offload
+			mf.ssdPolicy = af.ssdPolicy
+			mf.doctor = &af
+			mf.settings = effectiveSettings(cmd)
 			rm, err := startMaster(&mf, log)
 			if err != nil {
 				return err
@@ -417,12 +450,21 @@ func newStandaloneCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			line := fmt.Sprintf("listening grpc=%s http=%s data=%s%s", rm.grpcAddr, rm.httpAddr, a.DataAddr(), describeListeners(a))
-			log.Info(line)
+			respDesc, stopRESP, err := startRESP(af.respAddr, af.respPwFile, a, log)
+			if err != nil {
+				_ = a.Close(context.Background())
+				return err
+			}
+			line := fmt.Sprintf("listening grpc=%s http=%s data=%s%s%s", rm.grpcAddr, rm.httpAddr, a.DataAddr(), describeListeners(a), respDesc)
+			log.Info(line, "version", buildinfo.Get().Version)
 			fmt.Println(line)
 			fmt.Printf("web UI: http://%s/\n", rm.httpAddr)
+			notifyReady(log, line)
+			go logSummaries(ctx, log, rm.ms, summaryInterval(cmd))
 			<-ctx.Done()
-			log.Info("draining and unmounting")
+			log.Info("draining and unmounting", "drain_grace", af.drainGrace.String())
+			notifyStopping("draining for " + af.drainGrace.String())
+			stopRESP()
 			return a.Close(context.Background())
 		},
 	}
@@ -430,4 +472,9 @@ func newStandaloneCmd() *cobra.Command {
 	af.register(cmd, true)
 	registerCPUProfile(cmd, &cpuProfile)
 	return cmd
+}
+
+func summaryInterval(cmd *cobra.Command) time.Duration {
+	d, _ := cmd.Flags().GetDuration("summary-interval")
+	return d
 }

@@ -33,13 +33,14 @@ func (f *clientFlags) register(cmd *cobra.Command) {
 }
 
 // run wraps a verb: it connects a pure caller (no segment, no listener) for
-// the verb's duration and hands it the client.
+// the verb's duration and hands it the client. The caller is one-shot: it
+// never heartbeats, so it is not listed as a node and leaves no events.
 func (f *clientFlags) run(verb func(ctx context.Context, c *client.Client, args []string) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
 		f.replicasSet = cmd.Flags().Changed("replicas")
 		ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 		defer cancel()
-		c, err := client.New(ctx, client.Config{MasterAddr: f.master, Tenant: f.tenant, HeartbeatInterval: time.Hour})
+		c, err := client.New(ctx, client.Config{MasterAddr: f.master, Tenant: f.tenant, OneShot: true})
 		if err != nil {
 			return err
 		}
@@ -101,18 +102,34 @@ func newGetCmd() *cobra.Command {
 	var out string
 	cmd := &cobra.Command{
 		Use:   "get KEY [-o FILE]",
-		Short: "Read the object stored under KEY to standard output or FILE",
+		Short: "Read the object stored under KEY to standard output or FILE (--json: metadata printed, data to -o FILE)",
 		Args:  cobra.ExactArgs(1),
 		RunE: f.run(func(ctx context.Context, c *client.Client, args []string) error {
+			toStdout := out == "" || out == "-"
+			if f.json && toStdout {
+				return usagef("get --json prints the object's metadata: give -o FILE for the data (it cannot share standard output with the JSON)")
+			}
 			v, err := c.Get(ctx, args[0])
 			if err != nil {
 				return err
 			}
-			if out == "" || out == "-" {
+			if toStdout {
 				_, err = os.Stdout.Write(v)
 				return err
 			}
-			return os.WriteFile(out, v, 0o644)
+			if err := os.WriteFile(out, v, 0o644); err != nil {
+				return err
+			}
+			if !f.json {
+				return nil
+			}
+			// The metadata as stat shows it (no lease taken), plus where the
+			// bytes went.
+			res := map[string]any{"key": args[0], "size": len(v), "file": out}
+			if info, err := c.Stat(ctx, args[0]); err == nil {
+				res["object"] = toObjectJSON(info)
+			}
+			return printJSON(res)
 		}),
 	}
 	f.register(cmd)
@@ -176,6 +193,8 @@ type replicaJSON struct {
 	Bucket   uint64 `json:"bucket,omitempty"`
 	NQN      string `json:"nqn,omitempty"`
 	NSID     uint32 `json:"nsid,omitempty"`
+	// Unavailable: its node is down; readers are not sent there.
+	Unavailable bool `json:"unavailable,omitempty"`
 }
 
 func msTime(ms int64) string {
@@ -195,7 +214,8 @@ func toObjectJSON(o *kvtierpb.ObjectInfo) objectJSON {
 	}
 	for _, r := range o.Replicas {
 		j.Replicas = append(j.Replicas, replicaJSON{Type: r.Type.String(), State: r.State.String(), Segment: r.Segment,
-			Node: r.Node, Endpoint: r.Endpoint, Offset: r.Offset, Length: r.Length, Bucket: r.Bucket, NQN: r.Nqn, NSID: r.Nsid})
+			Node: r.Node, Endpoint: r.Endpoint, Offset: r.Offset, Length: r.Length, Bucket: r.Bucket, NQN: r.Nqn, NSID: r.Nsid,
+			Unavailable: r.Unavailable})
 	}
 	return j
 }
@@ -229,7 +249,11 @@ func newStatCmd() *cobra.Command {
 			}
 			fmt.Printf("pins:      soft=%v hard=%v\nreads:     %d\nreplicas:\n", j.SoftPin, j.HardPin, j.ReadCount)
 			for _, r := range j.Replicas {
-				fmt.Printf("  %-10s %-10s %s offset=%d length=%d\n", r.Type, r.State, r.Segment, r.Offset, r.Length)
+				down := ""
+				if r.Unavailable {
+					down = " (node " + r.Node + " down: not served)"
+				}
+				fmt.Printf("  %-10s %-10s %s offset=%d length=%d%s\n", r.Type, r.State, r.Segment, r.Offset, r.Length, down)
 			}
 			return nil
 		}),
@@ -294,9 +318,10 @@ func newRmCmd() *cobra.Command {
 			if err := c.Remove(ctx, args[0], force); err != nil {
 				return err
 			}
-			if !f.json {
-				fmt.Printf("removed %q\n", args[0])
+			if f.json {
+				return printJSON(map[string]any{"key": args[0], "removed": true, "force": force})
 			}
+			fmt.Printf("removed %q\n", args[0])
 			return nil
 		}),
 	}

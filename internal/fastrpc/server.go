@@ -256,12 +256,15 @@ func (l *splitListener) Close() error {
 	return err
 }
 
+// stop records err and closes done. Close and the accept loop may both
+// call it at once: the check and the close happen under errMu, or both
+// could see done open and close it twice.
 func (l *splitListener) stop(err error) {
 	l.errMu.Lock()
+	defer l.errMu.Unlock()
 	if l.err == nil {
 		l.err = err
 	}
-	l.errMu.Unlock()
 	select {
 	case <-l.done:
 	default:

@@ -188,3 +188,104 @@ func BenchmarkLocal(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkTCPBatch: one Submit of `batch` requests of `size` bytes each
+// (batch frames) from each of c callers, interleaved with the same callers
+// moving the same messages over raw Go TCP (one connection each) to the
+// same server process, and with the engine sending every request in a
+// frame of its own (perkey). ratio = engine / raw; x-perkey = engine /
+// per-key frames.
+//
+//	go test -run '^$' -bench BenchmarkTCPBatch -benchtime 300x ./internal/transfer/
+func BenchmarkTCPBatch(b *testing.B) {
+	h := startHelperSpec(b, fmt.Sprint(16<<20))
+	cli := newEngine(b, Config{})
+	per := newEngine(b, Config{DisableBatchFrames: true})
+	for _, op := range []Op{Write, Read} {
+		for _, sz := range []struct{ size, batch int }{{4 << 10, 128}, {16 << 10, 64}, {64 << 10, 16}} {
+			for _, conc := range []int{1, 4} {
+				b.Run(fmt.Sprintf("%s/%s/b%d/c%d", op, sizeName(sz.size), sz.batch, conc), func(b *testing.B) {
+					raws := make([]*rawClient, conc)
+					reqs := make([][]Request, conc)
+					for g := range conc {
+						nc, err := net.Dial("tcp", h.rawAddr)
+						if err != nil {
+							b.Fatal(err)
+						}
+						b.Cleanup(func() { nc.Close() })
+						raws[g] = &rawClient{c: nc}
+						reqs[g] = make([]Request, sz.batch)
+						for i := range reqs[g] {
+							off := uint64((g*sz.batch + i) * sz.size % (16<<20 - sz.size))
+							reqs[g][i] = Request{Op: op, Endpoint: h.addr, Segment: helperSegment, Offset: off, Buf: make([]byte, sz.size)}
+						}
+					}
+					rop := byte('R')
+					if op == Write {
+						rop = 'W'
+					}
+					run := func(which int) (time.Duration, error) {
+						t0 := time.Now()
+						errc := make(chan error, conc)
+						for g := range conc {
+							go func() {
+								var err error
+								switch which {
+								case 0, 1:
+									e := cli
+									if which == 1 {
+										e = per
+									}
+									for _, x := range e.Do(context.Background(), reqs[g]) {
+										if x != nil && err == nil {
+											err = x
+										}
+									}
+								default:
+									for i := range sz.batch {
+										if err = raws[g].do(rop, reqs[g][i].Buf); err != nil {
+											break
+										}
+									}
+								}
+								errc <- err
+							}()
+						}
+						var first error
+						for range conc {
+							if err := <-errc; err != nil && first == nil {
+								first = err
+							}
+						}
+						return time.Since(t0), first
+					}
+					for w := range 3 { // warm up connections
+						if _, err := run(w); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.SetBytes(int64(sz.size * sz.batch * conc))
+					b.ResetTimer()
+					var d [3]time.Duration
+					for i := range b.N {
+						for k := range 3 {
+							which := (i + k) % 3
+							t, err := run(which)
+							if err != nil {
+								b.Fatal(err)
+							}
+							d[which] += t
+						}
+					}
+					b.StopTimer()
+					total := float64(sz.size*sz.batch*conc) * float64(b.N)
+					b.ReportMetric(total/d[0].Seconds()/1e9, "GB/s")
+					b.ReportMetric(total/d[1].Seconds()/1e9, "perkey-GB/s")
+					b.ReportMetric(total/d[2].Seconds()/1e9, "raw-GB/s")
+					b.ReportMetric(d[2].Seconds()/d[0].Seconds(), "ratio")
+					b.ReportMetric(d[1].Seconds()/d[0].Seconds(), "x-perkey")
+				})
+			}
+		}
+	}
+}

@@ -74,6 +74,12 @@ func parseRequestHeader(b []byte) (reqHeader, error) {
 		offset:  binary.BigEndian.Uint64(b[24:]),
 		length:  binary.BigEndian.Uint64(b[32:]),
 	}
+	if h.op.isBatch() {
+		if err := checkBatchHeader(h); err != nil {
+			return reqHeader{}, err
+		}
+		return h, nil
+	}
 	if h.op != Read && h.op != Write && h.op != opShm {
 		return reqHeader{}, fmt.Errorf("%w: unknown op %d", errMalformed, b[5])
 	}
@@ -130,7 +136,7 @@ func parseResponseHeader(b []byte) (respHeader, error) {
 		payloadLen: binary.BigEndian.Uint64(b[16:]),
 		msgLen:     int(binary.BigEndian.Uint32(b[24:])),
 	}
-	if h.op != Read && h.op != Write && h.op != opShm {
+	if h.op != Read && h.op != Write && h.op != opShm && !h.op.isBatch() {
 		return respHeader{}, fmt.Errorf("%w: unknown response op %d", errMalformed, b[5])
 	}
 	if h.op == opShm && h.payloadLen > maxShmAddrLen {
@@ -145,7 +151,7 @@ func parseResponseHeader(b []byte) (respHeader, error) {
 	if h.status != 0 && h.payloadLen != 0 {
 		return respHeader{}, fmt.Errorf("%w: error response with payload", errMalformed)
 	}
-	if h.op == Write && h.payloadLen != 0 {
+	if (h.op == Write || h.op == opBatchWrite) && h.payloadLen != 0 {
 		return respHeader{}, fmt.Errorf("%w: WRITE response with payload", errMalformed)
 	}
 	if binary.BigEndian.Uint32(b[28:]) != 0 {

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/kvtier/kvtier/internal/memcopy"
@@ -19,6 +21,11 @@ func (e *Engine) Listen(addr string) (net.Addr, error) {
 	if err != nil {
 		return nil, kverr.New(kverr.TransferFail, "", "transfer: listen %s: %v", addr, err)
 	}
+	return e.serveListener(l)
+}
+
+// serveListener runs the accept loop on l (tests pass listeners that fail).
+func (e *Engine) serveListener(l net.Listener) (net.Addr, error) {
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -32,17 +39,64 @@ func (e *Engine) Listen(addr string) (net.Addr, error) {
 	return l.Addr(), nil
 }
 
+// listenerHealth records what is wrong with the accept loops now: a
+// listener backing off after accept errors, or one that stopped.
+type listenerHealth struct {
+	mu       sync.Mutex
+	problems map[string]string // guarded by mu: listener address → problem
+}
+
+func (h *listenerHealth) set(addr, problem string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if problem == "" {
+		delete(h.problems, addr)
+		return
+	}
+	if h.problems == nil {
+		h.problems = map[string]string{}
+	}
+	h.problems[addr] = problem
+}
+
+// Health reports what is wrong with the serving side now, one line per
+// listener in trouble: backing off after accept errors (descriptors
+// exhausted) or stopped for good. Empty when every listener accepts.
+func (e *Engine) Health() []string {
+	e.lhealth.mu.Lock()
+	defer e.lhealth.mu.Unlock()
+	out := make([]string, 0, len(e.lhealth.problems))
+	for _, p := range e.lhealth.problems {
+		out = append(out, p)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Accept back-off after temporary errors, as net/http's Server.Serve.
+const (
+	acceptBackoffMin = 5 * time.Millisecond
+	acceptBackoffMax = time.Second
+)
+
+// accept runs l's accept loop. A temporary error (EMFILE, ENFILE,
+// ECONNABORTED, ...) backs off and retries, doubling from 5 ms to 1 s, so
+// running out of descriptors pauses the listener instead of ending it;
+// the trouble shows in Health meanwhile. Any other error before Close
+// stops the listener and Health says so for good.
 func (e *Engine) accept(l net.Listener) {
 	defer e.wg.Done()
+	addr := l.Addr().String()
+	var delay time.Duration
 	for {
 		nc, err := l.Accept()
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
+			if e.acceptFailed("data listener", addr, err, &delay) {
 				continue
 			}
-			return // closed (or fatal): stop accepting
+			return
 		}
+		e.acceptOK(addr, &delay)
 		e.mu.Lock()
 		if e.closed {
 			e.mu.Unlock()
@@ -58,13 +112,69 @@ func (e *Engine) accept(l net.Listener) {
 	}
 }
 
+// acceptFailed handles a failed accept of the listener at addr: after a
+// temporary error it waits out the back-off (delay, doubled) and reports
+// true (accept again); after Close or a fatal error, false (Health keeps a
+// fatal one).
+func (e *Engine) acceptFailed(what, addr string, err error, delay *time.Duration) bool {
+	select {
+	case <-e.closing:
+		return false
+	default:
+	}
+	if errors.Is(err, net.ErrClosed) {
+		return false // closed by Close
+	}
+	e.stats.acceptErrors.Add(1)
+	if !temporary(err) {
+		e.lhealth.set(addr, fmt.Sprintf("%s %s stopped: %v", what, addr, err))
+		return false
+	}
+	*delay = min(max(2*(*delay), acceptBackoffMin), acceptBackoffMax)
+	e.lhealth.set(addr, fmt.Sprintf("%s %s: accept failing (%v), retrying", what, addr, err))
+	select {
+	case <-time.After(*delay):
+		return true
+	case <-e.closing:
+		return false
+	}
+}
+
+// acceptOK clears a listener's trouble after a successful accept.
+func (e *Engine) acceptOK(addr string, delay *time.Duration) {
+	if *delay != 0 {
+		*delay = 0
+		e.lhealth.set(addr, "")
+	}
+}
+
+// temporary reports an accept error worth retrying: a timeout, or an errno
+// the kernel documents as transient for accept(2) (descriptor or memory
+// exhaustion, a connection aborted before it was accepted).
+func temporary(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		switch errno {
+		case syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM,
+			syscall.ECONNABORTED, syscall.ECONNRESET, syscall.EINTR, syscall.EAGAIN, syscall.EPROTO, syscall.EPERM:
+			return true
+		}
+	}
+	return false
+}
+
 // srvConn is the per-connection state of the serving side.
 type srvConn struct {
 	e      *Engine
 	nc     net.Conn
 	hdr    [requestHeaderLen + MaxNameLen]byte
 	rh     [responseHeaderLen]byte
-	bounce []byte // readInto's chunk buffer, made on first use
+	bounce []byte    // readInto's chunk buffer, made on first use
+	batch  *srvBatch // batch frames' reused state, made on first use
 }
 
 func (e *Engine) serveConn(nc net.Conn) {
@@ -77,11 +187,24 @@ func (e *Engine) serveConn(nc net.Conn) {
 	}()
 	c := &srvConn{e: e, nc: nc}
 	for {
-		// An idle connection waits without a deadline (TCP keepalive reaps
-		// dead peers); a frame, once started, must finish within IOTimeout.
-		_ = nc.SetReadDeadline(time.Time{})
-		if _, err := io.ReadFull(nc, c.hdr[:requestHeaderLen]); err != nil {
+		// An idle connection is closed after IdleTimeout (the caller
+		// redials); a frame, once its first byte arrived, must finish within
+		// IOTimeout, its header included: a peer that sends half a header
+		// holds the connection no longer than that. One Read usually brings
+		// the whole header, so the common path costs no extra syscall.
+		_ = nc.SetReadDeadline(time.Now().Add(e.cfg.IdleTimeout))
+		n, err := nc.Read(c.hdr[:requestHeaderLen])
+		if n == 0 || (err != nil && n < requestHeaderLen) {
+			if err == nil {
+				continue
+			}
 			return
+		}
+		if n < requestHeaderLen {
+			_ = nc.SetReadDeadline(time.Now().Add(e.cfg.IOTimeout))
+			if _, err := io.ReadFull(nc, c.hdr[n:requestHeaderLen]); err != nil {
+				return
+			}
 		}
 		h, err := parseRequestHeader(c.hdr[:requestHeaderLen])
 		if err != nil {
@@ -89,6 +212,12 @@ func (e *Engine) serveConn(nc net.Conn) {
 			return
 		}
 		_ = nc.SetDeadline(time.Now().Add(e.cfg.IOTimeout))
+		if h.op.isBatch() { // many extents in one frame (srvbatch.go)
+			if err := c.serveBatch(h); err != nil {
+				return
+			}
+			continue
+		}
 		name := c.hdr[requestHeaderLen : requestHeaderLen+h.nameLen]
 		if _, err := io.ReadFull(nc, name); err != nil {
 			return
@@ -250,7 +379,7 @@ func (c *srvConn) refuse(h reqHeader, cause error) error {
 
 // sendError writes h's error frame (after a WRITE's payload).
 func (c *srvConn) sendError(h reqHeader, cause error) error {
-	if h.op == Write {
+	if h.op == Write || h.op == opBatchWrite {
 		if _, err := io.CopyN(io.Discard, c.nc, int64(h.length)); err != nil {
 			return err
 		}

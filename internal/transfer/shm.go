@@ -170,11 +170,17 @@ func (c *shmSrvConn) enqueue(m shmMsg) {
 
 func (e *Engine) acceptShm(l *net.UnixListener) {
 	defer e.wg.Done()
+	addr := l.Addr().String()
+	var delay time.Duration
 	for {
 		uc, err := l.AcceptUnix()
 		if err != nil {
+			if e.acceptFailed("shared-memory listener", addr, err, &delay) {
+				continue // out of descriptors: back off, as the data port does
+			}
 			return
 		}
+		e.acceptOK(addr, &delay)
 		if err := checkPeerUser(uc); err != nil {
 			e.stats.shmRefused.Add(1)
 			uc.Close()

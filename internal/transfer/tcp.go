@@ -1,6 +1,7 @@
 package transfer
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -37,6 +38,19 @@ type slice struct {
 	held    int64 // bytes held in the client semaphore
 	retried bool  // already retried once after a connection failure
 	done    atomic.Bool
+	// A batch frame (op 4 or 5, tcpbatch.go) carries ext, whole requests
+	// of one Submit to one peer, n payload bytes in all; buf is nil and r
+	// is ext[0]'s (for the endpoint).
+	ext []*slice
+	n   int
+}
+
+// bytes is the payload the frame carries.
+func (s *slice) bytes() int {
+	if s.ext != nil {
+		return s.n
+	}
+	return len(s.buf)
 }
 
 // finish completes s exactly once.
@@ -46,6 +60,12 @@ func (s *slice) finish(e *Engine, err error) {
 	}
 	if s.held > 0 {
 		e.clisem.release(s.held)
+	}
+	if s.ext != nil {
+		for _, x := range s.ext {
+			x.finish(e, err)
+		}
+		return
 	}
 	s.r.sliceDone(err)
 }
@@ -78,7 +98,7 @@ func (t *tcpTransport) dispatchFrom(ctx context.Context, ss []*slice, bigInline 
 			s.finish(e, err)
 			continue
 		}
-		held := e.clisem.clamp(int64(len(s.buf)))
+		held := e.clisem.clamp(int64(s.bytes()))
 		if !e.clisem.tryAcquire(held) {
 			t.dispatchAsync(ctx, ss[i:])
 			return
@@ -143,7 +163,7 @@ func (t *tcpTransport) dispatch(ctx context.Context, ss []*slice) {
 			continue
 		}
 		if err == nil {
-			held := e.clisem.clamp(int64(len(s.buf)))
+			held := e.clisem.clamp(int64(s.bytes()))
 			if aerr := e.clisem.acquire(ctx, held); aerr != nil {
 				err = notStarted(s, aerr)
 			} else {
@@ -169,6 +189,20 @@ func notStarted(s *slice, cause error) error {
 	return fmt.Errorf("%w: %w", kverr.New(kverr.TransferFail, "", "transfer: %s segment %q on %s not started", s.op, s.name, s.r.req.Endpoint), cause)
 }
 
+// freeConns is how many of the peer's maxConns connections have nothing
+// outstanding (connections not dialled yet count as free).
+func (p *peer) freeConns(maxConns int) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	busy := 0
+	for _, c := range p.conns {
+		if len(c.slots) > 0 {
+			busy++
+		}
+	}
+	return max(maxConns-busy, 0)
+}
+
 // peer is the set of lanes to one endpoint.
 type peer struct {
 	addr string
@@ -180,6 +214,9 @@ type peer struct {
 
 	sameHost bool     // addr is this host: its segments may be mapped
 	shm      shmState // shared-memory mapping of its segments
+
+	batchOK      atomic.Bool  // the peer has answered a batch frame
+	noBatchUntil atomic.Int64 // unix ns: until then, no batch frames (peer predates them)
 }
 
 // inlineWriteMax is the largest WRITE frame a caller sends from its own
@@ -188,7 +225,9 @@ type peer struct {
 const inlineWriteMax = 64 << 10
 
 // trySend sends s from the calling goroutine, saving the hand-off to a
-// lane. It prefers a connection with nothing outstanding (the oldest such,
+// lane (batch frames whatever their size: their caller waits for the
+// whole batch anyway, and a hand-off per frame is what they exist to
+// save). It prefers a connection with nothing outstanding (the oldest such,
 // so sequential callers keep one connection and its buffers hot); while
 // the peer has fewer than ConnsPerPeer connections it leaves a busy
 // peer's slice to a lane, which dials another, so concurrent callers
@@ -298,7 +337,7 @@ func (e *Engine) dial(p *peer) (*clientConn, error) {
 	e.tuneConn(nc)
 	e.stats.dialed.Add(1)
 	c := &clientConn{
-		e: e, p: p, nc: nc,
+		e: e, p: p, nc: nc, rd: bufio.NewReaderSize(nc, receiveBufSize),
 		slots:  make(chan struct{}, e.cfg.PipelineDepth),
 		doneCh: make(chan struct{}),
 	}
@@ -338,6 +377,7 @@ type clientConn struct {
 	e        *Engine
 	p        *peer
 	nc       net.Conn
+	rd       *bufio.Reader // the receiver's: a read takes every response that has arrived
 	slots    chan struct{} // pipeline depth: a token per queued slice
 	doneCh   chan struct{} // closed by fail
 	failOnce sync.Once
@@ -352,6 +392,10 @@ type clientConn struct {
 	// guarded by wmu:
 	nextID uint64
 	hdr    [requestHeaderLen + MaxNameLen]byte
+	bhdr   []byte        // batch frame header and descriptor
+	bnames []string      // batch frame name table
+	bexts  []batchExtent // batch frame extents
+	iov    net.Buffers   // batch frame writev
 	// receiver only:
 	rhdr [responseHeaderLen]byte
 	msg  [maxMessageLen]byte
@@ -392,6 +436,15 @@ func (c *clientConn) fail(err error) {
 // (peer restarted) from callers.
 func (c *clientConn) connFailed(s *slice, err error) {
 	e := c.e
+	if s.ext != nil && s.retried && !c.p.batchOK.Load() {
+		// A peer that never answered a batch frame and dropped this one
+		// twice (once may be a pooled connection it closed while idle) may
+		// predate them (it closes on an unknown op): send its extents one
+		// frame each for a while.
+		c.p.noBatchUntil.Store(time.Now().Add(noBatchBackoff).UnixNano())
+		e.tcp.unbatch(s)
+		return
+	}
 	if s.retried {
 		s.finish(e, err)
 		return
@@ -424,24 +477,19 @@ func (c *clientConn) send(s *slice) {
 
 // sendLocked writes s's frame; the caller holds wmu and a pipeline slot.
 func (c *clientConn) sendLocked(s *slice) {
+	if s.ext != nil {
+		c.sendBatchLocked(s)
+		return
+	}
 	c.nextID++
 	s.id = c.nextID
 	putRequestHeader(c.hdr[:], reqHeader{op: s.op, nameLen: len(s.name), id: s.id, bucket: s.bucket, offset: s.off, length: uint64(len(s.buf))})
 	n := requestHeaderLen + copy(c.hdr[requestHeaderLen:], s.name)
-	c.mu.Lock()
-	if c.drained {
-		c.mu.Unlock()
-		c.connFailed(s, c.err)
+	if !c.enqueue(s) {
 		return
 	}
-	c.queue = append(c.queue, s)
-	if len(c.queue) == 1 { // the receiver's read now has a deadline
-		_ = c.nc.SetReadDeadline(time.Now().Add(c.e.cfg.IOTimeout))
-	}
-	c.mu.Unlock()
 	// s now belongs to the receiver (which may even retry it elsewhere):
 	// below, only its immutable op and buf are read.
-	_ = c.nc.SetWriteDeadline(time.Now().Add(c.e.cfg.IOTimeout))
 	var err error
 	if s.op == Write {
 		// One writev: header and payload straight from the caller's memory.
@@ -455,6 +503,24 @@ func (c *clientConn) sendLocked(s *slice) {
 	}
 }
 
+// enqueue queues s for the receiver and arms the deadlines; false when the
+// connection is dead (s is then retried elsewhere or failed).
+func (c *clientConn) enqueue(s *slice) bool {
+	c.mu.Lock()
+	if c.drained {
+		c.mu.Unlock()
+		c.connFailed(s, c.err)
+		return false
+	}
+	c.queue = append(c.queue, s)
+	if len(c.queue) == 1 { // the receiver's read now has a deadline
+		_ = c.nc.SetReadDeadline(time.Now().Add(c.e.cfg.IOTimeout))
+	}
+	c.mu.Unlock()
+	_ = c.nc.SetWriteDeadline(time.Now().Add(c.e.cfg.IOTimeout))
+	return true
+}
+
 // receive reads responses for as long as the connection lives. It sits in
 // Read even when nothing is outstanding (one wake-up per response, and a
 // peer that closes an idle connection is noticed at once); the read deadline
@@ -462,7 +528,7 @@ func (c *clientConn) sendLocked(s *slice) {
 func (c *clientConn) receive() {
 	defer c.e.wg.Done()
 	for {
-		if _, err := io.ReadFull(c.nc, c.rhdr[:]); err != nil {
+		if _, err := io.ReadFull(c.rd, c.rhdr[:]); err != nil {
 			c.fail(kverr.New(kverr.TransferFail, "", "transfer: connection to %s: receive: %v", c.p.addr, err))
 			c.drain(nil)
 			return
@@ -526,7 +592,7 @@ func (c *clientConn) drain(first *slice) {
 func (c *clientConn) readSum(buf []byte) (uint32, error) {
 	var crc uint32
 	for got := 0; got < len(buf); {
-		n, err := c.nc.Read(buf[got:])
+		n, err := c.rd.Read(buf[got:])
 		if n > 0 {
 			crc = crc32c.Update(crc, buf[got:got+n])
 			got += n
@@ -551,8 +617,11 @@ func (c *clientConn) receiveOne(s *slice) error {
 	if h.id != s.id || h.op != s.op {
 		return fmt.Errorf("%w: response id %d op %v, expected %d %v", errMalformed, h.id, h.op, s.id, s.op)
 	}
+	if s.ext != nil {
+		return c.receiveBatch(s, h)
+	}
 	if h.status != 0 {
-		if _, err := io.ReadFull(c.nc, c.msg[:h.msgLen]); err != nil {
+		if _, err := io.ReadFull(c.rd, c.msg[:h.msgLen]); err != nil {
 			return fmt.Errorf("receive error message: %w", err)
 		}
 		s.finish(c.e, kverr.New(kverr.Code(h.status), "", "transfer: %s segment %q offset %d length %d on %s: %s", s.op, s.name, s.off, len(s.buf), c.p.addr, c.msg[:h.msgLen]))
@@ -576,7 +645,7 @@ func (c *clientConn) receiveOne(s *slice) error {
 			} else {
 				s.r.crc = crc
 			}
-		} else if _, err := io.ReadFull(c.nc, s.buf); err != nil {
+		} else if _, err := io.ReadFull(c.rd, s.buf); err != nil {
 			return fmt.Errorf("receive payload: %w", err)
 		}
 	}

@@ -257,7 +257,8 @@ func FuzzFrame(f *testing.F) {
 		if h, err := parseRequestHeader(b); err == nil {
 			shm := h.op == opShm && h.length == 0 && h.bucket == 0 && h.offset == 0
 			data := (h.op == Read || h.op == Write) && h.length >= 1 && h.length <= MaxFrameLength
-			if h.nameLen < 1 || h.nameLen > MaxNameLen || !(shm || data) {
+			batch := h.op.isBatch() && checkBatchHeader(h) == nil
+			if h.nameLen < 1 || h.nameLen > MaxNameLen || !(shm || data || batch) {
 				t.Fatalf("accepted invalid header %+v", h)
 			}
 			out := make([]byte, requestHeaderLen)
@@ -292,6 +293,9 @@ func FuzzServe(f *testing.F) {
 	f.Add(append(frame(Read, 1, "seg", 0, 0, 1), frame(Read, 2, "nope", 0, 0, 1)...))
 	f.Add([]byte("garbage"))
 	f.Add(append(frame(opShm, 1, "shm", 0, 0, 0), frame(Read, 2, "seg", 0, 0, 1)...))
+	f.Add(batchFrame(opBatchWrite, 1, []string{"seg"}, []batchExtent{{0, 0, 4}, {0, 62, 4}}, []byte("12345678")))
+	f.Add(batchFrame(opBatchWrite, 1, []string{"seg"}, []batchExtent{{0, 0, 4}, {0, 60, 4}}, []byte("12345678")))
+	f.Add(append(batchFrame(opBatchRead, 1, []string{"seg"}, []batchExtent{{0, 0, 4}, {0, 60, 4}}, nil), frame(Read, 2, "seg", 0, 0, 1)...))
 	e, err := New(Config{IOTimeout: time.Second})
 	if err != nil {
 		f.Fatal(err)

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/kvtier/kvtier/kverr"
 	"github.com/kvtier/kvtier/nof/nvme"
@@ -37,6 +39,8 @@ type queue struct {
 	maxH2CData int
 	sem        chan struct{} // one token per free slot
 	recvDone   chan struct{} // closed when the receiver goroutine exits
+	// flushScheduled: a submitter will write the queued capsules (send).
+	flushScheduled atomic.Bool
 
 	mu     sync.Mutex // guards the fields below and request state flags
 	slots  []*request
@@ -106,7 +110,7 @@ func (q *queue) submit(ctx context.Context, cmd *pdu.Command, inCapsule, writeBu
 	q.mu.Unlock()
 
 	cmd.CID = cid
-	if err := q.w.Send(&pdu.CapsuleCmd{Cmd: *cmd, Data: inCapsule}); err != nil {
+	if err := q.send(&pdu.CapsuleCmd{Cmd: *cmd, Data: inCapsule}); err != nil {
 		q.fail(err)
 	}
 	select {
@@ -143,6 +147,28 @@ func (q *queue) submit(ctx context.Context, cmd *pdu.Command, inCapsule, writeBu
 			return pdu.Completion{}, transportErr(q.failure())
 		}
 	}
+}
+
+// send queues a command capsule and makes sure it is written, batching
+// the capsules of callers that submit together: the first caller to find
+// no flush scheduled schedules one, lets the other runnable goroutines
+// run first (callers just woken by a batch of completions queue their
+// next commands meanwhile), then writes everything queued in one writev.
+// The others only queue: the scheduled flush, which clears the flag after
+// they queued (they saw it set), writes theirs too.
+func (q *queue) send(m *pdu.CapsuleCmd) error {
+	if len(m.Data) >= 16<<10 {
+		return q.w.Send(m) // large in-capsule data is written from the caller's buffer
+	}
+	if err := q.w.Queue(func(b []byte, o pdu.Options) ([]byte, error) { return m.AppendPDU(b, o), nil }); err != nil {
+		return err
+	}
+	if !q.flushScheduled.CompareAndSwap(false, true) {
+		return nil
+	}
+	runtime.Gosched()
+	q.flushScheduled.Store(false)
+	return q.w.Send()
 }
 
 func (q *queue) release(req *request) {

@@ -60,6 +60,15 @@ type Batch interface {
 	Submit()
 }
 
+// Immediate is implemented by namespaces whose ReadAt and WriteAt never
+// wait for a device and take about as long as copying the bytes (memory):
+// nof/target runs their commands on the goroutine that decoded them, with
+// no hand-off to another goroutine per command.
+type Immediate interface {
+	Namespace
+	Immediate()
+}
+
 // ErrOutOfRange is returned for accesses outside the namespace.
 var ErrOutOfRange = errors.New("namespace: access out of range")
 
@@ -82,7 +91,11 @@ var (
 	_ Namespace   = (*Memory)(nil)
 	_ Deallocator = (*Memory)(nil)
 	_ ZeroWriter  = (*Memory)(nil)
+	_ Immediate   = (*Memory)(nil)
 )
+
+// Immediate marks Memory as a namespace whose transfers are plain copies.
+func (*Memory) Immediate() {}
 
 // NewMemory returns a namespace over buf; len(buf) must be a positive
 // multiple of blockSize (a power of two, 512..65536).

@@ -3,6 +3,7 @@ package pdu
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/kvtier/kvtier/internal/crc32c"
 )
@@ -184,9 +185,19 @@ func appendFrame(b []byte, t Type, flags uint8, psh []byte, data []byte, o Optio
 // writer can send large data from the caller's buffer without copying it.
 func appendFrameHead(b []byte, t Type, flags uint8, psh []byte, data []byte, o Options) ([]byte, [DigestLen]byte, bool) {
 	var trailer [DigestLen]byte
+	b, dd := appendHead(b, t, flags, psh, len(data), o)
+	if dd {
+		binary.LittleEndian.PutUint32(trailer[:], CRC32C(data))
+	}
+	return b, trailer, dd
+}
+
+// appendHead appends what precedes n bytes of data (CH, PSH, HDGST,
+// padding) and reports whether a data digest must follow the data.
+func appendHead(b []byte, t Type, flags uint8, psh []byte, n int, o Options) ([]byte, bool) {
 	hlen := CommonHeaderLen + len(psh)
 	hd := o.HDGST && hasHeaderDigest(t)
-	dd := o.DDGST && hasDataDigest(t) && len(data) > 0
+	dd := o.DDGST && hasDataDigest(t) && n > 0
 	if hd {
 		flags |= FlagHDGST
 	}
@@ -198,14 +209,14 @@ func appendFrameHead(b []byte, t Type, flags uint8, psh []byte, data []byte, o O
 	if hd {
 		plen += DigestLen
 	}
-	if len(data) > 0 {
+	if n > 0 {
 		if t == TypeH2CTermReq || t == TypeC2HTermReq {
 			pdo = 0 // TermReq data follows the header directly and PDO stays 0
 		} else {
 			pdo = o.dataOffset(hlen)
 			plen = pdo
 		}
-		plen += len(data)
+		plen += n
 		if dd {
 			plen += DigestLen
 		}
@@ -217,15 +228,42 @@ func appendFrameHead(b []byte, t Type, flags uint8, psh []byte, data []byte, o O
 	if hd {
 		b = binary.LittleEndian.AppendUint32(b, CRC32C(b[start:start+hlen]))
 	}
-	if len(data) > 0 {
+	if n > 0 {
 		for len(b)-start < pdo {
 			b = append(b, 0)
 		}
-		if dd {
-			binary.LittleEndian.PutUint32(trailer[:], CRC32C(data))
-		}
 	}
-	return b, trailer, dd
+	return b, dd
+}
+
+// AppendC2HDataFill appends one C2HData PDU (DATAO 0) carrying n bytes
+// that fill writes straight into b, so a controller serving from memory
+// copies each byte once on its way to the socket; a data digest, if o
+// negotiated one, is computed after fill. On a fill error it returns b as
+// it was and the error.
+func AppendC2HDataFill(b []byte, o Options, cccid uint16, last, success bool, n int, fill func([]byte) error) ([]byte, error) {
+	start := len(b)
+	var psh [DataHLen - CommonHeaderLen]byte
+	binary.LittleEndian.PutUint16(psh[0:], cccid)
+	binary.LittleEndian.PutUint32(psh[8:], uint32(n))
+	var f uint8
+	if last {
+		f |= FlagLast
+	}
+	if success {
+		f |= FlagSuccess
+	}
+	b, dd := appendHead(b, TypeC2HData, f, psh[:], n, o)
+	from := len(b)
+	b = slices.Grow(b, n+DigestLen)[:from+n]
+	data := b[from:]
+	if err := fill(data); err != nil {
+		return b[:start], err
+	}
+	if dd {
+		b = binary.LittleEndian.AppendUint32(b, CRC32C(data))
+	}
+	return b, nil
 }
 
 // framer is implemented by the PDUs that carry bulk data; Writer uses it

@@ -282,3 +282,30 @@ func FuzzReaderControllerSide(f *testing.F) {
 		}
 	})
 }
+
+// TestAppendC2HDataFill: the fill encoder produces exactly the bytes of
+// C2HData.AppendPDU under every option (digests, data alignment), and a
+// failing fill leaves the buffer as it was.
+func TestAppendC2HDataFill(t *testing.T) {
+	data := make([]byte, 5000)
+	for i := range data {
+		data[i] = byte(i * 13)
+	}
+	for _, o := range []pdu.Options{{}, {HDGST: true}, {DDGST: true}, {HDGST: true, DDGST: true, PDA: 3}, {PDA: 31}} {
+		for _, success := range []bool{false, true} {
+			want := (&pdu.C2HData{CCCID: 9, Last: true, Success: success, Data: data}).AppendPDU([]byte("x"), o)
+			got, err := pdu.AppendC2HDataFill([]byte("x"), o, 9, true, success, len(data), func(b []byte) error { copy(b, data); return nil })
+			if err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("options %+v success %v: fill encoding differs (err %v)", o, success, err)
+			}
+			if _, err := pdu.Decode(got[1:]); err != nil {
+				t.Fatalf("options %+v: %v", o, err)
+			}
+		}
+	}
+	b := []byte("keep")
+	got, err := pdu.AppendC2HDataFill(b, pdu.Options{}, 1, true, false, 4096, func([]byte) error { return io.ErrUnexpectedEOF })
+	if err == nil || string(got) != "keep" {
+		t.Fatalf("failed fill: %q, %v", got, err)
+	}
+}

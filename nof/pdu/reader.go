@@ -469,6 +469,10 @@ func OptionsOf(b []byte) Options {
 	return o
 }
 
+// Buffered is the number of received bytes not yet consumed: more than 0
+// means part of a PDU (the current one's data or the next one) is here.
+func (r *Reader) Buffered() int { return r.br.Buffered() }
+
 // NextBuffered reports whether the next PDU (header, data and digests) has
 // already been received in full, so that Next and reading its data will
 // not wait for the network. It never reads from the stream.

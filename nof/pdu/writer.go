@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 )
 
 const (
@@ -41,12 +42,21 @@ type Writer struct {
 	done     uint64 // flush rounds written
 	flushing bool   // a goroutine is writing outside the lock
 	err      error  // first write error; sticky
+
+	iov  net.Buffers     // a round's pieces; used by the flushing goroutine only
+	iovs iovScratch      // Push's iovecs; used by the flushing goroutine only
+	rc   syscall.RawConn // w as a socket, for Push's non-blocking writev (nil: not one)
 }
 
 // NewWriter returns a Writer over w.
 func NewWriter(w io.Writer) *Writer {
 	wr := &Writer{w: w}
 	wr.cond = sync.NewCond(&wr.mu)
+	if sc, ok := w.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			wr.rc = rc
+		}
+	}
 	return wr
 }
 
@@ -123,48 +133,179 @@ func (w *Writer) Send(ms ...Message) error {
 		return err
 	}
 	w.flushing = true
-	var bufs net.Buffers
-	for len(w.segs) > 0 && w.err == nil {
-		arena, segs := w.arena, w.segs
-		w.arena, w.segs = w.spare[:0], w.spareSeg[:0]
-		w.pending = 0
-		w.taken++
-		w.cond.Broadcast() // senders blocked on maxPending may append again
-		w.mu.Unlock()
-		bufs = bufs[:0]
-		for _, s := range segs {
-			if s.ext != nil {
-				bufs = append(bufs, s.ext)
-			} else {
-				bufs = append(bufs, arena[s.from:s.to])
-			}
-		}
-		var err error
-		if len(bufs) == 1 {
-			_, err = w.w.Write(bufs[0])
-		} else {
-			nb := bufs // WriteTo consumes its receiver
-			_, err = nb.WriteTo(w.w)
-		}
-		clear(segs) // drop references to callers' buffers
-		w.mu.Lock()
-		if err != nil && w.err == nil {
-			w.err = err
-		}
-		w.done++
-		if cap(arena) <= 1<<20 {
-			w.spare = arena[:0]
-		} else {
-			w.spare = nil
-		}
-		w.spareSeg = segs[:0]
-		w.cond.Broadcast()
-	}
+	w.flushLocked()
 	w.flushing = false
 	err := w.err
 	w.cond.Broadcast()
 	w.mu.Unlock()
 	return err
+}
+
+// flushLocked writes rounds until nothing is pending. The caller holds
+// w.mu and has set flushing; w.mu is released while each round is written.
+func (w *Writer) flushLocked() {
+	for len(w.segs) > 0 && w.err == nil {
+		arena, segs := w.takeLocked()
+		w.mu.Unlock()
+		err := writeAll(w.w, w.buffers(arena, segs))
+		w.mu.Lock()
+		w.endRoundLocked(arena, segs, err)
+	}
+}
+
+// takeLocked starts a flush round: the pending pieces are taken and new
+// ones go to the other arena.
+func (w *Writer) takeLocked() ([]byte, []seg) {
+	arena, segs := w.arena, w.segs
+	w.arena, w.segs = w.spare[:0], w.spareSeg[:0]
+	w.pending = 0
+	w.taken++
+	w.cond.Broadcast() // senders blocked on maxPending may append again
+	return arena, segs
+}
+
+// buffers lists a round's pieces for writev, in a slice only the flusher
+// uses.
+func (w *Writer) buffers(arena []byte, segs []seg) net.Buffers {
+	w.iov = w.iov[:0]
+	for _, s := range segs {
+		if s.ext != nil {
+			w.iov = append(w.iov, s.ext)
+		} else {
+			w.iov = append(w.iov, arena[s.from:s.to])
+		}
+	}
+	return w.iov
+}
+
+// endRoundLocked ends a flush round with its write error.
+func (w *Writer) endRoundLocked(arena []byte, segs []seg, err error) {
+	clear(segs) // drop references to callers' buffers
+	if err != nil && w.err == nil {
+		w.err = err
+	}
+	w.done++
+	if cap(arena) <= 4<<20 {
+		w.spare = arena[:0]
+	} else {
+		w.spare = nil
+	}
+	w.spareSeg = segs[:0]
+	w.cond.Broadcast()
+}
+
+func writeAll(wr io.Writer, bufs net.Buffers) error {
+	if len(bufs) == 1 {
+		_, err := wr.Write(bufs[0])
+		return err
+	}
+	_, err := bufs.WriteTo(wr) // consumes bufs
+	return err
+}
+
+// Push starts writing what is queued without making the caller wait for
+// the network. If a flush is in progress, it takes the queued PDUs along.
+// Otherwise Push writes as much as the socket takes at once (one
+// non-blocking writev); what the socket does not take, and whatever is
+// queued meanwhile, a goroutine writes while the caller goes on (on a
+// stream that is not a socket, that goroutine does the whole write). So a
+// caller that must keep reading (a connection's reader goroutine) never
+// blocks on a peer that does not read.
+func (w *Writer) Push() {
+	w.mu.Lock()
+	if w.flushing || len(w.segs) == 0 || w.err != nil {
+		w.mu.Unlock()
+		return
+	}
+	w.flushing = true
+	arena, segs := w.takeLocked()
+	w.mu.Unlock()
+	bufs := w.buffers(arena, segs)
+	if w.rc != nil {
+		rest, err := tryWritev(w.rc, bufs, &w.iovs)
+		if err != nil || len(rest) == 0 {
+			w.mu.Lock()
+			w.endRoundLocked(arena, segs, err)
+			if len(w.segs) == 0 || w.err != nil {
+				w.flushing = false
+				w.cond.Broadcast()
+				w.mu.Unlock()
+				return
+			}
+			w.mu.Unlock()
+			go w.background(nil, nil, nil) // what was queued during the writev
+			return
+		}
+		bufs = rest
+	}
+	go w.background(bufs, arena, segs)
+}
+
+// background finishes a round Push began (segs not nil: bufs is what is
+// left of it), then flushes until nothing is pending.
+func (w *Writer) background(bufs net.Buffers, arena []byte, segs []seg) {
+	if segs != nil {
+		err := writeAll(w.w, bufs)
+		w.mu.Lock()
+		w.endRoundLocked(arena, segs, err)
+	} else {
+		w.mu.Lock()
+	}
+	w.flushLocked()
+	w.flushing = false
+	w.cond.Broadcast()
+	w.mu.Unlock()
+}
+
+// Queue appends PDUs to the pending output without writing them and
+// without waiting: enc appends whole encoded PDUs to b under the Writer's
+// lock (so it must be quick and must not call the Writer), using o, the
+// negotiated options, and returns the extended slice (or b and an error,
+// which Queue returns). A later Send (Send() with no message just writes
+// what is pending) or a flush already in progress writes them, so PDUs
+// queued together go out in one write. It returns the sticky write error,
+// if any, without calling enc.
+func (w *Writer) Queue(enc func(b []byte, o Options) ([]byte, error)) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return w.err
+	}
+	from := len(w.arena)
+	b, err := enc(w.arena, w.opt)
+	if err != nil {
+		return err
+	}
+	w.arena = b
+	w.addArena(from)
+	return nil
+}
+
+// WaitBelow waits until at most n queued bytes wait for a flush to take
+// them (or the Writer failed, whose error it returns): backpressure for a
+// goroutine that queues without writing.
+func (w *Writer) WaitBelow(n int) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for w.err == nil && w.pending > n {
+		w.cond.Wait()
+	}
+	return w.err
+}
+
+// Pending is the number of bytes queued and not yet taken by a flush.
+func (w *Writer) Pending() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.pending
+}
+
+// Rounds is the number of flush rounds written so far: one write or
+// writev system call each (plus any needed to finish a short write).
+func (w *Writer) Rounds() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.done
 }
 
 // Fail makes every later Send return err (used when the connection dies).

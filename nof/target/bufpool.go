@@ -46,6 +46,6 @@ func (p *bufPool) put(b []byte) {
 	if cap(b) != 4096<<c || c >= len(p.pools) {
 		return
 	}
-	b = b[:cap(b)]
-	p.pools[c].Put(&b)
+	full := b[:cap(b)] // a fresh variable: only a real put allocates its *[]byte
+	p.pools[c].Put(&full)
 }

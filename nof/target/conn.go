@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -14,9 +15,6 @@ import (
 	"github.com/kvtier/kvtier/nof/nvme"
 	"github.com/kvtier/kvtier/nof/pdu"
 )
-
-// icTimeout bounds how long a new connection may take to send its ICReq.
-const icTimeout = 10 * time.Second
 
 // r2tState is one outstanding R2T: the reader goroutine fills buf from
 // H2CData PDUs and closes done when the whole window has arrived. If start
@@ -30,6 +28,9 @@ type r2tState struct {
 	start     func(buf []byte) (wait func() error)
 	wait      func() error // set by the reader before done closes
 	done      chan struct{}
+	// inline, if set, finishes the command on the reader goroutine once
+	// the whole window has arrived (done is then nil; see inline.go).
+	inline func()
 }
 
 // conn is one TCP connection = one NVMe queue pair.
@@ -37,6 +38,7 @@ type conn struct {
 	t      *Target
 	nc     net.Conn
 	r      *pdu.Reader
+	dr     *deadlineReader
 	w      *pdu.Writer
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -60,6 +62,11 @@ type conn struct {
 	// (submitted before the reader could wait for the network).
 	batches map[*nsState]namespace.Batch
 	queued  []namespace.Batch
+	// pushPending: the reader queued answers (inline.go) that it still has
+	// to write. Touched only by the reader goroutine.
+	pushPending bool
+	// flushScheduled: a worker will write the queued answers (sendSmall).
+	flushScheduled atomic.Bool
 
 	mu       sync.Mutex // guards r2ts and nextTTAG
 	r2ts     map[uint16]*r2tState
@@ -72,7 +79,8 @@ func (t *Target) newConn(nc net.Conn) *conn {
 	}
 	ctx, cancel := context.WithCancel(t.ctx)
 	c := &conn{t: t, nc: nc, ctx: ctx, cancel: cancel, remote: nc.RemoteAddr().String(), r2ts: map[uint16]*r2tState{}, turn: newAnswerTurn()}
-	c.r = pdu.NewReader(nc, pdu.ReaderConfig{Side: pdu.ControllerSide, MaxCapsuleData: max(8192, t.cfg.InCapsuleDataSize),
+	c.dr = &deadlineReader{c: c, nc: nc, idle: true}
+	c.r = pdu.NewReader(c.dr, pdu.ReaderConfig{Side: pdu.ControllerSide, MaxCapsuleData: max(8192, t.cfg.InCapsuleDataSize),
 		MaxH2CData: t.cfg.MaxH2CData, BufferSize: 64 << 10})
 	c.w = pdu.NewWriter(nc)
 	t.mu.Lock()
@@ -108,6 +116,16 @@ func (c *conn) serve() {
 		if len(c.queued) > 0 && !c.r.NextBuffered() {
 			c.submitQueued()
 		}
+		// Answers of inline commands go out together once no further
+		// whole PDU is here, or when enough of them wait (inline.go).
+		if c.pushPending && (!c.r.NextBuffered() || c.w.Pending() >= inlinePushBytes) {
+			c.pushPending = false
+			c.w.Push()
+			if c.w.Pending() > c.pendingLimit() {
+				c.w.WaitBelow(c.pendingLimit()) // a host that does not read its answers
+			}
+		}
+		c.dr.idle = c.r.Buffered() == 0 // else part of the next PDU is here
 		f, err := c.r.Next()
 		if err != nil {
 			c.fail(err)
@@ -130,7 +148,7 @@ func (c *conn) serve() {
 					continue
 				}
 			}
-			c.dispatch(&cmd, data)
+			c.dispatch(cmd, data)
 		case pdu.TypeH2CData:
 			if err := c.h2cData(f); err != nil {
 				c.fail(err)
@@ -145,7 +163,7 @@ func (c *conn) serve() {
 }
 
 func (c *conn) handshake() error {
-	c.nc.SetReadDeadline(time.Now().Add(icTimeout))
+	// The deadline reader gives the ICReq HeaderTimeout (no controller yet).
 	f, err := c.r.Next()
 	if err != nil {
 		return err
@@ -154,7 +172,6 @@ func (c *conn) handshake() error {
 		return io.ErrUnexpectedEOF // H2CTermReq before ICReq: just close
 	}
 	req := f.ICReq()
-	c.nc.SetReadDeadline(time.Time{})
 	// Echo the requested digests; CPDA 0 (Linux hosts insist on it).
 	resp := &pdu.ICResp{PFV: 0, CPDA: 0, DGST: req.DGST & (pdu.DigestHeader | pdu.DigestData), MAXH2CDATA: uint32(c.t.cfg.MaxH2CData)}
 	if err := c.w.Send(resp); err != nil {
@@ -229,6 +246,8 @@ func (c *conn) finish() {
 	t := c.t
 	t.mu.Lock()
 	delete(t.conns, c)
+	t.transport.ReadCalls += c.dr.reads.Load()
+	t.transport.WriteCalls += c.w.Rounds()
 	t.mu.Unlock()
 	if ctrl := c.ctrl; ctrl != nil {
 		if c.qid == 0 {
@@ -242,10 +261,31 @@ func (c *conn) finish() {
 // complete sends the CapsuleResp for cid. A *nvme.StatusError sets the
 // status (and its DW0); any other error is an internal error.
 func (c *conn) complete(cid uint16, err error, dw0, dw1 uint32) {
-	c.w.Send(c.completion(cid, err, dw0, dw1))
+	cpl := c.completion(cid, err, dw0, dw1)
+	c.sendSmall(&cpl)
 }
 
-func (c *conn) completion(cid uint16, err error, dw0, dw1 uint32) *pdu.CapsuleResp {
+// sendSmall sends small answers of worker goroutines so that answers
+// completed together go out in one write: the message is queued, and the
+// first worker to find no flush scheduled schedules one, lets the other
+// runnable goroutines (workers readied by the same batch of device
+// completions) queue theirs, then writes them all. A worker that finds a
+// flush scheduled only queues: that flush clears the flag after it queued
+// (it saw it set) and so writes its message too. The reader goroutine's
+// own queued answers (inline.go) go out with the same writes.
+func (c *conn) sendSmall(m pdu.Message) {
+	if c.w.Queue(func(b []byte, o pdu.Options) ([]byte, error) { return m.AppendPDU(b, o), nil }) != nil {
+		return
+	}
+	if !c.flushScheduled.CompareAndSwap(false, true) {
+		return
+	}
+	runtime.Gosched()
+	c.flushScheduled.Store(false)
+	c.w.Send()
+}
+
+func (c *conn) completion(cid uint16, err error, dw0, dw1 uint32) pdu.CapsuleResp {
 	var status uint16
 	if err != nil {
 		var se *nvme.StatusError
@@ -262,7 +302,7 @@ func (c *conn) completion(cid uint16, err error, dw0, dw1 uint32) *pdu.CapsuleRe
 	if !c.sqFlowOff {
 		sqhd = uint16(n % (uint32(c.sqsize) + 1))
 	}
-	return &pdu.CapsuleResp{Cpl: pdu.Completion{DW0: dw0, DW1: dw1, SQHD: sqhd, SQID: c.qid, CID: cid, Status: status}}
+	return pdu.CapsuleResp{Cpl: pdu.Completion{DW0: dw0, DW1: dw1, SQHD: sqhd, SQID: c.qid, CID: cid, Status: status}}
 }
 
 // sendData sends data for cid as one C2HData and completes the command,
@@ -270,17 +310,47 @@ func (c *conn) completion(cid uint16, err error, dw0, dw1 uint32) *pdu.CapsuleRe
 // CapsuleResp together with the data (one write, no extra round of
 // flushing before the host can complete the read).
 func (c *conn) sendData(cid uint16, data []byte) {
+	small := len(data) < 16<<10 // copied into the Writer; larger data is sent from data
 	if c.sqFlowOff || c.t.cfg.C2HSuccess {
 		c.sqhd.Add(1) // completed without a CQE
-		c.w.Send(&pdu.C2HData{CCCID: cid, Last: true, Success: true, Data: data})
+		m := &pdu.C2HData{CCCID: cid, Last: true, Success: true, Data: data}
+		if small {
+			c.sendSmall(m)
+		} else {
+			c.w.Send(m)
+		}
 		return
 	}
-	c.w.Send(&pdu.C2HData{CCCID: cid, Last: true, Data: data}, c.completion(cid, nil, 0, 0))
+	cpl := c.completion(cid, nil, 0, 0)
+	if small {
+		c.sendSmall(&c2hWithResp{data: pdu.C2HData{CCCID: cid, Last: true, Data: data}, resp: cpl})
+		return
+	}
+	c.w.Send(&pdu.C2HData{CCCID: cid, Last: true, Data: data}, &cpl)
+}
+
+// c2hWithResp is a C2HData and its CapsuleResp encoded back to back.
+type c2hWithResp struct {
+	data pdu.C2HData
+	resp pdu.CapsuleResp
+}
+
+func (m *c2hWithResp) PDUType() pdu.Type { return pdu.TypeC2HData }
+
+func (m *c2hWithResp) AppendPDU(b []byte, o pdu.Options) []byte {
+	return m.resp.AppendPDU(m.data.AppendPDU(b, o), o)
 }
 
 // dispatch routes one command. Admin and Fabrics commands run inline on
 // the reader goroutine; I/O commands run concurrently.
-func (c *conn) dispatch(cmd *pdu.Command, data []byte) {
+func (c *conn) dispatch(sqe pdu.Command, data []byte) {
+	// Inline commands use the SQE where it is (on the stack); the others
+	// may outlive this call (a goroutine per I/O command) and get a copy.
+	if sqe.Opcode != nvme.OpcodeFabrics && c.ctrl != nil && c.qid != 0 && c.inline(&sqe, data) {
+		return
+	}
+	cmd := new(pdu.Command)
+	*cmd = sqe
 	if cmd.Opcode == nvme.OpcodeFabrics {
 		c.fabrics(cmd, data)
 		c.t.bufs.put(data)
@@ -359,6 +429,10 @@ func (c *conn) h2cData(f *pdu.Frame) error {
 			delete(c.r2ts, ttag)
 		}
 		c.mu.Unlock()
+		if st.inline != nil {
+			st.inline()
+			return nil
+		}
 		if claimed && st.start != nil && !st.badDigest {
 			st.wait = st.start(st.buf)
 		}
@@ -396,17 +470,7 @@ func (c *conn) fetchData(cmd *pdu.Command, inCapsule []byte, length int, start f
 		return nil, false, nil, nvme.Errf(nvme.SCTGeneric, nvme.SCInvalidField)
 	}
 	st := &r2tState{cccid: cmd.CID, buf: c.t.bufs.get(length), start: start, done: make(chan struct{})}
-	c.mu.Lock()
-	ttag := c.nextTTAG
-	for i := 0; i < 65536; i++ {
-		if _, used := c.r2ts[ttag]; !used {
-			break
-		}
-		ttag++
-	}
-	c.nextTTAG = ttag + 1
-	c.r2ts[ttag] = st
-	c.mu.Unlock()
+	ttag := c.addR2T(st)
 	if err := c.w.Send(&pdu.R2T{CCCID: cmd.CID, TTAG: ttag, R2TO: 0, R2TL: uint32(length)}); err != nil {
 		c.abandon(ttag, st)
 		return nil, false, nil, err
@@ -427,6 +491,23 @@ func (c *conn) fetchData(cmd *pdu.Command, inCapsule []byte, length int, start f
 		return nil, false, nil, nvme.Errf(nvme.SCTGeneric, nvme.SCTransientTranspt)
 	}
 	return st.buf, true, st.wait, nil
+}
+
+// addR2T registers st under a free TTAG and returns it. At most SQ size
+// R2Ts are outstanding, so a free TTAG always exists.
+func (c *conn) addR2T(st *r2tState) uint16 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ttag := c.nextTTAG
+	for i := 0; i < 65536; i++ {
+		if _, used := c.r2ts[ttag]; !used {
+			break
+		}
+		ttag++
+	}
+	c.nextTTAG = ttag + 1
+	c.r2ts[ttag] = st
+	return ttag
 }
 
 // abandon withdraws the R2T ttag unless the reader already claimed its

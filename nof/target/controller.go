@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvtier/kvtier/nof/namespace"
@@ -38,6 +39,7 @@ type controller struct {
 	ioQ       map[uint16]*conn
 	cc, csts  uint32
 	kato      time.Duration // 0 = keep-alive disabled
+	keepAlive atomic.Bool   // kato > 0, read without mu by the queues' deadline readers
 	lastKA    time.Time
 	nqGranted uint32 // Number of Queues feature as granted (0 = not yet)
 	features  map[uint8]uint32
@@ -120,7 +122,12 @@ func (q *conn) fabrics(cmd *pdu.Command, data []byte) {
 		v, err := q.ctrl.property(cmd)
 		q.complete(cmd.CID, err, uint32(v), uint32(v>>32))
 	case nvme.FabricsDisconnect:
-		q.complete(cmd.CID, nil, 0, 0)
+		// Written before the close (complete may leave it to a scheduled
+		// flush that the close would fail).
+		cpl := q.completion(cmd.CID, nil, 0, 0)
+		if q.w.Send(&cpl) == nil {
+			q.w.Flush()
+		}
 		q.close()
 	default:
 		q.complete(cmd.CID, nvme.Errf(nvme.SCTGeneric, nvme.SCInvalidOpcode), 0, 0)
@@ -147,7 +154,11 @@ func (q *conn) connect(cmd *pdu.Command, data []byte) (uint32, error) {
 	if sqsize == 0 || int(sqsize) >= t.cfg.MaxQueueDepth {
 		return 0, invalidParam(44, false)
 	}
-	if !validNQN(cd.HostNQN) {
+	// An empty Host NQN is what SPDK's tools send unless told one; SPDK's
+	// target accepts it (it only needs the NUL), so a subsystem open to any
+	// host does too. A subsystem with an allow list refuses it below as an
+	// unknown host: an empty name can never be on the list.
+	if cd.HostNQN != "" && !validNQN(cd.HostNQN) {
 		return 0, invalidParam(512, true)
 	}
 	t.mu.Lock()
@@ -181,6 +192,7 @@ func (q *conn) connect(cmd *pdu.Command, data []byte) (uint32, error) {
 		if discovery && ctrl.kato == 0 {
 			ctrl.kato = t.cfg.DiscoveryKATO
 		}
+		ctrl.keepAlive.Store(ctrl.kato > 0)
 		t.ctrls[id] = ctrl
 		q.setQueue(ctrl, 0, sqsize, cattr, 8192)
 		return uint32(id), nil
@@ -354,6 +366,11 @@ func (c *controller) identifyController() []byte {
 		id.SubNQN = nvme.DiscoveryNQN
 		// no I/O queues: no queue entry sizes, no in-capsule data block
 		id.CMIC, id.ONCS, id.VWC, id.SQES, id.CQES = 0, 0, 0, 0, 0
+		// It serves only the discovery log (0x70): no Commands Supported
+		// and Effects page (LPA bit 1) and no firmware slots to update
+		// (FRMW), as SPDK's discovery controller reports (LPA 0x04).
+		id.LPA &^= 0x02
+		id.FRMW = 0
 		id.IOCCSZ, id.IORCSZ, id.MSDBD = 0, 0, 0
 	} else {
 		id.CtrlType = nvme.CtrlTypeIO
@@ -430,6 +447,7 @@ func (c *controller) setFeatures(cmd *pdu.Command) (uint32, error) {
 		return c.nqGranted, nil
 	case nvme.FeatKeepAlive:
 		c.kato = c.t.roundKATO(cmd.CDW11)
+		c.keepAlive.Store(c.kato > 0)
 		c.lastKA = c.t.cfg.Clock.Now()
 		return 0, nil
 	case nvme.FeatAsyncEvent, nvme.FeatArbitration, nvme.FeatPowerMgmt, nvme.FeatTempThreshold,

@@ -14,9 +14,16 @@
 //     1..0xFFEF; I/O Connects name it and must come from the same host NQN to
 //     the same subsystem, after CC.EN=1, with QID <= the granted number of
 //     queues and not already connected. Errors: RECFMT != 0 → SCT 1 SC 0x80;
-//     unknown SUBNQN → SC 0x82 IATTR 1 IPO 256; host not in the subsystem's
+//     unknown SUBNQN → SC 0x82 IATTR 1 IPO 256; a HOSTNQN that is not empty
+//     and not an NQN → SC 0x82 IATTR 1 IPO 512; host not in the subsystem's
 //     allow list → SC 0x84 (DW0 IATTR 1 IPO 512); bad CNTLID → SC 0x82 IPO 16;
 //     bad SQSIZE → SC 0x82 IATTR 0 IPO 44; bad QID → SC 0x82 IATTR 0 IPO 42.
+//   - An empty HOSTNQN (what SPDK's tools send unless given one; SPDK's
+//     target accepts it) is accepted by a subsystem that allows any host and
+//     by the discovery subsystem (whose log then lists only such
+//     subsystems), and refused by a subsystem with an allow list as a host
+//     not allowed (SC 0x84, IPO 512). The target does no in-band
+//     authentication, so an allow list is the only thing that refuses it.
 //   - Properties: CAP (MQES = MaxQueueDepth-1, CQR, TO 15 s, CSS NVM, CRWMS),
 //     VS 1.3, CC (EN enables: CSTS.RDY = 1; EN 1→0 resets; SHN flushes every
 //     namespace and reports CSTS.SHST = 2), CSTS.
@@ -27,7 +34,10 @@
 //     are generated yet), Abort (answers "not aborted"), Get Log Page 0x01,
 //     0x02 (SMART with data units / commands counted), 0x03, 0x05 and, on the
 //     discovery controller (SUBNQN nqn.2014-08.org.nvmexpress.discovery), 0x70
-//     listing each subsystem the host may use once per listener.
+//     listing each subsystem the host may use once per listener. The
+//     discovery controller serves 0x70 only and says so: its Identify
+//     Controller has LPA 0x04 (extended data, no Commands Supported and
+//     Effects) and FRMW 0, as SPDK's discovery controller.
 //   - KATO from Connect or Set Features is rounded up to
 //     Config.KeepAliveGranularity (reported as KAS); a controller that gets no
 //     Keep Alive for longer than KATO is torn down (all its queues closed).
@@ -45,12 +55,30 @@
 //     to the device together, once no further whole PDU is already buffered
 //     (pdu.Reader.NextBuffered), so back-to-back commands cost one io_submit.
 //     A worker goroutine per command waits for the device and answers.
+//     For a namespace.Immediate (Memory) a Read, Write, Flush or Write
+//     Zeroes runs start to finish on the reader goroutine (inline.go), and
+//     its answer is queued and written with the others once no further
+//     whole PDU is buffered; small answers of workers completed together
+//     also share one write (conn.sendSmall).
 //     Answers of such device-backed commands moving at least 64 KiB go out
 //     one at a time per connection (the answer turn); while other commands
 //     are in flight, the answering worker then lets the Go netpoller run
 //     twice (it waits for its own eventfd through the poller) before the
 //     next answer may go out, so the host's next command is read and handed
 //     to the device first (see turn.go and Performance).
+//   - Listeners survive exhaustion: Serve retries a temporary Accept error
+//     (EMFILE, ENFILE, ENOBUFS, ENOMEM, ECONNABORTED, or one that says it is
+//     Temporary) after a pause doubling from 5 ms to Config.AcceptBackoffMax,
+//     as net/http does, and returns only when closed or on a permanent
+//     error. Health reports every listener that is retrying or stopped, so
+//     the appliance can report itself unhealthy.
+//   - Deadlines (deadline.go): the ICReq, then the Connect, must arrive
+//     within Config.HeaderTimeout of the previous step, and every PDU
+//     (header, data, digests) within HeaderTimeout of its first byte; a
+//     host that sends half a header is cut off. Between PDUs, a queue of a
+//     controller with a KATO has no read deadline (its keep-alive timer
+//     bounds it; I/O queues get no Keep Alive of their own), a queue of a
+//     KATO 0 controller waits at most Config.IdleTimeout (default none).
 //   - A data digest mismatch (in-capsule data or H2CData) fails only that
 //     command with Transient Transport Error (SCT 0 SC 0x22), as NVMe/TCP 1.0
 //     and SPDK v26 do; the connection goes on.
@@ -80,7 +108,7 @@
 //	128 KiB seq write QD8, 1 I/O queue    0.41-0.54 × fio (≈400-700 MB/s vs 830-1630)
 //	128 KiB seq write QD8, 2 I/O queues   0.31-0.57 × fio
 //	4 KiB randread QD32, O_DIRECT file    0.40-0.58 × fio (11-26k IOPS)
-//	4 KiB randread QD32, DRAM namespace   66-70k IOPS = 0.56-0.59 × SPDK's 118k
+//	4 KiB randread QD32, DRAM namespace   66-70k IOPS (the "0.56-0.59 × SPDK" once written here compared with a spdk_nvme_perf run that lost its queue; see Batching)
 //	128 KiB read / write QD8, DRAM        1206-1207 / 1113-1184 MB/s
 //
 // Against the code before eventfd completions, start-on-reader and
@@ -196,10 +224,85 @@
 // target design can meet it here while the host shares the VM's two
 // vCPUs and the bytes cross loopback TCP. Against a host on another
 // machine the TCP receive (writes) or send (reads) half would not be
-// paid on the target's CPUs. The DRAM namespace meets TARGETS.md's figures
-// against SPDK (malloc namespace): 99k IOPS 4 KiB randread at QD 32
-// (0.84 × 118k) and 1.48-1.52 GB/s 128 KiB read at QD 8 (1.14-1.17 ×
-// 1.3 GB/s), same evening.
+// paid on the target's CPUs. (This paragraph used to say the DRAM
+// namespace met TARGETS.md's figures against SPDK, 0.84 × 118k IOPS: the
+// 118k was a lab run of spdk_nvme_perf that lost its queue; SPDK's
+// nvmf_tgt measured properly does 225k with spdk_nvme_perf on one core,
+// and this target then did 64k, 0.28 ×; see issue #18 and below.)
+//
+// # Batching (issue #18, 2026-12-02)
+//
+// Where a 4 KiB read of a DRAM namespace went before (CPU profile and
+// counters, BenchmarkLeanHostMemory and BenchmarkRandRead4KQD32Memory):
+// the reader decoded the command and started a goroutine for it (a
+// hand-off and a wake-up per command, and a stack growth: runtime.newstack
+// was 8.5% of the CPU); the goroutine copied the data from the namespace
+// into a pool buffer, then into the Writer's arena (two copies, 4 KiB is
+// under the by-reference threshold), and, finding no flush in progress,
+// wrote its answer itself: 0.72-0.83 write system calls per I/O on the
+// target (each ~2 µs on this VM; reads were already batched, 0.05-0.06 per
+// I/O, by the 64 KiB buffered reader), and 6.7 heap allocations per I/O.
+// Our initiator did the same on its side (a write per command, 1.6-1.8
+// writes per I/O for the whole process).
+//
+// Now: commands of a memory namespace run inline on the reader, the data is
+// copied once (namespace → output, pdu.AppendC2HDataFill), answers are
+// queued and written together (0.03-0.05 write and read system calls per
+// I/O: 20-30 commands per system call), no goroutine and 0.03 heap
+// allocations per I/O; the initiator queues the capsules of callers that
+// submit together and writes them with one writev (0.06 writes per I/O).
+// File namespaces keep their worker per command (a device wait must not
+// block the reader) but small answers completed together share a write.
+//
+// Measured 2026-12-02 00:37-00:39 UTC, load average 14-15 on the 2 shared
+// vCPUs, three alternations of the code before (ed4fa2b, main, with only the
+// counters and benchmarks added) and after; CPU time per I/O is of the whole
+// process (host and target) and is what others' load moves least:
+//
+//	KVTIER_NOF_BENCH_SECONDS=2 go test -run '^$' -bench 'Memory' -benchtime 1x ./nof/target/
+//
+//	                                     before               after
+//	4K randread QD32, lean host       43-148k IOPS         147-246k IOPS
+//	                                 4.9-5.1 µs CPU       1.8-2.5 µs CPU
+//	                                 0.73-0.80 tgt wr/IO  0.032 tgt wr/IO
+//	                                 6.7 allocs/IO        0.06 allocs/IO
+//	4K randread QD32, our initiator   77-123k IOPS        194-403k IOPS
+//	                                 6.4-7.1 µs CPU       2.3-2.5 µs CPU
+//	128K seq read QD8, lean host      525-1591 MB/s       635-1822 MB/s
+//	                                 66-74 µs CPU         62-68 µs CPU
+//	128K seq read QD8, our initiator 1009-1271 MB/s      1021-1401 MB/s
+//	                                 72-80 µs CPU         64-68 µs CPU
+//	128K seq write QD8, initiator     571-1061 MB/s       673-865 MB/s
+//	                                 76-84 µs CPU         82-85 µs CPU
+//
+// File namespace (O_DIRECT, still one worker per command; small answers
+// share writes, and the initiator batches its capsules), 4 KiB randread
+// QD32 beside fio on the same file in the same run, two alternations at
+// 00:45 UTC: before 37-38k IOPS, 0.38-0.41 × fio; after 48-56k IOPS,
+// 0.55-0.60 × fio (go test -run '^$' -bench RandRead4KQD32File -benchtime 1x).
+//
+// The whole lean-host 4 KiB process under perf stat (perf stat -e
+// 'raw_syscalls:sys_enter,context-switches,...' on the test binary, same
+// bench, 00:41 UTC): 1.18 system calls and 0.084 context switches per I/O
+// before (0.77 write, 0.24 read, 0.13 epoll_pwait, 0.017 futex), 0.38 and
+// 0.011 after (0.09 write, 0.03 writev, 0.19 read, 0.06 epoll_pwait; the
+// remaining reads are mostly the lean host's).
+//
+// The reader never waits for the socket: answers go out with
+// pdu.Writer.Push (one non-blocking writev; what the socket does not take
+// is written by a goroutine while the reader reads on), so a host blocked
+// writing to us cannot deadlock with a reader blocked writing to it
+// (TestBlockingHostNoDeadlock fails with a blocking write there).
+//
+// In a CPU profile of the lean-host 4 KiB run the target's goroutines
+// take about two thirds of the process (≈1.1 µs per I/O, ≈3.4 µs before),
+// so one core of this VM would serve several hundred thousand 4 KiB reads
+// a second. The issue's goals are ratios against SPDK's nvmf_tgt under
+// spdk_nvme_perf (≥ 0.5 × at 4 KiB, ≥ 0.8 × at 128 KiB, our initiator ≥
+// 0.8 × spdk_nvme_perf); SPDK is not built on these machines, so none of
+// the three was measured here. The 128 KiB write path copies H2CData into
+// a pool buffer and then into the namespace (a failed digest must change
+// nothing), which is why it did not gain.
 //
 // Locking: Target.mu guards the subsystem, controller, listener and
 // connection tables; controller.mu guards one controller's registers and

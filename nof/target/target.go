@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/kvtier/kvtier/internal/clock"
@@ -43,6 +45,24 @@ type Config struct {
 	// SPDK's target does). Off: only when the host disabled SQ flow control
 	// (what Linux nvmet does).
 	C2HSuccess bool
+	// HeaderTimeout bounds how long one PDU may take to arrive once its
+	// first byte has (header, data and digests), and how long a new
+	// connection may take to send its ICReq and then its Fabrics Connect
+	// [10s]. A host that sends half a header is cut off after it.
+	HeaderTimeout time.Duration
+	// IdleTimeout bounds the wait for the next PDU on a queue whose
+	// controller has keep-alive disabled (KATO 0) [0: no bound, since such a
+	// host asked not to be timed out]. Queues of a controller with a KATO
+	// need none: a host sends Keep Alive on the admin queue within KATO, the
+	// keep-alive timer tears the whole controller down when it does not,
+	// and an I/O queue may rightly stay silent as long as its controller
+	// lives. Connections without a controller get HeaderTimeout. A host
+	// that vanished without closing is found by TCP keep-alive, which Go
+	// enables on accepted connections (15 s probes), whatever the KATO.
+	IdleTimeout time.Duration
+	// AcceptBackoffMax caps the wait between retries when Accept fails with
+	// a temporary error (out of file descriptors, ...) [1s].
+	AcceptBackoffMax time.Duration
 	// Clock supplies time for keep-alive rules [clock.Real].
 	Clock clock.Clock
 	// Logger receives connection-level events [slog.Default].
@@ -68,6 +88,9 @@ func (c *Config) Validate() error {
 	}
 	if c.KeepAliveGranularity < 0 || c.KeepAliveCheck < 0 || c.DiscoveryKATO < 0 {
 		return kverr.New(kverr.InvalidParams, "", "negative keep-alive duration")
+	}
+	if c.HeaderTimeout < 0 || c.IdleTimeout < 0 || c.AcceptBackoffMax < 0 {
+		return kverr.New(kverr.InvalidParams, "", "negative HeaderTimeout, IdleTimeout or AcceptBackoffMax")
 	}
 	return nil
 }
@@ -97,6 +120,12 @@ func (c *Config) defaults() {
 	if c.DiscoveryKATO == 0 {
 		c.DiscoveryKATO = 120 * time.Second
 	}
+	if c.HeaderTimeout == 0 {
+		c.HeaderTimeout = 10 * time.Second
+	}
+	if c.AcceptBackoffMax == 0 {
+		c.AcceptBackoffMax = time.Second
+	}
 	if c.Clock == nil {
 		c.Clock = clock.Real{}
 	}
@@ -107,10 +136,12 @@ func (c *Config) defaults() {
 
 // Subsystem describes an NVM subsystem to export.
 type Subsystem struct {
-	NQN        string
-	Serial     string
-	Model      string
-	AllowHosts []string // host NQNs allowed to connect; empty = any host
+	NQN    string
+	Serial string
+	Model  string
+	// AllowHosts are the host NQNs allowed to connect; empty = any host,
+	// including one that sends an empty Host NQN. Entries must be valid NQNs.
+	AllowHosts []string
 	// Namespaces become NSIDs 1..len(Namespaces).
 	Namespaces []namespace.Namespace
 }
@@ -147,6 +178,15 @@ type SubsystemStats struct {
 type Stats struct {
 	Subsystems []SubsystemStats
 	Hosts      []HostStats
+	Transport  TransportStats
+}
+
+// TransportStats counts the target's socket system calls over all
+// connections, past and present: divided by the commands served they say
+// how well PDUs are batched per read and per write.
+type TransportStats struct {
+	ReadCalls  uint64 // socket reads (each one read system call)
+	WriteCalls uint64 // write/writev rounds (one system call each, more only for a short write)
 }
 
 type nsState struct {
@@ -164,6 +204,8 @@ type subsystem struct {
 	ns                 []*nsState      // index nsid-1
 }
 
+// allowed reports whether host may use s: any host (the empty Host NQN
+// included) when s has no allow list, else only a listed one.
 func (s *subsystem) allowed(host string) bool { return len(s.allow) == 0 || s.allow[host] }
 
 func (s *subsystem) namespace(nsid uint32) *nsState {
@@ -185,10 +227,14 @@ type Target struct {
 	subsystems map[string]*subsystem
 	ctrls      map[uint16]*controller
 	nextCntlid uint16
-	listeners  map[net.Listener]bool
+	listeners  map[net.Listener]*listenerState
 	conns      map[*conn]bool
 	genctr     uint64
 	closed     bool
+	// downListeners are listeners that stopped for good before Close.
+	downListeners []error
+	// transport sums the TransportStats of connections that are gone.
+	transport TransportStats
 }
 
 // New returns a target with no subsystems; the discovery subsystem
@@ -200,7 +246,7 @@ func New(cfg Config) (*Target, error) {
 	cfg.defaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &Target{cfg: cfg, ctx: ctx, cancel: cancel, subsystems: map[string]*subsystem{},
-		ctrls: map[uint16]*controller{}, nextCntlid: 1, listeners: map[net.Listener]bool{}, conns: map[*conn]bool{}, genctr: 1}
+		ctrls: map[uint16]*controller{}, nextCntlid: 1, listeners: map[net.Listener]*listenerState{}, conns: map[*conn]bool{}, genctr: 1}
 	t.bufs.init(cfg.MaxTransfer)
 	t.wg.Add(1)
 	go t.keepAliveLoop()
@@ -211,8 +257,9 @@ func validNQN(n string) bool {
 	return len(n) > 0 && len(n) < 224 && (strings.HasPrefix(n, "nqn.") || strings.HasPrefix(n, "eui.") || strings.HasPrefix(n, "naa."))
 }
 
-// AddSubsystem exports s. Errors: InvalidParams (bad NQN, no namespace,
-// namespace size not a multiple of its block size), ObjectAlreadyExists.
+// AddSubsystem exports s. Errors: InvalidParams (bad NQN, bad allowed host
+// NQN, no namespace, namespace size not a multiple of its block size),
+// ObjectAlreadyExists.
 func (t *Target) AddSubsystem(s Subsystem) error {
 	if !validNQN(s.NQN) || s.NQN == nvme.DiscoveryNQN {
 		return kverr.New(kverr.InvalidParams, s.NQN, "invalid subsystem NQN")
@@ -225,6 +272,9 @@ func (t *Target) AddSubsystem(s Subsystem) error {
 	}
 	sub := &subsystem{nqn: s.NQN, serial: s.Serial, model: s.Model, allow: map[string]bool{}}
 	for _, h := range s.AllowHosts {
+		if !validNQN(h) {
+			return kverr.New(kverr.InvalidParams, s.NQN, "allowed host %q is not a valid NQN", h)
+		}
 		sub.allow[h] = true
 	}
 	for i, ns := range s.Namespaces {
@@ -298,16 +348,27 @@ func (t *Target) Listen(addr string) (net.Addr, error) {
 	return ln.Addr(), nil
 }
 
+// listenerState is what Health reports about one listener.
+type listenerState struct {
+	addr     string
+	retrying error // the temporary Accept error being retried, nil when accepting
+}
+
 // Serve accepts connections on ln until ctx is done, the target is closed or
-// ln fails. It closes ln before returning.
-func (t *Target) Serve(ctx context.Context, ln net.Listener) error {
+// ln fails for good. A temporary Accept error (out of file descriptors,
+// connection aborted before accept, ...) is retried after a pause that
+// doubles from 5 ms up to Config.AcceptBackoffMax, as net/http does, and is
+// reported by Health meanwhile. A listener that fails for good is reported
+// by Health until the target closes. It closes ln before returning.
+func (t *Target) Serve(ctx context.Context, ln net.Listener) (err error) {
+	st := &listenerState{addr: ln.Addr().String()}
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
 		ln.Close()
 		return net.ErrClosed
 	}
-	t.listeners[ln] = true
+	t.listeners[ln] = st
 	t.genctr++
 	t.mu.Unlock()
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
@@ -317,15 +378,44 @@ func (t *Target) Serve(ctx context.Context, ln net.Listener) error {
 		t.mu.Lock()
 		delete(t.listeners, ln)
 		t.genctr++
+		if err != nil && !t.closed {
+			t.downListeners = append(t.downListeners, fmt.Errorf("nvme-tcp listener %s stopped: %w", st.addr, err))
+		}
 		t.mu.Unlock()
 	}()
+	var backoff time.Duration
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
-			if ctx.Err() != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				return nil
 			}
-			return err
+			if !temporaryAcceptError(err) {
+				return err
+			}
+			backoff = min(max(2*backoff, 5*time.Millisecond), t.cfg.AcceptBackoffMax)
+			t.mu.Lock()
+			first := st.retrying == nil
+			st.retrying = err
+			t.mu.Unlock()
+			if first {
+				t.cfg.Logger.Warn("nvme-tcp accept failing; retrying", "addr", st.addr, "err", err)
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.ctx.Done():
+				return nil
+			case <-time.After(backoff):
+			}
+			continue
+		}
+		if backoff != 0 {
+			backoff = 0
+			t.mu.Lock()
+			st.retrying = nil
+			t.mu.Unlock()
+			t.cfg.Logger.Info("nvme-tcp accepting again", "addr", st.addr)
 		}
 		c := t.newConn(nc)
 		if c == nil {
@@ -337,6 +427,38 @@ func (t *Target) Serve(ctx context.Context, ln net.Listener) error {
 			c.serve()
 		}()
 	}
+}
+
+// temporaryAcceptError reports whether Accept may succeed if retried:
+// errors that say so (net.Error.Temporary, deprecated for other uses but
+// still what net/http's accept loop relies on) and the resource
+// exhaustion errnos, which Go classifies as temporary too.
+func temporaryAcceptError(err error) bool {
+	var te interface{ Temporary() bool }
+	if errors.As(err, &te) && te.Temporary() {
+		return true
+	}
+	for _, e := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// Health returns nil while every listener accepts connections, else an
+// error naming each listener that is retrying a temporary Accept error or
+// stopped for good (an appliance reports itself unhealthy with it).
+func (t *Target) Health() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	errs := slices.Clone(t.downListeners)
+	for _, st := range t.listeners {
+		if st.retrying != nil {
+			errs = append(errs, fmt.Errorf("nvme-tcp listener %s cannot accept: %w", st.addr, st.retrying))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Close stops all listeners, disconnects every host and waits for the
@@ -384,6 +506,11 @@ func (t *Target) Stats() Stats {
 	}
 	for _, c := range t.ctrls {
 		st.Hosts = append(st.Hosts, c.hostStats())
+	}
+	st.Transport = t.transport
+	for c := range t.conns {
+		st.Transport.ReadCalls += c.dr.reads.Load()
+		st.Transport.WriteCalls += c.w.Rounds()
 	}
 	sort.Slice(st.Subsystems, func(i, j int) bool { return st.Subsystems[i].NQN < st.Subsystems[j].NQN })
 	sort.Slice(st.Hosts, func(i, j int) bool { return st.Hosts[i].CNTLID < st.Hosts[j].CNTLID })

@@ -134,8 +134,8 @@ async function refreshHealth() {
     const r = await fetch(API + "/ready");
     const j = await r.json();
     state.ready = j;
-    pill.className = "pill " + (j.ready ? "pill-ok" : "pill-warn");
-    pill.textContent = j.ready ? "ready" : "not ready";
+    pill.className = "pill " + (j.ready && !j.degraded ? "pill-ok" : "pill-warn");
+    pill.textContent = j.ready ? (j.degraded ? "degraded" : "ready") : "not ready";
     pill.title = j.reason || "";
     $("#banner").classList.add("hidden");
   } catch (e) {
@@ -147,10 +147,25 @@ async function refreshHealth() {
 // ---------- overview ----------
 async function loadOverview() {
   try {
-    const [c, t] = await Promise.all([api("GET", "/cluster"), api("GET", "/tiers")]);
-    state.cluster = c; state.tiers = t;
+    const [c, t, cl] = await Promise.all([api("GET", "/cluster"), api("GET", "/tiers"), api("GET", "/clients")]);
+    state.cluster = c; state.tiers = t; state.clients = cl.clients || [];
     renderOverview(c, t);
   } catch (e) { showErr(e); }
+}
+
+// renderAppliances lists every appliance (a client serving storage) with
+// whether it is up: a suspect, departed or unhealthy one shows "down" and
+// why, since its replicas are not handed out meanwhile.
+function renderAppliances() {
+  const apps = (state.clients || []).filter((x) => x.storage || x.segments.length || (x.disk && x.disk.capacity > 0));
+  const down = apps.filter((a) => a.state !== "live" || (a.problems || []).length);
+  $("#ov-app-summary").textContent = apps.length ? `${apps.length - down.length} up · ${down.length} down` : "";
+  $("#ov-appliances").innerHTML = apps.map((a) => {
+    const up = a.state === "live" && !(a.problems || []).length;
+    const why = (a.problems || []).join("; ") || (up ? `heartbeat ${fmtAgo(a.last_heartbeat)}` : a.state);
+    return `<div class="kvrow" data-appliance="${esc(a.id)}" data-up="${up ? "1" : "0"}"><span class="key">${esc(a.id)}</span>
+      <span>${up ? badge("live", "up") : badge("gone", "down")} <span class="${up ? "muted" : "bad"} small">${esc(why)}</span></span></div>`;
+  }).join("") || '<div class="muted">No appliance has registered.</div>';
 }
 loaders.overview = loadOverview;
 
@@ -160,8 +175,9 @@ function tierStat(c, name) { return (c.tiers || []).find((t) => t.tier === name)
 
 function renderOverview(c, t) {
   const r = state.ready;
-  $("#ov-health").innerHTML = r ? (r.ready ? '<span class="ok">Ready</span>' : '<span class="warn">Not ready</span>') : "–";
-  $("#ov-health-reason").textContent = r ? (r.ready ? `${r.mounted_segments} segment(s) mounted${c.leader ? ", leader" : ""}` : r.reason) : "";
+  $("#ov-health").innerHTML = r ? (r.ready ? (r.degraded ? '<span class="warn">Degraded</span>' : '<span class="ok">Ready</span>') : '<span class="warn">Not ready</span>') : "–";
+  $("#ov-health-reason").textContent = r ? (r.ready && !r.degraded ? `${r.mounted_segments} segment(s) mounted${c.leader ? ", leader" : ""}` : (r.degraded ? (r.reasons || []).join(" · ") : r.reason)) : "";
+  renderAppliances();
   $("#ov-objects").textContent = fmtNum(c.objects);
   const mem = tierStat(c, "memory");
   $("#ov-objects-hint").textContent = `${fmtNum(mem.objects)} replicas in DRAM · ${fmtNum(tierStat(c, "disk").objects)} on SSD`;
@@ -220,6 +236,10 @@ async function pollRates() {
   try {
     const c = await api("GET", "/cluster");
     state.cluster = c;
+    if (state.page === "overview") { // appliances and health change in seconds: follow them here
+      const [cl] = await Promise.all([api("GET", "/clients"), refreshHealth()]);
+      state.clients = cl.clients || [];
+    }
     if (c.rates.valid) { pushPoint(state.tput.puts, c.rates.puts_per_sec); pushPoint(state.tput.gets, c.rates.gets_per_sec); }
     if (state.page === "overview" && state.tiers) renderOverview(c, state.tiers);
   } catch { /* health pill shows it */ }
@@ -382,7 +402,7 @@ async function loadObjects() {
       const label = o.key || "~b64:" + o.key_b64;
       const pins = (o.hard_pin ? badge("hard", "hard pin") : "") + (o.soft_pin ? badge("soft", "soft pin") : "") || '<span class="muted">–</span>';
       const lease = o.lease.active ? badge("leased", "leased " + fmtAgo(o.lease.deadline).replace(" ago", "")) : '<span class="muted">none</span>';
-      const reps = o.replicas.map((x) => badge(x.state === "COMPLETE" ? x.type : x.state, x.type === "LOCAL_DISK" ? "SSD" : x.type === "MEMORY" ? "DRAM" : x.type)).join("");
+      const reps = o.replicas.map((x) => badge(x.unavailable ? "gone" : x.state === "COMPLETE" ? x.type : x.state, (x.type === "LOCAL_DISK" ? "SSD" : x.type === "MEMORY" ? "DRAM" : x.type) + (x.unavailable ? " (down)" : ""))).join("");
       return `<tr data-key="${esc(o.key_path)}"><td class="key">${esc(label)}</td><td class="num">${fmtBytes(o.size)}</td>
         <td>${o.tiers.map((t) => badge(t, TIER_NAMES[t] || t)).join("") || badge("PROCESSING", "writing")}</td>
         <td>${o.replicas.length} ${reps}</td><td>${lease}</td><td>${pins}</td><td class="num">${fmtNum(o.read_count)}</td>
@@ -425,7 +445,7 @@ async function showObject(keyPath) {
       ["Pin", o.hard_pin ? "hard" : o.soft_pin ? "soft until " + esc(fmtTime(o.soft_pin_until)) : "none"], ["Reads", fmtNum(o.read_count)]];
     d.innerHTML = `<h2>Object details <button class="btn sm" id="obj-detail-close">Close</button></h2><table class="tbl kv"><tbody>${rows.map(([k, v]) => `<tr><td>${k}</td><td>${v}</td></tr>`).join("")}</tbody></table>
       <h2 style="margin-top:14px">Replicas</h2><table class="tbl"><thead><tr><th>Type</th><th>State</th><th>Where</th><th>Node</th><th class="num">Offset</th><th class="num">Length</th></tr></thead><tbody>
-      ${o.replicas.map((r) => `<tr><td>${badge(r.type)}</td><td>${badge(r.state)}</td><td class="key">${esc(r.type === "LOCAL_DISK" ? "bucket " + r.bucket : r.segment)}</td><td>${esc(r.node)}</td><td class="num">${fmtNum(r.offset)}</td><td class="num">${fmtBytes(r.length)}</td></tr>`).join("")}</tbody></table>`;
+      ${o.replicas.map((r) => `<tr><td>${badge(r.type)}</td><td>${badge(r.state)}${r.unavailable ? " " + badge("gone", "node down: not served") : ""}</td><td class="key">${esc(r.type === "LOCAL_DISK" ? "bucket " + r.bucket : r.segment)}</td><td>${esc(r.node)}</td><td class="num">${fmtNum(r.offset)}</td><td class="num">${fmtBytes(r.length)}</td></tr>`).join("")}</tbody></table>`;
     d.classList.remove("hidden");
     $("#obj-detail-close").onclick = () => d.classList.add("hidden");
   } catch (e) { showErr(e); }
@@ -584,7 +604,11 @@ $("#ssd-form").addEventListener("submit", async (e) => {
 // ---------- host & config ----------
 async function loadHost() {
   try {
-    const [s, cfg] = await Promise.all([api("GET", "/system"), api("GET", "/config")]);
+    const [s, cfg, doc] = await Promise.all([api("GET", "/system"), api("GET", "/config"), api("GET", "/system/doctor")]);
+    const docCls = { ok: "live", skip: "skip", warn: "grace", fail: "gone" };
+    $("#host-doctor tbody").innerHTML = (doc.checks || []).map((c) => `<tr data-check="${esc(c.name)}" data-status="${esc(c.status)}"><td class="key">${esc(c.name)}</td>
+      <td>${badge(docCls[c.status] || "skip", c.status)}</td><td>${esc(c.found)}</td><td class="small">${c.status === "warn" || c.status === "fail" ? esc(c.fix || c.want || "") : ""}</td></tr>`).join("");
+    $("#doc-summary").textContent = `${doc.ok ? "ok" : "NOT READY"} · ${doc.failed} failed · ${doc.warned} warnings`;
     const hp = s.hugepages, m = s.memory, c = s.cpu;
     const card = (label, value, hint) => `<div class="card stat"><div class="label">${label}</div><div class="value">${value}</div><div class="hint">${hint}</div></div>`;
     $("#host-cards").innerHTML =

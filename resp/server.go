@@ -1,0 +1,245 @@
+package resp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/kvtier/kvtier/client"
+)
+
+// Defaults of Config's zero values.
+const (
+	DefaultMaxClients   = 10000
+	DefaultMaxValueSize = 512 << 20 // redis-server's proto-max-bulk-len
+	connBufferSize      = 16 << 10
+)
+
+// Config is the front end's settings. The zero value serves without a
+// password, at most DefaultMaxClients connections and values up to
+// DefaultMaxValueSize.
+type Config struct {
+	// Password, when set, is what AUTH (and HELLO ... AUTH) must present
+	// before any other command; empty: no authentication, as redis-server
+	// without requirepass.
+	Password     string
+	MaxClients   int    // connections served at once; more are refused with an error
+	MaxValueSize int    // largest bulk string accepted in a request
+	Version      string // kvtier's version, reported by INFO server
+	Logger       *slog.Logger
+}
+
+// Validate reports a setting out of range.
+func (c *Config) Validate() error {
+	if c.MaxClients < 0 {
+		return fmt.Errorf("resp: MaxClients %d is negative", c.MaxClients)
+	}
+	if c.MaxValueSize < 0 {
+		return fmt.Errorf("resp: MaxValueSize %d is negative", c.MaxValueSize)
+	}
+	return nil
+}
+
+// Server is one Redis-protocol front end over one SDK client.
+type Server struct {
+	store *client.Client
+	cfg   Config
+	log   *slog.Logger
+	pool  bufPool
+	start time.Time
+
+	ctx    context.Context // cancelled by Close: ends every command in flight
+	cancel context.CancelFunc
+
+	mu     sync.Mutex // guards the fields below
+	lis    []net.Listener
+	conns  map[*conn]struct{}
+	closed bool
+
+	cursors cursorTable
+	recent  *recentTable
+	wg      sync.WaitGroup // connection goroutines
+
+	nextID     atomic.Int64
+	nConns     atomic.Int64
+	connsTotal atomic.Uint64
+	rejected   atomic.Uint64
+	commands   atomic.Uint64
+	hits       atomic.Uint64
+	misses     atomic.Uint64
+	port       atomic.Int64
+}
+
+// New returns a server that stores through c (shared by every connection;
+// it is safe for concurrent use). c stays the caller's to close, after the
+// server.
+func New(c *client.Client, cfg Config) (*Server, error) {
+	if c == nil {
+		return nil, errors.New("resp: nil client")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.MaxClients == 0 {
+		cfg.MaxClients = DefaultMaxClients
+	}
+	if cfg.MaxValueSize == 0 {
+		cfg.MaxValueSize = DefaultMaxValueSize
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Server{store: c, cfg: cfg, log: cfg.Logger, start: time.Now(), ctx: ctx, cancel: cancel,
+		conns: map[*conn]struct{}{}, cursors: newCursorTable(cursorTableSize), recent: newRecentTable()}, nil
+}
+
+// Serve accepts connections on lis until Close; it returns nil after
+// Close, else the accept error.
+func (s *Server) Serve(lis net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		lis.Close()
+		return nil
+	}
+	s.lis = append(s.lis, lis)
+	s.mu.Unlock()
+	if ta, ok := lis.Addr().(*net.TCPAddr); ok {
+		s.port.Store(int64(ta.Port))
+	}
+	var backoff time.Duration
+	for {
+		nc, err := lis.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.closed
+			s.mu.Unlock()
+			if closed {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+				// Out of file descriptors: keep serving the open
+				// connections and try again shortly, as net/http does.
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				s.log.Warn("resp: accept", "err", err, "retry_in", backoff)
+				time.Sleep(backoff)
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		s.connsTotal.Add(1)
+		if s.nConns.Load() >= int64(s.cfg.MaxClients) {
+			s.rejected.Add(1)
+			_, _ = nc.Write([]byte("-ERR max number of clients reached\r\n"))
+			nc.Close()
+			continue
+		}
+		c := s.newConn(nc)
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			nc.Close()
+			return nil
+		}
+		s.conns[c] = struct{}{}
+		s.nConns.Add(1)
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serveConn(c)
+	}
+}
+
+// Close stops accepting, closes every connection (commands in flight are
+// cancelled) and waits for their goroutines.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	for _, l := range s.lis {
+		l.Close()
+	}
+	for c := range s.conns {
+		c.nc.Close()
+	}
+	s.mu.Unlock()
+	s.cancel()
+	s.wg.Wait()
+	return nil
+}
+
+// conn is one client connection; only its goroutine touches it, except
+// Close (which closes nc) and CLIENT LIST/INFO readers of the atomics.
+type conn struct {
+	s     *Server
+	nc    net.Conn
+	r     *reader
+	w     writer
+	id    int64
+	addr  string
+	since time.Time
+
+	authed  bool
+	name    string
+	libName string
+	libVer  string
+	lower   [24]byte // the command name, lower-cased
+}
+
+func (s *Server) newConn(nc net.Conn) *conn {
+	c := &conn{s: s, nc: nc, id: s.nextID.Add(1), addr: nc.RemoteAddr().String(), since: time.Now(),
+		authed: s.cfg.Password == ""}
+	c.r = newReader(nc, connBufferSize, s.cfg.MaxValueSize, &s.pool)
+	c.w = writer{nc: nc, buf: make([]byte, 0, 4096), proto: 2}
+	return c
+}
+
+func (s *Server) serveConn(c *conn) {
+	defer func() {
+		c.r.release()
+		c.nc.Close()
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		s.nConns.Add(-1)
+		s.wg.Done()
+	}()
+	for {
+		args, err := c.r.next()
+		if err != nil {
+			var pe *errProtocol
+			if errors.As(err, &pe) {
+				c.w.error("ERR " + pe.Error())
+				_ = c.w.flush()
+			}
+			return
+		}
+		quit := false
+		if len(args) > 0 {
+			s.commands.Add(1)
+			quit = c.exec(args)
+		}
+		// Pipelining: answer a whole batch of requests in one write, and
+		// flush only when no request is waiting in the read buffer.
+		if quit || c.r.br.Buffered() == 0 {
+			if err := c.w.flush(); err != nil {
+				return
+			}
+		}
+		if quit {
+			return
+		}
+	}
+}

@@ -1,0 +1,198 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvtier/kvtier/client"
+	"github.com/kvtier/kvtier/internal/transfer"
+)
+
+// BenchmarkBatchPutGet: BatchPut and BatchGet of many small objects between
+// this process (the client) and an appliance process, each operation one
+// batch call of `b` keys from each of c callers, interleaved in the same run
+// with
+//   - the same calls through the appliance's shared memory (shm),
+//   - the same calls with every key in a frame of its own (perkey: the
+//     engine before batch frames, transfer.Config.DisableBatchFrames),
+//   - raw TCP to a separate process moving the same bytes (b messages of
+//     the object size per operation, one connection per caller).
+//
+// Reported: keys/s and GB/s of kvtier over TCP, its p50/p99 per call, and
+// the ratios x-shm, x-rawTCP and x-perkey (kvtier over TCP divided by each).
+// Gets run with the client's defaults (a key read within its read lease
+// skips the master, as single Gets do); nocache-GB/s and x-rawTCP-nocache
+// are the same gets asking the master every time (LeaseCacheKeys -1).
+//
+//	go test -run '^$' -bench BenchmarkBatchPutGet -benchtime 200x ./tests/
+func BenchmarkBatchPutGet(b *testing.B) {
+	if testing.Short() {
+		b.Skip("multi-process benchmark skipped under -short")
+	}
+	m := startBenchCluster(b)
+	raw := startRawServer(b)
+	tcp := m.newClientWith(b, client.Config{Transfer: transfer.Config{DisableSharedMemory: true}})
+	shm := m.newClient(b)
+	perkey := m.newClientWith(b, client.Config{Transfer: transfer.Config{DisableSharedMemory: true, DisableBatchFrames: true}})
+	// Every batch get asks the master (replica hints still overlap it).
+	nocache := m.newClientWith(b, client.Config{LeaseCacheKeys: -1, Transfer: transfer.Config{DisableSharedMemory: true}})
+	type bcase struct {
+		op                string
+		size, batch, conc int
+	}
+	cases := []bcase{
+		{"put", 4 << 10, 128, 4}, {"put", 64 << 10, 16, 4}, {"get", 64 << 10, 16, 4},
+		{"put", 16 << 10, 64, 4}, {"get", 16 << 10, 64, 4}, {"get", 4 << 10, 128, 4},
+		{"put", 4 << 10, 128, 1}, {"put", 64 << 10, 16, 1}, {"get", 64 << 10, 16, 1},
+		{"put", 4 << 10, 128, 50}, {"put", 64 << 10, 16, 50}, {"get", 64 << 10, 16, 50},
+	}
+	var seq atomic.Int64
+	for _, bc := range cases {
+		b.Run(fmt.Sprintf("%s/%dKiB/b%d/c%d", bc.op, bc.size>>10, bc.batch, bc.conc), func(b *testing.B) {
+			ctx := context.Background()
+			size, batch, p := bc.size, bc.batch, bc.conc
+			val := bytes.Repeat([]byte{0xcd}, size)
+			vals := make([][]byte, batch)
+			for i := range vals {
+				vals[i] = val
+			}
+			// Gets cycle over keys stored once, within the appliance's DRAM.
+			sets := max(1, min(32, (64<<20)/(size*batch)))
+			getKeys := make([][]string, sets)
+			if bc.op == "get" {
+				for s := range getKeys {
+					getKeys[s] = make([]string, batch)
+					for i := range batch {
+						getKeys[s][i] = fmt.Sprintf("bbench/%d/%d/%d", size, s, i)
+					}
+					for i, err := range tcp.BatchPut(ctx, getKeys[s], vals) {
+						if err != nil {
+							b.Fatalf("%s: %v", getKeys[s][i], err)
+						}
+					}
+				}
+			}
+			dst := make([][][]byte, p) // each caller's get buffers, reused
+			for g := range dst {
+				dst[g] = make([][]byte, batch)
+				for k := range dst[g] {
+					dst[g][k] = make([]byte, size)
+				}
+			}
+			var putKeys []string
+			var putMu sync.Mutex
+			var latMu sync.Mutex
+			var lat []time.Duration
+			kv := func(cl *client.Client, record bool) func(n int64) (time.Duration, error) {
+				return func(n int64) (time.Duration, error) {
+					return parallel(p, n, func(g int, i int64) error {
+						t0 := time.Now()
+						var first error
+						if bc.op == "put" {
+							keys := make([]string, batch)
+							base := seq.Add(1)
+							for k := range keys {
+								keys[k] = fmt.Sprintf("bbench/put/%d/%d/%d", size, base, k)
+							}
+							for _, err := range cl.BatchPut(ctx, keys, vals) {
+								if err != nil && first == nil {
+									first = err
+								}
+							}
+							putMu.Lock()
+							putKeys = append(putKeys, keys...)
+							putMu.Unlock()
+						} else {
+							got, errs := cl.BatchGetInto(ctx, getKeys[i%int64(sets)], dst[g])
+							for k, err := range errs {
+								if err == nil && got[k] != size {
+									err = fmt.Errorf("got %d bytes, want %d", got[k], size)
+								}
+								if err != nil && first == nil {
+									first = err
+								}
+							}
+						}
+						if record {
+							d := time.Since(t0)
+							latMu.Lock()
+							lat = append(lat, d)
+							latMu.Unlock()
+						}
+						return first
+					})
+				}
+			}
+			cleanup := func(int64) {
+				putMu.Lock()
+				defer putMu.Unlock()
+				for len(putKeys) > 0 {
+					k := putKeys[:min(len(putKeys), 1024)]
+					putKeys = putKeys[len(k):]
+					for _, err := range tcp.BatchRemove(ctx, k, true) {
+						if err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+			}
+			rawCs := raw.conns(b, p)
+			bufs := make([][]byte, p)
+			for i := range bufs {
+				bufs[i] = make([]byte, size)
+			}
+			rawOpc := byte('R')
+			if bc.op == "put" {
+				rawOpc = 'W'
+			}
+			cTCP := &contender{name: "kvtier-tcp", run: kv(tcp, true), after: cleanup}
+			cSHM := &contender{name: "kvtier-shm", run: kv(shm, false), after: cleanup}
+			cPer := &contender{name: "kvtier-perkey", run: kv(perkey, false), after: cleanup}
+			cRaw := &contender{name: "rawTCP", run: func(n int64) (time.Duration, error) {
+				return parallel(p, n, func(g int, _ int64) error {
+					for range batch {
+						if err := rawOp(rawCs[g], rawOpc, val, bufs[g]); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+			}}
+			cs := []*contender{cTCP, cSHM, cPer, cRaw}
+			var cNoc *contender
+			if bc.op == "get" {
+				cNoc = &contender{name: "kvtier-tcp-nocache", run: kv(nocache, false)}
+				cs = append(cs, cNoc)
+			}
+			b.SetBytes(int64(size * batch))
+			b.ResetTimer()
+			interleave(b, max(int64((64<<20)/(size*batch)), 1), cs...)
+			b.StopTimer()
+			bytesPer := float64(size * batch)
+			keysPerSec := func(c *contender) float64 { return float64(batch) * float64(c.ops) / c.elapsed.Seconds() }
+			b.ReportMetric(keysPerSec(cTCP), "keys/s")
+			b.ReportMetric(cTCP.rate(int(bytesPer))/1e9, "GB/s")
+			b.ReportMetric(cSHM.rate(int(bytesPer))/1e9, "shm-GB/s")
+			b.ReportMetric(cPer.rate(int(bytesPer))/1e9, "perkey-GB/s")
+			b.ReportMetric(cRaw.rate(int(bytesPer))/1e9, "rawTCP-GB/s")
+			b.ReportMetric(cTCP.rate(1)/cSHM.rate(1), "x-shm")
+			b.ReportMetric(cTCP.rate(1)/cRaw.rate(1), "x-rawTCP")
+			b.ReportMetric(cTCP.rate(1)/cPer.rate(1), "x-perkey")
+			if cNoc != nil {
+				b.ReportMetric(cNoc.rate(int(bytesPer))/1e9, "nocache-GB/s")
+				b.ReportMetric(cNoc.rate(1)/cRaw.rate(1), "x-rawTCP-nocache")
+			}
+			slices.Sort(lat)
+			if len(lat) > 0 {
+				b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+				b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+			}
+		})
+	}
+}
