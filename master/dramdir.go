@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -340,9 +341,11 @@ func (m *Master) RegisterDramObjects(ctx context.Context, clientID, inc string, 
 		}
 	}
 	m.ctr.add(cDramObjectsRestored, uint64(restored))
+	if restored > 0 {
+		m.publish(Event{Kind: "client", Node: c.id, Message: fmt.Sprintf("%d objects rebuilt from its DRAM directory", restored)})
+	}
 	if last {
 		m.endReport(c)
-		m.publish(Event{Kind: "client", Node: c.id, Message: "DRAM directory reported: segments take allocations"})
 	}
 	return out, nil
 }

@@ -416,9 +416,7 @@ func TestHADeposedLeaderStops(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Logf("leader stopped serving %v after etcd was stopped (TTL 2s)", time.Since(stopped).Round(time.Millisecond))
-	if !strings.Contains(a.output(), "leadership lost") {
-		t.Fatalf("the leader does not say it lost its leadership:\n%s", a.output())
-	}
+	eventually(t, 5*time.Second, "the leader says it lost its leadership", func() bool { return strings.Contains(a.output(), "leadership lost") })
 	select {
 	case <-a.exited:
 		t.Logf("leader exited %v after etcd was stopped", time.Since(stopped).Round(time.Millisecond))
