@@ -275,7 +275,9 @@
 // VM a 4 KiB put into a standalone store took 1.6-1.8 x the time of the
 // same put into one started with --no-dram-directory, in the same run
 // (102-118 against 63-64 µs with 2 callers, 50-51 against 28-32 µs with
-// 16; two runs; a call per batch instead of one stream cost 3.0 x):
+// 16; two runs; a call per batch instead of one stream cost 3.0 x; with a
+// load average of 9-14 from other work the difference drowned in noise,
+// 0.9-1.3 x):
 //
 //	go test -run '^$' -bench PutDramDirectory -benchtime 3000x ./tests/
 //
