@@ -66,7 +66,7 @@
 // that loses its leadership refuses mutations (master.Fence) and stops
 // listening at once. Measured on the shared 2-core VM with a 2 s TTL
 // (kvtier master --etcd-session-ttl 2s), SIGKILL of the leader under a put
-// load to the first put and get through the new leader: 3.5 s, no
+// load to the first put and get through the new leader: 2.0-3.9 s, no
 // acknowledged object lost (tests/ha_rebuild_test.go,
 // TestHAFailoverUnderLoadDRAM); etcd SIGSTOPped: the leader stopped serving
 // 0.8 s later (TestHADeposedLeaderStops).
