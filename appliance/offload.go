@@ -23,6 +23,8 @@ import (
 // startNVMe set a.nvme, so seeing a NOF segment orders those writes before
 // the reads here.
 func (a *Appliance) fillHeartbeat(req *kvtierpb.HeartbeatRequest) {
+	req.DramDirectory = !a.cfg.NoDramDirectory // dramdir.go
+	req.DramObjects = uint64(a.dir.len())
 	nof := false
 	for _, s := range req.Segments {
 		nof = nof || s.GetType() == kvtierpb.ReplicaType_NOF

@@ -23,6 +23,11 @@ type client struct {
 	interval atomic.Int64 // reported beat period in ns (0: unknown)
 	storage  atomic.Bool  // has mounted a segment or reported an SSD tier
 
+	// awaitDram: the master waits for this node's DRAM directory report
+	// (dramdir.go); awaitSince (guarded by mu) is when it started.
+	awaitDram  atomic.Bool
+	awaitSince int64
+
 	mu       sync.Mutex
 	lastBeat int64               // guarded by mu; unix ns
 	disk     DiskStats           // guarded by mu
@@ -189,6 +194,12 @@ func (m *Master) Heartbeat(ctx context.Context, req HeartbeatRequest) (Heartbeat
 	if prev == ClientGone {
 		known = false
 	}
+	if req.DramDirectory {
+		m.dram.ensure(c.id) // records are kept for it from now on
+	}
+	if req.DramDirectory && !known {
+		m.awaitReport(c, now, req.DramObjects) // before the segments are re-announced below
+	}
 	if req.Interval > 0 {
 		c.interval.Store(int64(req.Interval))
 	}
@@ -247,7 +258,7 @@ func (m *Master) Heartbeat(ctx context.Context, req HeartbeatRequest) (Heartbeat
 		_ = m.mount(req.Client, s, false) // a conflicting re-announcement changes nothing
 	}
 	m.noteCachedReads(req.CachedReads)
-	reply := HeartbeatReply{Known: known, Settings: m.settings.Load().ssd}
+	reply := HeartbeatReply{Known: known, Settings: m.settings.Load().ssd, ForgetDram: prev == ClientGone}
 	if req.OffloadSlots > 0 {
 		reply.Offload = m.dispatchOffload(c, req.OffloadSlots)
 	}
@@ -320,6 +331,7 @@ func (m *Master) clientGone(c *client) {
 	before := m.nObjects.Load()
 	c.state.Store(int32(ClientGone))
 	c.hasSSD.Store(false)
+	m.dram.forget(c.id)
 	for _, s := range m.segs.all() {
 		if s.owner == c {
 			m.unmountNow(s, "owner gone")

@@ -113,6 +113,7 @@ func (m *Master) restartNode(c *client, oldInc, newInc string) {
 		}
 	}
 	m.dropReplicas(func(r *replica) bool { return r.disk == c })
+	m.dram.forget(c.id) // records of the old incarnation's DRAM mean nothing to the new one
 	for _, k := range m.offload.dropNode(c.id) {
 		m.resetOffload(k)
 	}

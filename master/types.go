@@ -268,6 +268,10 @@ type HeartbeatRequest struct {
 	// Identity is the node's incarnation (identity.go); zero for nodes
 	// that do not take part.
 	Identity Identity
+	// DramDirectory: the node keeps a DRAM directory and reports it to a
+	// master that does not know it (dramdir.go).
+	DramDirectory bool
+	DramObjects   uint64 // objects in that directory
 	// Interval is the client's beat period (0: unknown): silent for
 	// SuspectBeats periods (at most ClientTTL) it is suspect (GRACE).
 	Interval time.Duration
@@ -320,6 +324,9 @@ type HeartbeatReply struct {
 	Known    bool // false: the client was unknown or GONE (re-register disk objects)
 	Offload  []OffloadTask
 	Settings TierSettings
+	// ForgetDram: the client was GONE (its replicas dropped): its DRAM
+	// directory is stale and must be cleared before it reports it.
+	ForgetDram bool
 }
 
 // OffloadResult reports one finished offload task.
@@ -391,6 +398,10 @@ type Stats struct {
 	Counters  map[string]uint64
 	HeapBytes uint64
 	Leader    bool
+	// Rebuilding: the master waits for appliances' DRAM directory reports
+	// (RebuildReason says whose).
+	Rebuilding    bool
+	RebuildReason string
 }
 
 // Tiers is the tier configuration and figures.
