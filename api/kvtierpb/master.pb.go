@@ -2024,7 +2024,7 @@ type HeartbeatRequest struct {
 	// answers misses "rebuilding" (retry) for a while.
 	DramObjects uint64 `protobuf:"varint,201,opt,name=dram_objects,json=dramObjects,proto3" json:"dram_objects,omitempty"`
 	// The client's beat period (0: unknown). The master suspects a client
-	// silent for 2.5 periods (at most its ClientTTL): its replicas are no
+	// silent for 2.5 periods (at least 1 s, at most its ClientTTL): its replicas are no
 	// longer handed out until it beats again.
 	HeartbeatIntervalMs uint32 `protobuf:"varint,120,opt,name=heartbeat_interval_ms,json=heartbeatIntervalMs,proto3" json:"heartbeat_interval_ms,omitempty"`
 	// The last beat of a node that is shutting down: the master suspects it at
