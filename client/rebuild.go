@@ -7,7 +7,7 @@ import (
 	"github.com/kvtier/kvtier/kverr"
 )
 
-// rebuildRetry bounds how long Put and Get retry a master that answers
+// rebuildRetry bounds how long Put, Get and batch gets retry a master that answers
 // UNAVAILABLE_IN_CURRENT_STATUS to PutStart or GetReplicaList: it is
 // rebuilding its object table from the appliances' reports (a restart or
 // a new HA leader; package master, "Rebuild"), which takes about one
