@@ -341,14 +341,7 @@ func (m *Master) clientGone(c *client) {
 	for _, k := range m.offload.dropNode(c.id) {
 		m.resetOffload(k)
 	}
-	m.forEachShard(func(sh *shard) {
-		for k, o := range sh.inflight {
-			if o.writer == c.id {
-				m.revokeLocked(sh, k, o)
-				m.ctr.add(cPutsRevoked, 1)
-			}
-		}
-	})
+	m.revokePutsOf(c.id)
 	// Operators must see what a lost node took with it (puts running
 	// meanwhile make the count approximate).
 	msg := "gone: its segments are unmounted and its SSD replicas dropped"
@@ -367,14 +360,7 @@ func (m *Master) forgetCaller(c *client) {
 	}
 	m.clients.mu.Unlock()
 	c.state.Store(int32(ClientGone))
-	m.forEachShard(func(sh *shard) {
-		for k, o := range sh.inflight {
-			if o.writer == c.id {
-				m.revokeLocked(sh, k, o)
-				m.ctr.add(cPutsRevoked, 1)
-			}
-		}
-	})
+	m.revokePutsOf(c.id)
 }
 
 // ListClients returns every known client.
@@ -395,4 +381,17 @@ func (m *Master) ListClients(ctx context.Context) []ClientInfo {
 		out = append(out, ci)
 	}
 	return out
+}
+
+// revokePutsOf revokes every put still in flight whose writer is id (a
+// node that is gone, restarted or said goodbye will never end them).
+func (m *Master) revokePutsOf(id string) {
+	m.forEachShard(func(sh *shard) {
+		for k, o := range sh.inflight {
+			if o.writer == id {
+				m.revokeLocked(sh, k, o)
+				m.ctr.add(cPutsRevoked, 1)
+			}
+		}
+	})
 }
