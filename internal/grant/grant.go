@@ -190,33 +190,44 @@ func Decode(tok []byte) (Grant, error) {
 	return g, nil
 }
 
-// macPool recycles HMAC states per key: one hmac.New per request would
-// allocate twice on the data path.
+// macPool recycles HMAC states (with a scratch buffer) per key: one
+// hmac.New per request would allocate on the data path.
 type macPool struct {
 	key  Key
 	pool sync.Pool
 }
 
+type macState struct {
+	h   hash.Hash
+	buf [len(domain) + macStart + 1 + 255]byte
+}
+
 func newMacPool(k Key) *macPool {
 	p := &macPool{key: k}
-	p.pool.New = func() any { return hmac.New(sha256.New, p.key.Secret[:]) }
+	p.pool.New = func() any {
+		st := &macState{h: hmac.New(sha256.New, p.key.Secret[:])}
+		copy(st.buf[:], domain)
+		return st
+	}
 	return p
 }
 
+// sum computes g's MAC for segment (names past 255 bytes are cut, as no
+// wire name is longer) into out.
 func (p *macPool) sum(g *Grant, segment string, out *[32]byte) {
-	h := p.pool.Get().(hash.Hash)
-	h.Reset()
+	st := p.pool.Get().(*macState)
+	st.h.Reset()
 	var b [Size]byte
 	g.header(&b)
-	var pre [len(domain)]byte
-	copy(pre[:], domain)
-	h.Write(pre[:])
-	h.Write(b[:macStart])
-	n := min(len(segment), 255)
-	h.Write([]byte{byte(n)})
-	h.Write([]byte(segment[:n]))
-	h.Sum(out[:0])
-	p.pool.Put(h)
+	n := copy(st.buf[len(domain):], b[:macStart])
+	i := len(domain) + n
+	l := min(len(segment), 255)
+	st.buf[i] = byte(l)
+	i++
+	i += copy(st.buf[i:], segment[:l])
+	st.h.Write(st.buf[:i])
+	st.h.Sum(out[:0])
+	p.pool.Put(st)
 }
 
 // Sign returns the token of a grant for op on segment's extent

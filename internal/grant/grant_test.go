@@ -22,7 +22,7 @@ func TestVerify(t *testing.T) {
 	if err := r.Verify(tok, "box/mem0", 0, 4096, 8192, Write, now); ReasonOf(err) != UnknownKey {
 		t.Fatalf("no keys: %v", err)
 	}
-	r.Set(k1, nil)
+	r.Set(k1)
 	ok := func(seg string, off, n uint64, op Op) {
 		t.Helper()
 		if err := r.Verify(tok, seg, 0, off, n, op, now); err != nil {
@@ -61,13 +61,13 @@ func TestVerify(t *testing.T) {
 	bad(Forged, Sign(other, "box/mem0", 0, 4096, 8192, Write, s, now.Add(time.Second)), "box/mem0", 0, 4096, 1, Write, now)
 
 	// Rotation: current and previous verify, older ones do not.
-	r.Set(k2, &k1)
+	r.Set(k2, k1)
 	ok("box/mem0", 4096, 8192, Write)
 	tok2 := Sign(k2, "box/mem0", 0, 0, 10, Read, s, now.Add(time.Second))
 	if err := r.Verify(tok2, "box/mem0", 0, 0, 10, Read, now); err != nil {
 		t.Fatal(err)
 	}
-	r.Set(k3, &k2)
+	r.Set(k3, k2)
 	bad(UnknownKey, tok, "box/mem0", 0, 4096, 1, Write, now)
 	if err := r.Verify(tok2, "box/mem0", 0, 0, 10, Read, now); err != nil {
 		t.Fatal(err)
@@ -93,7 +93,7 @@ func TestConcurrentVerifyAndRotate(t *testing.T) {
 	now := time.Now()
 	var r Keyring
 	k1 := NewKey(1)
-	r.Set(k1, nil)
+	r.Set(k1)
 	var wg sync.WaitGroup
 	for g := 0; g < 4; g++ {
 		wg.Add(1)
@@ -108,9 +108,11 @@ func TestConcurrentVerifyAndRotate(t *testing.T) {
 			}
 		}()
 	}
+	prev := k1
 	for id := uint32(2); id < 50; id++ {
-		prev := NewKey(id - 1)
-		r.Set(NewKey(id), &prev)
+		k := NewKey(id)
+		r.Set(k, prev)
+		prev = k
 	}
 	wg.Wait()
 }
@@ -122,7 +124,7 @@ func FuzzDecodeVerify(f *testing.F) {
 	f.Add([]byte{1, 2, 0, 0}, "", uint64(0), uint64(0), uint64(0))
 	f.Fuzz(func(t *testing.T, tok []byte, seg string, bucket, off, n uint64) {
 		var r Keyring
-		r.Set(k, nil)
+		r.Set(k)
 		g, err := Decode(tok)
 		if err == nil {
 			if enc := g.Encode(nil); !bytes.Equal(enc, tok) {
@@ -144,7 +146,7 @@ func FuzzDecodeVerify(f *testing.F) {
 func BenchmarkVerify(b *testing.B) {
 	k := NewKey(1)
 	var r Keyring
-	r.Set(k, nil)
+	r.Set(k)
 	now := time.Now()
 	tok := Sign(k, "box/mem0", 0, 0, 1<<20, Read, Session{}, now.Add(time.Hour))
 	b.ReportAllocs()

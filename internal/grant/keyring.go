@@ -7,47 +7,55 @@ import (
 )
 
 // Keyring holds the keys a verifier (an appliance) accepts, or the key a
-// signer uses: the current one and the previous one, so a grant signed just
-// before a rotation still verifies. It is safe for concurrent use; Set
-// replaces both keys atomically.
+// signer uses: the first key signs; every key verifies, so a grant signed
+// just before a rotation (previous key) or just after one (next key, handed
+// to the verifier before the signer uses it) still verifies. It is safe for
+// concurrent use; Set replaces the set atomically.
 type Keyring struct {
-	keys atomic.Pointer[ring]
+	keys atomic.Pointer[[]*macPool]
 }
 
-type ring struct {
-	cur, prev *macPool // prev may be nil
-}
+// MaxKeys is the most keys a ring holds (current, next, previous).
+const MaxKeys = 3
 
-// Set installs cur as the current key and prev (if non-nil) as the
-// previous one.
-func (r *Keyring) Set(cur Key, prev *Key) {
-	n := &ring{cur: newMacPool(cur)}
-	if prev != nil && prev.ID != cur.ID {
-		n.prev = newMacPool(*prev)
+// Set installs keys (at most MaxKeys; the first signs). No keys clears the
+// ring.
+func (r *Keyring) Set(keys ...Key) {
+	if len(keys) == 0 {
+		r.keys.Store(nil)
+		return
 	}
-	r.keys.Store(n)
+	ps := make([]*macPool, 0, min(len(keys), MaxKeys))
+	for _, k := range keys[:min(len(keys), MaxKeys)] {
+		ps = append(ps, newMacPool(k))
+	}
+	r.keys.Store(&ps)
 }
 
-// Enforced reports whether a key was ever installed: an engine with keys
+// Enforced reports whether the ring holds a key: an engine with keys
 // refuses requests without a grant.
 func (r *Keyring) Enforced() bool { return r != nil && r.keys.Load() != nil }
 
-// Current returns the current key's ID (0, false when none).
-func (r *Keyring) Current() (uint32, bool) {
-	k := r.keys.Load()
-	if k == nil {
-		return 0, false
-	}
-	return k.cur.key.ID, true
-}
-
-// Sign signs with the current key; nil when the ring has none.
-func (r *Keyring) Sign(segment string, bucket, offset, length uint64, op Op, s Session, expiry time.Time) []byte {
-	k := r.keys.Load()
-	if k == nil {
+// IDs returns the IDs of the keys held, the signing key first.
+func (r *Keyring) IDs() []uint32 {
+	ps := r.keys.Load()
+	if ps == nil {
 		return nil
 	}
-	return k.cur.sign(segment, bucket, offset, length, op, s, expiry)
+	out := make([]uint32, len(*ps))
+	for i, p := range *ps {
+		out[i] = p.key.ID
+	}
+	return out
+}
+
+// Sign signs with the first key; nil when the ring has none.
+func (r *Keyring) Sign(segment string, bucket, offset, length uint64, op Op, s Session, expiry time.Time) []byte {
+	ps := r.keys.Load()
+	if ps == nil {
+		return nil
+	}
+	return (*ps)[0].sign(segment, bucket, offset, length, op, s, expiry)
 }
 
 // Verify checks that tok allows op on [offset, offset+length) of segment
@@ -58,16 +66,19 @@ func (r *Keyring) Verify(tok []byte, segment string, bucket, offset, length uint
 	if err != nil {
 		return err
 	}
-	k := r.keys.Load()
-	if k == nil {
+	ps := r.keys.Load()
+	if ps == nil {
 		return refuse(UnknownKey, "this node holds no grant key")
 	}
-	p := k.cur
-	if g.KeyID != p.key.ID {
-		if k.prev == nil || g.KeyID != k.prev.key.ID {
-			return refuse(UnknownKey, "grant key %d is not current (%d)", g.KeyID, p.key.ID)
+	var p *macPool
+	for _, x := range *ps {
+		if x.key.ID == g.KeyID {
+			p = x
+			break
 		}
-		p = k.prev
+	}
+	if p == nil {
+		return refuse(UnknownKey, "grant key %d is not one this node holds", g.KeyID)
 	}
 	var want [32]byte
 	p.sum(&g, segment, &want)
