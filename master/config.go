@@ -105,6 +105,9 @@ type Config struct {
 	// offloads in flight to make objects evictable before it answers
 	// NO_AVAILABLE_HANDLE; < 0: never wait.
 	PutSpaceWait time.Duration
+	// GrantKeyRotation is how often each storage node's data-plane grant
+	// secret is replaced (grants.go; default DefaultGrantKeyRotation).
+	GrantKeyRotation time.Duration
 
 	MaxObjects  int               // object-count limit (like capacity)
 	MaxKeyLen   int               // maximum key length in bytes (>= 4096)
@@ -143,6 +146,7 @@ func (c Config) withDefaults() Config {
 	d(&c.FrequencyMaxBonus, DefaultFrequencyMaxBonus)
 	d(&c.OffloadTimeout, DefaultOffloadTimeout)
 	d(&c.PutSpaceWait, DefaultPutSpaceWait)
+	d(&c.GrantKeyRotation, DefaultGrantKeyRotation)
 	if c.HighWatermark == 0 {
 		c.HighWatermark = DefaultHighWatermark
 	}

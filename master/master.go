@@ -142,6 +142,8 @@ type Master struct {
 
 	interned sync.Map // client ids, so objects share writer strings
 
+	grantKeys grantKeyTable // per-node data-plane grant secrets (grants.go)
+
 	ctr    counterSet
 	events eventBus
 	putSeq atomic.Uint64

@@ -56,6 +56,7 @@ const (
 	ErrorCode_FILE_READ_FAIL                ErrorCode = 22
 	ErrorCode_FILE_WRITE_FAIL               ErrorCode = 23
 	ErrorCode_CLIENT_NOT_FOUND              ErrorCode = 24
+	ErrorCode_PERMISSION_DENIED             ErrorCode = 25
 )
 
 // Enum value maps for ErrorCode.
@@ -86,6 +87,7 @@ var (
 		22: "FILE_READ_FAIL",
 		23: "FILE_WRITE_FAIL",
 		24: "CLIENT_NOT_FOUND",
+		25: "PERMISSION_DENIED",
 	}
 	ErrorCode_value = map[string]int32{
 		"OK":                            0,
@@ -113,6 +115,7 @@ var (
 		"FILE_READ_FAIL":                22,
 		"FILE_WRITE_FAIL":               23,
 		"CLIENT_NOT_FOUND":              24,
+		"PERMISSION_DENIED":             25,
 	}
 )
 
@@ -370,7 +373,13 @@ type Replica struct {
 	TargetAddr string                 `protobuf:"bytes,11,opt,name=target_addr,json=targetAddr,proto3" json:"target_addr,omitempty"` // NOF only: NVMe/TCP listener host:port
 	// ObjectInfo only: the node holding it is not LIVE (suspect, left), so
 	// readers are not sent there until it returns.
-	Unavailable   bool `protobuf:"varint,120,opt,name=unavailable,proto3" json:"unavailable,omitempty"`
+	Unavailable bool `protobuf:"varint,120,opt,name=unavailable,proto3" json:"unavailable,omitempty"`
+	// Data-plane grant (internal/grant) for this replica's extent, signed
+	// for the asking client with its node's secret: a write grant (PutStart)
+	// until the put's deadline, a read grant (GetReplicaList) until the read
+	// lease ends. Sent with every transfer request; empty when the node holds
+	// no secret yet or the replica is not served by a transfer engine (NOF).
+	Grant         []byte `protobuf:"bytes,250,opt,name=grant,proto3" json:"grant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -487,6 +496,13 @@ func (x *Replica) GetUnavailable() bool {
 		return x.Unavailable
 	}
 	return false
+}
+
+func (x *Replica) GetGrant() []byte {
+	if x != nil {
+		return x.Grant
+	}
+	return nil
 }
 
 type PutConfig struct {
@@ -2004,7 +2020,14 @@ type HeartbeatRequest struct {
 	// once instead of waiting for the silence.
 	Leaving bool `protobuf:"varint,121,opt,name=leaving,proto3" json:"leaving,omitempty"`
 	// Why the node is not fully healthy (a listener down, ...); empty: healthy.
-	Unhealthy     []string `protobuf:"bytes,122,rep,name=unhealthy,proto3" json:"unhealthy,omitempty"`
+	Unhealthy []string `protobuf:"bytes,122,rep,name=unhealthy,proto3" json:"unhealthy,omitempty"`
+	// IDs of the grant keys the node holds (from earlier answers): the
+	// master signs with a rotated key only once the node reports it.
+	GrantKeyIds []uint32 `protobuf:"varint,250,rep,packed,name=grant_key_ids,json=grantKeyIds,proto3" json:"grant_key_ids,omitempty"`
+	// Requests the node's data port refused for their grant since it
+	// started, by reason (missing, malformed, unknown_key, forged, expired,
+	// wrong_op, out_of_extent).
+	GrantRefusals map[string]uint64 `protobuf:"bytes,251,rep,name=grant_refusals,json=grantRefusals,proto3" json:"grant_refusals,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2119,6 +2142,20 @@ func (x *HeartbeatRequest) GetLeaving() bool {
 func (x *HeartbeatRequest) GetUnhealthy() []string {
 	if x != nil {
 		return x.Unhealthy
+	}
+	return nil
+}
+
+func (x *HeartbeatRequest) GetGrantKeyIds() []uint32 {
+	if x != nil {
+		return x.GrantKeyIds
+	}
+	return nil
+}
+
+func (x *HeartbeatRequest) GetGrantRefusals() map[string]uint64 {
+	if x != nil {
+		return x.GrantRefusals
 	}
 	return nil
 }
@@ -2697,10 +2734,14 @@ func (x *TakeOffloadRequest) GetWaitMs() uint32 {
 }
 
 type HeartbeatResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Known         bool                   `protobuf:"varint,1,opt,name=known,proto3" json:"known,omitempty"` // false: the master had forgotten the client
-	Offload       []*OffloadTask         `protobuf:"bytes,2,rep,name=offload,proto3" json:"offload,omitempty"`
-	Settings      *TierSettings          `protobuf:"bytes,3,opt,name=settings,proto3" json:"settings,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Known    bool                   `protobuf:"varint,1,opt,name=known,proto3" json:"known,omitempty"` // false: the master had forgotten the client
+	Offload  []*OffloadTask         `protobuf:"bytes,2,rep,name=offload,proto3" json:"offload,omitempty"`
+	Settings *TierSettings          `protobuf:"bytes,3,opt,name=settings,proto3" json:"settings,omitempty"`
+	// Every data-plane grant key the node must accept now (the master's
+	// current, next and previous secret for it); the node replaces its set
+	// with these. Empty: keep the set (an older master).
+	GrantKeys     []*GrantKey `protobuf:"bytes,250,rep,name=grant_keys,json=grantKeys,proto3" json:"grant_keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2756,6 +2797,66 @@ func (x *HeartbeatResponse) GetSettings() *TierSettings {
 	return nil
 }
 
+func (x *HeartbeatResponse) GetGrantKeys() []*GrantKey {
+	if x != nil {
+		return x.GrantKeys
+	}
+	return nil
+}
+
+// GrantKey is one per-appliance data-plane grant secret (internal/grant).
+type GrantKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Secret        []byte                 `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"` // 32 bytes
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrantKey) Reset() {
+	*x = GrantKey{}
+	mi := &file_master_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrantKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrantKey) ProtoMessage() {}
+
+func (x *GrantKey) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrantKey.ProtoReflect.Descriptor instead.
+func (*GrantKey) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *GrantKey) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *GrantKey) GetSecret() []byte {
+	if x != nil {
+		return x.Secret
+	}
+	return nil
+}
+
 type OffloadDoneRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
@@ -2777,7 +2878,7 @@ type OffloadDoneRequest struct {
 
 func (x *OffloadDoneRequest) Reset() {
 	*x = OffloadDoneRequest{}
-	mi := &file_master_proto_msgTypes[34]
+	mi := &file_master_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2789,7 +2890,7 @@ func (x *OffloadDoneRequest) String() string {
 func (*OffloadDoneRequest) ProtoMessage() {}
 
 func (x *OffloadDoneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[34]
+	mi := &file_master_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2802,7 +2903,7 @@ func (x *OffloadDoneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffloadDoneRequest.ProtoReflect.Descriptor instead.
 func (*OffloadDoneRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{34}
+	return file_master_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *OffloadDoneRequest) GetClientId() string {
@@ -2883,7 +2984,7 @@ type DiskObject struct {
 
 func (x *DiskObject) Reset() {
 	*x = DiskObject{}
-	mi := &file_master_proto_msgTypes[35]
+	mi := &file_master_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2895,7 +2996,7 @@ func (x *DiskObject) String() string {
 func (*DiskObject) ProtoMessage() {}
 
 func (x *DiskObject) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[35]
+	mi := &file_master_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2908,7 +3009,7 @@ func (x *DiskObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskObject.ProtoReflect.Descriptor instead.
 func (*DiskObject) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{35}
+	return file_master_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DiskObject) GetTenant() string {
@@ -2970,7 +3071,7 @@ type RegisterDiskObjectsRequest struct {
 
 func (x *RegisterDiskObjectsRequest) Reset() {
 	*x = RegisterDiskObjectsRequest{}
-	mi := &file_master_proto_msgTypes[36]
+	mi := &file_master_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2982,7 +3083,7 @@ func (x *RegisterDiskObjectsRequest) String() string {
 func (*RegisterDiskObjectsRequest) ProtoMessage() {}
 
 func (x *RegisterDiskObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[36]
+	mi := &file_master_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2995,7 +3096,7 @@ func (x *RegisterDiskObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterDiskObjectsRequest.ProtoReflect.Descriptor instead.
 func (*RegisterDiskObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{36}
+	return file_master_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RegisterDiskObjectsRequest) GetClientId() string {
@@ -3022,7 +3123,7 @@ type DropBucketRequest struct {
 
 func (x *DropBucketRequest) Reset() {
 	*x = DropBucketRequest{}
-	mi := &file_master_proto_msgTypes[37]
+	mi := &file_master_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3034,7 +3135,7 @@ func (x *DropBucketRequest) String() string {
 func (*DropBucketRequest) ProtoMessage() {}
 
 func (x *DropBucketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[37]
+	mi := &file_master_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3047,7 +3148,7 @@ func (x *DropBucketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropBucketRequest.ProtoReflect.Descriptor instead.
 func (*DropBucketRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{37}
+	return file_master_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DropBucketRequest) GetClientId() string {
@@ -3077,7 +3178,7 @@ type ListObjectsRequest struct {
 
 func (x *ListObjectsRequest) Reset() {
 	*x = ListObjectsRequest{}
-	mi := &file_master_proto_msgTypes[38]
+	mi := &file_master_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3089,7 +3190,7 @@ func (x *ListObjectsRequest) String() string {
 func (*ListObjectsRequest) ProtoMessage() {}
 
 func (x *ListObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[38]
+	mi := &file_master_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3102,7 +3203,7 @@ func (x *ListObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListObjectsRequest.ProtoReflect.Descriptor instead.
 func (*ListObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{38}
+	return file_master_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListObjectsRequest) GetTenant() string {
@@ -3162,7 +3263,7 @@ type ObjectInfo struct {
 
 func (x *ObjectInfo) Reset() {
 	*x = ObjectInfo{}
-	mi := &file_master_proto_msgTypes[39]
+	mi := &file_master_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3174,7 +3275,7 @@ func (x *ObjectInfo) String() string {
 func (*ObjectInfo) ProtoMessage() {}
 
 func (x *ObjectInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[39]
+	mi := &file_master_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3187,7 +3288,7 @@ func (x *ObjectInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectInfo.ProtoReflect.Descriptor instead.
 func (*ObjectInfo) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{39}
+	return file_master_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ObjectInfo) GetTenant() string {
@@ -3298,7 +3399,7 @@ type ListObjectsResponse struct {
 
 func (x *ListObjectsResponse) Reset() {
 	*x = ListObjectsResponse{}
-	mi := &file_master_proto_msgTypes[40]
+	mi := &file_master_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3310,7 +3411,7 @@ func (x *ListObjectsResponse) String() string {
 func (*ListObjectsResponse) ProtoMessage() {}
 
 func (x *ListObjectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[40]
+	mi := &file_master_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3323,7 +3424,7 @@ func (x *ListObjectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListObjectsResponse.ProtoReflect.Descriptor instead.
 func (*ListObjectsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{40}
+	return file_master_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListObjectsResponse) GetObjects() []*ObjectInfo {
@@ -3354,7 +3455,7 @@ type SegmentInfo struct {
 
 func (x *SegmentInfo) Reset() {
 	*x = SegmentInfo{}
-	mi := &file_master_proto_msgTypes[41]
+	mi := &file_master_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3366,7 +3467,7 @@ func (x *SegmentInfo) String() string {
 func (*SegmentInfo) ProtoMessage() {}
 
 func (x *SegmentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[41]
+	mi := &file_master_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3379,7 +3480,7 @@ func (x *SegmentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegmentInfo.ProtoReflect.Descriptor instead.
 func (*SegmentInfo) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{41}
+	return file_master_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SegmentInfo) GetSegment() *Segment {
@@ -3433,7 +3534,7 @@ type ListSegmentsResponse struct {
 
 func (x *ListSegmentsResponse) Reset() {
 	*x = ListSegmentsResponse{}
-	mi := &file_master_proto_msgTypes[42]
+	mi := &file_master_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3445,7 +3546,7 @@ func (x *ListSegmentsResponse) String() string {
 func (*ListSegmentsResponse) ProtoMessage() {}
 
 func (x *ListSegmentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[42]
+	mi := &file_master_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3458,7 +3559,7 @@ func (x *ListSegmentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSegmentsResponse.ProtoReflect.Descriptor instead.
 func (*ListSegmentsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{42}
+	return file_master_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListSegmentsResponse) GetSegments() []*SegmentInfo {
@@ -3482,14 +3583,16 @@ type ClientInfo struct {
 	Problems []string `protobuf:"bytes,120,rep,name=problems,proto3" json:"problems,omitempty"`
 	// The client has served storage (mounted a segment or reported an SSD
 	// tier): an appliance, as opposed to a pure caller.
-	Storage       bool `protobuf:"varint,121,opt,name=storage,proto3" json:"storage,omitempty"`
+	Storage bool `protobuf:"varint,121,opt,name=storage,proto3" json:"storage,omitempty"`
+	// HeartbeatRequest.grant_refusals of the node's last beat.
+	GrantRefusals map[string]uint64 `protobuf:"bytes,250,rep,name=grant_refusals,json=grantRefusals,proto3" json:"grant_refusals,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClientInfo) Reset() {
 	*x = ClientInfo{}
-	mi := &file_master_proto_msgTypes[43]
+	mi := &file_master_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3501,7 +3604,7 @@ func (x *ClientInfo) String() string {
 func (*ClientInfo) ProtoMessage() {}
 
 func (x *ClientInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[43]
+	mi := &file_master_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3514,7 +3617,7 @@ func (x *ClientInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientInfo.ProtoReflect.Descriptor instead.
 func (*ClientInfo) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{43}
+	return file_master_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ClientInfo) GetClientId() string {
@@ -3580,6 +3683,13 @@ func (x *ClientInfo) GetStorage() bool {
 	return false
 }
 
+func (x *ClientInfo) GetGrantRefusals() map[string]uint64 {
+	if x != nil {
+		return x.GrantRefusals
+	}
+	return nil
+}
+
 type ListClientsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Clients       []*ClientInfo          `protobuf:"bytes,1,rep,name=clients,proto3" json:"clients,omitempty"`
@@ -3589,7 +3699,7 @@ type ListClientsResponse struct {
 
 func (x *ListClientsResponse) Reset() {
 	*x = ListClientsResponse{}
-	mi := &file_master_proto_msgTypes[44]
+	mi := &file_master_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3601,7 +3711,7 @@ func (x *ListClientsResponse) String() string {
 func (*ListClientsResponse) ProtoMessage() {}
 
 func (x *ListClientsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[44]
+	mi := &file_master_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3614,7 +3724,7 @@ func (x *ListClientsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClientsResponse.ProtoReflect.Descriptor instead.
 func (*ListClientsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{44}
+	return file_master_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListClientsResponse) GetClients() []*ClientInfo {
@@ -3638,7 +3748,7 @@ type TierStats struct {
 
 func (x *TierStats) Reset() {
 	*x = TierStats{}
-	mi := &file_master_proto_msgTypes[45]
+	mi := &file_master_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3650,7 +3760,7 @@ func (x *TierStats) String() string {
 func (*TierStats) ProtoMessage() {}
 
 func (x *TierStats) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[45]
+	mi := &file_master_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3663,7 +3773,7 @@ func (x *TierStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TierStats.ProtoReflect.Descriptor instead.
 func (*TierStats) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{45}
+	return file_master_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *TierStats) GetTier() string {
@@ -3721,7 +3831,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_master_proto_msgTypes[46]
+	mi := &file_master_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3733,7 +3843,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[46]
+	mi := &file_master_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3746,7 +3856,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{46}
+	return file_master_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *StatsResponse) GetObjects() uint64 {
@@ -3796,7 +3906,7 @@ type DramSettings struct {
 
 func (x *DramSettings) Reset() {
 	*x = DramSettings{}
-	mi := &file_master_proto_msgTypes[47]
+	mi := &file_master_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3808,7 +3918,7 @@ func (x *DramSettings) String() string {
 func (*DramSettings) ProtoMessage() {}
 
 func (x *DramSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[47]
+	mi := &file_master_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3821,7 +3931,7 @@ func (x *DramSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DramSettings.ProtoReflect.Descriptor instead.
 func (*DramSettings) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{47}
+	return file_master_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DramSettings) GetHighWatermark() float64 {
@@ -3856,7 +3966,7 @@ type TiersResponse struct {
 
 func (x *TiersResponse) Reset() {
 	*x = TiersResponse{}
-	mi := &file_master_proto_msgTypes[48]
+	mi := &file_master_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3868,7 +3978,7 @@ func (x *TiersResponse) String() string {
 func (*TiersResponse) ProtoMessage() {}
 
 func (x *TiersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[48]
+	mi := &file_master_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3881,7 +3991,7 @@ func (x *TiersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TiersResponse.ProtoReflect.Descriptor instead.
 func (*TiersResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{48}
+	return file_master_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *TiersResponse) GetDram() *DramSettings {
@@ -3921,7 +4031,7 @@ type UpdateTiersRequest struct {
 
 func (x *UpdateTiersRequest) Reset() {
 	*x = UpdateTiersRequest{}
-	mi := &file_master_proto_msgTypes[49]
+	mi := &file_master_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3933,7 +4043,7 @@ func (x *UpdateTiersRequest) String() string {
 func (*UpdateTiersRequest) ProtoMessage() {}
 
 func (x *UpdateTiersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[49]
+	mi := &file_master_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3946,7 +4056,7 @@ func (x *UpdateTiersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTiersRequest.ProtoReflect.Descriptor instead.
 func (*UpdateTiersRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{49}
+	return file_master_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *UpdateTiersRequest) GetHighWatermark() float64 {
@@ -4015,7 +4125,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_master_proto_msgTypes[50]
+	mi := &file_master_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4027,7 +4137,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[50]
+	mi := &file_master_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4040,7 +4150,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{50}
+	return file_master_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Event) GetTimeMs() int64 {
@@ -4112,7 +4222,7 @@ type TakeRemovalsRequest struct {
 
 func (x *TakeRemovalsRequest) Reset() {
 	*x = TakeRemovalsRequest{}
-	mi := &file_master_proto_msgTypes[51]
+	mi := &file_master_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4124,7 +4234,7 @@ func (x *TakeRemovalsRequest) String() string {
 func (*TakeRemovalsRequest) ProtoMessage() {}
 
 func (x *TakeRemovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[51]
+	mi := &file_master_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4137,7 +4247,7 @@ func (x *TakeRemovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeRemovalsRequest.ProtoReflect.Descriptor instead.
 func (*TakeRemovalsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{51}
+	return file_master_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *TakeRemovalsRequest) GetClientId() string {
@@ -4178,7 +4288,7 @@ type DiskLocation struct {
 
 func (x *DiskLocation) Reset() {
 	*x = DiskLocation{}
-	mi := &file_master_proto_msgTypes[52]
+	mi := &file_master_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4190,7 +4300,7 @@ func (x *DiskLocation) String() string {
 func (*DiskLocation) ProtoMessage() {}
 
 func (x *DiskLocation) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[52]
+	mi := &file_master_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4203,7 +4313,7 @@ func (x *DiskLocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskLocation.ProtoReflect.Descriptor instead.
 func (*DiskLocation) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{52}
+	return file_master_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *DiskLocation) GetBucket() uint64 {
@@ -4234,7 +4344,7 @@ type DiskRemoval struct {
 
 func (x *DiskRemoval) Reset() {
 	*x = DiskRemoval{}
-	mi := &file_master_proto_msgTypes[53]
+	mi := &file_master_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4246,7 +4356,7 @@ func (x *DiskRemoval) String() string {
 func (*DiskRemoval) ProtoMessage() {}
 
 func (x *DiskRemoval) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[53]
+	mi := &file_master_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4259,7 +4369,7 @@ func (x *DiskRemoval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskRemoval.ProtoReflect.Descriptor instead.
 func (*DiskRemoval) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{53}
+	return file_master_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *DiskRemoval) GetSeq() uint64 {
@@ -4314,7 +4424,7 @@ type TakeRemovalsResponse struct {
 
 func (x *TakeRemovalsResponse) Reset() {
 	*x = TakeRemovalsResponse{}
-	mi := &file_master_proto_msgTypes[54]
+	mi := &file_master_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4326,7 +4436,7 @@ func (x *TakeRemovalsResponse) String() string {
 func (*TakeRemovalsResponse) ProtoMessage() {}
 
 func (x *TakeRemovalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[54]
+	mi := &file_master_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4339,7 +4449,7 @@ func (x *TakeRemovalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeRemovalsResponse.ProtoReflect.Descriptor instead.
 func (*TakeRemovalsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{54}
+	return file_master_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *TakeRemovalsResponse) GetOutbox() uint64 {
@@ -4360,7 +4470,7 @@ var File_master_proto protoreflect.FileDescriptor
 
 const file_master_proto_rawDesc = "" +
 	"\n" +
-	"\fmaster.proto\x12\tkvtier.v1\"\xdf\x02\n" +
+	"\fmaster.proto\x12\tkvtier.v1\"\xf6\x02\n" +
 	"\aReplica\x12*\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x16.kvtier.v1.ReplicaTypeR\x04type\x12-\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x17.kvtier.v1.ReplicaStateR\x05state\x12\x18\n" +
@@ -4375,7 +4485,8 @@ const file_master_proto_rawDesc = "" +
 	" \x01(\rR\x04nsid\x12\x1f\n" +
 	"\vtarget_addr\x18\v \x01(\tR\n" +
 	"targetAddr\x12 \n" +
-	"\vunavailable\x18x \x01(\bR\vunavailable\"\xde\x01\n" +
+	"\vunavailable\x18x \x01(\bR\vunavailable\x12\x15\n" +
+	"\x05grant\x18\xfa\x01 \x01(\fR\x05grant\"\xde\x01\n" +
 	"\tPutConfig\x12\x1f\n" +
 	"\vreplica_num\x18\x01 \x01(\rR\n" +
 	"replicaNum\x12+\n" +
@@ -4487,7 +4598,7 @@ const file_master_proto_rawDesc = "" +
 	"\findex_loaded\x18\n" +
 	" \x01(\bR\vindexLoaded\x12'\n" +
 	"\x0foffload_skipped\x18\v \x01(\x04R\x0eoffloadSkipped\x12%\n" +
-	"\x0eoffload_failed\x18\f \x01(\x04R\roffloadFailed\"\xd9\x03\n" +
+	"\x0eoffload_failed\x18\f \x01(\x04R\roffloadFailed\"\x98\x05\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1a\n" +
 	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12.\n" +
@@ -4500,7 +4611,12 @@ const file_master_proto_rawDesc = "" +
 	"\adisk_id\x18e \x01(\tR\x06diskId\x122\n" +
 	"\x15heartbeat_interval_ms\x18x \x01(\rR\x13heartbeatIntervalMs\x12\x18\n" +
 	"\aleaving\x18y \x01(\bR\aleaving\x12\x1c\n" +
-	"\tunhealthy\x18z \x03(\tR\tunhealthy\"u\n" +
+	"\tunhealthy\x18z \x03(\tR\tunhealthy\x12#\n" +
+	"\rgrant_key_ids\x18\xfa\x01 \x03(\rR\vgrantKeyIds\x12V\n" +
+	"\x0egrant_refusals\x18\xfb\x01 \x03(\v2..kvtier.v1.HeartbeatRequest.GrantRefusalsEntryR\rgrantRefusals\x1a@\n" +
+	"\x12GrantRefusalsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"u\n" +
 	"\n" +
 	"CachedRead\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
@@ -4553,11 +4669,16 @@ const file_master_proto_rawDesc = "" +
 	"\x12TakeOffloadRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x14\n" +
 	"\x05slots\x18\x02 \x01(\rR\x05slots\x12\x17\n" +
-	"\await_ms\x18\x03 \x01(\rR\x06waitMs\"\x90\x01\n" +
+	"\await_ms\x18\x03 \x01(\rR\x06waitMs\"\xc5\x01\n" +
 	"\x11HeartbeatResponse\x12\x14\n" +
 	"\x05known\x18\x01 \x01(\bR\x05known\x120\n" +
 	"\aoffload\x18\x02 \x03(\v2\x16.kvtier.v1.OffloadTaskR\aoffload\x123\n" +
-	"\bsettings\x18\x03 \x01(\v2\x17.kvtier.v1.TierSettingsR\bsettings\"\xdf\x01\n" +
+	"\bsettings\x18\x03 \x01(\v2\x17.kvtier.v1.TierSettingsR\bsettings\x123\n" +
+	"\n" +
+	"grant_keys\x18\xfa\x01 \x03(\v2\x13.kvtier.v1.GrantKeyR\tgrantKeys\"2\n" +
+	"\bGrantKey\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\rR\x02id\x12\x16\n" +
+	"\x06secret\x18\x02 \x01(\fR\x06secret\"\xdf\x01\n" +
 	"\x12OffloadDoneRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x10\n" +
@@ -4621,7 +4742,7 @@ const file_master_proto_rawDesc = "" +
 	"\breplicas\x18\x05 \x01(\x04R\breplicas\x12*\n" +
 	"\x11drain_deadline_ms\x18\x06 \x01(\x03R\x0fdrainDeadlineMs\"J\n" +
 	"\x14ListSegmentsResponse\x122\n" +
-	"\bsegments\x18\x01 \x03(\v2\x16.kvtier.v1.SegmentInfoR\bsegments\"\xc9\x02\n" +
+	"\bsegments\x18\x01 \x03(\v2\x16.kvtier.v1.SegmentInfoR\bsegments\"\xdd\x03\n" +
 	"\n" +
 	"ClientInfo\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1a\n" +
@@ -4632,7 +4753,11 @@ const file_master_proto_rawDesc = "" +
 	"\x04disk\x18\x06 \x01(\v2\x18.kvtier.v1.DiskTierStatsR\x04disk\x12(\n" +
 	"\x04nvme\x18\a \x01(\v2\x14.kvtier.v1.NvmeStatsR\x04nvme\x12\x1a\n" +
 	"\bproblems\x18x \x03(\tR\bproblems\x12\x18\n" +
-	"\astorage\x18y \x01(\bR\astorage\"F\n" +
+	"\astorage\x18y \x01(\bR\astorage\x12P\n" +
+	"\x0egrant_refusals\x18\xfa\x01 \x03(\v2(.kvtier.v1.ClientInfo.GrantRefusalsEntryR\rgrantRefusals\x1a@\n" +
+	"\x12GrantRefusalsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"F\n" +
 	"\x13ListClientsResponse\x12/\n" +
 	"\aclients\x18\x01 \x03(\v2\x15.kvtier.v1.ClientInfoR\aclients\"\x95\x01\n" +
 	"\tTierStats\x12\x12\n" +
@@ -4703,7 +4828,7 @@ const file_master_proto_rawDesc = "" +
 	"\x04keep\x18\x06 \x03(\v2\x17.kvtier.v1.DiskLocationR\x04keep\"b\n" +
 	"\x14TakeRemovalsResponse\x12\x16\n" +
 	"\x06outbox\x18\x01 \x01(\x04R\x06outbox\x122\n" +
-	"\bremovals\x18\x02 \x03(\v2\x16.kvtier.v1.DiskRemovalR\bremovals*\xa2\x04\n" +
+	"\bremovals\x18\x02 \x03(\v2\x16.kvtier.v1.DiskRemovalR\bremovals*\xb9\x04\n" +
 	"\tErrorCode\x12\x06\n" +
 	"\x02OK\x10\x00\x12\x12\n" +
 	"\x0eINTERNAL_ERROR\x10\x01\x12\x12\n" +
@@ -4731,7 +4856,8 @@ const file_master_proto_rawDesc = "" +
 	"\x11PAYLOAD_TOO_LARGE\x10\x15\x12\x12\n" +
 	"\x0eFILE_READ_FAIL\x10\x16\x12\x13\n" +
 	"\x0fFILE_WRITE_FAIL\x10\x17\x12\x14\n" +
-	"\x10CLIENT_NOT_FOUND\x10\x18*P\n" +
+	"\x10CLIENT_NOT_FOUND\x10\x18\x12\x15\n" +
+	"\x11PERMISSION_DENIED\x10\x19*P\n" +
 	"\vReplicaType\x12\x1c\n" +
 	"\x18REPLICA_TYPE_UNSPECIFIED\x10\x00\x12\n" +
 	"\n" +
@@ -4804,7 +4930,7 @@ func file_master_proto_rawDescGZIP() []byte {
 }
 
 var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_master_proto_goTypes = []any{
 	(ErrorCode)(0),                      // 0: kvtier.v1.ErrorCode
 	(ReplicaType)(0),                    // 1: kvtier.v1.ReplicaType
@@ -4845,28 +4971,31 @@ var file_master_proto_goTypes = []any{
 	(*OffloadTask)(nil),                 // 36: kvtier.v1.OffloadTask
 	(*TakeOffloadRequest)(nil),          // 37: kvtier.v1.TakeOffloadRequest
 	(*HeartbeatResponse)(nil),           // 38: kvtier.v1.HeartbeatResponse
-	(*OffloadDoneRequest)(nil),          // 39: kvtier.v1.OffloadDoneRequest
-	(*DiskObject)(nil),                  // 40: kvtier.v1.DiskObject
-	(*RegisterDiskObjectsRequest)(nil),  // 41: kvtier.v1.RegisterDiskObjectsRequest
-	(*DropBucketRequest)(nil),           // 42: kvtier.v1.DropBucketRequest
-	(*ListObjectsRequest)(nil),          // 43: kvtier.v1.ListObjectsRequest
-	(*ObjectInfo)(nil),                  // 44: kvtier.v1.ObjectInfo
-	(*ListObjectsResponse)(nil),         // 45: kvtier.v1.ListObjectsResponse
-	(*SegmentInfo)(nil),                 // 46: kvtier.v1.SegmentInfo
-	(*ListSegmentsResponse)(nil),        // 47: kvtier.v1.ListSegmentsResponse
-	(*ClientInfo)(nil),                  // 48: kvtier.v1.ClientInfo
-	(*ListClientsResponse)(nil),         // 49: kvtier.v1.ListClientsResponse
-	(*TierStats)(nil),                   // 50: kvtier.v1.TierStats
-	(*StatsResponse)(nil),               // 51: kvtier.v1.StatsResponse
-	(*DramSettings)(nil),                // 52: kvtier.v1.DramSettings
-	(*TiersResponse)(nil),               // 53: kvtier.v1.TiersResponse
-	(*UpdateTiersRequest)(nil),          // 54: kvtier.v1.UpdateTiersRequest
-	(*Event)(nil),                       // 55: kvtier.v1.Event
-	(*TakeRemovalsRequest)(nil),         // 56: kvtier.v1.TakeRemovalsRequest
-	(*DiskLocation)(nil),                // 57: kvtier.v1.DiskLocation
-	(*DiskRemoval)(nil),                 // 58: kvtier.v1.DiskRemoval
-	(*TakeRemovalsResponse)(nil),        // 59: kvtier.v1.TakeRemovalsResponse
-	nil,                                 // 60: kvtier.v1.StatsResponse.CountersEntry
+	(*GrantKey)(nil),                    // 39: kvtier.v1.GrantKey
+	(*OffloadDoneRequest)(nil),          // 40: kvtier.v1.OffloadDoneRequest
+	(*DiskObject)(nil),                  // 41: kvtier.v1.DiskObject
+	(*RegisterDiskObjectsRequest)(nil),  // 42: kvtier.v1.RegisterDiskObjectsRequest
+	(*DropBucketRequest)(nil),           // 43: kvtier.v1.DropBucketRequest
+	(*ListObjectsRequest)(nil),          // 44: kvtier.v1.ListObjectsRequest
+	(*ObjectInfo)(nil),                  // 45: kvtier.v1.ObjectInfo
+	(*ListObjectsResponse)(nil),         // 46: kvtier.v1.ListObjectsResponse
+	(*SegmentInfo)(nil),                 // 47: kvtier.v1.SegmentInfo
+	(*ListSegmentsResponse)(nil),        // 48: kvtier.v1.ListSegmentsResponse
+	(*ClientInfo)(nil),                  // 49: kvtier.v1.ClientInfo
+	(*ListClientsResponse)(nil),         // 50: kvtier.v1.ListClientsResponse
+	(*TierStats)(nil),                   // 51: kvtier.v1.TierStats
+	(*StatsResponse)(nil),               // 52: kvtier.v1.StatsResponse
+	(*DramSettings)(nil),                // 53: kvtier.v1.DramSettings
+	(*TiersResponse)(nil),               // 54: kvtier.v1.TiersResponse
+	(*UpdateTiersRequest)(nil),          // 55: kvtier.v1.UpdateTiersRequest
+	(*Event)(nil),                       // 56: kvtier.v1.Event
+	(*TakeRemovalsRequest)(nil),         // 57: kvtier.v1.TakeRemovalsRequest
+	(*DiskLocation)(nil),                // 58: kvtier.v1.DiskLocation
+	(*DiskRemoval)(nil),                 // 59: kvtier.v1.DiskRemoval
+	(*TakeRemovalsResponse)(nil),        // 60: kvtier.v1.TakeRemovalsResponse
+	nil,                                 // 61: kvtier.v1.HeartbeatRequest.GrantRefusalsEntry
+	nil,                                 // 62: kvtier.v1.ClientInfo.GrantRefusalsEntry
+	nil,                                 // 63: kvtier.v1.StatsResponse.CountersEntry
 }
 var file_master_proto_depIdxs = []int32{
 	1,  // 0: kvtier.v1.Replica.type:type_name -> kvtier.v1.ReplicaType
@@ -4890,94 +5019,97 @@ var file_master_proto_depIdxs = []int32{
 	28, // 18: kvtier.v1.HeartbeatRequest.disk:type_name -> kvtier.v1.DiskTierStats
 	31, // 19: kvtier.v1.HeartbeatRequest.nvme:type_name -> kvtier.v1.NvmeStats
 	30, // 20: kvtier.v1.HeartbeatRequest.cached_reads:type_name -> kvtier.v1.CachedRead
-	32, // 21: kvtier.v1.NvmeStats.subsystems:type_name -> kvtier.v1.NvmeSubsystem
-	34, // 22: kvtier.v1.NvmeStats.hosts:type_name -> kvtier.v1.NvmeHost
-	33, // 23: kvtier.v1.NvmeSubsystem.namespaces:type_name -> kvtier.v1.NvmeNamespace
-	5,  // 24: kvtier.v1.OffloadTask.source:type_name -> kvtier.v1.Replica
-	36, // 25: kvtier.v1.HeartbeatResponse.offload:type_name -> kvtier.v1.OffloadTask
-	35, // 26: kvtier.v1.HeartbeatResponse.settings:type_name -> kvtier.v1.TierSettings
-	40, // 27: kvtier.v1.RegisterDiskObjectsRequest.objects:type_name -> kvtier.v1.DiskObject
-	5,  // 28: kvtier.v1.ObjectInfo.replicas:type_name -> kvtier.v1.Replica
-	44, // 29: kvtier.v1.ListObjectsResponse.objects:type_name -> kvtier.v1.ObjectInfo
-	25, // 30: kvtier.v1.SegmentInfo.segment:type_name -> kvtier.v1.Segment
-	3,  // 31: kvtier.v1.SegmentInfo.state:type_name -> kvtier.v1.SegmentState
-	46, // 32: kvtier.v1.ListSegmentsResponse.segments:type_name -> kvtier.v1.SegmentInfo
-	4,  // 33: kvtier.v1.ClientInfo.state:type_name -> kvtier.v1.ClientState
-	28, // 34: kvtier.v1.ClientInfo.disk:type_name -> kvtier.v1.DiskTierStats
-	31, // 35: kvtier.v1.ClientInfo.nvme:type_name -> kvtier.v1.NvmeStats
-	48, // 36: kvtier.v1.ListClientsResponse.clients:type_name -> kvtier.v1.ClientInfo
-	50, // 37: kvtier.v1.StatsResponse.tiers:type_name -> kvtier.v1.TierStats
-	60, // 38: kvtier.v1.StatsResponse.counters:type_name -> kvtier.v1.StatsResponse.CountersEntry
-	52, // 39: kvtier.v1.TiersResponse.dram:type_name -> kvtier.v1.DramSettings
-	35, // 40: kvtier.v1.TiersResponse.ssd:type_name -> kvtier.v1.TierSettings
-	50, // 41: kvtier.v1.TiersResponse.stats:type_name -> kvtier.v1.TierStats
-	57, // 42: kvtier.v1.DiskRemoval.keep:type_name -> kvtier.v1.DiskLocation
-	58, // 43: kvtier.v1.TakeRemovalsResponse.removals:type_name -> kvtier.v1.DiskRemoval
-	7,  // 44: kvtier.v1.Master.PutStart:input_type -> kvtier.v1.PutStartRequest
-	9,  // 45: kvtier.v1.Master.PutEnd:input_type -> kvtier.v1.KeyRequest
-	9,  // 46: kvtier.v1.Master.PutRevoke:input_type -> kvtier.v1.KeyRequest
-	9,  // 47: kvtier.v1.Master.GetReplicaList:input_type -> kvtier.v1.KeyRequest
-	9,  // 48: kvtier.v1.Master.Exist:input_type -> kvtier.v1.KeyRequest
-	9,  // 49: kvtier.v1.Master.Remove:input_type -> kvtier.v1.KeyRequest
-	13, // 50: kvtier.v1.Master.RemoveByRegex:input_type -> kvtier.v1.RemoveByRegexRequest
-	14, // 51: kvtier.v1.Master.RemoveAll:input_type -> kvtier.v1.RemoveAllRequest
-	16, // 52: kvtier.v1.Master.BatchPutStart:input_type -> kvtier.v1.BatchPutStartRequest
-	19, // 53: kvtier.v1.Master.BatchPutEnd:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 54: kvtier.v1.Master.BatchPutRevoke:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 55: kvtier.v1.Master.BatchGetReplicaList:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 56: kvtier.v1.Master.BatchExist:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 57: kvtier.v1.Master.BatchRemove:input_type -> kvtier.v1.BatchKeysRequest
-	26, // 58: kvtier.v1.Master.MountSegment:input_type -> kvtier.v1.MountSegmentRequest
-	27, // 59: kvtier.v1.Master.UnmountSegment:input_type -> kvtier.v1.UnmountSegmentRequest
-	29, // 60: kvtier.v1.Master.Heartbeat:input_type -> kvtier.v1.HeartbeatRequest
-	39, // 61: kvtier.v1.Master.OffloadDone:input_type -> kvtier.v1.OffloadDoneRequest
-	37, // 62: kvtier.v1.Master.TakeOffload:input_type -> kvtier.v1.TakeOffloadRequest
-	41, // 63: kvtier.v1.Master.RegisterDiskObjects:input_type -> kvtier.v1.RegisterDiskObjectsRequest
-	42, // 64: kvtier.v1.Master.DropBucket:input_type -> kvtier.v1.DropBucketRequest
-	43, // 65: kvtier.v1.Master.ListObjects:input_type -> kvtier.v1.ListObjectsRequest
-	9,  // 66: kvtier.v1.Master.GetObject:input_type -> kvtier.v1.KeyRequest
-	10, // 67: kvtier.v1.Master.ListSegments:input_type -> kvtier.v1.Empty
-	10, // 68: kvtier.v1.Master.ListClients:input_type -> kvtier.v1.Empty
-	10, // 69: kvtier.v1.Master.Stats:input_type -> kvtier.v1.Empty
-	10, // 70: kvtier.v1.Master.GetTiers:input_type -> kvtier.v1.Empty
-	54, // 71: kvtier.v1.Master.UpdateTiers:input_type -> kvtier.v1.UpdateTiersRequest
-	10, // 72: kvtier.v1.Master.WatchEvents:input_type -> kvtier.v1.Empty
-	56, // 73: kvtier.v1.Master.TakeRemovals:input_type -> kvtier.v1.TakeRemovalsRequest
-	8,  // 74: kvtier.v1.Master.PutStart:output_type -> kvtier.v1.PutStartResponse
-	10, // 75: kvtier.v1.Master.PutEnd:output_type -> kvtier.v1.Empty
-	10, // 76: kvtier.v1.Master.PutRevoke:output_type -> kvtier.v1.Empty
-	11, // 77: kvtier.v1.Master.GetReplicaList:output_type -> kvtier.v1.GetReplicaListResponse
-	12, // 78: kvtier.v1.Master.Exist:output_type -> kvtier.v1.ExistResponse
-	10, // 79: kvtier.v1.Master.Remove:output_type -> kvtier.v1.Empty
-	15, // 80: kvtier.v1.Master.RemoveByRegex:output_type -> kvtier.v1.CountResponse
-	15, // 81: kvtier.v1.Master.RemoveAll:output_type -> kvtier.v1.CountResponse
-	18, // 82: kvtier.v1.Master.BatchPutStart:output_type -> kvtier.v1.BatchPutStartResponse
-	21, // 83: kvtier.v1.Master.BatchPutEnd:output_type -> kvtier.v1.BatchResponse
-	21, // 84: kvtier.v1.Master.BatchPutRevoke:output_type -> kvtier.v1.BatchResponse
-	23, // 85: kvtier.v1.Master.BatchGetReplicaList:output_type -> kvtier.v1.BatchGetReplicaListResponse
-	24, // 86: kvtier.v1.Master.BatchExist:output_type -> kvtier.v1.BatchExistResponse
-	21, // 87: kvtier.v1.Master.BatchRemove:output_type -> kvtier.v1.BatchResponse
-	10, // 88: kvtier.v1.Master.MountSegment:output_type -> kvtier.v1.Empty
-	10, // 89: kvtier.v1.Master.UnmountSegment:output_type -> kvtier.v1.Empty
-	38, // 90: kvtier.v1.Master.Heartbeat:output_type -> kvtier.v1.HeartbeatResponse
-	10, // 91: kvtier.v1.Master.OffloadDone:output_type -> kvtier.v1.Empty
-	36, // 92: kvtier.v1.Master.TakeOffload:output_type -> kvtier.v1.OffloadTask
-	21, // 93: kvtier.v1.Master.RegisterDiskObjects:output_type -> kvtier.v1.BatchResponse
-	10, // 94: kvtier.v1.Master.DropBucket:output_type -> kvtier.v1.Empty
-	45, // 95: kvtier.v1.Master.ListObjects:output_type -> kvtier.v1.ListObjectsResponse
-	44, // 96: kvtier.v1.Master.GetObject:output_type -> kvtier.v1.ObjectInfo
-	47, // 97: kvtier.v1.Master.ListSegments:output_type -> kvtier.v1.ListSegmentsResponse
-	49, // 98: kvtier.v1.Master.ListClients:output_type -> kvtier.v1.ListClientsResponse
-	51, // 99: kvtier.v1.Master.Stats:output_type -> kvtier.v1.StatsResponse
-	53, // 100: kvtier.v1.Master.GetTiers:output_type -> kvtier.v1.TiersResponse
-	53, // 101: kvtier.v1.Master.UpdateTiers:output_type -> kvtier.v1.TiersResponse
-	55, // 102: kvtier.v1.Master.WatchEvents:output_type -> kvtier.v1.Event
-	59, // 103: kvtier.v1.Master.TakeRemovals:output_type -> kvtier.v1.TakeRemovalsResponse
-	74, // [74:104] is the sub-list for method output_type
-	44, // [44:74] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	61, // 21: kvtier.v1.HeartbeatRequest.grant_refusals:type_name -> kvtier.v1.HeartbeatRequest.GrantRefusalsEntry
+	32, // 22: kvtier.v1.NvmeStats.subsystems:type_name -> kvtier.v1.NvmeSubsystem
+	34, // 23: kvtier.v1.NvmeStats.hosts:type_name -> kvtier.v1.NvmeHost
+	33, // 24: kvtier.v1.NvmeSubsystem.namespaces:type_name -> kvtier.v1.NvmeNamespace
+	5,  // 25: kvtier.v1.OffloadTask.source:type_name -> kvtier.v1.Replica
+	36, // 26: kvtier.v1.HeartbeatResponse.offload:type_name -> kvtier.v1.OffloadTask
+	35, // 27: kvtier.v1.HeartbeatResponse.settings:type_name -> kvtier.v1.TierSettings
+	39, // 28: kvtier.v1.HeartbeatResponse.grant_keys:type_name -> kvtier.v1.GrantKey
+	41, // 29: kvtier.v1.RegisterDiskObjectsRequest.objects:type_name -> kvtier.v1.DiskObject
+	5,  // 30: kvtier.v1.ObjectInfo.replicas:type_name -> kvtier.v1.Replica
+	45, // 31: kvtier.v1.ListObjectsResponse.objects:type_name -> kvtier.v1.ObjectInfo
+	25, // 32: kvtier.v1.SegmentInfo.segment:type_name -> kvtier.v1.Segment
+	3,  // 33: kvtier.v1.SegmentInfo.state:type_name -> kvtier.v1.SegmentState
+	47, // 34: kvtier.v1.ListSegmentsResponse.segments:type_name -> kvtier.v1.SegmentInfo
+	4,  // 35: kvtier.v1.ClientInfo.state:type_name -> kvtier.v1.ClientState
+	28, // 36: kvtier.v1.ClientInfo.disk:type_name -> kvtier.v1.DiskTierStats
+	31, // 37: kvtier.v1.ClientInfo.nvme:type_name -> kvtier.v1.NvmeStats
+	62, // 38: kvtier.v1.ClientInfo.grant_refusals:type_name -> kvtier.v1.ClientInfo.GrantRefusalsEntry
+	49, // 39: kvtier.v1.ListClientsResponse.clients:type_name -> kvtier.v1.ClientInfo
+	51, // 40: kvtier.v1.StatsResponse.tiers:type_name -> kvtier.v1.TierStats
+	63, // 41: kvtier.v1.StatsResponse.counters:type_name -> kvtier.v1.StatsResponse.CountersEntry
+	53, // 42: kvtier.v1.TiersResponse.dram:type_name -> kvtier.v1.DramSettings
+	35, // 43: kvtier.v1.TiersResponse.ssd:type_name -> kvtier.v1.TierSettings
+	51, // 44: kvtier.v1.TiersResponse.stats:type_name -> kvtier.v1.TierStats
+	58, // 45: kvtier.v1.DiskRemoval.keep:type_name -> kvtier.v1.DiskLocation
+	59, // 46: kvtier.v1.TakeRemovalsResponse.removals:type_name -> kvtier.v1.DiskRemoval
+	7,  // 47: kvtier.v1.Master.PutStart:input_type -> kvtier.v1.PutStartRequest
+	9,  // 48: kvtier.v1.Master.PutEnd:input_type -> kvtier.v1.KeyRequest
+	9,  // 49: kvtier.v1.Master.PutRevoke:input_type -> kvtier.v1.KeyRequest
+	9,  // 50: kvtier.v1.Master.GetReplicaList:input_type -> kvtier.v1.KeyRequest
+	9,  // 51: kvtier.v1.Master.Exist:input_type -> kvtier.v1.KeyRequest
+	9,  // 52: kvtier.v1.Master.Remove:input_type -> kvtier.v1.KeyRequest
+	13, // 53: kvtier.v1.Master.RemoveByRegex:input_type -> kvtier.v1.RemoveByRegexRequest
+	14, // 54: kvtier.v1.Master.RemoveAll:input_type -> kvtier.v1.RemoveAllRequest
+	16, // 55: kvtier.v1.Master.BatchPutStart:input_type -> kvtier.v1.BatchPutStartRequest
+	19, // 56: kvtier.v1.Master.BatchPutEnd:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 57: kvtier.v1.Master.BatchPutRevoke:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 58: kvtier.v1.Master.BatchGetReplicaList:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 59: kvtier.v1.Master.BatchExist:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 60: kvtier.v1.Master.BatchRemove:input_type -> kvtier.v1.BatchKeysRequest
+	26, // 61: kvtier.v1.Master.MountSegment:input_type -> kvtier.v1.MountSegmentRequest
+	27, // 62: kvtier.v1.Master.UnmountSegment:input_type -> kvtier.v1.UnmountSegmentRequest
+	29, // 63: kvtier.v1.Master.Heartbeat:input_type -> kvtier.v1.HeartbeatRequest
+	40, // 64: kvtier.v1.Master.OffloadDone:input_type -> kvtier.v1.OffloadDoneRequest
+	37, // 65: kvtier.v1.Master.TakeOffload:input_type -> kvtier.v1.TakeOffloadRequest
+	42, // 66: kvtier.v1.Master.RegisterDiskObjects:input_type -> kvtier.v1.RegisterDiskObjectsRequest
+	43, // 67: kvtier.v1.Master.DropBucket:input_type -> kvtier.v1.DropBucketRequest
+	44, // 68: kvtier.v1.Master.ListObjects:input_type -> kvtier.v1.ListObjectsRequest
+	9,  // 69: kvtier.v1.Master.GetObject:input_type -> kvtier.v1.KeyRequest
+	10, // 70: kvtier.v1.Master.ListSegments:input_type -> kvtier.v1.Empty
+	10, // 71: kvtier.v1.Master.ListClients:input_type -> kvtier.v1.Empty
+	10, // 72: kvtier.v1.Master.Stats:input_type -> kvtier.v1.Empty
+	10, // 73: kvtier.v1.Master.GetTiers:input_type -> kvtier.v1.Empty
+	55, // 74: kvtier.v1.Master.UpdateTiers:input_type -> kvtier.v1.UpdateTiersRequest
+	10, // 75: kvtier.v1.Master.WatchEvents:input_type -> kvtier.v1.Empty
+	57, // 76: kvtier.v1.Master.TakeRemovals:input_type -> kvtier.v1.TakeRemovalsRequest
+	8,  // 77: kvtier.v1.Master.PutStart:output_type -> kvtier.v1.PutStartResponse
+	10, // 78: kvtier.v1.Master.PutEnd:output_type -> kvtier.v1.Empty
+	10, // 79: kvtier.v1.Master.PutRevoke:output_type -> kvtier.v1.Empty
+	11, // 80: kvtier.v1.Master.GetReplicaList:output_type -> kvtier.v1.GetReplicaListResponse
+	12, // 81: kvtier.v1.Master.Exist:output_type -> kvtier.v1.ExistResponse
+	10, // 82: kvtier.v1.Master.Remove:output_type -> kvtier.v1.Empty
+	15, // 83: kvtier.v1.Master.RemoveByRegex:output_type -> kvtier.v1.CountResponse
+	15, // 84: kvtier.v1.Master.RemoveAll:output_type -> kvtier.v1.CountResponse
+	18, // 85: kvtier.v1.Master.BatchPutStart:output_type -> kvtier.v1.BatchPutStartResponse
+	21, // 86: kvtier.v1.Master.BatchPutEnd:output_type -> kvtier.v1.BatchResponse
+	21, // 87: kvtier.v1.Master.BatchPutRevoke:output_type -> kvtier.v1.BatchResponse
+	23, // 88: kvtier.v1.Master.BatchGetReplicaList:output_type -> kvtier.v1.BatchGetReplicaListResponse
+	24, // 89: kvtier.v1.Master.BatchExist:output_type -> kvtier.v1.BatchExistResponse
+	21, // 90: kvtier.v1.Master.BatchRemove:output_type -> kvtier.v1.BatchResponse
+	10, // 91: kvtier.v1.Master.MountSegment:output_type -> kvtier.v1.Empty
+	10, // 92: kvtier.v1.Master.UnmountSegment:output_type -> kvtier.v1.Empty
+	38, // 93: kvtier.v1.Master.Heartbeat:output_type -> kvtier.v1.HeartbeatResponse
+	10, // 94: kvtier.v1.Master.OffloadDone:output_type -> kvtier.v1.Empty
+	36, // 95: kvtier.v1.Master.TakeOffload:output_type -> kvtier.v1.OffloadTask
+	21, // 96: kvtier.v1.Master.RegisterDiskObjects:output_type -> kvtier.v1.BatchResponse
+	10, // 97: kvtier.v1.Master.DropBucket:output_type -> kvtier.v1.Empty
+	46, // 98: kvtier.v1.Master.ListObjects:output_type -> kvtier.v1.ListObjectsResponse
+	45, // 99: kvtier.v1.Master.GetObject:output_type -> kvtier.v1.ObjectInfo
+	48, // 100: kvtier.v1.Master.ListSegments:output_type -> kvtier.v1.ListSegmentsResponse
+	50, // 101: kvtier.v1.Master.ListClients:output_type -> kvtier.v1.ListClientsResponse
+	52, // 102: kvtier.v1.Master.Stats:output_type -> kvtier.v1.StatsResponse
+	54, // 103: kvtier.v1.Master.GetTiers:output_type -> kvtier.v1.TiersResponse
+	54, // 104: kvtier.v1.Master.UpdateTiers:output_type -> kvtier.v1.TiersResponse
+	56, // 105: kvtier.v1.Master.WatchEvents:output_type -> kvtier.v1.Event
+	60, // 106: kvtier.v1.Master.TakeRemovals:output_type -> kvtier.v1.TakeRemovalsResponse
+	77, // [77:107] is the sub-list for method output_type
+	47, // [47:77] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_master_proto_init() }
@@ -4985,14 +5117,14 @@ func file_master_proto_init() {
 	if File_master_proto != nil {
 		return
 	}
-	file_master_proto_msgTypes[49].OneofWrappers = []any{}
+	file_master_proto_msgTypes[50].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_proto_rawDesc), len(file_master_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   56,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
