@@ -108,6 +108,10 @@ type Config struct {
 	// GrantKeyRotation is how often each storage node's data-plane grant
 	// secret is replaced (grants.go; default DefaultGrantKeyRotation).
 	GrantKeyRotation time.Duration
+	// DisableGrants hands out no grant keys and signs no replica: the
+	// appliances' data ports stay open (benchmarks measure the grants'
+	// cost against it).
+	DisableGrants bool
 
 	MaxObjects  int               // object-count limit (like capacity)
 	MaxKeyLen   int               // maximum key length in bytes (>= 4096)
@@ -198,6 +202,7 @@ func (c Config) Validate() error {
 		"SoftPinTTL": c.SoftPinTTL, "MaxSoftPinTTL": c.MaxSoftPinTTL, "ClientTTL": c.ClientTTL,
 		"ClientGrace": c.ClientGrace, "EvictInterval": c.EvictInterval, "FrequencyBonus": c.FrequencyBonus,
 		"FrequencyMaxBonus": c.FrequencyMaxBonus, "OffloadTimeout": c.OffloadTimeout, "RestartTakeover": c.RestartTakeover,
+		"GrantKeyRotation": c.GrantKeyRotation,
 	} {
 		if v < 0 {
 			return bad("%s must not be negative (got %v)", name, v)

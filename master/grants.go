@@ -95,6 +95,9 @@ func (m *Master) grantKeysFor(node, incarnation string) *nodeKeys {
 // refusals is the node's count of requests refused for their grant; an
 // increase is published as an event naming the reasons.
 func (m *Master) GrantKeysForBeat(node, incarnation string, held []uint32, refusals map[string]uint64) []grant.Key {
+	if m.cfg.DisableGrants {
+		return nil
+	}
 	k := m.grantKeysFor(node, incarnation)
 	now := m.now()
 	k.mu.Lock()
@@ -151,7 +154,11 @@ func (m *Master) GrantRefusals(node string) map[string]uint64 {
 
 // EnsureGrantKeys makes node's keys at mount, so the replicas of its new
 // segment are signed from the first put.
-func (m *Master) EnsureGrantKeys(node, incarnation string) { m.grantKeysFor(node, incarnation) }
+func (m *Master) EnsureGrantKeys(node, incarnation string) {
+	if !m.cfg.DisableGrants {
+		m.grantKeysFor(node, incarnation)
+	}
+}
 
 // SignGrant returns the grant for op on replica r for the client session,
 // valid until expiry; nil for a replica no transfer engine serves (NOF) or
