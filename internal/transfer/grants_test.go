@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"slices"
 	"testing"
 	"time"
@@ -249,4 +251,53 @@ func BenchmarkGrantTCP(b *testing.B) {
 func medianDur(d []time.Duration) time.Duration {
 	slices.Sort(d)
 	return d[len(d)/2]
+}
+
+// grantFrame is frame with a grant (version 2).
+func grantFrame(op Op, id uint64, name string, off, length uint64, tok []byte) []byte {
+	b := make([]byte, requestHeaderLen+len(name))
+	putRequestHeader(b, reqHeader{op: op, nameLen: len(name), id: id, offset: off, length: length, grant: true})
+	copy(b[requestHeaderLen:], name)
+	return append(b, tok...)
+}
+
+// FuzzServeGranted is FuzzServe against an engine enforcing grants: any
+// input is answered or closes the connection, and nothing is written
+// unless a valid grant allowed it (no valid grant exists for the second
+// half of the segment, so it must stay untouched).
+func FuzzServeGranted(f *testing.F) {
+	k := grant.NewKey(3)
+	exp := time.Now().Add(time.Hour)
+	ok := grant.Sign(k, "seg", 0, 0, 32, grant.Write, grant.Session{}, exp)
+	f.Add(append(grantFrame(Write, 1, "seg", 0, 4, ok), 1, 2, 3, 4))
+	f.Add(append(grantFrame(Write, 1, "seg", 40, 4, ok), 1, 2, 3, 4))
+	f.Add(append(frame(Write, 1, "seg", 0, 40, 4), 1, 2, 3, 4))
+	f.Add(grantFrame(Read, 1, "seg", 0, 4, ok))
+	f.Add(grantFrame(opShm, 1, "shm", 0, 0, nil))
+	f.Add(batchFrame(opBatchWrite, 1, []string{"seg"}, []batchExtent{{0, 0, 4}, {0, 40, 4}}, []byte("12345678")))
+	e, err := New(Config{IOTimeout: time.Second})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer e.Close()
+	e.SetGrantKeys(k)
+	seg := make([]byte, 64)
+	if err := e.RegisterSegment("seg", seg); err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		for i := range seg[32:] {
+			seg[32+i] = 0xA5
+		}
+		a, b := net.Pipe()
+		e.wg.Add(1)
+		go e.serveConn(a)
+		go func() { b.Write(in); b.Close() }()
+		io.Copy(io.Discard, b)
+		for i, v := range seg[32:] {
+			if v != 0xA5 {
+				t.Fatalf("byte %d of the ungranted half was written", 32+i)
+			}
+		}
+	})
 }
