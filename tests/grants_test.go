@@ -37,6 +37,26 @@ func TestGrantAbuse(t *testing.T) {
 	}
 	defer conn.Close()
 	ms := kvtierpb.NewMasterClient(conn)
+	// The master publishes the refusals the appliance reports as events.
+	events, err := ms.WatchEvents(ctx, &kvtierpb.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	grantEvent := make(chan string, 1)
+	go func() {
+		for {
+			ev, err := events.Recv()
+			if err != nil {
+				return
+			}
+			if ev.GetKind() == "grant" && ev.GetNode() == "box-a" {
+				select {
+				case grantEvent <- ev.GetMessage():
+				default:
+				}
+			}
+		}
+	}()
 	att, err := transfer.New(transfer.Config{DisableSharedMemory: true})
 	if err != nil {
 		t.Fatal(err)
@@ -199,6 +219,15 @@ func TestGrantAbuse(t *testing.T) {
 		}
 		return true
 	})
+	select {
+	case msg := <-grantEvent:
+		t.Logf("event: %s", msg)
+		if !regexp.MustCompile(`missing \+\d+`).MatchString(msg) {
+			t.Fatalf("grant event does not name the reasons: %q", msg)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no grant event from the master")
+	}
 	// And the granted path still works end to end: the victim's reads
 	// above, a put and a get now.
 	if err := victim.Put(ctx, "victim/after", []byte("fine")); err != nil {

@@ -4112,7 +4112,7 @@ func (x *UpdateTiersRequest) GetSsdHighWatermark() float64 {
 type Event struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TimeMs        int64                  `protobuf:"varint,1,opt,name=time_ms,json=timeMs,proto3" json:"time_ms,omitempty"`
-	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"` // put | remove | evict | offload | bucket_delete | segment | client
+	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"` // put | remove | evict | offload | bucket_delete | segment | client | grant
 	Tenant        string                 `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	Key           []byte                 `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
 	Segment       string                 `protobuf:"bytes,5,opt,name=segment,proto3" json:"segment,omitempty"`
