@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/internal/grant"
 	"github.com/kvtier/kvtier/internal/transfer"
 	"github.com/kvtier/kvtier/kverr"
 )
@@ -160,6 +161,11 @@ func (c *Client) speculate(ctx context.Context, h *ReplicaList, dst func(uint64)
 	if (r.Type != kvtierpb.ReplicaType_MEMORY && r.Type != kvtierpb.ReplicaType_LOCAL_DISK) || r.Length != h.Size {
 		return nil
 	}
+	if grantExpired(r.Grant) {
+		// The node would refuse it (and count an attack): a read grant
+		// lives as long as its read lease, which a hint outlives.
+		return nil
+	}
 	b, err := dst(h.Size)
 	if err != nil {
 		return nil
@@ -168,6 +174,16 @@ func (c *Client) speculate(ctx context.Context, h *ReplicaList, dst func(uint64)
 	req := []transfer.Request{{Op: transfer.Read, Endpoint: r.Endpoint, Segment: r.Segment, Bucket: r.Bucket, Offset: r.Offset, Buf: b, Sum: &s.crc, Grant: r.Grant}}
 	s.batch = c.engine.Submit(ctx, req)
 	return s
+}
+
+// grantExpired reports whether a replica's data-plane grant has expired
+// (its expiry is not secret; the node checks it again). No grant: false.
+func grantExpired(tok []byte) bool {
+	if len(tok) == 0 {
+		return false
+	}
+	g, err := grant.Decode(tok)
+	return err != nil || time.Now().UnixNano() >= g.Expiry
 }
 
 // confirmed waits for the speculative read and reports whether its bytes
