@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -90,13 +91,22 @@ func (m *Master) grantKeysFor(node, incarnation string) *nodeKeys {
 // node that holds the keys held: it promotes a handed-out next key the node
 // now holds, starts a rotation when the current key is GrantKeyRotation
 // old, and returns every key the node must accept (current, next,
-// previous).
+// previous), or nil when the node reports holding exactly those (it keeps
+// its set). A beat from a node that is not storage (storage false: no
+// segment, no SSD tier) makes no keys.
 //
 // refusals is the node's count of requests refused for their grant; an
 // increase is published as an event naming the reasons.
-func (m *Master) GrantKeysForBeat(node, incarnation string, held []uint32, refusals map[string]uint64) []grant.Key {
+func (m *Master) GrantKeysForBeat(node, incarnation string, storage bool, held []uint32, refusals map[string]uint64) []grant.Key {
 	if m.cfg.DisableGrants {
 		return nil
+	}
+	if !storage {
+		// A pure caller serves nothing: no keys (nor an entry per
+		// short-lived client) unless it mounted a segment before.
+		if _, ok := m.grantKeys.byNode.Load(node); !ok {
+			return nil
+		}
 	}
 	k := m.grantKeysFor(node, incarnation)
 	now := m.now()
@@ -136,7 +146,23 @@ func (m *Master) GrantKeysForBeat(node, incarnation string, held []uint32, refus
 	if k.prev != nil {
 		out = append(out, *k.prev)
 	}
+	if sameIDs(out, held) {
+		return nil // the node holds exactly these: secrets cross the wire only when they change
+	}
 	return out
+}
+
+// sameIDs reports whether keys and ids name the same set of key IDs.
+func sameIDs(keys []grant.Key, ids []uint32) bool {
+	if len(keys) != len(ids) {
+		return false
+	}
+	for _, k := range keys {
+		if !slices.Contains(ids, k.ID) {
+			return false
+		}
+	}
+	return true
 }
 
 // GrantRefusals returns node's last reported grant refusals by reason

@@ -18,7 +18,7 @@ func TestGrantSigning(t *testing.T) {
 	mountMem(t, m, "box", "box/mem0", 1<<20)
 	m.EnsureGrantKeys("box", "inc-1")
 	var node grant.Keyring
-	node.Set(m.GrantKeysForBeat("box", "inc-1", nil, nil)...)
+	node.Set(m.GrantKeysForBeat("box", "inc-1", true, nil, nil)...)
 
 	ps, err := s.PutStart(ctx, &kvtierpb.PutStartRequest{ClientId: "gpu1", Key: []byte("k"), Size: 4096})
 	if err != nil {
@@ -79,7 +79,7 @@ func TestGrantKeyRotation(t *testing.T) {
 		}
 		return out
 	}
-	k0 := m.GrantKeysForBeat("box", "inc-1", nil, nil)
+	k0 := m.GrantKeysForBeat("box", "inc-1", true, nil, nil)
 	if len(k0) != 1 {
 		t.Fatalf("first beat: %d keys", len(k0))
 	}
@@ -91,18 +91,28 @@ func TestGrantKeyRotation(t *testing.T) {
 		t.Fatal("not signed with the current key")
 	}
 	fc.Advance(time.Hour)
-	k1 := m.GrantKeysForBeat("box", "inc-1", ids(k0), nil)
+	k1 := m.GrantKeysForBeat("box", "inc-1", true, ids(k0), nil)
 	if len(k1) != 2 || k1[0].ID != k0[0].ID {
 		t.Fatalf("rotation: keys %v", ids(k1))
 	}
 	if sign() != k0[0].ID {
 		t.Fatal("signed with a key the node does not hold yet")
 	}
-	k2 := m.GrantKeysForBeat("box", "inc-1", ids(k1), nil)
-	if len(k2) != 2 || k2[0].ID != k1[1].ID || k2[1].ID != k0[0].ID || sign() != k1[1].ID {
-		t.Fatalf("after the node holds the next key: %v, signing with %d", ids(k2), sign())
+	// The node reports holding the next key: the master signs with it; the
+	// node's set (current and previous) is unchanged, so no keys are sent.
+	if k2 := m.GrantKeysForBeat("box", "inc-1", true, ids(k1), nil); k2 != nil || sign() != k1[1].ID {
+		t.Fatalf("after the node holds the next key: sent %v, signing with %d", ids(k2), sign())
 	}
-	k3 := m.GrantKeysForBeat("box", "inc-2", nil, nil) // restarted
+	// The next rotation hands out a third key; the previous one stays.
+	fc.Advance(time.Hour)
+	k2 := m.GrantKeysForBeat("box", "inc-1", true, ids(k1), nil)
+	if len(k2) != 3 || k2[0].ID != k1[1].ID || k2[2].ID != k0[0].ID || sign() != k1[1].ID {
+		t.Fatalf("second rotation: %v", ids(k2))
+	}
+	if m.GrantKeysForBeat("gpu-caller", "", false, nil, nil) != nil {
+		t.Fatal("a pure caller got grant keys")
+	}
+	k3 := m.GrantKeysForBeat("box", "inc-2", true, nil, nil) // restarted
 	if len(k3) != 1 || k3[0].ID == k2[0].ID || k3[0].Secret == k2[0].Secret || sign() != k3[0].ID {
 		t.Fatalf("new incarnation kept old keys: %v", ids(k3))
 	}

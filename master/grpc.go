@@ -353,7 +353,7 @@ func (s *grpcServer) Heartbeat(ctx context.Context, r *kvtierpb.HeartbeatRequest
 		out.Offload = append(out.Offload, s.offloadTaskToPB(t))
 	}
 	if !r.GetLeaving() {
-		for _, k := range s.m.GrantKeysForBeat(r.GetClientId(), r.GetIncarnation(), r.GetGrantKeyIds(), r.GetGrantRefusals()) {
+		for _, k := range s.m.GrantKeysForBeat(r.GetClientId(), r.GetIncarnation(), len(r.GetSegments()) > 0 || r.GetDisk() != nil, r.GetGrantKeyIds(), r.GetGrantRefusals()) {
 			out.GrantKeys = append(out.GrantKeys, &kvtierpb.GrantKey{Id: k.ID, Secret: bytes.Clone(k.Secret[:])})
 		}
 	}
