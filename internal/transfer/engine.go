@@ -186,6 +186,9 @@ type Stats struct {
 	// GrantRefusals counts requests refused for their data-plane grant,
 	// by reason (grant.Reason names: missing, malformed, unknown_key,
 	// forged, expired, wrong_op, out_of_extent); every reason is present.
+	// A refused batch frame counts once (its first bad extent); this
+	// package's client then resends its extents one frame each, and each
+	// refused one counts again.
 	GrantRefusals map[string]uint64
 	GrantKeys     int // grant keys held (0: grants not enforced)
 }
