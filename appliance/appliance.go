@@ -177,7 +177,11 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 	}
 	a.log.Info("dram mapped", "bytes", cfg.DRAM, "pages", a.region.Kind(), "locked", a.region.Locked(), "prefault", time.Since(start).Round(time.Millisecond))
 
-	a.engine, err = transfer.New(cfg.Transfer)
+	tcfg := cfg.Transfer
+	if tcfg.OnGrantRefused == nil {
+		tcfg.OnGrantRefused = grantRefusalLogger(a.log)
+	}
+	a.engine, err = transfer.New(tcfg)
 	if err != nil {
 		return nil, err
 	}
@@ -435,4 +439,21 @@ func (n notifier) DropBucket(ctx context.Context, bucket uint64) error {
 	}
 	_, err := n.a.client.Master().DropBucket(ctx, &kvtierpb.DropBucketRequest{ClientId: n.a.cfg.Name, Bucket: bucket})
 	return kverr.FromGRPC(err)
+}
+
+// grantRefusalLogger logs data-port requests refused for their grant, at
+// most one line a second (a flood is counted, not logged line by line: the
+// totals travel in heartbeats to kvtier_grant_refusals_total and the
+// master's events).
+func grantRefusalLogger(log *slog.Logger) func(reason, detail string) {
+	var last atomic.Int64
+	var skipped atomic.Uint64
+	return func(reason, detail string) {
+		now := time.Now().UnixNano()
+		if l := last.Load(); now-l < int64(time.Second) || !last.CompareAndSwap(l, now) {
+			skipped.Add(1)
+			return
+		}
+		log.Warn("data port refused a request for its grant", "reason", reason, "detail", detail, "not_logged_since", skipped.Swap(0))
+	}
 }

@@ -63,6 +63,7 @@ var mooncakeCodes = map[kverr.Code]int{
 	kverr.FileReadFail:               codeFileReadFail,
 	kverr.FileWriteFail:              codeFileWriteFail,
 	kverr.ClientNotFound:             codeClientNotFound,
+	kverr.PermissionDenied:           codeIllegalClient, // a refused data-plane grant, as a refused token
 }
 
 // codeOf returns the C ABI code for err (0 for nil), through wrapping. A code

@@ -24,6 +24,7 @@ import (
 	"github.com/kvtier/kvtier/dram"
 	"github.com/kvtier/kvtier/internal/crc32c"
 	"github.com/kvtier/kvtier/internal/fastrpc"
+	"github.com/kvtier/kvtier/internal/grant"
 	"github.com/kvtier/kvtier/internal/transfer"
 	"github.com/kvtier/kvtier/kverr"
 )
@@ -420,6 +421,12 @@ func (c *Client) MountSegment(ctx context.Context, seg *kvtierpb.Segment) error 
 	defer cancel()
 	_, err := c.master.MountSegment(ctx, &kvtierpb.MountSegmentRequest{ClientId: c.cfg.ClientID, Segment: seg,
 		Incarnation: c.cfg.Incarnation, DiskId: c.cfg.DiskID})
+	if err == nil && c.engine != nil && len(c.engine.GrantKeyIDs()) == 0 {
+		// The master signs this node's replicas from the mount on; fetch
+		// the grant keys now rather than at the next beat, so the data
+		// port enforces grants from the first put.
+		c.Heartbeat(ctx)
+	}
 	return kverr.FromGRPC(err)
 }
 
@@ -461,6 +468,11 @@ func (c *Client) Heartbeat(ctx context.Context) {
 		req.Segments = append(req.Segments, s)
 	}
 	c.mu.Unlock()
+	if c.engine != nil {
+		if req.GrantKeyIds = c.engine.GrantKeyIDs(); len(req.GrantKeyIds) > 0 {
+			req.GrantRefusals = c.engine.Stats().GrantRefusals
+		}
+	}
 	req.CachedReads = c.takeCachedReads()
 	if c.cfg.OnHeartbeat != nil {
 		c.cfg.OnHeartbeat(req)
@@ -474,9 +486,31 @@ func (c *Client) Heartbeat(ctx context.Context) {
 		}
 		return
 	}
+	c.installGrantKeys(resp.GetGrantKeys())
 	if c.cfg.OnHeartbeatReply != nil {
 		c.cfg.OnHeartbeatReply(resp)
 	}
+}
+
+// installGrantKeys hands the data-plane grant keys of a heartbeat answer
+// to the transfer engine, which from then on refuses requests for this
+// node's segments without a valid grant (internal/grant). An answer
+// without keys (an older master) leaves the engine as it is.
+func (c *Client) installGrantKeys(pks []*kvtierpb.GrantKey) {
+	if len(pks) == 0 || c.engine == nil {
+		return
+	}
+	keys := make([]grant.Key, 0, len(pks))
+	for _, pk := range pks {
+		if len(pk.GetSecret()) != len(grant.Key{}.Secret) || pk.GetId() == 0 {
+			c.cfg.Logger.Warn("heartbeat answer carries a malformed grant key; keys unchanged", "id", pk.GetId(), "secret_bytes", len(pk.GetSecret()))
+			return
+		}
+		k := grant.Key{ID: pk.GetId()}
+		copy(k.Secret[:], pk.GetSecret())
+		keys = append(keys, k)
+	}
+	c.engine.SetGrantKeys(keys...)
 }
 
 // stopHeartbeats ends the heartbeat goroutine and waits for it (once).

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/internal/grant"
 	"github.com/kvtier/kvtier/internal/transfer"
 	"github.com/kvtier/kvtier/kverr"
 )
@@ -165,14 +166,29 @@ func (c *Client) speculate(ctx context.Context, h *ReplicaList, dst func(uint64)
 	if (r.Type != kvtierpb.ReplicaType_MEMORY && r.Type != kvtierpb.ReplicaType_LOCAL_DISK) || r.Length != h.Size {
 		return nil
 	}
+	if grantExpired(r.Grant) {
+		// The node would refuse it (and count an attack): a read grant
+		// lives as long as its read lease, which a hint outlives.
+		return nil
+	}
 	b, err := dst(h.Size)
 	if err != nil {
 		return nil
 	}
 	s := &speculation{hint: h, r: r, buf: b}
-	req := []transfer.Request{{Op: transfer.Read, Endpoint: r.Endpoint, Segment: r.Segment, Bucket: r.Bucket, Offset: r.Offset, Buf: b, Sum: &s.crc}}
+	req := []transfer.Request{{Op: transfer.Read, Endpoint: r.Endpoint, Segment: r.Segment, Bucket: r.Bucket, Offset: r.Offset, Buf: b, Sum: &s.crc, Grant: r.Grant}}
 	s.batch = c.engine.Submit(ctx, req)
 	return s
+}
+
+// grantExpired reports whether a replica's data-plane grant has expired
+// (its expiry is not secret; the node checks it again). No grant: false.
+func grantExpired(tok []byte) bool {
+	if len(tok) == 0 {
+		return false
+	}
+	g, err := grant.Decode(tok)
+	return err != nil || time.Now().UnixNano() >= g.Expiry
 }
 
 // confirmed waits for the speculative read and reports whether its bytes
@@ -263,7 +279,7 @@ func (c *Client) readReplica(ctx context.Context, r *kvtierpb.Replica, dst []byt
 	switch r.Type {
 	case kvtierpb.ReplicaType_MEMORY, kvtierpb.ReplicaType_LOCAL_DISK:
 		var crc uint32
-		req := [1]transfer.Request{{Op: transfer.Read, Endpoint: r.Endpoint, Segment: r.Segment, Bucket: r.Bucket, Offset: r.Offset, Buf: dst}}
+		req := [1]transfer.Request{{Op: transfer.Read, Endpoint: r.Endpoint, Segment: r.Segment, Bucket: r.Bucket, Offset: r.Offset, Buf: dst, Grant: r.Grant}}
 		if sum {
 			req[0].Sum = &crc
 		}

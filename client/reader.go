@@ -105,7 +105,7 @@ func (r *ObjectReader) readRange(ctx context.Context, dst []byte, off uint64) er
 		switch rep.Type {
 		case kvtierpb.ReplicaType_MEMORY, kvtierpb.ReplicaType_LOCAL_DISK:
 			req := [1]transfer.Request{{Op: transfer.Read, Endpoint: rep.Endpoint, Segment: rep.Segment, Bucket: rep.Bucket,
-				Offset: rep.Offset + off, Buf: dst}}
+				Offset: rep.Offset + off, Buf: dst, Grant: rep.Grant}}
 			err = r.c.engine.Do(ctx, req[:])[0]
 		case kvtierpb.ReplicaType_NOF:
 			part := proto.Clone(rep).(*kvtierpb.Replica) // just the range: readNOF handles the block tail

@@ -54,6 +54,9 @@ const (
 	FileReadFail               Code = 22
 	FileWriteFail              Code = 23
 	ClientNotFound             Code = 24
+	// PermissionDenied: the caller is known but not allowed this (e.g. a
+	// data-plane grant that is forged, expired, for another extent or op).
+	PermissionDenied Code = 25
 )
 
 type codeInfo struct {
@@ -89,6 +92,7 @@ var table = map[Code]codeInfo{
 	FileReadFail:               {"FILE_READ_FAIL", codes.Internal, http.StatusInternalServerError},
 	FileWriteFail:              {"FILE_WRITE_FAIL", codes.Internal, http.StatusInternalServerError},
 	ClientNotFound:             {"CLIENT_NOT_FOUND", codes.NotFound, http.StatusNotFound},
+	PermissionDenied:           {"PERMISSION_DENIED", codes.PermissionDenied, http.StatusForbidden},
 }
 
 var byName = func() map[string]Code {

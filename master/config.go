@@ -124,6 +124,13 @@ type Config struct {
 	// offloads in flight to make objects evictable before it answers
 	// NO_AVAILABLE_HANDLE; < 0: never wait.
 	PutSpaceWait time.Duration
+	// GrantKeyRotation is how often each storage node's data-plane grant
+	// secret is replaced (grants.go; default DefaultGrantKeyRotation).
+	GrantKeyRotation time.Duration
+	// DisableGrants hands out no grant keys and signs no replica: the
+	// appliances' data ports stay open (benchmarks measure the grants'
+	// cost against it).
+	DisableGrants bool
 
 	MaxObjects  int               // object-count limit (like capacity)
 	MaxKeyLen   int               // maximum key length in bytes (>= 4096)
@@ -165,6 +172,7 @@ func (c Config) withDefaults() Config {
 	d(&c.FrequencyMaxBonus, DefaultFrequencyMaxBonus)
 	d(&c.OffloadTimeout, DefaultOffloadTimeout)
 	d(&c.PutSpaceWait, DefaultPutSpaceWait)
+	d(&c.GrantKeyRotation, DefaultGrantKeyRotation)
 	if c.HighWatermark == 0 {
 		c.HighWatermark = DefaultHighWatermark
 	}
@@ -217,6 +225,7 @@ func (c Config) Validate() error {
 		"ClientGrace": c.ClientGrace, "EvictInterval": c.EvictInterval, "FrequencyBonus": c.FrequencyBonus,
 		"FrequencyMaxBonus": c.FrequencyMaxBonus, "OffloadTimeout": c.OffloadTimeout, "RestartTakeover": c.RestartTakeover,
 		"RebuildWait": c.RebuildWait, "RebuildWindow": c.RebuildWindow,
+		"GrantKeyRotation": c.GrantKeyRotation,
 	} {
 		if v < 0 {
 			return bad("%s must not be negative (got %v)", name, v)

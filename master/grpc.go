@@ -1,6 +1,7 @@
 package master
 
 import (
+	"bytes"
 	"context"
 	"math"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/internal/grant"
 	"github.com/kvtier/kvtier/kverr"
 )
 
@@ -98,6 +100,36 @@ func listToPB(l ReplicaList) *kvtierpb.GetReplicaListResponse {
 		LeaseDeadlineMs: ms(l.LeaseDeadline), Replicas: replicasToPB(l.Replicas)}
 }
 
+// grantSession is the client session data-plane grants are bound to. It
+// is the one place that says who the caller is: today the client ID the
+// call names (the control plane authenticates nobody yet); point it at the
+// authenticated session once there is one.
+func grantSession(_ context.Context, clientID string) grant.Session {
+	return grant.SessionOf(clientID)
+}
+
+// signWrites attaches to each replica of a put its write grant: exactly
+// the extent allocated, until the put may be taken over by another writer
+// (PutDiscardTimeout).
+func (s *grpcServer) signWrites(ctx context.Context, client string, reps []Replica, out []*kvtierpb.Replica) {
+	sess, exp := grantSession(ctx, client), s.m.now().Add(s.m.cfg.PutDiscardTimeout)
+	for i := range reps {
+		out[i].Grant = s.m.SignGrant(reps[i], sess, grant.Write, exp)
+	}
+}
+
+// signReads attaches to each replica of a read its read grant, until the
+// read lease ends.
+func (s *grpcServer) signReads(ctx context.Context, client string, l ReplicaList, out *kvtierpb.GetReplicaListResponse) {
+	sess, exp := grantSession(ctx, client), l.LeaseDeadline
+	if exp.IsZero() {
+		exp = s.m.now().Add(s.m.cfg.LeaseTTL)
+	}
+	for i := range l.Replicas {
+		out.Replicas[i].Grant = s.m.SignGrant(l.Replicas[i], sess, grant.Read, exp)
+	}
+}
+
 func (s *grpcServer) PutStart(ctx context.Context, r *kvtierpb.PutStartRequest) (*kvtierpb.PutStartResponse, error) {
 	if err := s.m.fenceErr(); err != nil { // deposed: another master may lead
 		return nil, toGRPC(err)
@@ -106,7 +138,9 @@ func (s *grpcServer) PutStart(ctx context.Context, r *kvtierpb.PutStartRequest) 
 	if err != nil {
 		return nil, toGRPC(err)
 	}
-	return &kvtierpb.PutStartResponse{Replicas: replicasToPB(reps)}, nil
+	out := &kvtierpb.PutStartResponse{Replicas: replicasToPB(reps)}
+	s.signWrites(ctx, r.GetClientId(), reps, out.Replicas)
+	return out, nil
 }
 
 func (s *grpcServer) PutEnd(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtierpb.Empty, error) {
@@ -129,7 +163,9 @@ func (s *grpcServer) GetReplicaList(ctx context.Context, r *kvtierpb.KeyRequest)
 	if err != nil {
 		return nil, toGRPC(err)
 	}
-	return listToPB(l), nil
+	out := listToPB(l)
+	s.signReads(ctx, r.GetClientId(), l, out)
+	return out, nil
 }
 
 func (s *grpcServer) Exist(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtierpb.ExistResponse, error) {
@@ -182,6 +218,7 @@ func (s *grpcServer) BatchPutStart(ctx context.Context, r *kvtierpb.BatchPutStar
 	for i, x := range res {
 		kr := keyResult(x.Err)
 		out.Results[i] = &kvtierpb.PutStartResult{Code: kr.Code, Message: kr.Message, Replicas: replicasToPB(x.Replicas)}
+		s.signWrites(ctx, r.GetClientId(), x.Replicas, out.Results[i].Replicas)
 	}
 	return out, nil
 }
@@ -210,6 +247,7 @@ func (s *grpcServer) BatchGetReplicaList(ctx context.Context, r *kvtierpb.BatchK
 		g := &kvtierpb.GetReplicaListResult{Code: kr.Code, Message: kr.Message}
 		if x.Err == nil {
 			g.Value = listToPB(x.List)
+			s.signReads(ctx, r.GetClientId(), x.List, g.Value)
 		}
 		out.Results[i] = g
 	}
@@ -244,7 +282,11 @@ func (s *grpcServer) MountSegment(ctx context.Context, r *kvtierpb.MountSegmentR
 		return nil, toGRPC(kverr.New(kverr.InvalidParams, "", "mount: no segment"))
 	}
 	id := Identity{Incarnation: r.GetIncarnation(), DiskID: r.GetDiskId()}
-	return &kvtierpb.Empty{}, toGRPC(s.m.MountSegmentAs(ctx, r.GetClientId(), id, segmentFromPB(r.GetSegment())))
+	if err := s.m.MountSegmentAs(ctx, r.GetClientId(), id, segmentFromPB(r.GetSegment())); err != nil {
+		return nil, toGRPC(err)
+	}
+	s.m.EnsureGrantKeys(r.GetClientId(), r.GetIncarnation()) // signed from the first put; handed over in the next beat's answer
+	return &kvtierpb.Empty{}, nil
 }
 
 func (s *grpcServer) UnmountSegment(ctx context.Context, r *kvtierpb.UnmountSegmentRequest) (*kvtierpb.Empty, error) {
@@ -342,13 +384,24 @@ func (s *grpcServer) Heartbeat(ctx context.Context, r *kvtierpb.HeartbeatRequest
 	}
 	out := &kvtierpb.HeartbeatResponse{Known: rep.Known, Settings: settingsToPB(rep.Settings), ForgetDram: rep.ForgetDram}
 	for _, t := range rep.Offload {
-		out.Offload = append(out.Offload, offloadTaskToPB(t))
+		out.Offload = append(out.Offload, s.offloadTaskToPB(t))
+	}
+	if !r.GetLeaving() {
+		for _, k := range s.m.GrantKeysForBeat(r.GetClientId(), r.GetIncarnation(), len(r.GetSegments()) > 0 || r.GetDisk() != nil, r.GetGrantKeyIds(), r.GetGrantRefusals()) {
+			out.GrantKeys = append(out.GrantKeys, &kvtierpb.GrantKey{Id: k.ID, Secret: bytes.Clone(k.Secret[:])})
+		}
 	}
 	return out, nil
 }
 
-func offloadTaskToPB(t OffloadTask) *kvtierpb.OffloadTask {
-	return &kvtierpb.OffloadTask{Tenant: t.Tenant, Key: []byte(t.Key), Size: t.Size, Crc32C: t.CRC32C, Source: replicaToPB(t.Source)}
+// offloadTaskToPB converts t; its source carries a read grant for the node
+// (the mover reads its own segment in-process, where grants are not
+// checked, but a mover reading over TCP would need one) until the task
+// times out.
+func (s *grpcServer) offloadTaskToPB(t OffloadTask) *kvtierpb.OffloadTask {
+	src := replicaToPB(t.Source)
+	src.Grant = s.m.SignGrant(t.Source, grantSession(context.Background(), t.Source.Node), grant.Read, s.m.now().Add(s.m.cfg.OffloadTimeout))
+	return &kvtierpb.OffloadTask{Tenant: t.Tenant, Key: []byte(t.Key), Size: t.Size, Crc32C: t.CRC32C, Source: src}
 }
 
 func (s *grpcServer) TakeOffload(r *kvtierpb.TakeOffloadRequest, stream grpc.ServerStreamingServer[kvtierpb.OffloadTask]) error {
@@ -359,7 +412,7 @@ func (s *grpcServer) TakeOffload(r *kvtierpb.TakeOffloadRequest, stream grpc.Ser
 	for _, t := range tasks {
 		// A task whose send fails stays dispatched until OffloadTimeout
 		// frees it, as one in a lost heartbeat reply does.
-		if err := stream.Send(offloadTaskToPB(t)); err != nil {
+		if err := stream.Send(s.offloadTaskToPB(t)); err != nil {
 			return err
 		}
 	}
@@ -452,7 +505,7 @@ func (s *grpcServer) ListClients(ctx context.Context, _ *kvtierpb.Empty) (*kvtie
 	for _, c := range s.m.ListClients(ctx) {
 		out.Clients = append(out.Clients, &kvtierpb.ClientInfo{ClientId: c.ID, Endpoint: c.Endpoint, Segments: c.Segments,
 			LastHeartbeatMs: ms(c.LastHeartbeat), State: kvtierpb.ClientState(c.State), Disk: diskToPB(c.Disk),
-			Nvme: nvmeToPB(c.NVMe), Problems: c.Problems, Storage: c.Storage})
+			Nvme: nvmeToPB(c.NVMe), Problems: c.Problems, Storage: c.Storage, GrantRefusals: s.m.GrantRefusals(c.ID)})
 	}
 	return out, nil
 }

@@ -150,8 +150,9 @@ type Master struct {
 	restarted atomic.Bool
 	// stopped is closed when Run returns: long-lived streams
 	// (TakeDramRecords) end, so a graceful stop does not wait for them.
-	stopped  chan struct{}
-	stopOnce sync.Once
+	stopped   chan struct{}
+	stopOnce  sync.Once
+	grantKeys grantKeyTable // per-node data-plane grant secrets (grants.go)
 
 	ctr    counterSet
 	events eventBus

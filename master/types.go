@@ -425,7 +425,7 @@ type TierUpdate struct {
 // Event is something operators may want to see happen.
 type Event struct {
 	Time    time.Time
-	Kind    string // put | remove | evict | offload | bucket_delete | segment | client
+	Kind    string // put | remove | evict | offload | bucket_delete | segment | client | grant
 	Tenant  string
 	Key     string
 	Segment string

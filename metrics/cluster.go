@@ -49,6 +49,7 @@ type clusterCollector struct {
 	ssdRead       *prometheus.Desc
 	ssdQueue      *prometheus.Desc
 	applianceUp   *prometheus.Desc
+	grantRefused  *prometheus.Desc
 	counters      []counterMetric
 }
 
@@ -92,6 +93,7 @@ func newClusterCollector(src Source, timeout time.Duration) *clusterCollector {
 	one := func(counter, name, help string) counterMetric {
 		return counterMetric{counter: counter, desc: d(name, help)}
 	}
+	c.grantRefused = d("kvtier_grant_refusals_total", "Data-port requests an appliance refused for their data-plane grant, by reason (as last reported by its heartbeat; restarts with the appliance).", "appliance", "reason")
 	lab := func(counter string, desc *prometheus.Desc, label string) counterMetric {
 		return counterMetric{counter: counter, desc: desc, label: label}
 	}
@@ -135,7 +137,7 @@ func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.up, c.objects, c.heap, c.leader, c.tierCap, c.tierUsed,
 		c.tierObjects, c.tierHits, c.tierMisses, c.segCap, c.segUsed, c.segFree, c.segDraining,
 		c.clients, c.ssdCap, c.ssdUsed, c.ssdBuckets, c.ssdQuarantine, c.ssdEvicted, c.ssdWritten,
-		c.ssdRead, c.ssdQueue, c.applianceUp} {
+		c.ssdRead, c.ssdQueue, c.applianceUp, c.grantRefused} {
 		ch <- d
 	}
 	seen := map[*prometheus.Desc]bool{}
@@ -195,6 +197,9 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	if cl, err := c.src.ListClients(ctx, &kvtierpb.Empty{}); err == nil {
 		states := map[string]float64{"live": 0, "grace": 0, "gone": 0}
 		for _, ci := range cl.GetClients() {
+			for reason, n := range ci.GetGrantRefusals() {
+				counter(c.grantRefused, float64(n), ci.GetClientId(), reason)
+			}
 			if ci.GetStorage() {
 				gauge(c.applianceUp, b2f(ci.GetState() == kvtierpb.ClientState_LIVE && len(ci.GetProblems()) == 0), ci.GetClientId())
 			}

@@ -52,6 +52,7 @@ var forbidden = map[string][]string{
 	"github.com/kvtier/kvtier/doctor":            {"github.com/kvtier/kvtier/master", "github.com/kvtier/kvtier/client", "github.com/kvtier/kvtier/appliance", "github.com/kvtier/kvtier/ssd", "github.com/kvtier/kvtier/dram", "github.com/kvtier/kvtier/rest", "github.com/kvtier/kvtier/api"},
 	"github.com/kvtier/kvtier/capi":              {"github.com/kvtier/kvtier/master", "github.com/kvtier/kvtier/appliance", "github.com/kvtier/kvtier/ssd", "github.com/kvtier/kvtier/rest"},
 	"github.com/kvtier/kvtier/internal/memcopy":  {"github.com/kvtier/kvtier/master", "github.com/kvtier/kvtier/client", "github.com/kvtier/kvtier/appliance", "github.com/kvtier/kvtier/ssd", "github.com/kvtier/kvtier/internal/transfer", "github.com/kvtier/kvtier/api", "github.com/kvtier/kvtier/kverr"},
+	"github.com/kvtier/kvtier/internal/grant":    {"github.com/kvtier/kvtier/master", "github.com/kvtier/kvtier/client", "github.com/kvtier/kvtier/appliance", "github.com/kvtier/kvtier/ssd", "github.com/kvtier/kvtier/internal/transfer", "github.com/kvtier/kvtier/api", "github.com/kvtier/kvtier/kverr"},
 }
 
 func TestLayering(t *testing.T) {

@@ -56,6 +56,7 @@ const (
 	ErrorCode_FILE_READ_FAIL                ErrorCode = 22
 	ErrorCode_FILE_WRITE_FAIL               ErrorCode = 23
 	ErrorCode_CLIENT_NOT_FOUND              ErrorCode = 24
+	ErrorCode_PERMISSION_DENIED             ErrorCode = 25
 )
 
 // Enum value maps for ErrorCode.
@@ -86,6 +87,7 @@ var (
 		22: "FILE_READ_FAIL",
 		23: "FILE_WRITE_FAIL",
 		24: "CLIENT_NOT_FOUND",
+		25: "PERMISSION_DENIED",
 	}
 	ErrorCode_value = map[string]int32{
 		"OK":                            0,
@@ -113,6 +115,7 @@ var (
 		"FILE_READ_FAIL":                22,
 		"FILE_WRITE_FAIL":               23,
 		"CLIENT_NOT_FOUND":              24,
+		"PERMISSION_DENIED":             25,
 	}
 )
 
@@ -370,7 +373,13 @@ type Replica struct {
 	TargetAddr string                 `protobuf:"bytes,11,opt,name=target_addr,json=targetAddr,proto3" json:"target_addr,omitempty"` // NOF only: NVMe/TCP listener host:port
 	// ObjectInfo only: the node holding it is not LIVE (suspect, left), so
 	// readers are not sent there until it returns.
-	Unavailable   bool `protobuf:"varint,120,opt,name=unavailable,proto3" json:"unavailable,omitempty"`
+	Unavailable bool `protobuf:"varint,120,opt,name=unavailable,proto3" json:"unavailable,omitempty"`
+	// Data-plane grant (internal/grant) for this replica's extent, signed
+	// for the asking client with its node's secret: a write grant (PutStart)
+	// until the put's deadline, a read grant (GetReplicaList) until the read
+	// lease ends. Sent with every transfer request; empty when the node holds
+	// no secret yet or the replica is not served by a transfer engine (NOF).
+	Grant         []byte `protobuf:"bytes,250,opt,name=grant,proto3" json:"grant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -487,6 +496,13 @@ func (x *Replica) GetUnavailable() bool {
 		return x.Unavailable
 	}
 	return false
+}
+
+func (x *Replica) GetGrant() []byte {
+	if x != nil {
+		return x.Grant
+	}
+	return nil
 }
 
 type PutConfig struct {
@@ -2031,7 +2047,14 @@ type HeartbeatRequest struct {
 	// once instead of waiting for the silence.
 	Leaving bool `protobuf:"varint,121,opt,name=leaving,proto3" json:"leaving,omitempty"`
 	// Why the node is not fully healthy (a listener down, ...); empty: healthy.
-	Unhealthy     []string `protobuf:"bytes,122,rep,name=unhealthy,proto3" json:"unhealthy,omitempty"`
+	Unhealthy []string `protobuf:"bytes,122,rep,name=unhealthy,proto3" json:"unhealthy,omitempty"`
+	// IDs of the grant keys the node holds (from earlier answers): the
+	// master signs with a rotated key only once the node reports it.
+	GrantKeyIds []uint32 `protobuf:"varint,250,rep,packed,name=grant_key_ids,json=grantKeyIds,proto3" json:"grant_key_ids,omitempty"`
+	// Requests the node's data port refused for their grant since it
+	// started, by reason (missing, malformed, unknown_key, forged, expired,
+	// wrong_op, out_of_extent).
+	GrantRefusals map[string]uint64 `protobuf:"bytes,251,rep,name=grant_refusals,json=grantRefusals,proto3" json:"grant_refusals,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2160,6 +2183,20 @@ func (x *HeartbeatRequest) GetLeaving() bool {
 func (x *HeartbeatRequest) GetUnhealthy() []string {
 	if x != nil {
 		return x.Unhealthy
+	}
+	return nil
+}
+
+func (x *HeartbeatRequest) GetGrantKeyIds() []uint32 {
+	if x != nil {
+		return x.GrantKeyIds
+	}
+	return nil
+}
+
+func (x *HeartbeatRequest) GetGrantRefusals() map[string]uint64 {
+	if x != nil {
+		return x.GrantRefusals
 	}
 	return nil
 }
@@ -2770,7 +2807,11 @@ type HeartbeatResponse struct {
 	// The master had declared the node gone and dropped its replicas: its DRAM
 	// directory is stale (keys may have been removed or put again
 	// meanwhile): clear it, then report it (empty).
-	ForgetDram    bool `protobuf:"varint,200,opt,name=forget_dram,json=forgetDram,proto3" json:"forget_dram,omitempty"`
+	ForgetDram bool `protobuf:"varint,200,opt,name=forget_dram,json=forgetDram,proto3" json:"forget_dram,omitempty"`
+	// Every data-plane grant key the node must accept now (the master's
+	// current, next and previous secret for it); the node replaces its set
+	// with these. Empty: keep the set (an older master).
+	GrantKeys     []*GrantKey `protobuf:"bytes,250,rep,name=grant_keys,json=grantKeys,proto3" json:"grant_keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2833,6 +2874,66 @@ func (x *HeartbeatResponse) GetForgetDram() bool {
 	return false
 }
 
+func (x *HeartbeatResponse) GetGrantKeys() []*GrantKey {
+	if x != nil {
+		return x.GrantKeys
+	}
+	return nil
+}
+
+// GrantKey is one per-appliance data-plane grant secret (internal/grant).
+type GrantKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Secret        []byte                 `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"` // 32 bytes
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrantKey) Reset() {
+	*x = GrantKey{}
+	mi := &file_master_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrantKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrantKey) ProtoMessage() {}
+
+func (x *GrantKey) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrantKey.ProtoReflect.Descriptor instead.
+func (*GrantKey) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *GrantKey) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *GrantKey) GetSecret() []byte {
+	if x != nil {
+		return x.Secret
+	}
+	return nil
+}
+
 type OffloadDoneRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
@@ -2854,7 +2955,7 @@ type OffloadDoneRequest struct {
 
 func (x *OffloadDoneRequest) Reset() {
 	*x = OffloadDoneRequest{}
-	mi := &file_master_proto_msgTypes[34]
+	mi := &file_master_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2866,7 +2967,7 @@ func (x *OffloadDoneRequest) String() string {
 func (*OffloadDoneRequest) ProtoMessage() {}
 
 func (x *OffloadDoneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[34]
+	mi := &file_master_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2879,7 +2980,7 @@ func (x *OffloadDoneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffloadDoneRequest.ProtoReflect.Descriptor instead.
 func (*OffloadDoneRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{34}
+	return file_master_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *OffloadDoneRequest) GetClientId() string {
@@ -2960,7 +3061,7 @@ type DiskObject struct {
 
 func (x *DiskObject) Reset() {
 	*x = DiskObject{}
-	mi := &file_master_proto_msgTypes[35]
+	mi := &file_master_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2972,7 +3073,7 @@ func (x *DiskObject) String() string {
 func (*DiskObject) ProtoMessage() {}
 
 func (x *DiskObject) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[35]
+	mi := &file_master_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2985,7 +3086,7 @@ func (x *DiskObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskObject.ProtoReflect.Descriptor instead.
 func (*DiskObject) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{35}
+	return file_master_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DiskObject) GetTenant() string {
@@ -3047,7 +3148,7 @@ type RegisterDiskObjectsRequest struct {
 
 func (x *RegisterDiskObjectsRequest) Reset() {
 	*x = RegisterDiskObjectsRequest{}
-	mi := &file_master_proto_msgTypes[36]
+	mi := &file_master_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3059,7 +3160,7 @@ func (x *RegisterDiskObjectsRequest) String() string {
 func (*RegisterDiskObjectsRequest) ProtoMessage() {}
 
 func (x *RegisterDiskObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[36]
+	mi := &file_master_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3072,7 +3173,7 @@ func (x *RegisterDiskObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterDiskObjectsRequest.ProtoReflect.Descriptor instead.
 func (*RegisterDiskObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{36}
+	return file_master_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RegisterDiskObjectsRequest) GetClientId() string {
@@ -3099,7 +3200,7 @@ type DropBucketRequest struct {
 
 func (x *DropBucketRequest) Reset() {
 	*x = DropBucketRequest{}
-	mi := &file_master_proto_msgTypes[37]
+	mi := &file_master_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3111,7 +3212,7 @@ func (x *DropBucketRequest) String() string {
 func (*DropBucketRequest) ProtoMessage() {}
 
 func (x *DropBucketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[37]
+	mi := &file_master_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3124,7 +3225,7 @@ func (x *DropBucketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropBucketRequest.ProtoReflect.Descriptor instead.
 func (*DropBucketRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{37}
+	return file_master_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DropBucketRequest) GetClientId() string {
@@ -3154,7 +3255,7 @@ type ListObjectsRequest struct {
 
 func (x *ListObjectsRequest) Reset() {
 	*x = ListObjectsRequest{}
-	mi := &file_master_proto_msgTypes[38]
+	mi := &file_master_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3166,7 +3267,7 @@ func (x *ListObjectsRequest) String() string {
 func (*ListObjectsRequest) ProtoMessage() {}
 
 func (x *ListObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[38]
+	mi := &file_master_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3179,7 +3280,7 @@ func (x *ListObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListObjectsRequest.ProtoReflect.Descriptor instead.
 func (*ListObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{38}
+	return file_master_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListObjectsRequest) GetTenant() string {
@@ -3239,7 +3340,7 @@ type ObjectInfo struct {
 
 func (x *ObjectInfo) Reset() {
 	*x = ObjectInfo{}
-	mi := &file_master_proto_msgTypes[39]
+	mi := &file_master_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3251,7 +3352,7 @@ func (x *ObjectInfo) String() string {
 func (*ObjectInfo) ProtoMessage() {}
 
 func (x *ObjectInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[39]
+	mi := &file_master_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3264,7 +3365,7 @@ func (x *ObjectInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectInfo.ProtoReflect.Descriptor instead.
 func (*ObjectInfo) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{39}
+	return file_master_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ObjectInfo) GetTenant() string {
@@ -3375,7 +3476,7 @@ type ListObjectsResponse struct {
 
 func (x *ListObjectsResponse) Reset() {
 	*x = ListObjectsResponse{}
-	mi := &file_master_proto_msgTypes[40]
+	mi := &file_master_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3387,7 +3488,7 @@ func (x *ListObjectsResponse) String() string {
 func (*ListObjectsResponse) ProtoMessage() {}
 
 func (x *ListObjectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[40]
+	mi := &file_master_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3400,7 +3501,7 @@ func (x *ListObjectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListObjectsResponse.ProtoReflect.Descriptor instead.
 func (*ListObjectsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{40}
+	return file_master_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListObjectsResponse) GetObjects() []*ObjectInfo {
@@ -3431,7 +3532,7 @@ type SegmentInfo struct {
 
 func (x *SegmentInfo) Reset() {
 	*x = SegmentInfo{}
-	mi := &file_master_proto_msgTypes[41]
+	mi := &file_master_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3443,7 +3544,7 @@ func (x *SegmentInfo) String() string {
 func (*SegmentInfo) ProtoMessage() {}
 
 func (x *SegmentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[41]
+	mi := &file_master_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3456,7 +3557,7 @@ func (x *SegmentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegmentInfo.ProtoReflect.Descriptor instead.
 func (*SegmentInfo) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{41}
+	return file_master_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SegmentInfo) GetSegment() *Segment {
@@ -3510,7 +3611,7 @@ type ListSegmentsResponse struct {
 
 func (x *ListSegmentsResponse) Reset() {
 	*x = ListSegmentsResponse{}
-	mi := &file_master_proto_msgTypes[42]
+	mi := &file_master_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3522,7 +3623,7 @@ func (x *ListSegmentsResponse) String() string {
 func (*ListSegmentsResponse) ProtoMessage() {}
 
 func (x *ListSegmentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[42]
+	mi := &file_master_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3535,7 +3636,7 @@ func (x *ListSegmentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSegmentsResponse.ProtoReflect.Descriptor instead.
 func (*ListSegmentsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{42}
+	return file_master_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListSegmentsResponse) GetSegments() []*SegmentInfo {
@@ -3559,14 +3660,16 @@ type ClientInfo struct {
 	Problems []string `protobuf:"bytes,120,rep,name=problems,proto3" json:"problems,omitempty"`
 	// The client has served storage (mounted a segment or reported an SSD
 	// tier): an appliance, as opposed to a pure caller.
-	Storage       bool `protobuf:"varint,121,opt,name=storage,proto3" json:"storage,omitempty"`
+	Storage bool `protobuf:"varint,121,opt,name=storage,proto3" json:"storage,omitempty"`
+	// HeartbeatRequest.grant_refusals of the node's last beat.
+	GrantRefusals map[string]uint64 `protobuf:"bytes,250,rep,name=grant_refusals,json=grantRefusals,proto3" json:"grant_refusals,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClientInfo) Reset() {
 	*x = ClientInfo{}
-	mi := &file_master_proto_msgTypes[43]
+	mi := &file_master_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3578,7 +3681,7 @@ func (x *ClientInfo) String() string {
 func (*ClientInfo) ProtoMessage() {}
 
 func (x *ClientInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[43]
+	mi := &file_master_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3591,7 +3694,7 @@ func (x *ClientInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientInfo.ProtoReflect.Descriptor instead.
 func (*ClientInfo) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{43}
+	return file_master_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ClientInfo) GetClientId() string {
@@ -3657,6 +3760,13 @@ func (x *ClientInfo) GetStorage() bool {
 	return false
 }
 
+func (x *ClientInfo) GetGrantRefusals() map[string]uint64 {
+	if x != nil {
+		return x.GrantRefusals
+	}
+	return nil
+}
+
 type ListClientsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Clients       []*ClientInfo          `protobuf:"bytes,1,rep,name=clients,proto3" json:"clients,omitempty"`
@@ -3666,7 +3776,7 @@ type ListClientsResponse struct {
 
 func (x *ListClientsResponse) Reset() {
 	*x = ListClientsResponse{}
-	mi := &file_master_proto_msgTypes[44]
+	mi := &file_master_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3678,7 +3788,7 @@ func (x *ListClientsResponse) String() string {
 func (*ListClientsResponse) ProtoMessage() {}
 
 func (x *ListClientsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[44]
+	mi := &file_master_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3691,7 +3801,7 @@ func (x *ListClientsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClientsResponse.ProtoReflect.Descriptor instead.
 func (*ListClientsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{44}
+	return file_master_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListClientsResponse) GetClients() []*ClientInfo {
@@ -3715,7 +3825,7 @@ type TierStats struct {
 
 func (x *TierStats) Reset() {
 	*x = TierStats{}
-	mi := &file_master_proto_msgTypes[45]
+	mi := &file_master_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3727,7 +3837,7 @@ func (x *TierStats) String() string {
 func (*TierStats) ProtoMessage() {}
 
 func (x *TierStats) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[45]
+	mi := &file_master_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3740,7 +3850,7 @@ func (x *TierStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TierStats.ProtoReflect.Descriptor instead.
 func (*TierStats) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{45}
+	return file_master_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *TierStats) GetTier() string {
@@ -3804,7 +3914,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_master_proto_msgTypes[46]
+	mi := &file_master_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3816,7 +3926,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[46]
+	mi := &file_master_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3829,7 +3939,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{46}
+	return file_master_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *StatsResponse) GetObjects() uint64 {
@@ -3900,7 +4010,7 @@ type DramSettings struct {
 
 func (x *DramSettings) Reset() {
 	*x = DramSettings{}
-	mi := &file_master_proto_msgTypes[47]
+	mi := &file_master_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3912,7 +4022,7 @@ func (x *DramSettings) String() string {
 func (*DramSettings) ProtoMessage() {}
 
 func (x *DramSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[47]
+	mi := &file_master_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3925,7 +4035,7 @@ func (x *DramSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DramSettings.ProtoReflect.Descriptor instead.
 func (*DramSettings) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{47}
+	return file_master_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DramSettings) GetHighWatermark() float64 {
@@ -3960,7 +4070,7 @@ type TiersResponse struct {
 
 func (x *TiersResponse) Reset() {
 	*x = TiersResponse{}
-	mi := &file_master_proto_msgTypes[48]
+	mi := &file_master_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3972,7 +4082,7 @@ func (x *TiersResponse) String() string {
 func (*TiersResponse) ProtoMessage() {}
 
 func (x *TiersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[48]
+	mi := &file_master_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3985,7 +4095,7 @@ func (x *TiersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TiersResponse.ProtoReflect.Descriptor instead.
 func (*TiersResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{48}
+	return file_master_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *TiersResponse) GetDram() *DramSettings {
@@ -4025,7 +4135,7 @@ type UpdateTiersRequest struct {
 
 func (x *UpdateTiersRequest) Reset() {
 	*x = UpdateTiersRequest{}
-	mi := &file_master_proto_msgTypes[49]
+	mi := &file_master_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4037,7 +4147,7 @@ func (x *UpdateTiersRequest) String() string {
 func (*UpdateTiersRequest) ProtoMessage() {}
 
 func (x *UpdateTiersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[49]
+	mi := &file_master_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4050,7 +4160,7 @@ func (x *UpdateTiersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTiersRequest.ProtoReflect.Descriptor instead.
 func (*UpdateTiersRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{49}
+	return file_master_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *UpdateTiersRequest) GetHighWatermark() float64 {
@@ -4106,7 +4216,7 @@ func (x *UpdateTiersRequest) GetSsdHighWatermark() float64 {
 type Event struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TimeMs        int64                  `protobuf:"varint,1,opt,name=time_ms,json=timeMs,proto3" json:"time_ms,omitempty"`
-	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"` // put | remove | evict | offload | bucket_delete | segment | client
+	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"` // put | remove | evict | offload | bucket_delete | segment | client | grant
 	Tenant        string                 `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	Key           []byte                 `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
 	Segment       string                 `protobuf:"bytes,5,opt,name=segment,proto3" json:"segment,omitempty"`
@@ -4119,7 +4229,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_master_proto_msgTypes[50]
+	mi := &file_master_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4131,7 +4241,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[50]
+	mi := &file_master_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4144,7 +4254,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{50}
+	return file_master_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Event) GetTimeMs() int64 {
@@ -4216,7 +4326,7 @@ type TakeRemovalsRequest struct {
 
 func (x *TakeRemovalsRequest) Reset() {
 	*x = TakeRemovalsRequest{}
-	mi := &file_master_proto_msgTypes[51]
+	mi := &file_master_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4228,7 +4338,7 @@ func (x *TakeRemovalsRequest) String() string {
 func (*TakeRemovalsRequest) ProtoMessage() {}
 
 func (x *TakeRemovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[51]
+	mi := &file_master_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4241,7 +4351,7 @@ func (x *TakeRemovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeRemovalsRequest.ProtoReflect.Descriptor instead.
 func (*TakeRemovalsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{51}
+	return file_master_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *TakeRemovalsRequest) GetClientId() string {
@@ -4282,7 +4392,7 @@ type DiskLocation struct {
 
 func (x *DiskLocation) Reset() {
 	*x = DiskLocation{}
-	mi := &file_master_proto_msgTypes[52]
+	mi := &file_master_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4294,7 +4404,7 @@ func (x *DiskLocation) String() string {
 func (*DiskLocation) ProtoMessage() {}
 
 func (x *DiskLocation) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[52]
+	mi := &file_master_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4307,7 +4417,7 @@ func (x *DiskLocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskLocation.ProtoReflect.Descriptor instead.
 func (*DiskLocation) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{52}
+	return file_master_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *DiskLocation) GetBucket() uint64 {
@@ -4338,7 +4448,7 @@ type DiskRemoval struct {
 
 func (x *DiskRemoval) Reset() {
 	*x = DiskRemoval{}
-	mi := &file_master_proto_msgTypes[53]
+	mi := &file_master_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4350,7 +4460,7 @@ func (x *DiskRemoval) String() string {
 func (*DiskRemoval) ProtoMessage() {}
 
 func (x *DiskRemoval) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[53]
+	mi := &file_master_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4363,7 +4473,7 @@ func (x *DiskRemoval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskRemoval.ProtoReflect.Descriptor instead.
 func (*DiskRemoval) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{53}
+	return file_master_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *DiskRemoval) GetSeq() uint64 {
@@ -4418,7 +4528,7 @@ type TakeRemovalsResponse struct {
 
 func (x *TakeRemovalsResponse) Reset() {
 	*x = TakeRemovalsResponse{}
-	mi := &file_master_proto_msgTypes[54]
+	mi := &file_master_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4430,7 +4540,7 @@ func (x *TakeRemovalsResponse) String() string {
 func (*TakeRemovalsResponse) ProtoMessage() {}
 
 func (x *TakeRemovalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[54]
+	mi := &file_master_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4443,7 +4553,7 @@ func (x *TakeRemovalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeRemovalsResponse.ProtoReflect.Descriptor instead.
 func (*TakeRemovalsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{54}
+	return file_master_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *TakeRemovalsResponse) GetOutbox() uint64 {
@@ -4473,7 +4583,7 @@ type TakeDramRecordsRequest struct {
 
 func (x *TakeDramRecordsRequest) Reset() {
 	*x = TakeDramRecordsRequest{}
-	mi := &file_master_proto_msgTypes[55]
+	mi := &file_master_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4485,7 +4595,7 @@ func (x *TakeDramRecordsRequest) String() string {
 func (*TakeDramRecordsRequest) ProtoMessage() {}
 
 func (x *TakeDramRecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[55]
+	mi := &file_master_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4498,7 +4608,7 @@ func (x *TakeDramRecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeDramRecordsRequest.ProtoReflect.Descriptor instead.
 func (*TakeDramRecordsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{55}
+	return file_master_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *TakeDramRecordsRequest) GetClientId() string {
@@ -4548,7 +4658,7 @@ type DramRecord struct {
 
 func (x *DramRecord) Reset() {
 	*x = DramRecord{}
-	mi := &file_master_proto_msgTypes[56]
+	mi := &file_master_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4560,7 +4670,7 @@ func (x *DramRecord) String() string {
 func (*DramRecord) ProtoMessage() {}
 
 func (x *DramRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[56]
+	mi := &file_master_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4573,7 +4683,7 @@ func (x *DramRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DramRecord.ProtoReflect.Descriptor instead.
 func (*DramRecord) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{56}
+	return file_master_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *DramRecord) GetSeq() uint64 {
@@ -4659,7 +4769,7 @@ type TakeDramRecordsResponse struct {
 
 func (x *TakeDramRecordsResponse) Reset() {
 	*x = TakeDramRecordsResponse{}
-	mi := &file_master_proto_msgTypes[57]
+	mi := &file_master_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4671,7 +4781,7 @@ func (x *TakeDramRecordsResponse) String() string {
 func (*TakeDramRecordsResponse) ProtoMessage() {}
 
 func (x *TakeDramRecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[57]
+	mi := &file_master_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4684,7 +4794,7 @@ func (x *TakeDramRecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeDramRecordsResponse.ProtoReflect.Descriptor instead.
 func (*TakeDramRecordsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{57}
+	return file_master_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *TakeDramRecordsResponse) GetOutbox() uint64 {
@@ -4725,7 +4835,7 @@ type DramObject struct {
 
 func (x *DramObject) Reset() {
 	*x = DramObject{}
-	mi := &file_master_proto_msgTypes[58]
+	mi := &file_master_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4737,7 +4847,7 @@ func (x *DramObject) String() string {
 func (*DramObject) ProtoMessage() {}
 
 func (x *DramObject) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[58]
+	mi := &file_master_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4750,7 +4860,7 @@ func (x *DramObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DramObject.ProtoReflect.Descriptor instead.
 func (*DramObject) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{58}
+	return file_master_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *DramObject) GetTenant() string {
@@ -4821,7 +4931,7 @@ type RegisterDramObjectsRequest struct {
 
 func (x *RegisterDramObjectsRequest) Reset() {
 	*x = RegisterDramObjectsRequest{}
-	mi := &file_master_proto_msgTypes[59]
+	mi := &file_master_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4833,7 +4943,7 @@ func (x *RegisterDramObjectsRequest) String() string {
 func (*RegisterDramObjectsRequest) ProtoMessage() {}
 
 func (x *RegisterDramObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[59]
+	mi := &file_master_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4846,7 +4956,7 @@ func (x *RegisterDramObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterDramObjectsRequest.ProtoReflect.Descriptor instead.
 func (*RegisterDramObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{59}
+	return file_master_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RegisterDramObjectsRequest) GetClientId() string {
@@ -4881,7 +4991,7 @@ var File_master_proto protoreflect.FileDescriptor
 
 const file_master_proto_rawDesc = "" +
 	"\n" +
-	"\fmaster.proto\x12\tkvtier.v1\"\xdf\x02\n" +
+	"\fmaster.proto\x12\tkvtier.v1\"\xf6\x02\n" +
 	"\aReplica\x12*\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x16.kvtier.v1.ReplicaTypeR\x04type\x12-\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x17.kvtier.v1.ReplicaStateR\x05state\x12\x18\n" +
@@ -4896,7 +5006,8 @@ const file_master_proto_rawDesc = "" +
 	" \x01(\rR\x04nsid\x12\x1f\n" +
 	"\vtarget_addr\x18\v \x01(\tR\n" +
 	"targetAddr\x12 \n" +
-	"\vunavailable\x18x \x01(\bR\vunavailable\"\xde\x01\n" +
+	"\vunavailable\x18x \x01(\bR\vunavailable\x12\x15\n" +
+	"\x05grant\x18\xfa\x01 \x01(\fR\x05grant\"\xde\x01\n" +
 	"\tPutConfig\x12\x1f\n" +
 	"\vreplica_num\x18\x01 \x01(\rR\n" +
 	"replicaNum\x12+\n" +
@@ -5010,7 +5121,7 @@ const file_master_proto_rawDesc = "" +
 	"\findex_loaded\x18\n" +
 	" \x01(\bR\vindexLoaded\x12'\n" +
 	"\x0foffload_skipped\x18\v \x01(\x04R\x0eoffloadSkipped\x12%\n" +
-	"\x0eoffload_failed\x18\f \x01(\x04R\roffloadFailed\"\xa5\x04\n" +
+	"\x0eoffload_failed\x18\f \x01(\x04R\roffloadFailed\"\xe4\x05\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1a\n" +
 	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12.\n" +
@@ -5025,7 +5136,12 @@ const file_master_proto_rawDesc = "" +
 	"\fdram_objects\x18\xc9\x01 \x01(\x04R\vdramObjects\x122\n" +
 	"\x15heartbeat_interval_ms\x18x \x01(\rR\x13heartbeatIntervalMs\x12\x18\n" +
 	"\aleaving\x18y \x01(\bR\aleaving\x12\x1c\n" +
-	"\tunhealthy\x18z \x03(\tR\tunhealthy\"u\n" +
+	"\tunhealthy\x18z \x03(\tR\tunhealthy\x12#\n" +
+	"\rgrant_key_ids\x18\xfa\x01 \x03(\rR\vgrantKeyIds\x12V\n" +
+	"\x0egrant_refusals\x18\xfb\x01 \x03(\v2..kvtier.v1.HeartbeatRequest.GrantRefusalsEntryR\rgrantRefusals\x1a@\n" +
+	"\x12GrantRefusalsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"u\n" +
 	"\n" +
 	"CachedRead\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
@@ -5082,13 +5198,18 @@ const file_master_proto_rawDesc = "" +
 	"\x12TakeOffloadRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x14\n" +
 	"\x05slots\x18\x02 \x01(\rR\x05slots\x12\x17\n" +
-	"\await_ms\x18\x03 \x01(\rR\x06waitMs\"\xb2\x01\n" +
+	"\await_ms\x18\x03 \x01(\rR\x06waitMs\"\xe7\x01\n" +
 	"\x11HeartbeatResponse\x12\x14\n" +
 	"\x05known\x18\x01 \x01(\bR\x05known\x120\n" +
 	"\aoffload\x18\x02 \x03(\v2\x16.kvtier.v1.OffloadTaskR\aoffload\x123\n" +
 	"\bsettings\x18\x03 \x01(\v2\x17.kvtier.v1.TierSettingsR\bsettings\x12 \n" +
 	"\vforget_dram\x18\xc8\x01 \x01(\bR\n" +
-	"forgetDram\"\xdf\x01\n" +
+	"forgetDram\x123\n" +
+	"\n" +
+	"grant_keys\x18\xfa\x01 \x03(\v2\x13.kvtier.v1.GrantKeyR\tgrantKeys\"2\n" +
+	"\bGrantKey\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\rR\x02id\x12\x16\n" +
+	"\x06secret\x18\x02 \x01(\fR\x06secret\"\xdf\x01\n" +
 	"\x12OffloadDoneRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x10\n" +
@@ -5152,7 +5273,7 @@ const file_master_proto_rawDesc = "" +
 	"\breplicas\x18\x05 \x01(\x04R\breplicas\x12*\n" +
 	"\x11drain_deadline_ms\x18\x06 \x01(\x03R\x0fdrainDeadlineMs\"J\n" +
 	"\x14ListSegmentsResponse\x122\n" +
-	"\bsegments\x18\x01 \x03(\v2\x16.kvtier.v1.SegmentInfoR\bsegments\"\xc9\x02\n" +
+	"\bsegments\x18\x01 \x03(\v2\x16.kvtier.v1.SegmentInfoR\bsegments\"\xdd\x03\n" +
 	"\n" +
 	"ClientInfo\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1a\n" +
@@ -5163,7 +5284,11 @@ const file_master_proto_rawDesc = "" +
 	"\x04disk\x18\x06 \x01(\v2\x18.kvtier.v1.DiskTierStatsR\x04disk\x12(\n" +
 	"\x04nvme\x18\a \x01(\v2\x14.kvtier.v1.NvmeStatsR\x04nvme\x12\x1a\n" +
 	"\bproblems\x18x \x03(\tR\bproblems\x12\x18\n" +
-	"\astorage\x18y \x01(\bR\astorage\"F\n" +
+	"\astorage\x18y \x01(\bR\astorage\x12P\n" +
+	"\x0egrant_refusals\x18\xfa\x01 \x03(\v2(.kvtier.v1.ClientInfo.GrantRefusalsEntryR\rgrantRefusals\x1a@\n" +
+	"\x12GrantRefusalsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"F\n" +
 	"\x13ListClientsResponse\x12/\n" +
 	"\aclients\x18\x01 \x03(\v2\x15.kvtier.v1.ClientInfoR\aclients\"\x95\x01\n" +
 	"\tTierStats\x12\x12\n" +
@@ -5277,7 +5402,7 @@ const file_master_proto_rawDesc = "" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\tR\vincarnation\x12/\n" +
 	"\aobjects\x18\x03 \x03(\v2\x15.kvtier.v1.DramObjectR\aobjects\x12\x12\n" +
-	"\x04last\x18\x04 \x01(\bR\x04last*\xa2\x04\n" +
+	"\x04last\x18\x04 \x01(\bR\x04last*\xb9\x04\n" +
 	"\tErrorCode\x12\x06\n" +
 	"\x02OK\x10\x00\x12\x12\n" +
 	"\x0eINTERNAL_ERROR\x10\x01\x12\x12\n" +
@@ -5305,7 +5430,8 @@ const file_master_proto_rawDesc = "" +
 	"\x11PAYLOAD_TOO_LARGE\x10\x15\x12\x12\n" +
 	"\x0eFILE_READ_FAIL\x10\x16\x12\x13\n" +
 	"\x0fFILE_WRITE_FAIL\x10\x17\x12\x14\n" +
-	"\x10CLIENT_NOT_FOUND\x10\x18*P\n" +
+	"\x10CLIENT_NOT_FOUND\x10\x18\x12\x15\n" +
+	"\x11PERMISSION_DENIED\x10\x19*P\n" +
 	"\vReplicaType\x12\x1c\n" +
 	"\x18REPLICA_TYPE_UNSPECIFIED\x10\x00\x12\n" +
 	"\n" +
@@ -5380,7 +5506,7 @@ func file_master_proto_rawDescGZIP() []byte {
 }
 
 var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
+var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
 var file_master_proto_goTypes = []any{
 	(ErrorCode)(0),                      // 0: kvtier.v1.ErrorCode
 	(ReplicaType)(0),                    // 1: kvtier.v1.ReplicaType
@@ -5421,33 +5547,36 @@ var file_master_proto_goTypes = []any{
 	(*OffloadTask)(nil),                 // 36: kvtier.v1.OffloadTask
 	(*TakeOffloadRequest)(nil),          // 37: kvtier.v1.TakeOffloadRequest
 	(*HeartbeatResponse)(nil),           // 38: kvtier.v1.HeartbeatResponse
-	(*OffloadDoneRequest)(nil),          // 39: kvtier.v1.OffloadDoneRequest
-	(*DiskObject)(nil),                  // 40: kvtier.v1.DiskObject
-	(*RegisterDiskObjectsRequest)(nil),  // 41: kvtier.v1.RegisterDiskObjectsRequest
-	(*DropBucketRequest)(nil),           // 42: kvtier.v1.DropBucketRequest
-	(*ListObjectsRequest)(nil),          // 43: kvtier.v1.ListObjectsRequest
-	(*ObjectInfo)(nil),                  // 44: kvtier.v1.ObjectInfo
-	(*ListObjectsResponse)(nil),         // 45: kvtier.v1.ListObjectsResponse
-	(*SegmentInfo)(nil),                 // 46: kvtier.v1.SegmentInfo
-	(*ListSegmentsResponse)(nil),        // 47: kvtier.v1.ListSegmentsResponse
-	(*ClientInfo)(nil),                  // 48: kvtier.v1.ClientInfo
-	(*ListClientsResponse)(nil),         // 49: kvtier.v1.ListClientsResponse
-	(*TierStats)(nil),                   // 50: kvtier.v1.TierStats
-	(*StatsResponse)(nil),               // 51: kvtier.v1.StatsResponse
-	(*DramSettings)(nil),                // 52: kvtier.v1.DramSettings
-	(*TiersResponse)(nil),               // 53: kvtier.v1.TiersResponse
-	(*UpdateTiersRequest)(nil),          // 54: kvtier.v1.UpdateTiersRequest
-	(*Event)(nil),                       // 55: kvtier.v1.Event
-	(*TakeRemovalsRequest)(nil),         // 56: kvtier.v1.TakeRemovalsRequest
-	(*DiskLocation)(nil),                // 57: kvtier.v1.DiskLocation
-	(*DiskRemoval)(nil),                 // 58: kvtier.v1.DiskRemoval
-	(*TakeRemovalsResponse)(nil),        // 59: kvtier.v1.TakeRemovalsResponse
-	(*TakeDramRecordsRequest)(nil),      // 60: kvtier.v1.TakeDramRecordsRequest
-	(*DramRecord)(nil),                  // 61: kvtier.v1.DramRecord
-	(*TakeDramRecordsResponse)(nil),     // 62: kvtier.v1.TakeDramRecordsResponse
-	(*DramObject)(nil),                  // 63: kvtier.v1.DramObject
-	(*RegisterDramObjectsRequest)(nil),  // 64: kvtier.v1.RegisterDramObjectsRequest
-	nil,                                 // 65: kvtier.v1.StatsResponse.CountersEntry
+	(*GrantKey)(nil),                    // 39: kvtier.v1.GrantKey
+	(*OffloadDoneRequest)(nil),          // 40: kvtier.v1.OffloadDoneRequest
+	(*DiskObject)(nil),                  // 41: kvtier.v1.DiskObject
+	(*RegisterDiskObjectsRequest)(nil),  // 42: kvtier.v1.RegisterDiskObjectsRequest
+	(*DropBucketRequest)(nil),           // 43: kvtier.v1.DropBucketRequest
+	(*ListObjectsRequest)(nil),          // 44: kvtier.v1.ListObjectsRequest
+	(*ObjectInfo)(nil),                  // 45: kvtier.v1.ObjectInfo
+	(*ListObjectsResponse)(nil),         // 46: kvtier.v1.ListObjectsResponse
+	(*SegmentInfo)(nil),                 // 47: kvtier.v1.SegmentInfo
+	(*ListSegmentsResponse)(nil),        // 48: kvtier.v1.ListSegmentsResponse
+	(*ClientInfo)(nil),                  // 49: kvtier.v1.ClientInfo
+	(*ListClientsResponse)(nil),         // 50: kvtier.v1.ListClientsResponse
+	(*TierStats)(nil),                   // 51: kvtier.v1.TierStats
+	(*StatsResponse)(nil),               // 52: kvtier.v1.StatsResponse
+	(*DramSettings)(nil),                // 53: kvtier.v1.DramSettings
+	(*TiersResponse)(nil),               // 54: kvtier.v1.TiersResponse
+	(*UpdateTiersRequest)(nil),          // 55: kvtier.v1.UpdateTiersRequest
+	(*Event)(nil),                       // 56: kvtier.v1.Event
+	(*TakeRemovalsRequest)(nil),         // 57: kvtier.v1.TakeRemovalsRequest
+	(*DiskLocation)(nil),                // 58: kvtier.v1.DiskLocation
+	(*DiskRemoval)(nil),                 // 59: kvtier.v1.DiskRemoval
+	(*TakeRemovalsResponse)(nil),        // 60: kvtier.v1.TakeRemovalsResponse
+	(*TakeDramRecordsRequest)(nil),      // 61: kvtier.v1.TakeDramRecordsRequest
+	(*DramRecord)(nil),                  // 62: kvtier.v1.DramRecord
+	(*TakeDramRecordsResponse)(nil),     // 63: kvtier.v1.TakeDramRecordsResponse
+	(*DramObject)(nil),                  // 64: kvtier.v1.DramObject
+	(*RegisterDramObjectsRequest)(nil),  // 65: kvtier.v1.RegisterDramObjectsRequest
+	nil,                                 // 66: kvtier.v1.HeartbeatRequest.GrantRefusalsEntry
+	nil,                                 // 67: kvtier.v1.ClientInfo.GrantRefusalsEntry
+	nil,                                 // 68: kvtier.v1.StatsResponse.CountersEntry
 }
 var file_master_proto_depIdxs = []int32{
 	1,  // 0: kvtier.v1.Replica.type:type_name -> kvtier.v1.ReplicaType
@@ -5471,100 +5600,103 @@ var file_master_proto_depIdxs = []int32{
 	28, // 18: kvtier.v1.HeartbeatRequest.disk:type_name -> kvtier.v1.DiskTierStats
 	31, // 19: kvtier.v1.HeartbeatRequest.nvme:type_name -> kvtier.v1.NvmeStats
 	30, // 20: kvtier.v1.HeartbeatRequest.cached_reads:type_name -> kvtier.v1.CachedRead
-	32, // 21: kvtier.v1.NvmeStats.subsystems:type_name -> kvtier.v1.NvmeSubsystem
-	34, // 22: kvtier.v1.NvmeStats.hosts:type_name -> kvtier.v1.NvmeHost
-	33, // 23: kvtier.v1.NvmeSubsystem.namespaces:type_name -> kvtier.v1.NvmeNamespace
-	5,  // 24: kvtier.v1.OffloadTask.source:type_name -> kvtier.v1.Replica
-	36, // 25: kvtier.v1.HeartbeatResponse.offload:type_name -> kvtier.v1.OffloadTask
-	35, // 26: kvtier.v1.HeartbeatResponse.settings:type_name -> kvtier.v1.TierSettings
-	40, // 27: kvtier.v1.RegisterDiskObjectsRequest.objects:type_name -> kvtier.v1.DiskObject
-	5,  // 28: kvtier.v1.ObjectInfo.replicas:type_name -> kvtier.v1.Replica
-	44, // 29: kvtier.v1.ListObjectsResponse.objects:type_name -> kvtier.v1.ObjectInfo
-	25, // 30: kvtier.v1.SegmentInfo.segment:type_name -> kvtier.v1.Segment
-	3,  // 31: kvtier.v1.SegmentInfo.state:type_name -> kvtier.v1.SegmentState
-	46, // 32: kvtier.v1.ListSegmentsResponse.segments:type_name -> kvtier.v1.SegmentInfo
-	4,  // 33: kvtier.v1.ClientInfo.state:type_name -> kvtier.v1.ClientState
-	28, // 34: kvtier.v1.ClientInfo.disk:type_name -> kvtier.v1.DiskTierStats
-	31, // 35: kvtier.v1.ClientInfo.nvme:type_name -> kvtier.v1.NvmeStats
-	48, // 36: kvtier.v1.ListClientsResponse.clients:type_name -> kvtier.v1.ClientInfo
-	50, // 37: kvtier.v1.StatsResponse.tiers:type_name -> kvtier.v1.TierStats
-	65, // 38: kvtier.v1.StatsResponse.counters:type_name -> kvtier.v1.StatsResponse.CountersEntry
-	52, // 39: kvtier.v1.TiersResponse.dram:type_name -> kvtier.v1.DramSettings
-	35, // 40: kvtier.v1.TiersResponse.ssd:type_name -> kvtier.v1.TierSettings
-	50, // 41: kvtier.v1.TiersResponse.stats:type_name -> kvtier.v1.TierStats
-	57, // 42: kvtier.v1.DiskRemoval.keep:type_name -> kvtier.v1.DiskLocation
-	58, // 43: kvtier.v1.TakeRemovalsResponse.removals:type_name -> kvtier.v1.DiskRemoval
-	61, // 44: kvtier.v1.TakeDramRecordsResponse.records:type_name -> kvtier.v1.DramRecord
-	63, // 45: kvtier.v1.RegisterDramObjectsRequest.objects:type_name -> kvtier.v1.DramObject
-	7,  // 46: kvtier.v1.Master.PutStart:input_type -> kvtier.v1.PutStartRequest
-	9,  // 47: kvtier.v1.Master.PutEnd:input_type -> kvtier.v1.KeyRequest
-	9,  // 48: kvtier.v1.Master.PutRevoke:input_type -> kvtier.v1.KeyRequest
-	9,  // 49: kvtier.v1.Master.GetReplicaList:input_type -> kvtier.v1.KeyRequest
-	9,  // 50: kvtier.v1.Master.Exist:input_type -> kvtier.v1.KeyRequest
-	9,  // 51: kvtier.v1.Master.Remove:input_type -> kvtier.v1.KeyRequest
-	13, // 52: kvtier.v1.Master.RemoveByRegex:input_type -> kvtier.v1.RemoveByRegexRequest
-	14, // 53: kvtier.v1.Master.RemoveAll:input_type -> kvtier.v1.RemoveAllRequest
-	16, // 54: kvtier.v1.Master.BatchPutStart:input_type -> kvtier.v1.BatchPutStartRequest
-	19, // 55: kvtier.v1.Master.BatchPutEnd:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 56: kvtier.v1.Master.BatchPutRevoke:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 57: kvtier.v1.Master.BatchGetReplicaList:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 58: kvtier.v1.Master.BatchExist:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 59: kvtier.v1.Master.BatchRemove:input_type -> kvtier.v1.BatchKeysRequest
-	26, // 60: kvtier.v1.Master.MountSegment:input_type -> kvtier.v1.MountSegmentRequest
-	27, // 61: kvtier.v1.Master.UnmountSegment:input_type -> kvtier.v1.UnmountSegmentRequest
-	29, // 62: kvtier.v1.Master.Heartbeat:input_type -> kvtier.v1.HeartbeatRequest
-	39, // 63: kvtier.v1.Master.OffloadDone:input_type -> kvtier.v1.OffloadDoneRequest
-	37, // 64: kvtier.v1.Master.TakeOffload:input_type -> kvtier.v1.TakeOffloadRequest
-	41, // 65: kvtier.v1.Master.RegisterDiskObjects:input_type -> kvtier.v1.RegisterDiskObjectsRequest
-	42, // 66: kvtier.v1.Master.DropBucket:input_type -> kvtier.v1.DropBucketRequest
-	43, // 67: kvtier.v1.Master.ListObjects:input_type -> kvtier.v1.ListObjectsRequest
-	9,  // 68: kvtier.v1.Master.GetObject:input_type -> kvtier.v1.KeyRequest
-	10, // 69: kvtier.v1.Master.ListSegments:input_type -> kvtier.v1.Empty
-	10, // 70: kvtier.v1.Master.ListClients:input_type -> kvtier.v1.Empty
-	10, // 71: kvtier.v1.Master.Stats:input_type -> kvtier.v1.Empty
-	10, // 72: kvtier.v1.Master.GetTiers:input_type -> kvtier.v1.Empty
-	54, // 73: kvtier.v1.Master.UpdateTiers:input_type -> kvtier.v1.UpdateTiersRequest
-	10, // 74: kvtier.v1.Master.WatchEvents:input_type -> kvtier.v1.Empty
-	56, // 75: kvtier.v1.Master.TakeRemovals:input_type -> kvtier.v1.TakeRemovalsRequest
-	60, // 76: kvtier.v1.Master.TakeDramRecords:input_type -> kvtier.v1.TakeDramRecordsRequest
-	64, // 77: kvtier.v1.Master.RegisterDramObjects:input_type -> kvtier.v1.RegisterDramObjectsRequest
-	8,  // 78: kvtier.v1.Master.PutStart:output_type -> kvtier.v1.PutStartResponse
-	10, // 79: kvtier.v1.Master.PutEnd:output_type -> kvtier.v1.Empty
-	10, // 80: kvtier.v1.Master.PutRevoke:output_type -> kvtier.v1.Empty
-	11, // 81: kvtier.v1.Master.GetReplicaList:output_type -> kvtier.v1.GetReplicaListResponse
-	12, // 82: kvtier.v1.Master.Exist:output_type -> kvtier.v1.ExistResponse
-	10, // 83: kvtier.v1.Master.Remove:output_type -> kvtier.v1.Empty
-	15, // 84: kvtier.v1.Master.RemoveByRegex:output_type -> kvtier.v1.CountResponse
-	15, // 85: kvtier.v1.Master.RemoveAll:output_type -> kvtier.v1.CountResponse
-	18, // 86: kvtier.v1.Master.BatchPutStart:output_type -> kvtier.v1.BatchPutStartResponse
-	21, // 87: kvtier.v1.Master.BatchPutEnd:output_type -> kvtier.v1.BatchResponse
-	21, // 88: kvtier.v1.Master.BatchPutRevoke:output_type -> kvtier.v1.BatchResponse
-	23, // 89: kvtier.v1.Master.BatchGetReplicaList:output_type -> kvtier.v1.BatchGetReplicaListResponse
-	24, // 90: kvtier.v1.Master.BatchExist:output_type -> kvtier.v1.BatchExistResponse
-	21, // 91: kvtier.v1.Master.BatchRemove:output_type -> kvtier.v1.BatchResponse
-	10, // 92: kvtier.v1.Master.MountSegment:output_type -> kvtier.v1.Empty
-	10, // 93: kvtier.v1.Master.UnmountSegment:output_type -> kvtier.v1.Empty
-	38, // 94: kvtier.v1.Master.Heartbeat:output_type -> kvtier.v1.HeartbeatResponse
-	10, // 95: kvtier.v1.Master.OffloadDone:output_type -> kvtier.v1.Empty
-	36, // 96: kvtier.v1.Master.TakeOffload:output_type -> kvtier.v1.OffloadTask
-	21, // 97: kvtier.v1.Master.RegisterDiskObjects:output_type -> kvtier.v1.BatchResponse
-	10, // 98: kvtier.v1.Master.DropBucket:output_type -> kvtier.v1.Empty
-	45, // 99: kvtier.v1.Master.ListObjects:output_type -> kvtier.v1.ListObjectsResponse
-	44, // 100: kvtier.v1.Master.GetObject:output_type -> kvtier.v1.ObjectInfo
-	47, // 101: kvtier.v1.Master.ListSegments:output_type -> kvtier.v1.ListSegmentsResponse
-	49, // 102: kvtier.v1.Master.ListClients:output_type -> kvtier.v1.ListClientsResponse
-	51, // 103: kvtier.v1.Master.Stats:output_type -> kvtier.v1.StatsResponse
-	53, // 104: kvtier.v1.Master.GetTiers:output_type -> kvtier.v1.TiersResponse
-	53, // 105: kvtier.v1.Master.UpdateTiers:output_type -> kvtier.v1.TiersResponse
-	55, // 106: kvtier.v1.Master.WatchEvents:output_type -> kvtier.v1.Event
-	59, // 107: kvtier.v1.Master.TakeRemovals:output_type -> kvtier.v1.TakeRemovalsResponse
-	62, // 108: kvtier.v1.Master.TakeDramRecords:output_type -> kvtier.v1.TakeDramRecordsResponse
-	21, // 109: kvtier.v1.Master.RegisterDramObjects:output_type -> kvtier.v1.BatchResponse
-	78, // [78:110] is the sub-list for method output_type
-	46, // [46:78] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	66, // 21: kvtier.v1.HeartbeatRequest.grant_refusals:type_name -> kvtier.v1.HeartbeatRequest.GrantRefusalsEntry
+	32, // 22: kvtier.v1.NvmeStats.subsystems:type_name -> kvtier.v1.NvmeSubsystem
+	34, // 23: kvtier.v1.NvmeStats.hosts:type_name -> kvtier.v1.NvmeHost
+	33, // 24: kvtier.v1.NvmeSubsystem.namespaces:type_name -> kvtier.v1.NvmeNamespace
+	5,  // 25: kvtier.v1.OffloadTask.source:type_name -> kvtier.v1.Replica
+	36, // 26: kvtier.v1.HeartbeatResponse.offload:type_name -> kvtier.v1.OffloadTask
+	35, // 27: kvtier.v1.HeartbeatResponse.settings:type_name -> kvtier.v1.TierSettings
+	39, // 28: kvtier.v1.HeartbeatResponse.grant_keys:type_name -> kvtier.v1.GrantKey
+	41, // 29: kvtier.v1.RegisterDiskObjectsRequest.objects:type_name -> kvtier.v1.DiskObject
+	5,  // 30: kvtier.v1.ObjectInfo.replicas:type_name -> kvtier.v1.Replica
+	45, // 31: kvtier.v1.ListObjectsResponse.objects:type_name -> kvtier.v1.ObjectInfo
+	25, // 32: kvtier.v1.SegmentInfo.segment:type_name -> kvtier.v1.Segment
+	3,  // 33: kvtier.v1.SegmentInfo.state:type_name -> kvtier.v1.SegmentState
+	47, // 34: kvtier.v1.ListSegmentsResponse.segments:type_name -> kvtier.v1.SegmentInfo
+	4,  // 35: kvtier.v1.ClientInfo.state:type_name -> kvtier.v1.ClientState
+	28, // 36: kvtier.v1.ClientInfo.disk:type_name -> kvtier.v1.DiskTierStats
+	31, // 37: kvtier.v1.ClientInfo.nvme:type_name -> kvtier.v1.NvmeStats
+	67, // 38: kvtier.v1.ClientInfo.grant_refusals:type_name -> kvtier.v1.ClientInfo.GrantRefusalsEntry
+	49, // 39: kvtier.v1.ListClientsResponse.clients:type_name -> kvtier.v1.ClientInfo
+	51, // 40: kvtier.v1.StatsResponse.tiers:type_name -> kvtier.v1.TierStats
+	68, // 41: kvtier.v1.StatsResponse.counters:type_name -> kvtier.v1.StatsResponse.CountersEntry
+	53, // 42: kvtier.v1.TiersResponse.dram:type_name -> kvtier.v1.DramSettings
+	35, // 43: kvtier.v1.TiersResponse.ssd:type_name -> kvtier.v1.TierSettings
+	51, // 44: kvtier.v1.TiersResponse.stats:type_name -> kvtier.v1.TierStats
+	58, // 45: kvtier.v1.DiskRemoval.keep:type_name -> kvtier.v1.DiskLocation
+	59, // 46: kvtier.v1.TakeRemovalsResponse.removals:type_name -> kvtier.v1.DiskRemoval
+	62, // 47: kvtier.v1.TakeDramRecordsResponse.records:type_name -> kvtier.v1.DramRecord
+	64, // 48: kvtier.v1.RegisterDramObjectsRequest.objects:type_name -> kvtier.v1.DramObject
+	7,  // 49: kvtier.v1.Master.PutStart:input_type -> kvtier.v1.PutStartRequest
+	9,  // 50: kvtier.v1.Master.PutEnd:input_type -> kvtier.v1.KeyRequest
+	9,  // 51: kvtier.v1.Master.PutRevoke:input_type -> kvtier.v1.KeyRequest
+	9,  // 52: kvtier.v1.Master.GetReplicaList:input_type -> kvtier.v1.KeyRequest
+	9,  // 53: kvtier.v1.Master.Exist:input_type -> kvtier.v1.KeyRequest
+	9,  // 54: kvtier.v1.Master.Remove:input_type -> kvtier.v1.KeyRequest
+	13, // 55: kvtier.v1.Master.RemoveByRegex:input_type -> kvtier.v1.RemoveByRegexRequest
+	14, // 56: kvtier.v1.Master.RemoveAll:input_type -> kvtier.v1.RemoveAllRequest
+	16, // 57: kvtier.v1.Master.BatchPutStart:input_type -> kvtier.v1.BatchPutStartRequest
+	19, // 58: kvtier.v1.Master.BatchPutEnd:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 59: kvtier.v1.Master.BatchPutRevoke:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 60: kvtier.v1.Master.BatchGetReplicaList:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 61: kvtier.v1.Master.BatchExist:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 62: kvtier.v1.Master.BatchRemove:input_type -> kvtier.v1.BatchKeysRequest
+	26, // 63: kvtier.v1.Master.MountSegment:input_type -> kvtier.v1.MountSegmentRequest
+	27, // 64: kvtier.v1.Master.UnmountSegment:input_type -> kvtier.v1.UnmountSegmentRequest
+	29, // 65: kvtier.v1.Master.Heartbeat:input_type -> kvtier.v1.HeartbeatRequest
+	40, // 66: kvtier.v1.Master.OffloadDone:input_type -> kvtier.v1.OffloadDoneRequest
+	37, // 67: kvtier.v1.Master.TakeOffload:input_type -> kvtier.v1.TakeOffloadRequest
+	42, // 68: kvtier.v1.Master.RegisterDiskObjects:input_type -> kvtier.v1.RegisterDiskObjectsRequest
+	43, // 69: kvtier.v1.Master.DropBucket:input_type -> kvtier.v1.DropBucketRequest
+	44, // 70: kvtier.v1.Master.ListObjects:input_type -> kvtier.v1.ListObjectsRequest
+	9,  // 71: kvtier.v1.Master.GetObject:input_type -> kvtier.v1.KeyRequest
+	10, // 72: kvtier.v1.Master.ListSegments:input_type -> kvtier.v1.Empty
+	10, // 73: kvtier.v1.Master.ListClients:input_type -> kvtier.v1.Empty
+	10, // 74: kvtier.v1.Master.Stats:input_type -> kvtier.v1.Empty
+	10, // 75: kvtier.v1.Master.GetTiers:input_type -> kvtier.v1.Empty
+	55, // 76: kvtier.v1.Master.UpdateTiers:input_type -> kvtier.v1.UpdateTiersRequest
+	10, // 77: kvtier.v1.Master.WatchEvents:input_type -> kvtier.v1.Empty
+	57, // 78: kvtier.v1.Master.TakeRemovals:input_type -> kvtier.v1.TakeRemovalsRequest
+	61, // 79: kvtier.v1.Master.TakeDramRecords:input_type -> kvtier.v1.TakeDramRecordsRequest
+	65, // 80: kvtier.v1.Master.RegisterDramObjects:input_type -> kvtier.v1.RegisterDramObjectsRequest
+	8,  // 81: kvtier.v1.Master.PutStart:output_type -> kvtier.v1.PutStartResponse
+	10, // 82: kvtier.v1.Master.PutEnd:output_type -> kvtier.v1.Empty
+	10, // 83: kvtier.v1.Master.PutRevoke:output_type -> kvtier.v1.Empty
+	11, // 84: kvtier.v1.Master.GetReplicaList:output_type -> kvtier.v1.GetReplicaListResponse
+	12, // 85: kvtier.v1.Master.Exist:output_type -> kvtier.v1.ExistResponse
+	10, // 86: kvtier.v1.Master.Remove:output_type -> kvtier.v1.Empty
+	15, // 87: kvtier.v1.Master.RemoveByRegex:output_type -> kvtier.v1.CountResponse
+	15, // 88: kvtier.v1.Master.RemoveAll:output_type -> kvtier.v1.CountResponse
+	18, // 89: kvtier.v1.Master.BatchPutStart:output_type -> kvtier.v1.BatchPutStartResponse
+	21, // 90: kvtier.v1.Master.BatchPutEnd:output_type -> kvtier.v1.BatchResponse
+	21, // 91: kvtier.v1.Master.BatchPutRevoke:output_type -> kvtier.v1.BatchResponse
+	23, // 92: kvtier.v1.Master.BatchGetReplicaList:output_type -> kvtier.v1.BatchGetReplicaListResponse
+	24, // 93: kvtier.v1.Master.BatchExist:output_type -> kvtier.v1.BatchExistResponse
+	21, // 94: kvtier.v1.Master.BatchRemove:output_type -> kvtier.v1.BatchResponse
+	10, // 95: kvtier.v1.Master.MountSegment:output_type -> kvtier.v1.Empty
+	10, // 96: kvtier.v1.Master.UnmountSegment:output_type -> kvtier.v1.Empty
+	38, // 97: kvtier.v1.Master.Heartbeat:output_type -> kvtier.v1.HeartbeatResponse
+	10, // 98: kvtier.v1.Master.OffloadDone:output_type -> kvtier.v1.Empty
+	36, // 99: kvtier.v1.Master.TakeOffload:output_type -> kvtier.v1.OffloadTask
+	21, // 100: kvtier.v1.Master.RegisterDiskObjects:output_type -> kvtier.v1.BatchResponse
+	10, // 101: kvtier.v1.Master.DropBucket:output_type -> kvtier.v1.Empty
+	46, // 102: kvtier.v1.Master.ListObjects:output_type -> kvtier.v1.ListObjectsResponse
+	45, // 103: kvtier.v1.Master.GetObject:output_type -> kvtier.v1.ObjectInfo
+	48, // 104: kvtier.v1.Master.ListSegments:output_type -> kvtier.v1.ListSegmentsResponse
+	50, // 105: kvtier.v1.Master.ListClients:output_type -> kvtier.v1.ListClientsResponse
+	52, // 106: kvtier.v1.Master.Stats:output_type -> kvtier.v1.StatsResponse
+	54, // 107: kvtier.v1.Master.GetTiers:output_type -> kvtier.v1.TiersResponse
+	54, // 108: kvtier.v1.Master.UpdateTiers:output_type -> kvtier.v1.TiersResponse
+	56, // 109: kvtier.v1.Master.WatchEvents:output_type -> kvtier.v1.Event
+	60, // 110: kvtier.v1.Master.TakeRemovals:output_type -> kvtier.v1.TakeRemovalsResponse
+	63, // 111: kvtier.v1.Master.TakeDramRecords:output_type -> kvtier.v1.TakeDramRecordsResponse
+	21, // 112: kvtier.v1.Master.RegisterDramObjects:output_type -> kvtier.v1.BatchResponse
+	81, // [81:113] is the sub-list for method output_type
+	49, // [49:81] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_master_proto_init() }
@@ -5572,14 +5704,14 @@ func file_master_proto_init() {
 	if File_master_proto != nil {
 		return
 	}
-	file_master_proto_msgTypes[49].OneofWrappers = []any{}
+	file_master_proto_msgTypes[50].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_proto_rawDesc), len(file_master_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   61,
+			NumMessages:   64,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -48,6 +48,8 @@ type masterFlags struct {
 	offload            string
 	ssdPolicy          string
 	rpcPoll            time.Duration
+	dataGrants         bool            // sign data-plane grants (internal/grant)
+	grantRotation      time.Duration   // grant secret rotation period
 	doctor             *applianceFlags // standalone: the host checks use the appliance's settings
 	settings           []setting       // every flag of the command, for GET /api/v1/config
 }
@@ -72,6 +74,8 @@ func (f *masterFlags) register(cmd *cobra.Command, standalone bool) {
 	fs.IntVar(&f.maxObjects, "max-objects", master.DefaultMaxObjects, "maximum number of objects")
 	fs.StringVar(&f.httpToken, "http-token", "", "bearer token required by mutating REST calls and UI actions (default: none)")
 	fs.DurationVar(&f.rpcPoll, "rpc-poll", fastrpc.DefaultServerPoll, "longest a master connection polls for its next data-path call before sleeping, when its calls come that close together (0: off; saves a CPU wake-up per call on VMs)")
+	fs.BoolVar(&f.dataGrants, "data-grants", true, "sign a data-plane grant into every replica location and have appliances refuse data-port requests without a valid one (false: the data port is open to anyone who reaches it; for measuring the grants' cost)")
+	fs.DurationVar(&f.grantRotation, "grant-key-rotation", master.DefaultGrantKeyRotation, "how often each appliance's data-plane grant secret is replaced")
 	if !standalone {
 		fs.StringVar(&f.offload, "offload", master.DefaultOffloadMode, "SSD offload mode of the cluster: off | immediate | on-evict")
 		fs.StringVar(&f.ssdPolicy, "ssd-policy", master.DefaultSSDPolicy, "SSD bucket eviction of every appliance: fifo | lru (cluster-wide; wins over appliances' own --ssd-policy)")
@@ -83,7 +87,7 @@ func (f *masterFlags) config() master.Config {
 		LeaseTTL: f.leaseTTL, HighWatermark: f.highWatermark, EvictionRatio: f.evictionRatio,
 		LeasePolicy: f.leasePolicy, FrequencyBonus: f.frequencyBonus, FrequencyMaxBonus: f.frequencyMaxBonus, EvictionHistory: f.evictionHistory, ClientTTL: f.clientTTL, ClientGrace: f.clientGrace,
 		PutDiscardTimeout: f.putDiscard, PutReleaseTimeout: f.putRelease, MaxObjects: f.maxObjects,
-		OffloadMode: f.offload, SSDPolicy: f.ssdPolicy, DramSyncTimeout: f.dramSync,
+		OffloadMode: f.offload, SSDPolicy: f.ssdPolicy, DramSyncTimeout: f.dramSync, DisableGrants: !f.dataGrants, GrantKeyRotation: f.grantRotation,
 	}
 }
 

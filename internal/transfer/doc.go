@@ -82,6 +82,17 @@
 //     single frames. Extent-source reads, larger requests and lone requests
 //     go as single frames; Config.DisableBatchFrames sends every request
 //     in a frame of its own.
+//   - Data-plane grants: an engine given grant keys (SetGrantKeys; the
+//     client SDK installs the ones the master hands its node in heartbeat
+//     answers) serves a TCP request only with a valid grant
+//     (internal/grant) for its segment (and bucket), op and range: frames
+//     without one, forged, expired, for another extent or the other op are
+//     refused with PERMISSION_DENIED naming the reason, before any memory
+//     is touched or the segment even looked up; Stats.GrantRefusals counts
+//     them by reason and Config.OnGrantRefused reports each. A request
+//     sends Request.Grant with each of its frames (slices carry the grant
+//     of the whole extent). An engine without keys serves every frame, as
+//     before grants existed. The in-process local path is not checked.
 //   - Request.Sum (READ only, optional) asks for the CRC32C (Castagnoli) of
 //     the bytes read. It is computed while they arrive: the receive
 //     goroutine checksums each socket read as it lands (still in cache),
@@ -102,7 +113,7 @@
 //   - UnregisterSegment has no context (its signature is the SDK's): it
 //     waits for frames in progress, each bounded by IOTimeout.
 //
-// # Wire protocol (version 1)
+// # Wire protocol (versions 1 and 2)
 //
 // A client opens TCP connections to the serving Engine and sends request
 // frames; the server answers each with exactly one response frame, in the
@@ -113,7 +124,7 @@
 //
 //	offset size field
 //	0      4    magic 0x4B565451 ("KVTQ")
-//	4      1    version = 1
+//	4      1    version: 1, or 2 = a grant follows the name
 //	5      1    op: 1 = READ (server -> client), 2 = WRITE (client -> server)
 //	6      2    N = name length, 1..255
 //	8      8    request id (chosen by the client, echoed in the response;
@@ -122,7 +133,17 @@
 //	24     8    offset in the segment (or in the bucket)
 //	32     8    L = length, 1..67108864 (64 MiB)
 //	40     N    segment or extent source name (bytes, not NUL-terminated)
-//	40+N   L    WRITE only: the payload
+//	40+N   G    version 2 only: the grant, G = 88 bytes (internal/grant's
+//	            token layout); version 1: G = 0
+//	40+N+G L    WRITE only: the payload
+//
+// Version 2 exists only for request frames (responses stay version 1; op 3
+// SHM requests are version 1). A server with grant keys answers a version-1
+// READ or WRITE, or a version-2 one whose grant does not verify, with
+// status 25 PERMISSION_DENIED and a message "grant refused (REASON): ..."
+// (REASON: missing, malformed, unknown_key, forged, expired, wrong_op,
+// out_of_extent), reading and discarding a WRITE's payload. A grant whose
+// first byte is 0 counts as missing (a batch frame's placeholder).
 //
 // Response frame:
 //
@@ -155,7 +176,7 @@
 //
 //	offset size field
 //	0      4    magic 0x4B565451 ("KVTQ")
-//	4      1    version = 1
+//	4      1    version: 1, or 2 = grants follow the descriptors
 //	5      1    op: 4 = BATCH READ, 5 = BATCH WRITE
 //	6      2    T = names in the name table, 1..255, at most K
 //	8      8    request id
@@ -163,7 +184,15 @@
 //	24     8    D = descriptor section length: 2T+16K..256T+16K
 //	32     8    L = payload length, the extents' lengths summed, K..64 MiB
 //	40     D    descriptor section: the name table, then the extents
-//	40+D   L    BATCH WRITE only: the extents' bytes, concatenated in order
+//	40+D   88K  version 2 only: one grant per extent, in extent order (88
+//	            zero bytes for an extent without one; at most 352 KiB)
+//	40+D+G L    BATCH WRITE only: the extents' bytes, concatenated in order
+//
+// A client sends version 2 when any request of the frame has a grant. A
+// server with grant keys verifies every extent's grant before it looks up
+// any name and refuses the whole frame (PERMISSION_DENIED naming the first
+// extent refused) if one fails; the client then resends the extents one
+// frame each, so only the requests with bad grants fail.
 //
 // The name table is T entries of a 1-byte length n (1..255) and n bytes of
 // segment name. Each extent is 16 bytes:
@@ -222,6 +251,9 @@
 // The client connects to the socket. The server admits only peers running
 // as its own user or as root (SO_PEERCRED; a mapped segment is readable
 // and writable whole) and refuses others by closing (Stats.SharedRefused).
+// Shared memory bypasses data-plane grants: a peer admitted here can read
+// and write every shared segment whole. It trusts the host: anything
+// running as the appliance's user (or root) could read its memory anyway.
 // It then sends one packet per shared segment, a SYNCED packet, and from
 // then on a packet per segment registered or unregistered, in order:
 //
@@ -330,5 +362,5 @@
 // # Imports
 //
 // transfer is a mechanism: the client SDK and the appliance import it. It
-// imports only kverr, internal/crc32c and internal/memcopy.
+// imports only kverr, internal/crc32c, internal/memcopy and internal/grant.
 package transfer

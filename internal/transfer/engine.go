@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvtier/kvtier/internal/crc32c"
+	"github.com/kvtier/kvtier/internal/grant"
 	"github.com/kvtier/kvtier/kverr"
 )
 
@@ -52,6 +53,12 @@ type Request struct {
 	// checksums as it copies) instead of in a second pass over Buf. Written only when the request succeeds,
 	// before Wait returns. Ignored for WRITE.
 	Sum *uint32
+	// Grant is the data-plane grant the master signed for this request's
+	// replica extent (internal/grant, grant.Size bytes), sent with every
+	// frame of it. An engine serving with grant keys (SetGrantKeys)
+	// refuses a request without a valid one (PERMISSION_DENIED). Nil
+	// sends old-format frames; the local path ignores it.
+	Grant []byte
 }
 
 // ExtentSource serves read-only extents, e.g. SSD buckets (package ssd). An
@@ -79,6 +86,11 @@ type Config struct {
 	// IdleTimeout closes a served connection that starts no frame for this
 	// long (default 5 min; the caller redials, see connFailed).
 	IdleTimeout time.Duration
+	// OnGrantRefused, when set, is called (from the serving goroutine; keep
+	// it short) for every request refused for its grant, with the reason
+	// (grant.Reason's name, the metric label) and a message naming the
+	// segment and extent: the appliance logs it.
+	OnGrantRefused func(reason, detail string)
 }
 
 // Defaults.
@@ -170,6 +182,15 @@ type Stats struct {
 	SharedPeers int // processes mapping this engine's shared segments, now
 
 	AcceptErrors uint64 // failed accepts (backed off and retried, or the listener stopped)
+
+	// GrantRefusals counts requests refused for their data-plane grant,
+	// by reason (grant.Reason names: missing, malformed, unknown_key,
+	// forged, expired, wrong_op, out_of_extent); every reason is present.
+	// A refused batch frame counts once (its first bad extent); this
+	// package's client then resends its extents one frame each, and each
+	// refused one counts again.
+	GrantRefusals map[string]uint64
+	GrantKeys     int // grant keys held (0: grants not enforced)
 }
 
 type counters struct {
@@ -214,6 +235,7 @@ type Engine struct {
 	// on a batch frame, as an engine from before batch frames does.
 	predatesBatch atomic.Bool
 	lhealth       listenerHealth // accept loops' trouble (server.go)
+	grants        grantCheck     // data-plane grant keys and refusals (grants.go)
 
 	mu sync.RWMutex
 	// guarded by mu:
@@ -561,6 +583,9 @@ func (e *Engine) classify(ctx context.Context, rs *reqState) error {
 	if err := validName(r.Segment); err != nil {
 		return err
 	}
+	if r.Grant != nil && len(r.Grant) != grant.Size {
+		return kverr.New(kverr.InvalidParams, "", "transfer: segment %q: grant of %d bytes, want %d", r.Segment, len(r.Grant), grant.Size)
+	}
 	if r.Offset > ^uint64(0)-uint64(len(r.Buf)) {
 		return kverr.New(kverr.InvalidParams, "", "transfer: segment %q: offset %d + length %d overflows", r.Segment, r.Offset, len(r.Buf))
 	}
@@ -615,7 +640,8 @@ func (e *Engine) Stats() Stats {
 		SharedRequests: c.shmRequests.Load(), SharedBytes: c.shmBytes.Load(),
 		SharedFailures: c.shmFailed.Load(), SharedRefused: c.shmRefused.Load(),
 		ClientConns: len(e.cliConns), ServerConns: len(e.srvConns), SharedPeers: len(e.shmConns),
-		AcceptErrors: c.acceptErrors.Load(),
+		AcceptErrors:  c.acceptErrors.Load(),
+		GrantRefusals: e.grants.refusalCounts(), GrantKeys: len(e.grants.keys.IDs()),
 	}
 }
 

@@ -11,6 +11,10 @@ const (
 	requestMagic  uint32 = 0x4B565451 // "KVTQ"
 	responseMagic uint32 = 0x4B565453 // "KVTS"
 	wireVersion   uint8  = 1
+	// grantVersion marks a request frame that carries data-plane grants
+	// (one after a single frame's name, one per extent after a batch
+	// frame's descriptor section); responses stay at wireVersion.
+	grantVersion uint8 = 2
 
 	requestHeaderLen  = 40
 	responseHeaderLen = 32
@@ -39,6 +43,7 @@ type reqHeader struct {
 	bucket  uint64
 	offset  uint64
 	length  uint64
+	grant   bool // version 2: grants follow the name (or the descriptors)
 }
 
 // putRequestHeader encodes h into b[:requestHeaderLen].
@@ -46,6 +51,9 @@ func putRequestHeader(b []byte, h reqHeader) {
 	_ = b[requestHeaderLen-1]
 	binary.BigEndian.PutUint32(b[0:], requestMagic)
 	b[4] = wireVersion
+	if h.grant {
+		b[4] = grantVersion
+	}
 	b[5] = byte(h.op)
 	binary.BigEndian.PutUint16(b[6:], uint16(h.nameLen))
 	binary.BigEndian.PutUint64(b[8:], h.id)
@@ -63,10 +71,11 @@ func parseRequestHeader(b []byte) (reqHeader, error) {
 	if m := binary.BigEndian.Uint32(b[0:]); m != requestMagic {
 		return reqHeader{}, fmt.Errorf("%w: bad magic %#08x", errMalformed, m)
 	}
-	if b[4] != wireVersion {
+	if b[4] != wireVersion && b[4] != grantVersion {
 		return reqHeader{}, fmt.Errorf("%w: unsupported version %d", errMalformed, b[4])
 	}
 	h := reqHeader{
+		grant:   b[4] == grantVersion,
 		op:      Op(b[5]),
 		nameLen: int(binary.BigEndian.Uint16(b[6:])),
 		id:      binary.BigEndian.Uint64(b[8:]),
@@ -87,6 +96,9 @@ func parseRequestHeader(b []byte) (reqHeader, error) {
 		return reqHeader{}, fmt.Errorf("%w: name length %d outside 1..%d", errMalformed, h.nameLen, MaxNameLen)
 	}
 	if h.op == opShm {
+		if h.grant {
+			return reqHeader{}, fmt.Errorf("%w: SHM request with a grant", errMalformed)
+		}
 		if h.length != 0 || h.bucket != 0 || h.offset != 0 {
 			return reqHeader{}, fmt.Errorf("%w: SHM request with length, bucket or offset set", errMalformed)
 		}

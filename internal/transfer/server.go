@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kvtier/kvtier/internal/grant"
 	"github.com/kvtier/kvtier/internal/memcopy"
 	"github.com/kvtier/kvtier/kverr"
 )
@@ -171,7 +172,7 @@ func temporary(err error) bool {
 type srvConn struct {
 	e      *Engine
 	nc     net.Conn
-	hdr    [requestHeaderLen + MaxNameLen]byte
+	hdr    [requestHeaderLen + MaxNameLen + grant.Size]byte
 	rh     [responseHeaderLen]byte
 	bounce []byte    // readInto's chunk buffer, made on first use
 	batch  *srvBatch // batch frames' reused state, made on first use
@@ -218,11 +219,19 @@ func (e *Engine) serveConn(nc net.Conn) {
 			}
 			continue
 		}
-		name := c.hdr[requestHeaderLen : requestHeaderLen+h.nameLen]
-		if _, err := io.ReadFull(nc, name); err != nil {
+		end := requestHeaderLen + h.nameLen
+		if h.grant { // version 2: the grant follows the name
+			end += grant.Size
+		}
+		if _, err := io.ReadFull(nc, c.hdr[requestHeaderLen:end]); err != nil {
 			return
 		}
-		if err := c.serveFrame(h, name); err != nil {
+		name := c.hdr[requestHeaderLen : requestHeaderLen+h.nameLen]
+		var tok []byte
+		if h.grant {
+			tok = c.hdr[requestHeaderLen+h.nameLen : end]
+		}
+		if err := c.serveFrame(h, name, tok); err != nil {
 			return
 		}
 	}
@@ -241,10 +250,16 @@ func (e *Engine) acquireBytes(name []byte) (*segment, ExtentSource) {
 
 // serveFrame answers one request. A returned error is a connection failure;
 // refusals are answered with an error frame and return nil.
-func (c *srvConn) serveFrame(h reqHeader, name []byte) error {
+func (c *srvConn) serveFrame(h reqHeader, name, tok []byte) error {
 	e := c.e
 	if h.op == opShm {
 		return c.serveShm(h)
+	}
+	// The grant is checked before the segment is even looked up: a refused
+	// frame learns nothing about what this node serves.
+	if err := e.checkGrant(tok, name, h.bucket, h.offset, h.length, h.op); err != nil {
+		e.stats.servedFrames.Add(1)
+		return c.refuse(h, err)
 	}
 	seg, src := e.acquireBytes(name)
 	e.stats.servedFrames.Add(1) // after acquire: tests use it to know a frame holds its segment

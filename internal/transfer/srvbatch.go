@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 
+	"github.com/kvtier/kvtier/internal/grant"
 	"github.com/kvtier/kvtier/kverr"
 )
 
@@ -11,6 +12,7 @@ import (
 // connection serving a stream of batches allocates nothing per frame.
 type srvBatch struct {
 	desc  []byte
+	toks  []byte // version 2: one grant per extent
 	names [][]byte
 	exts  []batchExtent
 	segs  []*segment // pinned, one per name
@@ -44,11 +46,40 @@ func (c *srvConn) serveBatch(h reqHeader) error {
 	if _, err := io.ReadFull(c.nc, desc); err != nil {
 		return err
 	}
+	var toks []byte
+	if h.grant { // version 2: K grants after the descriptors (K <= 4096: at most 352 KiB)
+		k := int(h.bucket) * grant.Size
+		if cap(b.toks) < k {
+			b.toks = make([]byte, k)
+		}
+		toks = b.toks[:k]
+		if _, err := io.ReadFull(c.nc, toks); err != nil {
+			return err
+		}
+	}
 	var err error
 	b.names, b.exts, err = parseBatchDesc(desc, h, b.names, b.exts)
 	e.stats.servedFrames.Add(1)
 	if err != nil {
 		return c.refuse(h, kverr.New(kverr.InvalidParams, "", "%v", err))
+	}
+	if e.grants.keys.Enforced() {
+		// Every extent's grant before any segment is looked up; the client
+		// resends a refused frame's requests one frame each, so each gets
+		// its own answer.
+		for i, x := range b.exts {
+			var tok []byte
+			if toks != nil {
+				tok = toks[i*grant.Size : (i+1)*grant.Size]
+			}
+			op := Read
+			if h.op == opBatchWrite {
+				op = Write
+			}
+			if err := e.checkGrant(tok, b.names[x.name], 0, x.offset, x.length, op); err != nil {
+				return c.refuse(h, kverr.New(kverr.PermissionDenied, "", "batch extent %d of %d: %s", i, len(b.exts), err.(*kverr.Error).Msg))
+			}
+		}
 	}
 	defer func() {
 		for i, s := range b.segs {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvtier/kvtier/internal/crc32c"
+	"github.com/kvtier/kvtier/internal/grant"
 	"github.com/kvtier/kvtier/kverr"
 )
 
@@ -391,7 +392,7 @@ type clientConn struct {
 	wmu sync.Mutex // held by whoever writes (the lane or an inline caller)
 	// guarded by wmu:
 	nextID uint64
-	hdr    [requestHeaderLen + MaxNameLen]byte
+	hdr    [requestHeaderLen + MaxNameLen + grant.Size]byte
 	bhdr   []byte        // batch frame header and descriptor
 	bnames []string      // batch frame name table
 	bexts  []batchExtent // batch frame extents
@@ -483,8 +484,10 @@ func (c *clientConn) sendLocked(s *slice) {
 	}
 	c.nextID++
 	s.id = c.nextID
-	putRequestHeader(c.hdr[:], reqHeader{op: s.op, nameLen: len(s.name), id: s.id, bucket: s.bucket, offset: s.off, length: uint64(len(s.buf))})
+	tok := s.r.req.Grant // every slice of a request carries its grant
+	putRequestHeader(c.hdr[:], reqHeader{op: s.op, nameLen: len(s.name), id: s.id, bucket: s.bucket, offset: s.off, length: uint64(len(s.buf)), grant: tok != nil})
 	n := requestHeaderLen + copy(c.hdr[requestHeaderLen:], s.name)
+	n += copy(c.hdr[n:], tok)
 	if !c.enqueue(s) {
 		return
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/kvtier/kvtier/internal/grant"
 	"github.com/kvtier/kvtier/kverr"
 )
 
@@ -137,7 +138,9 @@ func (c *clientConn) sendBatchLocked(s *slice) {
 	c.nextID++
 	s.id = c.nextID
 	names, exts := c.bnames[:0], c.bexts[:0]
+	granted := false
 	for _, x := range s.ext {
+		granted = granted || x.r.req.Grant != nil
 		idx := -1
 		for j, nm := range names { // a handful of segments per peer
 			if nm == x.name {
@@ -155,8 +158,17 @@ func (c *clientConn) sendBatchLocked(s *slice) {
 		c.bhdr = make([]byte, requestHeaderLen, 4096)
 	}
 	hdr := c.bhdr[:requestHeaderLen]
-	putRequestHeader(hdr, reqHeader{op: s.op, nameLen: len(names), id: s.id, bucket: uint64(len(exts)), offset: uint64(batchDescLen(names, len(exts))), length: uint64(s.n)})
+	putRequestHeader(hdr, reqHeader{op: s.op, nameLen: len(names), id: s.id, bucket: uint64(len(exts)), offset: uint64(batchDescLen(names, len(exts))), length: uint64(s.n), grant: granted})
 	c.bhdr = appendBatchDesc(hdr, names, exts)
+	if granted { // one grant per extent; zeros for a request without one
+		for _, x := range s.ext {
+			if g := x.r.req.Grant; g != nil {
+				c.bhdr = append(c.bhdr, g...)
+			} else {
+				c.bhdr = append(c.bhdr, make([]byte, grant.Size)...)
+			}
+		}
+	}
 	c.bnames, c.bexts = names, exts
 	if !c.enqueue(s) {
 		return

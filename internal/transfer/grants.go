@@ -1,0 +1,68 @@
+package transfer
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/kvtier/kvtier/internal/grant"
+	"github.com/kvtier/kvtier/kverr"
+)
+
+// grantCheck is the serving side's data-plane grant state: the keys it
+// accepts and what it refused. With no keys (the master gave this node no
+// secret) grants are not enforced and frames without one are served, as
+// before grants existed.
+type grantCheck struct {
+	keys     grant.Keyring
+	refusals [grant.OutOfExtent + 1]atomic.Uint64 // by grant.Reason
+}
+
+// SetGrantKeys installs the data-plane grant keys this engine accepts (the
+// first signs, none clears them; see internal/grant). From the first key on,
+// every request served over TCP must carry a valid grant for its segment,
+// extent and op: frames without one are refused with PERMISSION_DENIED.
+// The in-process local path is not checked (the caller is this process),
+// nor shared memory, which maps whole segments and is offered only to
+// peers running as this engine's user or root: it trusts the host.
+func (e *Engine) SetGrantKeys(keys ...grant.Key) { e.grants.keys.Set(keys...) }
+
+// GrantKeyIDs returns the IDs of the grant keys held.
+func (e *Engine) GrantKeyIDs() []uint32 { return e.grants.keys.IDs() }
+
+func (g *grantCheck) refusalCounts() map[string]uint64 {
+	out := make(map[string]uint64, len(grant.Reasons))
+	for _, r := range grant.Reasons {
+		out[r.String()] = g.refusals[r].Load()
+	}
+	return out
+}
+
+// checkGrant verifies tok (nil: the frame carried none) for op on
+// [off, off+n) of name (bucket for an extent source). It returns nil when
+// grants are not enforced or tok allows the request, else a
+// PERMISSION_DENIED error naming the reason, counted and reported.
+func (e *Engine) checkGrant(tok []byte, name []byte, bucket, off, n uint64, op Op) error {
+	if !e.grants.keys.Enforced() {
+		return nil
+	}
+	gop := grant.Read
+	if op == Write {
+		gop = grant.Write
+	}
+	if len(tok) > 0 && tok[0] == 0 { // a batch frame's placeholder for a request without a grant
+		tok = nil
+	}
+	err := e.grants.keys.Verify(tok, string(name), bucket, off, n, gop, time.Now())
+	if err == nil {
+		return nil
+	}
+	r := grant.ReasonOf(err)
+	if int(r) < len(e.grants.refusals) {
+		e.grants.refusals[r].Add(1)
+	}
+	ke := kverr.New(kverr.PermissionDenied, "", "%s of segment %q %d+%d: %v", op, name, off, n, err)
+	if f := e.cfg.OnGrantRefused; f != nil {
+		f(r.String(), ke.Msg)
+	}
+	return ke
+}

@@ -1,0 +1,123 @@
+package master
+
+import (
+	"testing"
+	"time"
+
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/internal/grant"
+)
+
+// TestGrantSigning: replicas handed out by PutStart and GetReplicaList
+// (through the gRPC edge) carry grants that the node's keys (as handed in
+// its heartbeat answer) verify for exactly the replica's extent and op, for
+// the asking client, until the put deadline / lease end.
+func TestGrantSigning(t *testing.T) {
+	m, fc := newTest(t, Config{PutDiscardTimeout: 10 * time.Second, LeaseTTL: 2 * time.Second})
+	s := &grpcServer{m: m}
+	mountMem(t, m, "box", "box/mem0", 1<<20)
+	m.EnsureGrantKeys("box", "inc-1")
+	var node grant.Keyring
+	node.Set(m.GrantKeysForBeat("box", "inc-1", true, nil, nil)...)
+
+	ps, err := s.PutStart(ctx, &kvtierpb.PutStartRequest{ClientId: "gpu1", Key: []byte("k"), Size: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := ps.Replicas[0]
+	now := fc.Now()
+	if err := node.Verify(r.Grant, r.Segment, 0, r.Offset, r.Length, grant.Write, now); err != nil {
+		t.Fatalf("write grant: %v", err)
+	}
+	g, _ := grant.Decode(r.Grant)
+	if g.Session != grant.SessionOf("gpu1") || !time.Unix(0, g.Expiry).Equal(now.Add(10*time.Second)) {
+		t.Fatalf("write grant session/expiry %+v", g)
+	}
+	if err := node.Verify(r.Grant, r.Segment, 0, r.Offset+r.Length, 1, grant.Write, now); grant.ReasonOf(err) != grant.OutOfExtent {
+		t.Fatalf("neighbouring byte: %v", err)
+	}
+	if err := node.Verify(r.Grant, r.Segment, 0, r.Offset, r.Length, grant.Write, now.Add(10*time.Second)); grant.ReasonOf(err) != grant.Expired {
+		t.Fatalf("after the put deadline: %v", err)
+	}
+	if _, err := s.PutEnd(ctx, &kvtierpb.KeyRequest{ClientId: "gpu1", Key: []byte("k")}); err != nil {
+		t.Fatal(err)
+	}
+	rl, err := s.GetReplicaList(ctx, &kvtierpb.KeyRequest{ClientId: "gpu2", Key: []byte("k")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rr := rl.Replicas[0]
+	if err := node.Verify(rr.Grant, rr.Segment, 0, rr.Offset, rr.Length, grant.Read, now); err != nil {
+		t.Fatalf("read grant: %v", err)
+	}
+	if err := node.Verify(rr.Grant, rr.Segment, 0, rr.Offset, rr.Length, grant.Write, now); grant.ReasonOf(err) != grant.WrongOp {
+		t.Fatalf("read grant used to write: %v", err)
+	}
+	if err := node.Verify(rr.Grant, rr.Segment, 0, rr.Offset, rr.Length, grant.Read, time.UnixMilli(rl.LeaseDeadlineMs).Add(time.Millisecond)); grant.ReasonOf(err) != grant.Expired {
+		t.Fatalf("read grant after the lease: %v", err)
+	}
+	// Batch forms sign too.
+	br, _ := s.BatchGetReplicaList(ctx, &kvtierpb.BatchKeysRequest{ClientId: "gpu2", Keys: [][]byte{[]byte("k")}})
+	if len(br.Results[0].GetValue().GetReplicas()[0].GetGrant()) != grant.Size {
+		t.Fatal("batch read carries no grant")
+	}
+	bp, _ := s.BatchPutStart(ctx, &kvtierpb.BatchPutStartRequest{ClientId: "gpu1", Items: []*kvtierpb.PutStartRequest{{ClientId: "gpu1", Key: []byte("k2"), Size: 4096}}})
+	if len(bp.Results[0].GetReplicas()[0].GetGrant()) != grant.Size {
+		t.Fatal("batch put carries no grant")
+	}
+}
+
+// TestGrantKeyRotation: a rotated key is handed out beside the current one
+// and used for signing only once the node reports holding it; the old one
+// stays accepted as previous; a new incarnation gets fresh keys.
+func TestGrantKeyRotation(t *testing.T) {
+	m, fc := newTest(t, Config{GrantKeyRotation: time.Hour})
+	ids := func(ks []grant.Key) []uint32 {
+		var out []uint32
+		for _, k := range ks {
+			out = append(out, k.ID)
+		}
+		return out
+	}
+	k0 := m.GrantKeysForBeat("box", "inc-1", true, nil, nil)
+	if len(k0) != 1 {
+		t.Fatalf("first beat: %d keys", len(k0))
+	}
+	sign := func() uint32 {
+		g, _ := grant.Decode(m.SignGrant(Replica{Type: Memory, Node: "box", Segment: "box/m", Length: 1}, grant.Session{}, grant.Read, fc.Now().Add(time.Second)))
+		return g.KeyID
+	}
+	if sign() != k0[0].ID {
+		t.Fatal("not signed with the current key")
+	}
+	fc.Advance(time.Hour)
+	k1 := m.GrantKeysForBeat("box", "inc-1", true, ids(k0), nil)
+	if len(k1) != 2 || k1[0].ID != k0[0].ID {
+		t.Fatalf("rotation: keys %v", ids(k1))
+	}
+	if sign() != k0[0].ID {
+		t.Fatal("signed with a key the node does not hold yet")
+	}
+	// The node reports holding the next key: the master signs with it; the
+	// node's set (current and previous) is unchanged, so no keys are sent.
+	if k2 := m.GrantKeysForBeat("box", "inc-1", true, ids(k1), nil); k2 != nil || sign() != k1[1].ID {
+		t.Fatalf("after the node holds the next key: sent %v, signing with %d", ids(k2), sign())
+	}
+	// The next rotation hands out a third key; the previous one stays.
+	fc.Advance(time.Hour)
+	k2 := m.GrantKeysForBeat("box", "inc-1", true, ids(k1), nil)
+	if len(k2) != 3 || k2[0].ID != k1[1].ID || k2[2].ID != k0[0].ID || sign() != k1[1].ID {
+		t.Fatalf("second rotation: %v", ids(k2))
+	}
+	if m.GrantKeysForBeat("gpu-caller", "", false, nil, nil) != nil {
+		t.Fatal("a pure caller got grant keys")
+	}
+	k3 := m.GrantKeysForBeat("box", "inc-2", true, nil, nil) // restarted
+	if len(k3) != 1 || k3[0].ID == k2[0].ID || k3[0].Secret == k2[0].Secret || sign() != k3[0].ID {
+		t.Fatalf("new incarnation kept old keys: %v", ids(k3))
+	}
+	if m.SignGrant(Replica{Type: NOF, Node: "box", Length: 1}, grant.Session{}, grant.Read, fc.Now()) != nil ||
+		m.SignGrant(Replica{Type: Memory, Node: "nobody", Length: 1}, grant.Session{}, grant.Read, fc.Now()) != nil {
+		t.Fatal("signed a NOF replica or a node without keys")
+	}
+}
