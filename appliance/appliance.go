@@ -113,6 +113,7 @@ type Appliance struct {
 	failQuiet   atomic.Uint64 // failures not logged since (rate limit)
 
 	nvme        *nvmeExport
+	nvmeLive    atomic.Pointer[nvmeExport] // a.nvme once started whole (NVMeHealth reads it from the heartbeat loop)
 	nofSegments []string
 	spdkStats   atomic.Pointer[kvtierpb.NvmeStats] // SPDK mode: latest figures for the heartbeat
 

@@ -107,7 +107,11 @@ func (a *Appliance) startNVMe(ctx context.Context, cfg NVMeConfig) (err error) {
 		if len(cfg.HostSecrets) > 0 || len(cfg.CtrlSecrets) > 0 {
 			return kverr.New(kverr.InvalidParams, "", "--nvme-host-key/--nvme-ctrl-key need --nvme-backend builtin (SPDK's DH-HMAC-CHAP keyring is not driven yet)")
 		}
-		return a.startSPDK(ctx, cfg)
+		if err := a.startSPDK(ctx, cfg); err != nil {
+			return err
+		}
+		a.nvmeLive.Store(a.nvme)
+		return nil
 	default:
 		return kverr.New(kverr.InvalidParams, "", "--nvme-backend %q: want builtin or spdk", cfg.Backend)
 	}
@@ -161,6 +165,7 @@ func (a *Appliance) startNVMe(ctx context.Context, cfg NVMeConfig) (err error) {
 		a.nofSegments = append(a.nofSegments, seg.Name)
 	}
 	a.log.Info("nvme/tcp target", "addr", ex.addr, "nqn", ex.nqn, "namespaces", len(ex.files), "dhchap_hosts", len(cfg.HostSecrets))
+	a.nvmeLive.Store(ex)
 	return nil
 }
 
@@ -194,15 +199,18 @@ func (a *Appliance) NVMeStats() (target.Stats, bool) {
 // answer its JSON-RPC socket. The appliance's liveness report uses it; nil
 // when not exporting.
 func (a *Appliance) NVMeHealth() error {
-	if a.nvme == nil {
+	// The heartbeat loop calls this while Start may still be in startNVMe:
+	// read the export only once it was published whole.
+	ex := a.nvmeLive.Load()
+	if ex == nil {
 		return nil
 	}
-	if a.nvme.target != nil {
-		if err := a.nvme.target.Health(); err != nil {
+	if ex.target != nil {
+		if err := ex.target.Health(); err != nil {
 			return fmt.Errorf("appliance %s: %w", a.cfg.Name, err)
 		}
 	}
-	if w := a.nvme.watch; w != nil {
+	if w := ex.watch; w != nil {
 		if err := w.health(); err != nil {
 			return fmt.Errorf("appliance %s: %w", a.cfg.Name, err)
 		}
