@@ -44,7 +44,9 @@ func TestTwoReplicasOnTwoAppliancesSurviveSIGKILL(t *testing.T) {
 }
 
 func twoReplicasSurviveSIGKILL(t *testing.T, shm bool) {
-	c := startCluster(t)
+	// A 64 MiB put on a loaded 2-vCPU host can outlast the fast 1 s discard
+	// timeout; this test is about SIGKILL, not about stalled writers.
+	c := startCluster(t, "--put-discard-timeout", "20s", "--put-release-timeout", "40s")
 	flag := "--shm=" + strconv.FormatBool(shm)
 	a1 := c.appliance("box-a", flag)
 	c.appliance("box-b", flag)
@@ -141,7 +143,10 @@ func TestSingleReplicaOnKilledApplianceIsNotFound(t *testing.T) {
 // PutEnd leaves nothing visible, and after the timeouts the key is writable
 // and the space is back.
 func TestKilledWriterNeverVisible(t *testing.T) {
-	c := startCluster(t)
+	// The window in which the stalled reservation must be seen holding its
+	// space runs from the discard timeout (1 s) to the release timeout: 8 s
+	// here, so a loaded host cannot run the first retry past it.
+	c := startCluster(t, "--put-release-timeout", "8s")
 	c.appliance("box", "--dram", "16MiB")
 	cl := c.client(t)
 	ctx := context.Background()
