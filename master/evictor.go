@@ -31,7 +31,7 @@ import "time"
 // at most evictCacheTTL.
 
 const (
-	evictCacheMult = 4           // a scan selects the candidates of this many passes
+	evictCacheMult = 8           // a scan selects the candidates of this many passes
 	evictCacheTTL  = time.Second // kept candidates are used this long at most
 )
 
