@@ -103,6 +103,11 @@
 //     pass records freed bytes/objects and, when short, the blocked objects
 //     by reason (leased, pinned, in_flight, awaiting_offload) in counters and
 //     LastEviction.
+//     Run's evictor starts earlier, at HighWatermark − EvictionRatio/2, and
+//     frees down to there, so puts find room without evicting inline (they
+//     do only when an allocation fails); a scan selects the candidates of
+//     8 passes and the next passes select from those kept, rechecked under
+//     the object's lock (see evictor.go).
 //   - Eviction history ("frequency" only): when eviction frees an object's
 //     MEMORY replicas (so it leaves DRAM, whether or not a disk copy keeps
 //     it alive — the simulator's "evicted"), its read count is remembered

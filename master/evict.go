@@ -144,10 +144,14 @@ func selectSmallest[T any](s []T, k int, less func(a, b T) bool) {
 	}
 }
 
-// candRef locates a candidate's object.
+// candRef locates a candidate's object. A cached candidate (evictCache)
+// also holds its order key under pol when it was selected: an object read
+// since has a later key and is no longer where the selection put it.
 type candRef struct {
 	ck  string
 	obj *object
+	pol LeasePolicy // nil: not cached
+	key int64
 }
 
 // memBytesLocked returns the allocator bytes of o's COMPLETE MEMORY replicas.
@@ -188,13 +192,15 @@ func (m *Master) LastEviction() EvictionReport {
 	return m.lastReport
 }
 
-// maybeEvict runs a pass when MEMORY use is above the high watermark, backing
-// off after passes that fell short (so a store full of leased objects is not
-// rescanned every few milliseconds).
+// maybeEvict is the background evictor's check (see evictor.go): it runs a
+// pass when MEMORY use is above the high watermark less the headroom
+// margin, backing off after passes that fell short (so a store full of
+// leased objects is not rescanned every few milliseconds).
 func (m *Master) maybeEvict(ctx context.Context) {
 	capacity, used := m.memoryUsage()
-	hw := m.settings.Load().dram.HighWatermark
-	if capacity == 0 || float64(used) <= hw*float64(capacity) {
+	st := m.settings.Load()
+	trigger := backgroundTrigger(st.dram)
+	if capacity == 0 || float64(used) <= trigger*float64(capacity) {
 		return
 	}
 	m.evictMu.Lock()
@@ -203,7 +209,7 @@ func (m *Master) maybeEvict(ctx context.Context) {
 	if wait {
 		return
 	}
-	rep := m.evictPass(ctx, 0)
+	rep := m.evictPassAt(ctx, 0, trigger)
 	m.evictMu.Lock()
 	if rep.Short {
 		m.backoff = min(max(2*m.backoff, 10*time.Millisecond), time.Second)
@@ -218,12 +224,22 @@ func (m *Master) maybeEvict(ctx context.Context) {
 // watermark and returns its report (a zero report when nothing was due).
 func (m *Master) EvictNow(ctx context.Context) EvictionReport { return m.evictPass(ctx, 0) }
 
-// evictPass frees MEMORY: at least EvictionRatio of capacity, down below the
-// high watermark, and at least need bytes (allocation failure). Candidates
-// are lease-expired, not hard-pinned, COMPLETE objects with a MEMORY replica
-// and no pending offload (unless ForceEvict); soft-pinned objects only in a
-// second pass. The boundary is found by SelectByWeight on the policy's key.
+// evictPass is a pass triggered at the high watermark (EvictNow, and puts
+// whose allocation failed).
 func (m *Master) evictPass(ctx context.Context, need uint64) EvictionReport {
+	return m.evictPassAt(ctx, need, m.settings.Load().dram.HighWatermark)
+}
+
+// evictPassAt frees MEMORY: at least EvictionRatio of capacity, down below
+// the trigger fraction (the high watermark, or less for the background
+// evictor's headroom), and at least need bytes (allocation failure).
+// Candidates are lease-expired, not hard-pinned, COMPLETE objects with a
+// MEMORY replica and no pending offload (unless ForceEvict); soft-pinned
+// objects only in a second pass. The boundary is found by SelectByWeight on
+// the policy's key. A scan selects the candidates of several passes at once
+// and keeps the ones this pass did not need (evictCache); the next passes
+// select from those instead of rescanning every object.
+func (m *Master) evictPassAt(ctx context.Context, need uint64, trigger float64) EvictionReport {
 	gen := m.passGen.Load()
 	m.evictMu.Lock()
 	defer m.evictMu.Unlock()
@@ -235,23 +251,27 @@ func (m *Master) evictPass(ctx context.Context, need uint64) EvictionReport {
 	defer m.passGen.Add(1)
 	st := m.settings.Load()
 	capacity, used := m.memoryUsage()
-	hwBytes := uint64(st.dram.HighWatermark * float64(capacity))
+	trigBytes := uint64(trigger * float64(capacity))
 	rep := EvictionReport{Time: m.now()}
-	if capacity == 0 || (used <= hwBytes && need == 0) {
+	if capacity == 0 || (used <= trigBytes && need == 0) {
 		return rep
 	}
 	target := uint64(st.dram.EvictionRatio * float64(capacity))
-	if used > hwBytes {
-		target = max(target, used-hwBytes)
+	if used > trigBytes {
+		target = max(target, used-trigBytes)
 	}
 	target = max(target, need)
 	rep.Target = target
 	m.ctr.add(cEvictionPasses, 1)
 
 	now := rep.Time.UnixNano()
+	if m.evictCachedLocked(&rep, st, now) {
+		m.turnover.Record(now, int(rep.FreedObjects))
+		m.lastReport = rep
+		return rep
+	}
 	pol := m.passPolicyLocked(st.policy, now)
-	var first, soft []Candidate
-	var refs []candRef
+	first, soft, refs := m.scanFirst[:0], m.scanSoft[:0], m.scanRefs[:0]
 	memObjects, memBytes := 0, uint64(0)
 	m.forEachShard(func(sh *shard) {
 		for _, e := range sh.mem { // the objects holding DRAM, not the SSD-only ones
@@ -278,7 +298,7 @@ func (m *Master) evictPass(ctx context.Context, need uint64) EvictionReport {
 				continue
 			}
 			c := Candidate{Key: m.orderKey(pol, o), Bytes: b, Ref: int32(len(refs))}
-			refs = append(refs, candRef{k, o})
+			refs = append(refs, candRef{ck: k, obj: o})
 			if o.flags&flagSoftPin != 0 && o.softPinEnd > now {
 				soft = append(soft, c)
 			} else {
@@ -286,18 +306,32 @@ func (m *Master) evictPass(ctx context.Context, need uint64) EvictionReport {
 			}
 		}
 	})
+	defer func() {
+		// Keep the buffers for the next scan, without the objects they
+		// point at.
+		clear(refs)
+		m.scanFirst, m.scanSoft, m.scanRefs = first[:0], soft[:0], refs[:0]
+	}()
 	capObjects := capacityObjects(memObjects, memBytes, capacity)
 	m.growHistory(capObjects)
 	rep.Candidates = len(first)
-	m.evictFrom(first, refs, &rep, st, now, false)
-	if rep.FreedBytes < target && len(soft) > 0 {
+	// Select the candidates of evictCacheMult passes; this pass takes the
+	// smallest keys among them and the rest wait in the cache.
+	n := SelectByWeight(first, rep.Target*evictCacheMult)
+	rest := m.evictFrom(first[:n], refs, &rep, st, now, false)
+	if rep.FreedBytes+rep.AwaitingBytes < rep.Target {
+		m.evictFrom(first[n:], refs, &rep, st, now, false)
+		rest = nil
+	}
+	m.fillCacheLocked(rest, refs, pol, st, now)
+	if rep.FreedBytes < rep.Target && len(soft) > 0 {
 		rep.SecondPass = true
 		rep.Candidates += len(soft)
 		m.evictFrom(soft, refs, &rep, st, now, true)
 	} else {
 		rep.Pinned += uint64(len(soft))
 	}
-	if rep.FreedBytes < target {
+	if rep.FreedBytes < rep.Target {
 		rep.Short = true
 		m.ctr.add(cShortLeased, rep.Leased)
 		m.ctr.add(cShortPinned, rep.Pinned)
@@ -311,8 +345,9 @@ func (m *Master) evictPass(ctx context.Context, need uint64) EvictionReport {
 }
 
 // evictFrom evicts the smallest-key candidates of cands until rep reaches
-// its target, selecting again when some selected objects could not go.
-func (m *Master) evictFrom(cands []Candidate, refs []candRef, rep *EvictionReport, st *settings, now int64, second bool) {
+// its target, selecting again when some selected objects could not go. It
+// returns the candidates it did not try.
+func (m *Master) evictFrom(cands []Candidate, refs []candRef, rep *EvictionReport, st *settings, now int64, second bool) []Candidate {
 	for len(cands) > 0 && rep.FreedBytes+rep.AwaitingBytes < rep.Target {
 		n := SelectByWeight(cands, rep.Target-rep.FreedBytes-rep.AwaitingBytes)
 		for _, c := range cands[:n] {
@@ -320,6 +355,7 @@ func (m *Master) evictFrom(cands []Candidate, refs []candRef, rep *EvictionRepor
 		}
 		cands = cands[n:]
 	}
+	return cands
 }
 
 // evictOne frees ref's MEMORY replicas after re-checking it under its lock.
@@ -330,7 +366,7 @@ func (m *Master) evictOne(ref candRef, rep *EvictionReport, st *settings, now in
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	o := sh.objs[ref.ck]
-	if o != ref.obj || !o.complete || o.flags&flagHardPin != 0 || m.leased(o, now) ||
+	if o != ref.obj || (ref.pol != nil && (m.orderKey(ref.pol, o) != ref.key || memBytesLocked(o) == 0)) || !o.complete || o.flags&flagHardPin != 0 || m.leased(o, now) ||
 		(o.offload != offloadNone && !m.cfg.ForceEvict) ||
 		(!second && o.flags&flagSoftPin != 0 && o.softPinEnd > now) {
 		return
@@ -338,6 +374,7 @@ func (m *Master) evictOne(ref candRef, rep *EvictionReport, st *settings, now in
 	if st.ssd.OffloadMode != OffloadOff && !m.cfg.ForceEvict && !hasDiskCopy(o) && o.flags&flagOffloadFailed == 0 {
 		if pending, full := m.queueOffloadLocked(ref.ck, o); pending || full {
 			rep.AwaitingOffload++
+			m.evc.stale = true
 			if pending {
 				// Counts toward the target: a later pass frees it once the
 				// disk copy is COMPLETE, so not every candidate is offloaded.

@@ -140,6 +140,11 @@ type Master struct {
 	turnover    Turnover
 	turnoverCap int
 	passGen     atomic.Uint64 // completed eviction passes
+	// Eviction scan buffers, reused across passes, and the candidates a
+	// scan selected for later passes (evictor.go); guarded by evictMu.
+	scanFirst, scanSoft []Candidate
+	scanRefs            []candRef
+	evc                 evictCache
 
 	interned sync.Map // client ids, so objects share writer strings
 

@@ -75,7 +75,7 @@ func (m *Master) makeRoom(size uint64, rep *EvictionReport, st *settings, now in
 					continue
 				}
 				items[r.seg] = append(items[r.seg], roomItem{off: r.offset, end: r.offset + r.allocLen(),
-					ref: candRef{k, o}, bytes: b, movable: movable})
+					ref: candRef{ck: k, obj: o}, bytes: b, movable: movable})
 			}
 		}
 	})
