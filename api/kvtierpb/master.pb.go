@@ -56,6 +56,8 @@ const (
 	ErrorCode_FILE_READ_FAIL                ErrorCode = 22
 	ErrorCode_FILE_WRITE_FAIL               ErrorCode = 23
 	ErrorCode_CLIENT_NOT_FOUND              ErrorCode = 24
+	ErrorCode_UNAUTHENTICATED               ErrorCode = 25
+	ErrorCode_PERMISSION_DENIED             ErrorCode = 26
 )
 
 // Enum value maps for ErrorCode.
@@ -86,6 +88,8 @@ var (
 		22: "FILE_READ_FAIL",
 		23: "FILE_WRITE_FAIL",
 		24: "CLIENT_NOT_FOUND",
+		25: "UNAUTHENTICATED",
+		26: "PERMISSION_DENIED",
 	}
 	ErrorCode_value = map[string]int32{
 		"OK":                            0,
@@ -113,6 +117,8 @@ var (
 		"FILE_READ_FAIL":                22,
 		"FILE_WRITE_FAIL":               23,
 		"CLIENT_NOT_FOUND":              24,
+		"UNAUTHENTICATED":               25,
+		"PERMISSION_DENIED":             26,
 	}
 )
 
@@ -4703,7 +4709,7 @@ const file_master_proto_rawDesc = "" +
 	"\x04keep\x18\x06 \x03(\v2\x17.kvtier.v1.DiskLocationR\x04keep\"b\n" +
 	"\x14TakeRemovalsResponse\x12\x16\n" +
 	"\x06outbox\x18\x01 \x01(\x04R\x06outbox\x122\n" +
-	"\bremovals\x18\x02 \x03(\v2\x16.kvtier.v1.DiskRemovalR\bremovals*\xa2\x04\n" +
+	"\bremovals\x18\x02 \x03(\v2\x16.kvtier.v1.DiskRemovalR\bremovals*\xce\x04\n" +
 	"\tErrorCode\x12\x06\n" +
 	"\x02OK\x10\x00\x12\x12\n" +
 	"\x0eINTERNAL_ERROR\x10\x01\x12\x12\n" +
@@ -4731,7 +4737,9 @@ const file_master_proto_rawDesc = "" +
 	"\x11PAYLOAD_TOO_LARGE\x10\x15\x12\x12\n" +
 	"\x0eFILE_READ_FAIL\x10\x16\x12\x13\n" +
 	"\x0fFILE_WRITE_FAIL\x10\x17\x12\x14\n" +
-	"\x10CLIENT_NOT_FOUND\x10\x18*P\n" +
+	"\x10CLIENT_NOT_FOUND\x10\x18\x12\x13\n" +
+	"\x0fUNAUTHENTICATED\x10\x19\x12\x15\n" +
+	"\x11PERMISSION_DENIED\x10\x1a*P\n" +
 	"\vReplicaType\x12\x1c\n" +
 	"\x18REPLICA_TYPE_UNSPECIFIED\x10\x00\x12\n" +
 	"\n" +

@@ -127,6 +127,7 @@ func newBenchCmd() *cobra.Command {
 	var jsonOut, shm bool
 	var cpuProfile string
 	var tcpSink int
+	var sec clientSecurityFlags
 	dramSize := sizeValue(2 << 30)
 	cmd := &cobra.Command{
 		Use:   "bench [--master ADDR] [--op put|get|mixed|exist] [--size 64KiB,1MiB,16MiB]",
@@ -180,7 +181,11 @@ results of a 'make bench' run into results.md, results.json and throughput.svg.`
 					defer l.stop()
 					addr = l.rm.grpcAddr.String()
 				}
-				c, err := client.New(ctx, client.Config{MasterAddr: addr, Transfer: transfer.Config{DisableSharedMemory: !shm}})
+				token, tc, err := sec.load()
+				if err != nil {
+					return err
+				}
+				c, err := client.New(ctx, client.Config{MasterAddr: addr, Transfer: transfer.Config{DisableSharedMemory: !shm}, Token: token, TLS: tc})
 				if err != nil {
 					return err
 				}
@@ -217,6 +222,7 @@ results of a 'make bench' run into results.md, results.json and throughput.svg.`
 	fs.StringVar(&report, "report", "", "write the report of a results directory (make bench)")
 	fs.Var(&dramSize, "dram", "DRAM of the store started without --master")
 	fs.BoolVar(&shm, "shm", true, "map the memory of appliances on this host (false: every transfer over TCP)")
+	sec.register(cmd)
 	registerCPUProfile(cmd, &cpuProfile)
 	return cmd
 }

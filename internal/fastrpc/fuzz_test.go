@@ -66,7 +66,7 @@ func FuzzServerCall(f *testing.F) {
 	f.Add("/kvtier.v1.Master/PutStart", []byte{0x1a, 0x80})
 	f.Add("nope", []byte(nil))
 	f.Fuzz(func(t *testing.T, method string, payload []byte) {
-		out := s.call(request{method: method, payload: payload}, nil)
+		out := s.call(s.ctx, request{method: method, payload: payload}, nil, nil)
 		st, n, err := parseResponseHeader(out)
 		if err != nil || n != len(out)-respHeaderLen {
 			t.Fatalf("answer %x: status %d length %d: %v", out[:min(len(out), 16)], st, n, err)

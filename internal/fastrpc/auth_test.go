@@ -1,0 +1,94 @@
+package fastrpc
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/master"
+)
+
+// TestHandshakeToken: a server with SetAuthenticate serves only
+// connections whose hello carries a token it accepts, refuses the others
+// before any call (the client then uses its gRPC fallback), and hands the
+// token to the interceptor as `authorization` metadata.
+func TestHandshakeToken(t *testing.T) {
+	m, err := master.New(master.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := master.NewGRPCServer(m)
+	var mu sync.Mutex
+	var seen []string // authorization metadata of calls on the fast path
+	fastCalls := 0
+	icpt := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		md, _ := metadata.FromIncomingContext(ctx)
+		mu.Lock()
+		seen = append(seen, md.Get("authorization")...)
+		mu.Unlock()
+		return h(ctx, req)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast := NewServer(&kvtierpb.Master_ServiceDesc, ms, func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		mu.Lock()
+		fastCalls++
+		mu.Unlock()
+		return icpt(ctx, req, info, h)
+	})
+	fast.SetAuthenticate(func(tok string, _ net.Conn) bool { return tok == "good-token-0123456789" })
+	gs := grpc.NewServer()
+	kvtierpb.RegisterMasterServer(gs, ms)
+	go func() { _ = gs.Serve(fast.Split(lis)) }()
+	t.Cleanup(func() { gs.Stop(); _ = fast.Close() })
+	addr := lis.Addr().String()
+
+	dial := func(tok string) (*Conn, kvtierpb.MasterClient) {
+		gc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { gc.Close() })
+		fc, err := Dial(ClientConfig{Addrs: []string{addr}, Fallback: gc, Token: tok})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { fc.Close() })
+		return fc, kvtierpb.NewMasterClient(fc)
+	}
+	ctx := context.Background()
+	for _, tok := range []string{"", "wrong-token-0123456789"} {
+		fc, mc := dial(tok)
+		if _, err := mc.Stats(ctx, &kvtierpb.Empty{}); err != nil {
+			t.Fatalf("token %q: call through the fallback: %v", tok, err)
+		}
+		if fastUsed(fc) {
+			t.Fatalf("token %q: the fast path accepted the connection", tok)
+		}
+	}
+	mu.Lock()
+	if fastCalls != 0 {
+		t.Fatalf("%d calls ran on refused fast-path connections", fastCalls)
+	}
+	mu.Unlock()
+	fc, mc := dial("good-token-0123456789")
+	if _, err := mc.Stats(ctx, &kvtierpb.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	if !fastUsed(fc) {
+		t.Fatal("the right token was refused by the fast path")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fastCalls != 1 || len(seen) != 1 || seen[0] != "Bearer good-token-0123456789" {
+		t.Fatalf("fast calls %d, authorization metadata %q", fastCalls, seen)
+	}
+}
