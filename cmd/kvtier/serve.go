@@ -484,7 +484,7 @@ func newStandaloneCmd() *cobra.Command {
 			line := fmt.Sprintf("listening grpc=%s http=%s data=%s%s%s", rm.grpcAddr, rm.httpAddr, a.DataAddr(), describeListeners(a), respDesc)
 			log.Info(line, "version", buildinfo.Get().Version)
 			fmt.Println(line)
-			fmt.Printf("web UI: http://%s/\n", rm.httpAddr)
+			fmt.Printf("web UI: %s://%s/\n", map[bool]string{false: "http", true: "https"}[rm.sec.tls != nil], rm.httpAddr)
 			notifyReady(log, line)
 			go logSummaries(ctx, log, rm.ms, summaryInterval(cmd))
 			<-ctx.Done()
