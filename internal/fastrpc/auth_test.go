@@ -2,11 +2,21 @@ package fastrpc
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"math/big"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
@@ -91,4 +101,80 @@ func TestHandshakeToken(t *testing.T) {
 	if fastCalls != 1 || len(seen) != 1 || seen[0] != "Bearer good-token-0123456789" {
 		t.Fatalf("fast calls %d, authorization metadata %q", fastCalls, seen)
 	}
+}
+
+// TestFastPathOverTLS: with TLS terminated on the listener (as the master
+// does under --tls-cert), a client with a TLS config uses the fast path,
+// and its calls see the connection's TLS state through SetConnContext.
+func TestFastPathOverTLS(t *testing.T) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "m"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, _ := x509.ParseCertificate(der)
+	pool := x509.NewCertPool()
+	pool.AddCert(leaf)
+	m, err := master.New(master.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := master.NewGRPCServer(m)
+	var tlsCalls atomic.Int64
+	type key0 struct{}
+	fast := NewServer(&kvtierpb.Master_ServiceDesc, ms, func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if ctx.Value(key0{}) != nil {
+			tlsCalls.Add(1)
+		}
+		return h(ctx, req)
+	})
+	fast.SetConnContext(func(ctx context.Context, c net.Conn) context.Context {
+		if u, ok := c.(interface{ NetConn() net.Conn }); ok {
+			if _, ok := u.NetConn().(*tls.Conn); ok {
+				return context.WithValue(ctx, key0{}, true)
+			}
+		}
+		if _, ok := c.(*tls.Conn); ok {
+			return context.WithValue(ctx, key0{}, true)
+		}
+		return ctx
+	})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl := tls.NewListener(lis, &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}, NextProtos: []string{"h2"}})
+	gs := grpc.NewServer()
+	kvtierpb.RegisterMasterServer(gs, ms)
+	go func() { _ = gs.Serve(fast.Split(tl)) }()
+	t.Cleanup(func() { gs.Stop(); _ = fast.Close() })
+	addr := lis.Addr().String()
+	cfg := &tls.Config{RootCAs: pool}
+	gc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gc.Close()
+	fc, err := Dial(ClientConfig{Addrs: []string{addr}, Fallback: gc, TLS: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fc.Close()
+	if _, err := kvtierpb.NewMasterClient(fc).Stats(context.Background(), &kvtierpb.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	if !fastUsed(fc) || tlsCalls.Load() != 1 {
+		t.Fatalf("fast path over TLS: used %v, calls seeing TLS %d", fastUsed(fc), tlsCalls.Load())
+	}
+	// gRPC streams (fallback) work over the same TLS listener.
+	st, err := kvtierpb.NewMasterClient(fc).WatchEvents(context.Background(), &kvtierpb.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = st.CloseSend()
 }
