@@ -38,6 +38,13 @@ const (
 func writeCreds(t *testing.T) (dir string) {
 	t.Helper()
 	dir = t.TempDir()
+	writeCredsB(t, dir)
+	return dir
+}
+
+// writeCredsB writes the credential and token files into dir.
+func writeCredsB(t testing.TB, dir string) {
+	t.Helper()
 	creds := "# abuse suite\nadmin " + tokAdmin + "\nappliance " + tokBox1 + "\nappliance " + tokBox2 +
 		"\nclient " + tokCliA + " A\nclient " + tokCliB + " B\n"
 	if err := os.WriteFile(filepath.Join(dir, "creds"), []byte(creds), 0o600); err != nil {
@@ -48,7 +55,6 @@ func writeCreds(t *testing.T) (dir string) {
 			t.Fatal(err)
 		}
 	}
-	return dir
 }
 
 func sdk(t *testing.T, addr, token, tenant, id string) *client.Client {
