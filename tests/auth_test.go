@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -361,5 +362,38 @@ func TestOpenModeLoopbackOnly(t *testing.T) {
 	p := start(t, "open master", "master", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0")
 	if !strings.Contains(p.output(), "open mode") {
 		t.Fatalf("no open-mode notice:\n%s", p.output())
+	}
+}
+
+// TestCredentialsReloadOnSIGHUP: a token removed from the file and a new
+// one added take effect on SIGHUP; a broken file keeps the previous set.
+func TestCredentialsReloadOnSIGHUP(t *testing.T) {
+	dir := writeCreds(t)
+	creds := filepath.Join(dir, "creds")
+	c := startCluster(t, "--credentials", creds)
+	get := func(tok string) int {
+		_, _, code := c.cli(t, nil, "exist", "nothing", "--token-file", filepath.Join(dir, tok))
+		return code
+	}
+	if code := get("a.tok"); code != 1 { // 1: not stored, so authenticated
+		t.Fatalf("client A before reload: exit %d", code)
+	}
+	if code := get("wrong.tok"); code != 6 {
+		t.Fatalf("wrong token before reload: exit %d", code)
+	}
+	if err := os.WriteFile(creds, []byte("admin "+tokAdmin+"\nclient "+tokWrong+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.master.cmd.Process.Signal(syscall.SIGHUP)
+	eventually(t, 10*time.Second, "the reloaded credentials", func() bool { return get("a.tok") == 6 && get("wrong.tok") == 1 })
+	if err := os.WriteFile(creds, []byte("admin "+tokAdmin+"\nbogus line here\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.master.cmd.Process.Signal(syscall.SIGHUP)
+	eventually(t, 10*time.Second, "the reload error in the log", func() bool {
+		return strings.Contains(c.master.output(), "credentials not reloaded")
+	})
+	if code := get("wrong.tok"); code != 1 {
+		t.Fatalf("a broken file dropped the previous credentials: exit %d", code)
 	}
 }
