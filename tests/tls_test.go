@@ -163,6 +163,10 @@ func TestTLSStandalone(t *testing.T) {
 	if resp, err := http.Get("http://" + httpAddr + "/api/v1/health"); err == nil && resp.StatusCode == 200 {
 		t.Fatal("plain HTTP answered on the TLS REST port")
 	}
+	// The admin verbs talk https with --tls-ca.
+	if out, stderr, code := runKvtierCode(t, nil, "status", "--http", httpAddr, "--tls-ca", filepath.Join(dir, "ca.pem"), "--token-file", filepath.Join(dir, "admin.tok")); code != 0 {
+		t.Fatalf("kvtier status over TLS: %d %s %s", code, out, stderr)
+	}
 	// SIGHUP: a new certificate from another CA is served to new connections.
 	other.issue(t, "server2", "kvtier", true)
 	if err := os.Rename(filepath.Join(dir, "server2.pem"), filepath.Join(dir, "server.pem")); err != nil {
