@@ -76,7 +76,7 @@ func (f *securityFlags) setup(log *slog.Logger, addrs ...string) (*security, err
 		if f.insecure {
 			log.Warn("open mode: no --credentials and --insecure: every caller that reaches the listeners may read, write and manage this box")
 		} else {
-			log.Warn("open mode: no --credentials; listening on loopback addresses only")
+			log.Warn("open mode: no --credentials; bound to loopback addresses only")
 		}
 	}
 	if f.tlsCert != "" || f.tlsKey != "" || f.tlsClientCA != "" {
