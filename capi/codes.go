@@ -59,6 +59,8 @@ var mooncakeCodes = map[kverr.Code]int{
 	kverr.NotLeader:                  codeRPCFail,
 	kverr.ObjectCountExceeded:        codeNoAvailableHandle,
 	kverr.Unauthorized:               codeIllegalClient,
+	kverr.Unauthenticated:            codeIllegalClient, // Mooncake has no auth codes
+	kverr.PermissionDenied:           codeIllegalClient,
 	kverr.PayloadTooLarge:            codeInvalidParams,
 	kverr.FileReadFail:               codeFileReadFail,
 	kverr.FileWriteFail:              codeFileWriteFail,
