@@ -105,6 +105,13 @@ func TestAuthorizer(t *testing.T) {
 	if _, err := call("adm", kvtierpb.Master_UnmountSegment_FullMethodName, &kvtierpb.UnmountSegmentRequest{ClientId: "box-1", Name: "x"}); err != nil {
 		t.Fatal(err)
 	}
+	// An ID an admin used first is the admin's (a standalone's own appliance).
+	if _, err := call("adm", kvtierpb.Master_Heartbeat_FullMethodName, &kvtierpb.HeartbeatRequest{ClientId: "standalone"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := call("box", kvtierpb.Master_OffloadDone_FullMethodName, &kvtierpb.OffloadDoneRequest{ClientId: "standalone"}); code(err) != kverr.PermissionDenied {
+		t.Fatalf("forged OffloadDone under an admin-bound ID: %v", err)
+	}
 	if _, err := call("box2", kvtierpb.Master_UnmountSegment_FullMethodName, &kvtierpb.UnmountSegmentRequest{Name: "x"}); code(err) != kverr.PermissionDenied {
 		t.Fatalf("appliance unmounting any segment: %v", err)
 	}

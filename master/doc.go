@@ -247,7 +247,7 @@
 // client certificate, internal/auth), its role for the method, its tenant,
 // and its session: BindSession binds a client ID to the principal that
 // first names it, and refuses the ID to any other principal (an admin may
-// name any ID without binding it) for as long as the master may still hold
+// also name an ID bound to another) for as long as the master may still hold
 // the client's state (2 × (ClientTTL + ClientGrace), at least a minute,
 // after the last call naming it). The writer checks of PutEnd/PutRevoke
 // (ILLEGAL_CLIENT when another client ID ends a put) and of OffloadDone

@@ -397,3 +397,29 @@ func TestCredentialsReloadOnSIGHUP(t *testing.T) {
 		t.Fatalf("a broken file dropped the previous credentials: exit %d", code)
 	}
 }
+
+// TestStandaloneOwnClientIDsAreBound: a standalone's own appliance and
+// REST data plane use an in-process admin token; their client IDs are
+// bound to it, so an appliance token cannot act under them.
+func TestStandaloneOwnClientIDsAreBound(t *testing.T) {
+	dir := writeCreds(t)
+	p := start(t, "standalone", "standalone", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--dram", "64MiB", "--ssd-dir", "",
+		"--credentials", filepath.Join(dir, "creds"))
+	conn, err := grpc.NewClient("passthrough:///"+p.addrs["grpc"], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	mc := kvtierpb.NewMasterClient(conn)
+	box := withToken(context.Background(), tokBox1)
+	if _, err := mc.OffloadDone(box, &kvtierpb.OffloadDoneRequest{ClientId: "standalone", Key: []byte("k"), Ok: true}); codeOf(err) != kverr.PermissionDenied {
+		t.Fatalf("OffloadDone under the standalone's ID: %v", err)
+	}
+	if _, err := mc.MountSegment(box, &kvtierpb.MountSegmentRequest{ClientId: "standalone", Segment: &kvtierpb.Segment{Name: "standalone/evil", Type: kvtierpb.ReplicaType_MEMORY, Node: "standalone", Endpoint: "127.0.0.1:1", Size: 1 << 40}}); codeOf(err) != kverr.PermissionDenied {
+		t.Fatalf("MountSegment under the standalone's ID: %v", err)
+	}
+	segs, err := mc.ListSegments(withToken(context.Background(), tokAdmin), &kvtierpb.Empty{})
+	if err != nil || len(segs.Segments) != 1 {
+		t.Fatalf("segments: %v %v", segs, err)
+	}
+}
