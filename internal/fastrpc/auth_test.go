@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"math/big"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -177,4 +178,48 @@ func TestFastPathOverTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = st.CloseSend()
+}
+
+// TestHandshakeBadToken: a hello whose token is longer than maxTokenLen,
+// cut short, or carries an unknown flag is closed without an answer.
+func TestHandshakeBadToken(t *testing.T) {
+	m, err := master.New(master.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast := NewServer(&kvtierpb.Master_ServiceDesc, master.NewGRPCServer(m), nil)
+	fast.SetAuthenticate(func(tok string, _ net.Conn) bool { return tok == "good-token-0123456789" })
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gl := fast.Split(lis)
+	t.Cleanup(func() { gl.Close(); _ = fast.Close() })
+	withTok := func(n int, body string, flag byte) []byte {
+		h := append([]byte(nil), hello[:]...)
+		h[5] = flag
+		h = append(h, byte(n>>8), byte(n))
+		return append(h, body...)
+	}
+	for name, b := range map[string][]byte{
+		"too long":     withTok(maxTokenLen+1, strings.Repeat("x", maxTokenLen+1), helloToken),
+		"cut short":    withTok(30, "short", helloToken),
+		"unknown flag": withTok(5, "abcde", 2),
+		"wrong token":  withTok(5, "abcde", helloToken),
+	} {
+		c, err := net.Dial("tcp", lis.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = c.Write(b)
+		if name == "cut short" {
+			_ = c.(*net.TCPConn).CloseWrite()
+		}
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		var buf [8]byte
+		if n, err := c.Read(buf[:]); err == nil || n > 0 {
+			t.Errorf("%s: answered %x", name, buf[:n])
+		}
+		c.Close()
+	}
 }
