@@ -42,6 +42,11 @@ type Config struct {
 
 	NVMe NVMeConfig // built-in NVMe/TCP target (off unless NVMe.Addr is set)
 
+	// NoDramDirectory: keep no DRAM directory (dramdir.go). A master
+	// restart or failover then loses the objects only in this box's DRAM;
+	// for benchmark baselines.
+	NoDramDirectory bool
+
 	Transfer transfer.Config
 	Logger   *slog.Logger
 }
@@ -126,6 +131,8 @@ type Appliance struct {
 	removeMu sync.RWMutex
 
 	reregistering atomic.Bool // a re-registration with a restarted master is running
+	dir           *dramDir    // the objects in the DRAM segments (dramdir.go)
+	reportingDram atomic.Bool // a DRAM directory report is running
 	registered    atomic.Bool // Start registered the SSD objects (before: beats' "unknown" is just the first contact)
 
 	cancel context.CancelFunc
@@ -139,7 +146,7 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	a := &Appliance{cfg: cfg, log: cfg.Logger, segments: map[string][]byte{}, incarnation: randomHex(8),
+	a := &Appliance{cfg: cfg, log: cfg.Logger, segments: map[string][]byte{}, incarnation: randomHex(8), dir: newDramDir(),
 		offload: make(chan *kvtierpb.OffloadTask, cfg.OffloadQueue), slotFreed: make(chan struct{}, 1)}
 	defer func() {
 		if err != nil {
@@ -255,6 +262,9 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 	if cfg.NVMe.Backend == BackendSPDK && a.nvme != nil {
 		a.refreshSPDKStats(ctx)
 		a.wg.Go(func() { a.pollSPDKStats(runCtx) })
+	}
+	if !cfg.NoDramDirectory {
+		a.wg.Go(func() { a.takeDramRecords(runCtx) })
 	}
 	a.client.Heartbeat(ctx) // report SSD figures and take offload slots now
 	if a.tier != nil {
@@ -392,6 +402,19 @@ func (a *Appliance) teardown() error {
 // the segments, and the SSD objects are registered again so a master restart
 // does not silently empty the cache.
 func (a *Appliance) heartbeatReply(resp *kvtierpb.HeartbeatResponse) {
+	if !resp.Known && !a.cfg.NoDramDirectory && a.reportingDram.CompareAndSwap(false, true) {
+		// The master waits for this report before it allocates in the
+		// segments the beat re-announced (dramdir.go).
+		forget := resp.ForgetDram
+		a.wg.Go(func() {
+			defer a.reportingDram.Store(false)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := a.reportDram(ctx, forget); err != nil {
+				a.log.Warn("DRAM directory report failed; retrying on the next beat", "err", err)
+			}
+		})
+	}
 	if !resp.Known && a.tier != nil && a.registered.Load() && a.reregistering.CompareAndSwap(false, true) {
 		a.log.Warn("master does not know this appliance (restarted?): re-registering SSD objects")
 		a.wg.Go(func() {

@@ -52,6 +52,20 @@
 // the master refuses is removed; a stale copy of a key with other bytes is
 // replaced.
 //
+// DRAM directory (dramdir.go): a long poll (TakeDramRecords) takes the
+// master's commit and free records for the DRAM segments and keeps, in
+// memory, the committed objects (key, tenant, segment, offset, size,
+// checksum, version) per segment by offset: a commit drops any entry it
+// overlaps, a free drops the entry there. A put without a client checksum
+// gets one computed when its commit arrives. When the master does not know
+// the appliance (a heartbeat answered known=false: it restarted, or a new
+// leader was elected) the appliance reports the directory
+// (RegisterDramObjects), after checking each entry's bytes against its
+// checksum (an entry whose bytes changed is dropped, never reported), and
+// drops the entries the master refuses. In memory only: an appliance
+// restart loses the DRAM it describes anyway; the master is what may
+// restart under it.
+//
 // Identity (identity.go): each Start is a new incarnation (random), sent
 // with the SSD directory's id (<ssd-dir>/appliance-id) in every mount and
 // heartbeat; the master treats a new incarnation of a known name as a

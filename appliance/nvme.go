@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
 	"github.com/kvtier/kvtier/kverr"
+	"github.com/kvtier/kvtier/nof/auth"
 	"github.com/kvtier/kvtier/nof/namespace"
 	"github.com/kvtier/kvtier/nof/target"
 )
@@ -21,8 +22,15 @@ type NVMeConfig struct {
 	Addr       string          // listener host:port; empty = no NVMe/TCP target
 	Namespaces []NVMeNamespace // backing files or block devices, nsid 1..n in order (spdk: aio bdevs)
 	AllowHosts []string        // host NQNs allowed to connect; empty = any
-	Backend    string          // "" or "builtin": built-in target; "spdk": drive SPDK (see SPDKConfig)
-	SPDK       SPDKConfig      // used when Backend is "spdk"
+	// HostSecrets turn on DH-HMAC-CHAP in-band authentication (builtin
+	// backend): host NQN -> its secret. Every host then needs one; hosts
+	// with a secret are allowed whatever AllowHosts says.
+	HostSecrets map[string]*auth.Secret
+	// CtrlSecrets: host NQN -> controller secret, for hosts that
+	// authenticate the appliance too (bidirectional).
+	CtrlSecrets map[string]*auth.Secret
+	Backend     string     // "" or "builtin": built-in target; "spdk": drive SPDK (see SPDKConfig)
+	SPDK        SPDKConfig // used when Backend is "spdk"
 }
 
 // NVMeNamespace is one exported namespace.
@@ -49,6 +57,32 @@ func ParseNVMeNamespace(spec string, sizeOf func(string) (uint64, error)) (NVMeN
 	return ns, nil
 }
 
+// ParseNVMeSecretFlag parses NQN=SECRET (--nvme-host-key, --nvme-ctrl-key):
+// SECRET is a DHHC-1 secret ("DHHC-1:01:...:", as nvme gen-dhchap-key
+// prints) or @FILE holding one (so it is not visible in ps).
+func ParseNVMeSecretFlag(flag, spec string) (string, *auth.Secret, error) {
+	nqn, val, ok := strings.Cut(spec, "=")
+	if !ok || nqn == "" || val == "" {
+		return "", nil, kverr.New(kverr.InvalidParams, "", "--%s %q: want HOSTNQN=DHHC-1:... or HOSTNQN=@FILE", flag, redact(spec))
+	}
+	sec, err := LoadNVMeSecret(val)
+	if err != nil {
+		return "", nil, kverr.New(kverr.InvalidParams, "", "--%s for %s: %v", flag, nqn, err)
+	}
+	return nqn, sec, nil
+}
+
+// LoadNVMeSecret parses a DHHC-1 secret given as is or as @FILE.
+func LoadNVMeSecret(val string) (*auth.Secret, error) { return auth.LoadSecret(val) }
+
+// redact keeps a malformed secret flag out of error messages and logs.
+func redact(spec string) string {
+	if i := strings.Index(spec, "DHHC-1:"); i >= 0 {
+		return spec[:i] + "DHHC-1:…"
+	}
+	return spec
+}
+
 var nqnUnsafe = regexp.MustCompile(`[^a-zA-Z0-9.\-]+`)
 
 // SubsystemNQN is the NQN an appliance exports its namespaces under.
@@ -70,6 +104,9 @@ func (a *Appliance) startNVMe(ctx context.Context, cfg NVMeConfig) (err error) {
 	switch cfg.Backend {
 	case "", BackendBuiltin:
 	case BackendSPDK:
+		if len(cfg.HostSecrets) > 0 || len(cfg.CtrlSecrets) > 0 {
+			return kverr.New(kverr.InvalidParams, "", "--nvme-host-key/--nvme-ctrl-key need --nvme-backend builtin (SPDK's DH-HMAC-CHAP keyring is not driven yet)")
+		}
 		return a.startSPDK(ctx, cfg)
 	default:
 		return kverr.New(kverr.InvalidParams, "", "--nvme-backend %q: want builtin or spdk", cfg.Backend)
@@ -104,7 +141,7 @@ func (a *Appliance) startNVMe(ctx context.Context, cfg NVMeConfig) (err error) {
 		return err
 	}
 	if err := ex.target.AddSubsystem(target.Subsystem{NQN: ex.nqn, Serial: "KVT" + a.cfg.Name, Model: "kvtier appliance",
-		AllowHosts: cfg.AllowHosts, Namespaces: nss}); err != nil {
+		AllowHosts: cfg.AllowHosts, Namespaces: nss, HostSecrets: cfg.HostSecrets, CtrlSecrets: cfg.CtrlSecrets}); err != nil {
 		return err
 	}
 	addr, err := ex.target.Listen(cfg.Addr)
@@ -123,7 +160,7 @@ func (a *Appliance) startNVMe(ctx context.Context, cfg NVMeConfig) (err error) {
 		}
 		a.nofSegments = append(a.nofSegments, seg.Name)
 	}
-	a.log.Info("nvme/tcp target", "addr", ex.addr, "nqn", ex.nqn, "namespaces", len(ex.files))
+	a.log.Info("nvme/tcp target", "addr", ex.addr, "nqn", ex.nqn, "namespaces", len(ex.files), "dhchap_hosts", len(cfg.HostSecrets))
 	return nil
 }
 

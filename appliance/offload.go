@@ -23,6 +23,8 @@ import (
 // startNVMe set a.nvme, so seeing a NOF segment orders those writes before
 // the reads here.
 func (a *Appliance) fillHeartbeat(req *kvtierpb.HeartbeatRequest) {
+	req.DramDirectory = !a.cfg.NoDramDirectory // dramdir.go
+	req.DramObjects = uint64(a.dir.len())
 	nof := false
 	for _, s := range req.Segments {
 		nof = nof || s.GetType() == kvtierpb.ReplicaType_NOF
@@ -33,7 +35,7 @@ func (a *Appliance) fillHeartbeat(req *kvtierpb.HeartbeatRequest) {
 		st, ok = a.NVMeStats()
 	}
 	if ok {
-		nv := &kvtierpb.NvmeStats{Addr: a.NVMeAddr()}
+		nv := &kvtierpb.NvmeStats{Addr: a.NVMeAddr(), AuthSucceeded: st.Auth.Succeeded, AuthFailed: st.Auth.Failed, AuthRefused: st.Auth.Refused}
 		for _, sub := range st.Subsystems {
 			ps := &kvtierpb.NvmeSubsystem{Nqn: sub.NQN}
 			for _, n := range sub.Namespaces {

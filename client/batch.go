@@ -241,15 +241,28 @@ func (c *Client) batchGet(ctx context.Context, keys []string, dst func(i int, si
 		for j, i := range ask {
 			akeys[j] = keys[i]
 		}
-		rctx, cancel := c.rpcCtx(ctx)
-		resp, qerr = c.master.BatchGetReplicaList(rctx, &kvtierpb.BatchKeysRequest{ClientId: c.cfg.ClientID, Tenant: c.cfg.Tenant, Keys: c.keyBytes(akeys)})
-		cancel()
-		switch {
-		case qerr != nil:
-			qerr = kverr.FromGRPC(qerr)
-		case len(resp.Results) != len(ask):
-			qerr = kverr.New(kverr.RPCFail, "", "master answered %d results for %d keys", len(resp.Results), len(ask))
-		}
+		breq := &kvtierpb.BatchKeysRequest{ClientId: c.cfg.ClientID, Tenant: c.cfg.Tenant, Keys: c.keyBytes(akeys)}
+		// A master rebuilding its table answers some keys "retry" (as Get
+		// retries): asking again is harmless for reads.
+		_ = whileRebuilding(ctx, func() error {
+			rctx, cancel := c.rpcCtx(ctx)
+			resp, qerr = c.master.BatchGetReplicaList(rctx, breq)
+			cancel()
+			switch {
+			case qerr != nil:
+				qerr = kverr.FromGRPC(qerr)
+				return qerr
+			case len(resp.Results) != len(ask):
+				qerr = kverr.New(kverr.RPCFail, "", "master answered %d results for %d keys", len(resp.Results), len(ask))
+				return qerr
+			}
+			for _, r := range resp.Results {
+				if r.GetCode() == kvtierpb.ErrorCode_UNAVAILABLE_IN_CURRENT_STATUS {
+					return kverr.New(kverr.UnavailableInCurrentStatus, "", "master rebuilding")
+				}
+			}
+			return nil
+		})
 	}
 	readOK := make([]bool, n) // the first round's read of i succeeded
 	if first != nil {

@@ -114,6 +114,15 @@ type Config struct {
 	// tools' KVTIER_TLS_CA / --tls-ca), and a client certificate in it
 	// serves mTLS.
 	TLS *tls.Config
+	// NVMeHostNQN is the host NQN NOF replicas are read and written with
+	// [$KVTIER_NVME_HOSTNQN, else one derived from ClientID]. Set it when
+	// appliances authenticate NVMe hosts: their secrets are per host NQN.
+	NVMeHostNQN string
+	// NVMeSecret is the DH-HMAC-CHAP host secret, "DHHC-1:..." or "@FILE"
+	// [$KVTIER_NVME_SECRET]; needed when the appliance's target has
+	// --nvme-host-key set. NVMeCtrlSecret also authenticates the appliance
+	// (bidirectional) [$KVTIER_NVME_CTRL_SECRET].
+	NVMeSecret, NVMeCtrlSecret string
 
 	Logger *slog.Logger
 }
@@ -151,6 +160,14 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.Tenant == "" {
 		out.Tenant = "default"
+	}
+	for _, e := range []struct {
+		v   *string
+		env string
+	}{{&out.NVMeHostNQN, "KVTIER_NVME_HOSTNQN"}, {&out.NVMeSecret, "KVTIER_NVME_SECRET"}, {&out.NVMeCtrlSecret, "KVTIER_NVME_CTRL_SECRET"}} {
+		if *e.v == "" {
+			*e.v = os.Getenv(e.env)
+		}
 	}
 	if out.HeartbeatInterval == 0 {
 		out.HeartbeatInterval = time.Second
@@ -222,6 +239,10 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	nvmeSecret, nvmeCtrlSecret, err := nvmeSecrets(cfg)
+	if err != nil {
+		return nil, err
+	}
 	target, opts := masterTarget(cfg.MasterAddr)
 	opts = append(grpcOptions(), opts...)
 	if cfg.TLS != nil {
@@ -255,6 +276,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		leases:   leaseCache{max: cfg.LeaseCacheKeys, margin: cfg.LeaseCacheMargin, m: map[string]*ReplicaList{}},
 		hints:    leaseCache{max: cfg.ReplicaHints, margin: math.MinInt64, m: map[string]*ReplicaList{}},
 	}
+	c.nof.secret, c.nof.ctrlSecret = nvmeSecret, nvmeCtrlSecret
 	if err := c.setup(ctx); err != nil {
 		c.release()
 		return nil, err
@@ -509,7 +531,10 @@ func (c *Client) Leave(ctx context.Context) error {
 		return nil
 	}
 	c.stopHeartbeats()
+	// The incarnation keeps a refused duplicate's goodbye from marking the
+	// live holder of the name as gone (the master admits it like any beat).
 	req := &kvtierpb.HeartbeatRequest{ClientId: c.cfg.ClientID, Endpoint: c.endpoint, Leaving: true,
+		Incarnation: c.cfg.Incarnation, DiskId: c.cfg.DiskID,
 		HeartbeatIntervalMs: uint32(min(c.cfg.HeartbeatInterval.Milliseconds(), math.MaxUint32))}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout)
 	defer cancel()

@@ -25,11 +25,16 @@ type ReplicaList struct {
 // Query asks the master where key's replicas are. It grants or extends the
 // read lease, as a read does.
 func (c *Client) Query(ctx context.Context, key string) (*ReplicaList, error) {
-	rctx, cancel := c.rpcCtx(ctx)
-	defer cancel()
-	resp, err := c.master.GetReplicaList(rctx, &kvtierpb.KeyRequest{ClientId: c.cfg.ClientID, Tenant: c.cfg.Tenant, Key: []byte(key)})
+	var resp *kvtierpb.GetReplicaListResponse
+	err := whileRebuilding(ctx, func() error {
+		rctx, cancel := c.rpcCtx(ctx)
+		defer cancel()
+		var err error
+		resp, err = c.master.GetReplicaList(rctx, &kvtierpb.KeyRequest{ClientId: c.cfg.ClientID, Tenant: c.cfg.Tenant, Key: []byte(key)})
+		return kverr.FromGRPC(err)
+	})
 	if err != nil {
-		return nil, kverr.FromGRPC(err)
+		return nil, err
 	}
 	return replicaList(resp), nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
 	"github.com/kvtier/kvtier/kverr"
+	"github.com/kvtier/kvtier/nof/auth"
 	"github.com/kvtier/kvtier/nof/initiator"
 )
 
@@ -16,10 +17,33 @@ import (
 type nofControllers struct {
 	mu    sync.Mutex
 	ctrls map[string]*initiator.Controller // guarded by mu: "addr|nqn" -> controller
+
+	secret, ctrlSecret *auth.Secret // DH-HMAC-CHAP (Config.NVMeSecret, NVMeCtrlSecret)
+}
+
+// nvmeSecrets loads Config.NVMeSecret and NVMeCtrlSecret.
+func nvmeSecrets(cfg Config) (host, ctrl *auth.Secret, err error) {
+	if cfg.NVMeSecret != "" {
+		if host, err = auth.LoadSecret(cfg.NVMeSecret); err != nil {
+			return nil, nil, kverr.New(kverr.InvalidParams, "", "client: NVMe secret: %v", err)
+		}
+	}
+	if cfg.NVMeCtrlSecret != "" {
+		if host == nil {
+			return nil, nil, kverr.New(kverr.InvalidParams, "", "client: an NVMe controller secret needs an NVMe host secret")
+		}
+		if ctrl, err = auth.LoadSecret(cfg.NVMeCtrlSecret); err != nil {
+			return nil, nil, kverr.New(kverr.InvalidParams, "", "client: NVMe controller secret: %v", err)
+		}
+	}
+	return host, ctrl, nil
 }
 
 // HostNQN is the NVMe host NQN this client connects with.
 func (c *Client) HostNQN() string {
+	if c.cfg.NVMeHostNQN != "" {
+		return c.cfg.NVMeHostNQN
+	}
 	return "nqn.2014-08.org.nvmexpress:kvtier:" + nqnUnsafe(c.cfg.ClientID)
 }
 
@@ -42,7 +66,8 @@ func (c *Client) nofController(ctx context.Context, r *kvtierpb.Replica) (*initi
 	}
 	// Dialing under the lock serialises the first connection to a target;
 	// later I/O only takes the lock for the map look-up.
-	ctrl, err := initiator.Dial(ctx, r.TargetAddr, initiator.Config{SubNQN: r.Nqn, HostNQN: c.HostNQN(), IOQueues: 2})
+	ctrl, err := initiator.Dial(ctx, r.TargetAddr, initiator.Config{SubNQN: r.Nqn, HostNQN: c.HostNQN(), IOQueues: 2,
+		DHCHAPSecret: c.nof.secret, DHCHAPCtrlSecret: c.nof.ctrlSecret})
 	if err != nil {
 		return nil, kverr.New(kverr.TransferFail, "", "NVMe/TCP connect %s (%s): %v", r.TargetAddr, r.Nqn, err)
 	}

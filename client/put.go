@@ -71,11 +71,15 @@ func (c *Client) PutWithResult(ctx context.Context, key string, value []byte, op
 	for _, f := range opts {
 		f(&o)
 	}
-	rctx, cancel := c.rpcCtx(ctx)
-	resp, err := c.master.PutStart(rctx, c.putStartReq(key, value, o))
-	cancel()
+	var resp *kvtierpb.PutStartResponse
+	err := whileRebuilding(ctx, func() error {
+		rctx, cancel := c.rpcCtx(ctx)
+		defer cancel()
+		var err error
+		resp, err = c.master.PutStart(rctx, c.putStartReq(key, value, o))
+		return kverr.FromGRPC(err)
+	})
 	if err != nil {
-		err = kverr.FromGRPC(err)
 		if kverr.Is(err, kverr.ObjectAlreadyExists) {
 			return c.alreadyStored(ctx, key, uint64(len(value)), err)
 		}
@@ -85,7 +89,7 @@ func (c *Client) PutWithResult(ctx context.Context, key string, value []byte, op
 		c.revoke(key)
 		return PutResult{}, err
 	}
-	rctx, cancel = c.rpcCtx(ctx)
+	rctx, cancel := c.rpcCtx(ctx)
 	_, err = c.master.PutEnd(rctx, &kvtierpb.KeyRequest{ClientId: c.cfg.ClientID, Tenant: c.cfg.Tenant, Key: []byte(key)})
 	cancel()
 	if err != nil {

@@ -23,6 +23,11 @@ type client struct {
 	interval atomic.Int64 // reported beat period in ns (0: unknown)
 	storage  atomic.Bool  // has mounted a segment or reported an SSD tier
 
+	// awaitDram: the master waits for this node's DRAM directory report
+	// (dramdir.go); awaitSince (guarded by mu) is when it started.
+	awaitDram  atomic.Bool
+	awaitSince int64
+
 	mu       sync.Mutex
 	lastBeat int64               // guarded by mu; unix ns
 	disk     DiskStats           // guarded by mu
@@ -51,11 +56,17 @@ const (
 // and still shows a dead appliance within ~2.5 s at the default 1 s period.
 const SuspectBeats = 2.5
 
+// MinSuspectSilence is the least silence that makes a client suspect,
+// whatever beat period it reports: a node beating every 100 ms must not be
+// declared down by one GC pause or a scheduling hiccup of a loaded host.
+const MinSuspectSilence = time.Second
+
 // suspectAfter is how long c may stay silent before it is suspect: 2.5 of
-// its beat periods when it reports one, never more than ttl.
+// its beat periods when it reports one (at least MinSuspectSilence), never
+// more than ttl.
 func (c *client) suspectAfter(ttl int64) int64 {
 	if iv := c.interval.Load(); iv > 0 {
-		return min(ttl, int64(float64(iv)*SuspectBeats))
+		return min(ttl, max(int64(float64(iv)*SuspectBeats), int64(MinSuspectSilence)))
 	}
 	return ttl
 }
@@ -183,6 +194,12 @@ func (m *Master) Heartbeat(ctx context.Context, req HeartbeatRequest) (Heartbeat
 	if prev == ClientGone {
 		known = false
 	}
+	if req.DramDirectory {
+		m.dram.ensure(c.id) // records are kept for it from now on
+	}
+	if req.DramDirectory && !known {
+		m.awaitReport(c, now, req.DramObjects) // before the segments are re-announced below
+	}
 	if req.Interval > 0 {
 		c.interval.Store(int64(req.Interval))
 	}
@@ -241,7 +258,7 @@ func (m *Master) Heartbeat(ctx context.Context, req HeartbeatRequest) (Heartbeat
 		_ = m.mount(req.Client, s, false) // a conflicting re-announcement changes nothing
 	}
 	m.noteCachedReads(req.CachedReads)
-	reply := HeartbeatReply{Known: known, Settings: m.settings.Load().ssd}
+	reply := HeartbeatReply{Known: known, Settings: m.settings.Load().ssd, ForgetDram: prev == ClientGone}
 	if req.OffloadSlots > 0 {
 		reply.Offload = m.dispatchOffload(c, req.OffloadSlots)
 	}
@@ -314,6 +331,7 @@ func (m *Master) clientGone(c *client) {
 	before := m.nObjects.Load()
 	c.state.Store(int32(ClientGone))
 	c.hasSSD.Store(false)
+	m.dram.forget(c.id)
 	for _, s := range m.segs.all() {
 		if s.owner == c {
 			m.unmountNow(s, "owner gone")
@@ -323,14 +341,7 @@ func (m *Master) clientGone(c *client) {
 	for _, k := range m.offload.dropNode(c.id) {
 		m.resetOffload(k)
 	}
-	m.forEachShard(func(sh *shard) {
-		for k, o := range sh.inflight {
-			if o.writer == c.id {
-				m.revokeLocked(sh, k, o)
-				m.ctr.add(cPutsRevoked, 1)
-			}
-		}
-	})
+	m.revokePutsOf(c.id)
 	// Operators must see what a lost node took with it (puts running
 	// meanwhile make the count approximate).
 	msg := "gone: its segments are unmounted and its SSD replicas dropped"
@@ -349,14 +360,7 @@ func (m *Master) forgetCaller(c *client) {
 	}
 	m.clients.mu.Unlock()
 	c.state.Store(int32(ClientGone))
-	m.forEachShard(func(sh *shard) {
-		for k, o := range sh.inflight {
-			if o.writer == c.id {
-				m.revokeLocked(sh, k, o)
-				m.ctr.add(cPutsRevoked, 1)
-			}
-		}
-	})
+	m.revokePutsOf(c.id)
 }
 
 // ListClients returns every known client.
@@ -377,4 +381,17 @@ func (m *Master) ListClients(ctx context.Context) []ClientInfo {
 		out = append(out, ci)
 	}
 	return out
+}
+
+// revokePutsOf revokes every put still in flight whose writer is id (a
+// node that is gone, restarted or said goodbye will never end them).
+func (m *Master) revokePutsOf(id string) {
+	m.forEachShard(func(sh *shard) {
+		for k, o := range sh.inflight {
+			if o.writer == id {
+				m.revokeLocked(sh, k, o)
+				m.ctr.add(cPutsRevoked, 1)
+			}
+		}
+	})
 }

@@ -83,6 +83,25 @@ type Config struct {
 	// over once the old one has been silent this long (doc.go, "Appliance
 	// identity").
 	RestartTakeover time.Duration
+	// DramSyncTimeout bounds how long PutEnd waits for the appliances
+	// holding the MEMORY replicas to record the put in their DRAM
+	// directories (dramdir.go); default 2 s. Past it the put still
+	// succeeds, counted in dram_commits_unconfirmed. < 0: never wait (a
+	// put acknowledged just before a master's death may then be lost).
+	DramSyncTimeout time.Duration
+	// RebuildWait bounds how long segments re-announced to a master that
+	// did not know their appliance wait for its DRAM directory report
+	// before taking allocations; default 10 s.
+	RebuildWait time.Duration
+	// RebuildWindow: once an appliance reports DRAM objects this master
+	// never knew (it replaced a master), reads that miss answer
+	// UNAVAILABLE_IN_CURRENT_STATUS (retry) until this long after the
+	// master started, so appliances not heard from yet can report; default
+	// 3 s (appliances beat every second).
+	RebuildWindow time.Duration
+	// LeaderEpoch is reported with every PutEnd (HA: the election's epoch;
+	// 0 for a single master).
+	LeaderEpoch int64
 
 	HighWatermark     float64       // MEMORY use fraction that triggers eviction
 	EvictionRatio     float64       // fraction of MEMORY capacity a pass frees at least
@@ -138,6 +157,9 @@ func (c Config) withDefaults() Config {
 	d(&c.ClientGrace, DefaultClientGrace)
 	d(&c.RemoveSyncTimeout, DefaultRemoveSyncTimeout)
 	d(&c.RestartTakeover, DefaultRestartTakeover)
+	d(&c.DramSyncTimeout, 2*time.Second)
+	d(&c.RebuildWait, 10*time.Second)
+	d(&c.RebuildWindow, 3*time.Second)
 	d(&c.EvictInterval, DefaultEvictInterval)
 	d(&c.FrequencyBonus, DefaultFrequencyBonus)
 	d(&c.FrequencyMaxBonus, DefaultFrequencyMaxBonus)
@@ -194,6 +216,7 @@ func (c Config) Validate() error {
 		"SoftPinTTL": c.SoftPinTTL, "MaxSoftPinTTL": c.MaxSoftPinTTL, "ClientTTL": c.ClientTTL,
 		"ClientGrace": c.ClientGrace, "EvictInterval": c.EvictInterval, "FrequencyBonus": c.FrequencyBonus,
 		"FrequencyMaxBonus": c.FrequencyMaxBonus, "OffloadTimeout": c.OffloadTimeout, "RestartTakeover": c.RestartTakeover,
+		"RebuildWait": c.RebuildWait, "RebuildWindow": c.RebuildWindow,
 	} {
 		if v < 0 {
 			return bad("%s must not be negative (got %v)", name, v)

@@ -99,6 +99,9 @@ func listToPB(l ReplicaList) *kvtierpb.GetReplicaListResponse {
 }
 
 func (s *grpcServer) PutStart(ctx context.Context, r *kvtierpb.PutStartRequest) (*kvtierpb.PutStartResponse, error) {
+	if err := s.m.fenceErr(); err != nil { // deposed: another master may lead
+		return nil, toGRPC(err)
+	}
 	reps, err := s.m.PutStart(ctx, putFromPB(r))
 	if err != nil {
 		return nil, toGRPC(err)
@@ -107,7 +110,14 @@ func (s *grpcServer) PutStart(ctx context.Context, r *kvtierpb.PutStartRequest) 
 }
 
 func (s *grpcServer) PutEnd(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtierpb.Empty, error) {
-	return &kvtierpb.Empty{}, toGRPC(s.m.PutEnd(ctx, r.GetClientId(), r.GetTenant(), string(r.GetKey())))
+	if err := s.m.fenceErr(); err != nil {
+		return nil, toGRPC(err)
+	}
+	err := s.m.PutEnd(ctx, r.GetClientId(), r.GetTenant(), string(r.GetKey()))
+	if err == nil {
+		err = s.m.fenceErr() // deposed while waiting: do not acknowledge
+	}
+	return &kvtierpb.Empty{LeaderEpoch: s.m.cfg.LeaderEpoch}, toGRPC(err)
 }
 
 func (s *grpcServer) PutRevoke(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtierpb.Empty, error) {
@@ -131,10 +141,16 @@ func (s *grpcServer) Exist(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtier
 }
 
 func (s *grpcServer) Remove(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtierpb.Empty, error) {
+	if err := s.m.fenceErr(); err != nil { // deposed: another master may lead
+		return nil, toGRPC(err)
+	}
 	return &kvtierpb.Empty{}, toGRPC(s.m.Remove(ctx, r.GetTenant(), string(r.GetKey()), r.GetForce()))
 }
 
 func (s *grpcServer) RemoveByRegex(ctx context.Context, r *kvtierpb.RemoveByRegexRequest) (*kvtierpb.CountResponse, error) {
+	if err := s.m.fenceErr(); err != nil { // deposed: another master may lead
+		return nil, toGRPC(err)
+	}
 	n, err := s.m.RemoveByRegex(ctx, r.GetTenant(), r.GetRegex(), r.GetForce())
 	if err != nil {
 		return nil, toGRPC(err)
@@ -143,6 +159,9 @@ func (s *grpcServer) RemoveByRegex(ctx context.Context, r *kvtierpb.RemoveByRege
 }
 
 func (s *grpcServer) RemoveAll(ctx context.Context, r *kvtierpb.RemoveAllRequest) (*kvtierpb.CountResponse, error) {
+	if err := s.m.fenceErr(); err != nil { // deposed: another master may lead
+		return nil, toGRPC(err)
+	}
 	n, err := s.m.RemoveAll(ctx, r.GetTenant(), r.GetForce())
 	if err != nil {
 		return nil, toGRPC(err)
@@ -151,6 +170,9 @@ func (s *grpcServer) RemoveAll(ctx context.Context, r *kvtierpb.RemoveAllRequest
 }
 
 func (s *grpcServer) BatchPutStart(ctx context.Context, r *kvtierpb.BatchPutStartRequest) (*kvtierpb.BatchPutStartResponse, error) {
+	if err := s.m.fenceErr(); err != nil { // deposed: another master may lead
+		return nil, toGRPC(err)
+	}
 	reqs := make([]PutRequest, len(r.GetItems()))
 	for i, it := range r.GetItems() {
 		reqs[i] = putFromPB(it)
@@ -165,7 +187,15 @@ func (s *grpcServer) BatchPutStart(ctx context.Context, r *kvtierpb.BatchPutStar
 }
 
 func (s *grpcServer) BatchPutEnd(ctx context.Context, r *kvtierpb.BatchKeysRequest) (*kvtierpb.BatchResponse, error) {
-	return keyResults(s.m.BatchPutEnd(ctx, r.GetClientId(), r.GetTenant(), keysOf(r.GetKeys()))), nil
+	if err := s.m.fenceErr(); err != nil {
+		return nil, toGRPC(err)
+	}
+	out := keyResults(s.m.BatchPutEnd(ctx, r.GetClientId(), r.GetTenant(), keysOf(r.GetKeys())))
+	if err := s.m.fenceErr(); err != nil {
+		return nil, toGRPC(err)
+	}
+	out.LeaderEpoch = s.m.cfg.LeaderEpoch
+	return out, nil
 }
 
 func (s *grpcServer) BatchPutRevoke(ctx context.Context, r *kvtierpb.BatchKeysRequest) (*kvtierpb.BatchResponse, error) {
@@ -192,6 +222,9 @@ func (s *grpcServer) BatchExist(ctx context.Context, r *kvtierpb.BatchKeysReques
 }
 
 func (s *grpcServer) BatchRemove(ctx context.Context, r *kvtierpb.BatchKeysRequest) (*kvtierpb.BatchResponse, error) {
+	if err := s.m.fenceErr(); err != nil { // deposed: another master may lead
+		return nil, toGRPC(err)
+	}
 	return keyResults(s.m.BatchRemove(ctx, r.GetTenant(), keysOf(r.GetKeys()), r.GetForce())), nil
 }
 
@@ -240,7 +273,7 @@ func nvmeFromPB(n *kvtierpb.NvmeStats) *NVMeStats {
 	if n == nil {
 		return nil
 	}
-	out := &NVMeStats{Addr: n.GetAddr()}
+	out := &NVMeStats{Addr: n.GetAddr(), AuthSucceeded: n.GetAuthSucceeded(), AuthFailed: n.GetAuthFailed(), AuthRefused: n.GetAuthRefused()}
 	for _, sub := range n.GetSubsystems() {
 		s := NVMeSubsystem{NQN: sub.GetNqn()}
 		for _, ns := range sub.GetNamespaces() {
@@ -261,7 +294,7 @@ func nvmeToPB(n *NVMeStats) *kvtierpb.NvmeStats {
 	if n == nil {
 		return nil
 	}
-	out := &kvtierpb.NvmeStats{Addr: n.Addr}
+	out := &kvtierpb.NvmeStats{Addr: n.Addr, AuthSucceeded: n.AuthSucceeded, AuthFailed: n.AuthFailed, AuthRefused: n.AuthRefused}
 	for _, sub := range n.Subsystems {
 		s := &kvtierpb.NvmeSubsystem{Nqn: sub.NQN}
 		for _, ns := range sub.Namespaces {
@@ -286,7 +319,8 @@ func settingsToPB(t TierSettings) *kvtierpb.TierSettings {
 func (s *grpcServer) Heartbeat(ctx context.Context, r *kvtierpb.HeartbeatRequest) (*kvtierpb.HeartbeatResponse, error) {
 	req := HeartbeatRequest{Client: r.GetClientId(), Endpoint: r.GetEndpoint(), OffloadSlots: int(r.GetOffloadSlots()),
 		Identity: Identity{Incarnation: r.GetIncarnation(), DiskID: r.GetDiskId()},
-		Interval: time.Duration(r.GetHeartbeatIntervalMs()) * time.Millisecond, Leaving: r.GetLeaving(), Unhealthy: r.GetUnhealthy()}
+		Interval: time.Duration(r.GetHeartbeatIntervalMs()) * time.Millisecond, Leaving: r.GetLeaving(), Unhealthy: r.GetUnhealthy(),
+		DramDirectory: r.GetDramDirectory(), DramObjects: r.GetDramObjects()}
 	for _, sg := range r.GetSegments() {
 		req.Segments = append(req.Segments, segmentFromPB(sg))
 	}
@@ -306,7 +340,7 @@ func (s *grpcServer) Heartbeat(ctx context.Context, r *kvtierpb.HeartbeatRequest
 	if err != nil {
 		return nil, toGRPC(err)
 	}
-	out := &kvtierpb.HeartbeatResponse{Known: rep.Known, Settings: settingsToPB(rep.Settings)}
+	out := &kvtierpb.HeartbeatResponse{Known: rep.Known, Settings: settingsToPB(rep.Settings), ForgetDram: rep.ForgetDram}
 	for _, t := range rep.Offload {
 		out.Offload = append(out.Offload, offloadTaskToPB(t))
 	}
@@ -434,7 +468,8 @@ func tierStatsToPB(ts []TierStats) []*kvtierpb.TierStats {
 func (s *grpcServer) Stats(ctx context.Context, _ *kvtierpb.Empty) (*kvtierpb.StatsResponse, error) {
 	st := s.m.Stats(ctx)
 	return &kvtierpb.StatsResponse{Objects: st.Objects, Tiers: tierStatsToPB(st.Tiers), Counters: st.Counters,
-		HeapBytes: st.HeapBytes, Leader: st.Leader}, nil
+		HeapBytes: st.HeapBytes, Leader: st.Leader, Rebuilding: st.Rebuilding, RebuildReason: st.RebuildReason,
+		LeaderEpoch: s.m.cfg.LeaderEpoch}, nil
 }
 
 func tiersToPB(t Tiers) *kvtierpb.TiersResponse {
@@ -477,4 +512,84 @@ func (s *grpcServer) WatchEvents(_ *kvtierpb.Empty, stream grpc.ServerStreamingS
 			}
 		}
 	}
+}
+
+// DRAM directory and rebuild (dramdir.go).
+
+func (s *grpcServer) TakeDramRecords(stream grpc.BidiStreamingServer[kvtierpb.TakeDramRecordsRequest, kvtierpb.TakeDramRecordsResponse]) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	client := first.GetClientId()
+	if err := s.m.AckDramRecords(client, first.GetOutbox(), first.GetAckThrough()); err != nil {
+		return toGRPC(err)
+	}
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	go func() { // the master stops: end the stream (the appliance opens a new one)
+		select {
+		case <-s.m.stopped:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	go func() { // acknowledgements, until the stream ends
+		defer cancel()
+		for {
+			r, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			if s.m.AckDramRecords(client, r.GetOutbox(), r.GetAckThrough()) != nil {
+				return
+			}
+		}
+	}()
+	// The first answer names this master's outbox at once (a new master:
+	// the appliance beats now); records not acknowledged are sent again.
+	var sent uint64
+	for answered := false; ; answered = true {
+		wait := time.Second
+		if !answered {
+			wait = 0
+		}
+		outbox, reset, rs, err := s.m.NextDramRecords(ctx, client, sent, wait)
+		if err != nil {
+			return toGRPC(err)
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if answered && len(rs) == 0 && !reset {
+			continue
+		}
+		out := &kvtierpb.TakeDramRecordsResponse{Outbox: outbox, Reset_: reset, Records: make([]*kvtierpb.DramRecord, len(rs))}
+		for i, d := range rs {
+			out.Records[i] = &kvtierpb.DramRecord{Seq: d.Seq, Free: d.Free, Tenant: d.Tenant, Key: []byte(d.Key), Segment: d.Segment,
+				Offset: d.Offset, Size: d.Size, Crc32C: d.CRC32C, HasChecksum: d.HasChecksum, Version: d.Version}
+		}
+		if err := stream.Send(out); err != nil {
+			return err
+		}
+		if len(rs) > 0 {
+			sent = rs[len(rs)-1].Seq
+		}
+	}
+}
+
+func (s *grpcServer) RegisterDramObjects(ctx context.Context, r *kvtierpb.RegisterDramObjectsRequest) (*kvtierpb.BatchResponse, error) {
+	if err := s.m.fenceErr(); err != nil {
+		return nil, toGRPC(err)
+	}
+	objs := make([]DramObject, len(r.GetObjects()))
+	for i, o := range r.GetObjects() {
+		objs[i] = DramObject{Tenant: o.GetTenant(), Key: string(o.GetKey()), Segment: o.GetSegment(), Offset: o.GetOffset(),
+			Size: o.GetSize(), CRC32C: o.GetCrc32C(), HasChecksum: o.GetHasChecksum(), Version: o.GetVersion()}
+	}
+	res, err := s.m.RegisterDramObjects(ctx, r.GetClientId(), r.GetIncarnation(), objs, r.GetLast())
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	return keyResults(res), nil
 }

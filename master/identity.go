@@ -113,17 +113,11 @@ func (m *Master) restartNode(c *client, oldInc, newInc string) {
 		}
 	}
 	m.dropReplicas(func(r *replica) bool { return r.disk == c })
+	m.dram.forget(c.id) // records of the old incarnation's DRAM mean nothing to the new one
 	for _, k := range m.offload.dropNode(c.id) {
 		m.resetOffload(k)
 	}
-	m.forEachShard(func(sh *shard) {
-		for k, o := range sh.inflight {
-			if o.writer == c.id {
-				m.revokeLocked(sh, k, o)
-				m.ctr.add(cPutsRevoked, 1)
-			}
-		}
-	})
+	m.revokePutsOf(c.id)
 	m.ctr.add(cApplianceRestarts, 1)
 	m.publish(Event{Kind: "client", Node: c.id, Message: "restarted: incarnation " + oldInc + " replaced by " + newInc})
 }

@@ -122,6 +122,7 @@ type Master struct {
 	clients clientTable
 	offload offloadQueue
 	rmq     removalOutbox // removals of LOCAL_DISK copies (removals.go)
+	dram    dramOutbox    // appliances' DRAM directory records (dramdir.go)
 
 	usage sync.Map // tenant → *atomic.Uint64 logical bytes held
 
@@ -142,6 +143,16 @@ type Master struct {
 	passGen     atomic.Uint64 // completed eviction passes
 
 	interned sync.Map // client ids, so objects share writer strings
+
+	fenced atomic.Bool // leadership lost: mutations refused (Fence)
+	// started (unix ns, set by New) and restarted (a node reported DRAM
+	// objects this master never knew) time the rebuild window (dramdir.go).
+	started   int64
+	restarted atomic.Bool
+	// stopped is closed when Run returns: long-lived streams
+	// (TakeDramRecords) end, so a graceful stop does not wait for them.
+	stopped  chan struct{}
+	stopOnce sync.Once
 
 	ctr    counterSet
 	events eventBus
@@ -174,6 +185,9 @@ func New(cfg Config) (*Master, error) {
 	m.clients.init()
 	m.offload.init(cfg.OffloadQueueLimit)
 	m.rmq.init()
+	m.dram.init()
+	m.started = m.now().UnixNano()
+	m.stopped = make(chan struct{})
 	pol, err := NewLeasePolicy(cfg.LeasePolicy, cfg.FrequencyBonus, cfg.FrequencyMaxBonus)
 	if err != nil {
 		return nil, err
@@ -192,6 +206,7 @@ func (m *Master) Config() Config { return m.cfg }
 // Run owns the background work: the evictor (every EvictInterval), the
 // timeout reaper and client liveness. It returns when ctx is done.
 func (m *Master) Run(ctx context.Context) {
+	defer m.stopOnce.Do(func() { close(m.stopped) })
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
@@ -233,6 +248,7 @@ func (m *Master) Reap(ctx context.Context) {
 	m.finishDrains(ctx, now)
 	m.reapPuts(now)
 	m.reapOffloads(now)
+	m.reapReports(now)
 }
 
 // ck builds the composite map key: one length byte, the tenant, the key.
@@ -375,6 +391,7 @@ func (m *Master) dropObjectLocked(sh *shard, c string, o *object) {
 // freeReplicaLocked returns a MEMORY/NOF replica's space to its segment.
 func (m *Master) freeReplicaLocked(r *replica) {
 	if r.seg != nil {
+		m.queueFreeLocked(r)
 		r.seg.release(r.offset, r.allocLen())
 	}
 }

@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -27,6 +28,9 @@ func (m *Master) PutStart(ctx context.Context, req PutRequest) ([]Replica, error
 		return nil, err
 	}
 	if err := m.checkPut(&req); err != nil {
+		return nil, err
+	}
+	if err := m.errAwaitingReports(req.Key); err != nil {
 		return nil, err
 	}
 	need := req.Size * uint64(max(req.Config.Replicas, 1))
@@ -273,14 +277,29 @@ func (m *Master) lockWriter(client, tenant, key string) (*shard, string, *object
 // PutEnd makes the object visible: every replica flips to COMPLETE at once.
 // Only the writer may call it. No read lease is granted. With offload mode
 // "immediate" an offload task is queued for a node with an SSD tier.
+//
+// It answers once the appliances holding the MEMORY replicas recorded the
+// object in their DRAM directories (at most DramSyncTimeout), so that a
+// put acknowledged before a master's death is rebuilt by its successor
+// (dramdir.go).
 func (m *Master) PutEnd(ctx context.Context, client, tenant, key string) error {
+	ws, err := m.putEnd(client, tenant, key)
+	if err == nil {
+		m.awaitCommits(ctx, ws)
+	}
+	return err
+}
+
+// putEnd is PutEnd without the wait for the DRAM directories; it returns
+// what to wait for.
+func (m *Master) putEnd(client, tenant, key string) ([]dramWait, error) {
 	sh, k, o, err := m.lockWriter(client, tenant, key)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer sh.mu.Unlock()
 	if o.complete {
-		return nil // a retried PutEnd
+		return nil, nil // a retried PutEnd
 	}
 	now := m.now().UnixNano()
 	for i := range o.replicas {
@@ -297,7 +316,8 @@ func (m *Master) PutEnd(ctx context.Context, client, tenant, key string) error {
 	if m.settings.Load().ssd.OffloadMode == OffloadImmediate {
 		m.queueOffloadLocked(k, o)
 	}
-	return nil
+	t, _ := splitCK(k)
+	return m.queueCommitLocked(t, key, o), nil
 }
 
 // PutRevoke discards an in-flight put and frees its space. Only the writer
@@ -347,6 +367,9 @@ func (m *Master) GetReplicaList(ctx context.Context, client, tenant, key string)
 	if o == nil {
 		sh.mu.Unlock()
 		m.ctr.add(cGetMisses, 1)
+		if err := m.errRebuilding(key); err != nil {
+			return ReplicaList{}, err
+		}
 		return ReplicaList{}, kverr.New(kverr.ObjectNotFound, key, "no such object")
 	}
 	if !o.complete {
@@ -542,5 +565,5 @@ func (m *Master) Remove(ctx context.Context, tenant, key string, force bool) err
 	m.removeLocked(sh, k, o)
 	sh.mu.Unlock()
 	m.publish(Event{Kind: "remove", Tenant: t, Key: key, Bytes: size})
-	return m.awaitRemovals(ctx, key, waits)
+	return errors.Join(m.awaitRemovals(ctx, key, waits), m.dramBarrier(ctx, key))
 }

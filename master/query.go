@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"errors"
 	"regexp"
 	"runtime/metrics"
 	"slices"
@@ -128,7 +129,7 @@ func (m *Master) removeMatching(ctx context.Context, tenant, pattern string, mat
 	if n > 0 {
 		m.publish(Event{Kind: "remove", Tenant: tenant, Message: "bulk remove"})
 	}
-	return n, m.awaitRemovals(ctx, "", waits)
+	return n, errors.Join(m.awaitRemovals(ctx, "", waits), m.dramBarrier(ctx, ""))
 }
 
 // RemoveByRegex removes the objects of tenant whose key matches expr (Go
@@ -172,8 +173,12 @@ func (m *Master) BatchPutStart(ctx context.Context, client, tenant string, reqs 
 // BatchPutEnd is PutEnd per key, in order.
 func (m *Master) BatchPutEnd(ctx context.Context, client, tenant string, keys []string) []error {
 	out := make([]error, len(keys))
+	var ws []dramWait
+	defer func() { m.awaitCommits(ctx, ws) }() // one wait for the batch
 	for i, k := range keys {
-		out[i] = m.PutEnd(ctx, client, tenant, k)
+		var w []dramWait
+		w, out[i] = m.putEnd(client, tenant, k)
+		ws = append(ws, w...)
 	}
 	return out
 }
@@ -339,7 +344,8 @@ func (m *Master) tierStats() []TierStats {
 // Stats returns object count, tier figures, the named counters and the
 // heap in use.
 func (m *Master) Stats(ctx context.Context) Stats {
-	st := Stats{Objects: uint64(max(m.nObjects.Load(), 0)), Tiers: m.tierStats(), Counters: make(map[string]uint64, numCounters), Leader: true}
+	st := Stats{Objects: uint64(max(m.nObjects.Load(), 0)), Tiers: m.tierStats(), Counters: make(map[string]uint64, numCounters), Leader: !m.fenced.Load()}
+	st.Rebuilding, st.RebuildReason = m.Rebuilding()
 	for i := counter(0); i < numCounters; i++ {
 		st.Counters[counterNames[i]] = m.ctr.get(i)
 	}

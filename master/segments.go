@@ -26,6 +26,7 @@ type segment struct {
 
 	state    atomic.Int32 // SegmentState
 	removed  atomic.Bool  // unmounted: allocations fail, replicas being dropped
+	awaiting atomic.Bool  // re-announced to a master that waits for its owner's DRAM directory (dramdir.go)
 	replicas atomic.Int64
 	used     atomic.Uint64 // mirror of alloc.used()
 	free     atomic.Uint64 // mirror of alloc.free
@@ -67,7 +68,7 @@ func (s *segment) release(off, n uint64) {
 
 // allocatable reports whether new replicas may go here.
 func (s *segment) allocatable() bool {
-	return !s.removed.Load() && SegmentState(s.state.Load()) == SegMounted
+	return !s.removed.Load() && SegmentState(s.state.Load()) == SegMounted && !s.awaiting.Load()
 }
 
 // segTable is the set of mounted segments. Readers use the copy-on-write
@@ -180,6 +181,7 @@ func (m *Master) mount(clientID string, seg Segment, explicit bool) error {
 	}
 	s := &segment{spec: seg, owner: c, align: align, alloc: newAllocator(seg.Size, align)}
 	s.free.Store(s.alloc.free)
+	s.awaiting.Store(!explicit && c.awaitDram.Load())
 	st := SegMounted
 	if ClientState(c.state.Load()) == ClientGrace {
 		st = SegGrace
@@ -259,6 +261,7 @@ func (m *Master) dropReplicas(drop func(r *replica) bool) {
 			n := 0
 			for i := range o.replicas {
 				if drop(&o.replicas[i]) {
+					m.queueFreeLocked(&o.replicas[i]) // the owner's DRAM directory forgets it too
 					m.countReplica(&o.replicas[i], -1)
 					continue
 				}

@@ -44,6 +44,8 @@ const (
 	cCachedReads
 	cRemovalsUnconfirmed
 	cApplianceRestarts
+	cDramCommitsUnconfirmed
+	cDramObjectsRestored
 	numCounters
 )
 
@@ -57,6 +59,7 @@ var counterNames = [numCounters]string{
 	"offloads_failed", "offloads_skipped_queue_full", "abandoned_puts_reclaimed",
 	"disk_buckets_dropped", "events_dropped", "eviction_history_hits",
 	"cached_reads", "removals_unconfirmed", "appliance_restarts",
+	"dram_commits_unconfirmed", "dram_objects_restored",
 }
 
 // CounterNames lists the names of the counters Stats reports.

@@ -212,6 +212,8 @@ type NVMeStats struct {
 	Addr       string // listener host:port
 	Subsystems []NVMeSubsystem
 	Hosts      []NVMeHost // connected controllers
+	// In-band authentication outcomes (nof/target AuthStats).
+	AuthSucceeded, AuthFailed, AuthRefused uint64
 }
 
 // NVMeSubsystem is one exported subsystem and its namespaces.
@@ -245,7 +247,7 @@ func (s *NVMeStats) clone() *NVMeStats {
 	if s == nil {
 		return nil
 	}
-	out := &NVMeStats{Addr: s.Addr, Hosts: slices.Clone(s.Hosts)}
+	out := &NVMeStats{Addr: s.Addr, Hosts: slices.Clone(s.Hosts), AuthSucceeded: s.AuthSucceeded, AuthFailed: s.AuthFailed, AuthRefused: s.AuthRefused}
 	for _, sub := range s.Subsystems {
 		out.Subsystems = append(out.Subsystems, NVMeSubsystem{NQN: sub.NQN, Namespaces: slices.Clone(sub.Namespaces)})
 	}
@@ -266,6 +268,10 @@ type HeartbeatRequest struct {
 	// Identity is the node's incarnation (identity.go); zero for nodes
 	// that do not take part.
 	Identity Identity
+	// DramDirectory: the node keeps a DRAM directory and reports it to a
+	// master that does not know it (dramdir.go).
+	DramDirectory bool
+	DramObjects   uint64 // objects in that directory
 	// Interval is the client's beat period (0: unknown): silent for
 	// SuspectBeats periods (at most ClientTTL) it is suspect (GRACE).
 	Interval time.Duration
@@ -318,6 +324,9 @@ type HeartbeatReply struct {
 	Known    bool // false: the client was unknown or GONE (re-register disk objects)
 	Offload  []OffloadTask
 	Settings TierSettings
+	// ForgetDram: the client was GONE (its replicas dropped): its DRAM
+	// directory is stale and must be cleared before it reports it.
+	ForgetDram bool
 }
 
 // OffloadResult reports one finished offload task.
@@ -389,6 +398,10 @@ type Stats struct {
 	Counters  map[string]uint64
 	HeapBytes uint64
 	Leader    bool
+	// Rebuilding: the master waits for appliances' DRAM directory reports
+	// (RebuildReason says whose).
+	Rebuilding    bool
+	RebuildReason string
 }
 
 // Tiers is the tier configuration and figures.

@@ -27,6 +27,10 @@ type ReadyJSON struct {
 	Reason   string `json:"reason,omitempty"`
 	Segments int    `json:"mounted_segments"`
 	Leader   bool   `json:"leader"`
+	// Rebuilding: the master waits for appliances' DRAM directory reports
+	// (a restart or a new leader); reads of keys not yet reported and puts
+	// answer UNAVAILABLE_IN_CURRENT_STATUS until then.
+	Rebuilding bool `json:"rebuilding"`
 	// Degraded: ready, but an appliance (a client serving storage) is
 	// suspect, left or reports a problem; Reasons name each, and its
 	// replicas are not handed out meanwhile.
@@ -51,6 +55,7 @@ func (s *Server) ready(c echo.Context) error {
 		return notReady("master stats: " + errorBody(err, c.Request()).Message)
 	}
 	out.Leader = st.GetLeader()
+	out.Rebuilding = st.GetRebuilding()
 	segs, err := s.ms.ListSegments(ctx, &kvtierpb.Empty{})
 	if err != nil {
 		return notReady("listing segments: " + errorBody(err, c.Request()).Message)
@@ -65,6 +70,9 @@ func (s *Server) ready(c echo.Context) error {
 	}
 	if out.Segments == 0 {
 		return notReady("no segment is mounted")
+	}
+	if out.Rebuilding {
+		return notReady("rebuilding: " + st.GetRebuildReason())
 	}
 	cl, err := s.ms.ListClients(ctx, &kvtierpb.Empty{})
 	if err != nil {

@@ -26,6 +26,14 @@ type NVMeApplianceJSON struct {
 	Addr          string              `json:"addr"` // NVMe/TCP listener host:port
 	Subsystems    []NVMeSubsystemJSON `json:"subsystems"`
 	Hosts         []NVMeHostJSON      `json:"hosts"`
+	Auth          NVMeAuthJSON        `json:"auth"`
+}
+
+// NVMeAuthJSON counts in-band authentication (DH-HMAC-CHAP) outcomes.
+type NVMeAuthJSON struct {
+	Succeeded uint64 `json:"succeeded"` // queues that authenticated
+	Failed    uint64 `json:"failed"`    // failed transactions (wrong secret...)
+	Refused   uint64 `json:"refused"`   // hosts without a secret, commands before authentication
 }
 
 // NVMeSubsystemJSON is one exported subsystem.
@@ -118,7 +126,8 @@ func (s *Server) nvme(c echo.Context) error {
 		}
 		a := NVMeApplianceJSON{Node: ci.GetClientId(), State: clientState(ci.GetState()),
 			LastHeartbeat: msTime(ci.GetLastHeartbeatMs()), Addr: nv.GetAddr(),
-			Subsystems: []NVMeSubsystemJSON{}, Hosts: []NVMeHostJSON{}}
+			Subsystems: []NVMeSubsystemJSON{}, Hosts: []NVMeHostJSON{},
+			Auth: NVMeAuthJSON{Succeeded: nv.GetAuthSucceeded(), Failed: nv.GetAuthFailed(), Refused: nv.GetAuthRefused()}}
 		if a.LastHeartbeat != nil {
 			a.SinceSeconds = math.Max(0, now.Sub(*a.LastHeartbeat).Seconds())
 		}

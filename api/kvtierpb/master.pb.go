@@ -784,7 +784,11 @@ func (x *KeyRequest) GetForce() bool {
 }
 
 type Empty struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The answering leader's epoch (HA mode: the etcd election revision; 0
+	// for a single master). Set on PutEnd's answer so a caller can check that
+	// no two leaders acknowledged puts at once.
+	LeaderEpoch   int64 `protobuf:"varint,200,opt,name=leader_epoch,json=leaderEpoch,proto3" json:"leader_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -817,6 +821,13 @@ func (x *Empty) ProtoReflect() protoreflect.Message {
 // Deprecated: Use Empty.ProtoReflect.Descriptor instead.
 func (*Empty) Descriptor() ([]byte, []int) {
 	return file_master_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Empty) GetLeaderEpoch() int64 {
+	if x != nil {
+		return x.LeaderEpoch
+	}
+	return 0
 }
 
 type GetReplicaListResponse struct {
@@ -1399,6 +1410,7 @@ func (x *KeyResult) GetMessage() string {
 type BatchResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Results       []*KeyResult           `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	LeaderEpoch   int64                  `protobuf:"varint,200,opt,name=leader_epoch,json=leaderEpoch,proto3" json:"leader_epoch,omitempty"` // BatchPutEnd: as Empty.leader_epoch
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1438,6 +1450,13 @@ func (x *BatchResponse) GetResults() []*KeyResult {
 		return x.Results
 	}
 	return nil
+}
+
+func (x *BatchResponse) GetLeaderEpoch() int64 {
+	if x != nil {
+		return x.LeaderEpoch
+	}
+	return 0
 }
 
 type GetReplicaListResult struct {
@@ -2002,8 +2021,16 @@ type HeartbeatRequest struct {
 	CachedReads []*CachedRead `protobuf:"bytes,7,rep,name=cached_reads,json=cachedReads,proto3" json:"cached_reads,omitempty"`
 	Incarnation string        `protobuf:"bytes,100,opt,name=incarnation,proto3" json:"incarnation,omitempty"`     // as MountSegmentRequest.incarnation
 	DiskId      string        `protobuf:"bytes,101,opt,name=disk_id,json=diskId,proto3" json:"disk_id,omitempty"` // as MountSegmentRequest.disk_id
+	// The node keeps a DRAM directory (TakeDramRecords): when the master does
+	// not know it, it reports it (RegisterDramObjects), and until then the
+	// segments this beat re-announces take no allocations.
+	DramDirectory bool `protobuf:"varint,200,opt,name=dram_directory,json=dramDirectory,proto3" json:"dram_directory,omitempty"`
+	// Objects in that directory: a master that did not know the node learns
+	// from a non-zero count that it restarted (or was newly elected) and
+	// answers misses "rebuilding" (retry) for a while.
+	DramObjects uint64 `protobuf:"varint,201,opt,name=dram_objects,json=dramObjects,proto3" json:"dram_objects,omitempty"`
 	// The client's beat period (0: unknown). The master suspects a client
-	// silent for 2.5 periods (at most its ClientTTL): its replicas are no
+	// silent for 2.5 periods (at least 1 s, at most its ClientTTL): its replicas are no
 	// longer handed out until it beats again.
 	HeartbeatIntervalMs uint32 `protobuf:"varint,120,opt,name=heartbeat_interval_ms,json=heartbeatIntervalMs,proto3" json:"heartbeat_interval_ms,omitempty"`
 	// The last beat of a node that is shutting down: the master suspects it at
@@ -2108,6 +2135,20 @@ func (x *HeartbeatRequest) GetDiskId() string {
 	return ""
 }
 
+func (x *HeartbeatRequest) GetDramDirectory() bool {
+	if x != nil {
+		return x.DramDirectory
+	}
+	return false
+}
+
+func (x *HeartbeatRequest) GetDramObjects() uint64 {
+	if x != nil {
+		return x.DramObjects
+	}
+	return 0
+}
+
 func (x *HeartbeatRequest) GetHeartbeatIntervalMs() uint32 {
 	if x != nil {
 		return x.HeartbeatIntervalMs
@@ -2201,10 +2242,14 @@ func (x *CachedRead) GetLastReadAgeMs() uint64 {
 // The figures of an appliance's built-in NVMe/TCP target, as of one heartbeat.
 // Counters are totals since the target started.
 type NvmeStats struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Addr          string                 `protobuf:"bytes,1,opt,name=addr,proto3" json:"addr,omitempty"` // NVMe/TCP listener host:port
-	Subsystems    []*NvmeSubsystem       `protobuf:"bytes,2,rep,name=subsystems,proto3" json:"subsystems,omitempty"`
-	Hosts         []*NvmeHost            `protobuf:"bytes,3,rep,name=hosts,proto3" json:"hosts,omitempty"` // connected controllers (associations)
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Addr       string                 `protobuf:"bytes,1,opt,name=addr,proto3" json:"addr,omitempty"` // NVMe/TCP listener host:port
+	Subsystems []*NvmeSubsystem       `protobuf:"bytes,2,rep,name=subsystems,proto3" json:"subsystems,omitempty"`
+	Hosts      []*NvmeHost            `protobuf:"bytes,3,rep,name=hosts,proto3" json:"hosts,omitempty"` // connected controllers (associations)
+	// In-band authentication (DH-HMAC-CHAP) outcomes since the target started.
+	AuthSucceeded uint64 `protobuf:"varint,240,opt,name=auth_succeeded,json=authSucceeded,proto3" json:"auth_succeeded,omitempty"` // queues that authenticated
+	AuthFailed    uint64 `protobuf:"varint,241,opt,name=auth_failed,json=authFailed,proto3" json:"auth_failed,omitempty"`          // transactions that failed (wrong secret, bad message)
+	AuthRefused   uint64 `protobuf:"varint,242,opt,name=auth_refused,json=authRefused,proto3" json:"auth_refused,omitempty"`       // Connects of hosts without a secret + commands refused as Authentication Required
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2258,6 +2303,27 @@ func (x *NvmeStats) GetHosts() []*NvmeHost {
 		return x.Hosts
 	}
 	return nil
+}
+
+func (x *NvmeStats) GetAuthSucceeded() uint64 {
+	if x != nil {
+		return x.AuthSucceeded
+	}
+	return 0
+}
+
+func (x *NvmeStats) GetAuthFailed() uint64 {
+	if x != nil {
+		return x.AuthFailed
+	}
+	return 0
+}
+
+func (x *NvmeStats) GetAuthRefused() uint64 {
+	if x != nil {
+		return x.AuthRefused
+	}
+	return 0
 }
 
 type NvmeSubsystem struct {
@@ -2703,10 +2769,14 @@ func (x *TakeOffloadRequest) GetWaitMs() uint32 {
 }
 
 type HeartbeatResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Known         bool                   `protobuf:"varint,1,opt,name=known,proto3" json:"known,omitempty"` // false: the master had forgotten the client
-	Offload       []*OffloadTask         `protobuf:"bytes,2,rep,name=offload,proto3" json:"offload,omitempty"`
-	Settings      *TierSettings          `protobuf:"bytes,3,opt,name=settings,proto3" json:"settings,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Known    bool                   `protobuf:"varint,1,opt,name=known,proto3" json:"known,omitempty"` // false: the master had forgotten the client
+	Offload  []*OffloadTask         `protobuf:"bytes,2,rep,name=offload,proto3" json:"offload,omitempty"`
+	Settings *TierSettings          `protobuf:"bytes,3,opt,name=settings,proto3" json:"settings,omitempty"`
+	// The master had declared the node gone and dropped its replicas: its DRAM
+	// directory is stale (keys may have been removed or put again
+	// meanwhile): clear it, then report it (empty).
+	ForgetDram    bool `protobuf:"varint,200,opt,name=forget_dram,json=forgetDram,proto3" json:"forget_dram,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2760,6 +2830,13 @@ func (x *HeartbeatResponse) GetSettings() *TierSettings {
 		return x.Settings
 	}
 	return nil
+}
+
+func (x *HeartbeatResponse) GetForgetDram() bool {
+	if x != nil {
+		return x.ForgetDram
+	}
+	return false
 }
 
 type OffloadDoneRequest struct {
@@ -3715,12 +3792,18 @@ func (x *TierStats) GetMisses() uint64 {
 }
 
 type StatsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Objects       uint64                 `protobuf:"varint,1,opt,name=objects,proto3" json:"objects,omitempty"`
-	Tiers         []*TierStats           `protobuf:"bytes,2,rep,name=tiers,proto3" json:"tiers,omitempty"`
-	Counters      map[string]uint64      `protobuf:"bytes,3,rep,name=counters,proto3" json:"counters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"` // named counters (puts, evictions, shortfall reasons...)
-	HeapBytes     uint64                 `protobuf:"varint,4,opt,name=heap_bytes,json=heapBytes,proto3" json:"heap_bytes,omitempty"`
-	Leader        bool                   `protobuf:"varint,5,opt,name=leader,proto3" json:"leader,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Objects   uint64                 `protobuf:"varint,1,opt,name=objects,proto3" json:"objects,omitempty"`
+	Tiers     []*TierStats           `protobuf:"bytes,2,rep,name=tiers,proto3" json:"tiers,omitempty"`
+	Counters  map[string]uint64      `protobuf:"bytes,3,rep,name=counters,proto3" json:"counters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"` // named counters (puts, evictions, shortfall reasons...)
+	HeapBytes uint64                 `protobuf:"varint,4,opt,name=heap_bytes,json=heapBytes,proto3" json:"heap_bytes,omitempty"`
+	Leader    bool                   `protobuf:"varint,5,opt,name=leader,proto3" json:"leader,omitempty"`
+	// The master is rebuilding its object table from appliance reports
+	// (RegisterDramObjects): reads of keys it does not know yet and puts are
+	// answered UNAVAILABLE_IN_CURRENT_STATUS until it ends.
+	Rebuilding    bool   `protobuf:"varint,200,opt,name=rebuilding,proto3" json:"rebuilding,omitempty"`
+	RebuildReason string `protobuf:"bytes,201,opt,name=rebuild_reason,json=rebuildReason,proto3" json:"rebuild_reason,omitempty"`
+	LeaderEpoch   int64  `protobuf:"varint,202,opt,name=leader_epoch,json=leaderEpoch,proto3" json:"leader_epoch,omitempty"` // as Empty.leader_epoch
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3788,6 +3871,27 @@ func (x *StatsResponse) GetLeader() bool {
 		return x.Leader
 	}
 	return false
+}
+
+func (x *StatsResponse) GetRebuilding() bool {
+	if x != nil {
+		return x.Rebuilding
+	}
+	return false
+}
+
+func (x *StatsResponse) GetRebuildReason() string {
+	if x != nil {
+		return x.RebuildReason
+	}
+	return ""
+}
+
+func (x *StatsResponse) GetLeaderEpoch() int64 {
+	if x != nil {
+		return x.LeaderEpoch
+	}
+	return 0
 }
 
 // DRAM tier settings, changeable at run time.
@@ -4362,6 +4466,423 @@ func (x *TakeRemovalsResponse) GetRemovals() []*DiskRemoval {
 	return nil
 }
 
+// TakeDramRecords (every appliance).
+type TakeDramRecordsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Outbox        uint64                 `protobuf:"varint,2,opt,name=outbox,proto3" json:"outbox,omitempty"`                           // from the previous response; 0: nothing to acknowledge
+	AckThrough    uint64                 `protobuf:"varint,3,opt,name=ack_through,json=ackThrough,proto3" json:"ack_through,omitempty"` // records of that outbox with seq <= this are applied
+	WaitMs        uint32                 `protobuf:"varint,4,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`             // unused (the stream waits as long as it lives)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TakeDramRecordsRequest) Reset() {
+	*x = TakeDramRecordsRequest{}
+	mi := &file_master_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TakeDramRecordsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TakeDramRecordsRequest) ProtoMessage() {}
+
+func (x *TakeDramRecordsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TakeDramRecordsRequest.ProtoReflect.Descriptor instead.
+func (*TakeDramRecordsRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *TakeDramRecordsRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *TakeDramRecordsRequest) GetOutbox() uint64 {
+	if x != nil {
+		return x.Outbox
+	}
+	return 0
+}
+
+func (x *TakeDramRecordsRequest) GetAckThrough() uint64 {
+	if x != nil {
+		return x.AckThrough
+	}
+	return 0
+}
+
+func (x *TakeDramRecordsRequest) GetWaitMs() uint32 {
+	if x != nil {
+		return x.WaitMs
+	}
+	return 0
+}
+
+// One change to an appliance's DRAM directory.
+type DramRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Free          bool                   `protobuf:"varint,2,opt,name=free,proto3" json:"free,omitempty"` // the replica at (segment, offset) was freed; else committed
+	Tenant        string                 `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Key           []byte                 `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	Segment       string                 `protobuf:"bytes,5,opt,name=segment,proto3" json:"segment,omitempty"`
+	Offset        uint64                 `protobuf:"varint,6,opt,name=offset,proto3" json:"offset,omitempty"`
+	Size          uint64                 `protobuf:"varint,7,opt,name=size,proto3" json:"size,omitempty"`     // object bytes (commit)
+	Crc32C        uint32                 `protobuf:"varint,8,opt,name=crc32c,proto3" json:"crc32c,omitempty"` // commit, when has_checksum
+	HasChecksum   bool                   `protobuf:"varint,9,opt,name=has_checksum,json=hasChecksum,proto3" json:"has_checksum,omitempty"`
+	Version       int64                  `protobuf:"varint,10,opt,name=version,proto3" json:"version,omitempty"` // the put's identity: PutEnd time in unix ns at its master
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DramRecord) Reset() {
+	*x = DramRecord{}
+	mi := &file_master_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DramRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DramRecord) ProtoMessage() {}
+
+func (x *DramRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DramRecord.ProtoReflect.Descriptor instead.
+func (*DramRecord) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *DramRecord) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *DramRecord) GetFree() bool {
+	if x != nil {
+		return x.Free
+	}
+	return false
+}
+
+func (x *DramRecord) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *DramRecord) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *DramRecord) GetSegment() string {
+	if x != nil {
+		return x.Segment
+	}
+	return ""
+}
+
+func (x *DramRecord) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *DramRecord) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *DramRecord) GetCrc32C() uint32 {
+	if x != nil {
+		return x.Crc32C
+	}
+	return 0
+}
+
+func (x *DramRecord) GetHasChecksum() bool {
+	if x != nil {
+		return x.HasChecksum
+	}
+	return false
+}
+
+func (x *DramRecord) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type TakeDramRecordsResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Outbox  uint64                 `protobuf:"varint,1,opt,name=outbox,proto3" json:"outbox,omitempty"`
+	Records []*DramRecord          `protobuf:"bytes,2,rep,name=records,proto3" json:"records,omitempty"`
+	// The master dropped records this appliance missed (it stopped asking):
+	// clear the directory before applying these.
+	Reset_        bool `protobuf:"varint,3,opt,name=reset,proto3" json:"reset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TakeDramRecordsResponse) Reset() {
+	*x = TakeDramRecordsResponse{}
+	mi := &file_master_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TakeDramRecordsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TakeDramRecordsResponse) ProtoMessage() {}
+
+func (x *TakeDramRecordsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TakeDramRecordsResponse.ProtoReflect.Descriptor instead.
+func (*TakeDramRecordsResponse) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *TakeDramRecordsResponse) GetOutbox() uint64 {
+	if x != nil {
+		return x.Outbox
+	}
+	return 0
+}
+
+func (x *TakeDramRecordsResponse) GetRecords() []*DramRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *TakeDramRecordsResponse) GetReset_() bool {
+	if x != nil {
+		return x.Reset_
+	}
+	return false
+}
+
+// One committed object in an appliance's DRAM, as its directory holds it.
+type DramObject struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Key           []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Segment       string                 `protobuf:"bytes,3,opt,name=segment,proto3" json:"segment,omitempty"`
+	Offset        uint64                 `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
+	Size          uint64                 `protobuf:"varint,5,opt,name=size,proto3" json:"size,omitempty"`
+	Crc32C        uint32                 `protobuf:"varint,6,opt,name=crc32c,proto3" json:"crc32c,omitempty"`                              // as the client gave it (has_checksum) or as the appliance computed it
+	HasChecksum   bool                   `protobuf:"varint,7,opt,name=has_checksum,json=hasChecksum,proto3" json:"has_checksum,omitempty"` // the client gave a checksum
+	Version       int64                  `protobuf:"varint,8,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DramObject) Reset() {
+	*x = DramObject{}
+	mi := &file_master_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DramObject) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DramObject) ProtoMessage() {}
+
+func (x *DramObject) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DramObject.ProtoReflect.Descriptor instead.
+func (*DramObject) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *DramObject) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *DramObject) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *DramObject) GetSegment() string {
+	if x != nil {
+		return x.Segment
+	}
+	return ""
+}
+
+func (x *DramObject) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *DramObject) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *DramObject) GetCrc32C() uint32 {
+	if x != nil {
+		return x.Crc32C
+	}
+	return 0
+}
+
+func (x *DramObject) GetHasChecksum() bool {
+	if x != nil {
+		return x.HasChecksum
+	}
+	return false
+}
+
+func (x *DramObject) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type RegisterDramObjectsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Incarnation   string                 `protobuf:"bytes,2,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Objects       []*DramObject          `protobuf:"bytes,3,rep,name=objects,proto3" json:"objects,omitempty"`
+	Last          bool                   `protobuf:"varint,4,opt,name=last,proto3" json:"last,omitempty"` // the report is complete
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterDramObjectsRequest) Reset() {
+	*x = RegisterDramObjectsRequest{}
+	mi := &file_master_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterDramObjectsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterDramObjectsRequest) ProtoMessage() {}
+
+func (x *RegisterDramObjectsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterDramObjectsRequest.ProtoReflect.Descriptor instead.
+func (*RegisterDramObjectsRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *RegisterDramObjectsRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *RegisterDramObjectsRequest) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
+}
+
+func (x *RegisterDramObjectsRequest) GetObjects() []*DramObject {
+	if x != nil {
+		return x.Objects
+	}
+	return nil
+}
+
+func (x *RegisterDramObjectsRequest) GetLast() bool {
+	if x != nil {
+		return x.Last
+	}
+	return false
+}
+
 var File_master_proto protoreflect.FileDescriptor
 
 const file_master_proto_rawDesc = "" +
@@ -4405,8 +4926,9 @@ const file_master_proto_rawDesc = "" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x10\n" +
 	"\x03key\x18\x03 \x01(\fR\x03key\x12\x14\n" +
-	"\x05force\x18\x04 \x01(\bR\x05force\"\a\n" +
-	"\x05Empty\"\xc3\x01\n" +
+	"\x05force\x18\x04 \x01(\bR\x05force\"+\n" +
+	"\x05Empty\x12\"\n" +
+	"\fleader_epoch\x18\xc8\x01 \x01(\x03R\vleaderEpoch\"\xc3\x01\n" +
 	"\x16GetReplicaListResponse\x12\x12\n" +
 	"\x04size\x18\x01 \x01(\x04R\x04size\x12\x16\n" +
 	"\x06crc32c\x18\x02 \x01(\rR\x06crc32c\x12!\n" +
@@ -4443,9 +4965,10 @@ const file_master_proto_rawDesc = "" +
 	"\x05force\x18\x04 \x01(\bR\x05force\"O\n" +
 	"\tKeyResult\x12(\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x14.kvtier.v1.ErrorCodeR\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"?\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"c\n" +
 	"\rBatchResponse\x12.\n" +
-	"\aresults\x18\x01 \x03(\v2\x14.kvtier.v1.KeyResultR\aresults\"\x93\x01\n" +
+	"\aresults\x18\x01 \x03(\v2\x14.kvtier.v1.KeyResultR\aresults\x12\"\n" +
+	"\fleader_epoch\x18\xc8\x01 \x01(\x03R\vleaderEpoch\"\x93\x01\n" +
 	"\x14GetReplicaListResult\x12(\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x14.kvtier.v1.ErrorCodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x127\n" +
@@ -4493,7 +5016,7 @@ const file_master_proto_rawDesc = "" +
 	"\findex_loaded\x18\n" +
 	" \x01(\bR\vindexLoaded\x12'\n" +
 	"\x0foffload_skipped\x18\v \x01(\x04R\x0eoffloadSkipped\x12%\n" +
-	"\x0eoffload_failed\x18\f \x01(\x04R\roffloadFailed\"\xd9\x03\n" +
+	"\x0eoffload_failed\x18\f \x01(\x04R\roffloadFailed\"\xa5\x04\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1a\n" +
 	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12.\n" +
@@ -4503,7 +5026,9 @@ const file_master_proto_rawDesc = "" +
 	"\x04nvme\x18\x06 \x01(\v2\x14.kvtier.v1.NvmeStatsR\x04nvme\x128\n" +
 	"\fcached_reads\x18\a \x03(\v2\x15.kvtier.v1.CachedReadR\vcachedReads\x12 \n" +
 	"\vincarnation\x18d \x01(\tR\vincarnation\x12\x17\n" +
-	"\adisk_id\x18e \x01(\tR\x06diskId\x122\n" +
+	"\adisk_id\x18e \x01(\tR\x06diskId\x12&\n" +
+	"\x0edram_directory\x18\xc8\x01 \x01(\bR\rdramDirectory\x12\"\n" +
+	"\fdram_objects\x18\xc9\x01 \x01(\x04R\vdramObjects\x122\n" +
 	"\x15heartbeat_interval_ms\x18x \x01(\rR\x13heartbeatIntervalMs\x12\x18\n" +
 	"\aleaving\x18y \x01(\bR\aleaving\x12\x1c\n" +
 	"\tunhealthy\x18z \x03(\tR\tunhealthy\"u\n" +
@@ -4512,13 +5037,17 @@ const file_master_proto_rawDesc = "" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
 	"\x05count\x18\x03 \x01(\rR\x05count\x12'\n" +
-	"\x10last_read_age_ms\x18\x04 \x01(\x04R\rlastReadAgeMs\"\x84\x01\n" +
+	"\x10last_read_age_ms\x18\x04 \x01(\x04R\rlastReadAgeMs\"\xf2\x01\n" +
 	"\tNvmeStats\x12\x12\n" +
 	"\x04addr\x18\x01 \x01(\tR\x04addr\x128\n" +
 	"\n" +
 	"subsystems\x18\x02 \x03(\v2\x18.kvtier.v1.NvmeSubsystemR\n" +
 	"subsystems\x12)\n" +
-	"\x05hosts\x18\x03 \x03(\v2\x13.kvtier.v1.NvmeHostR\x05hosts\"[\n" +
+	"\x05hosts\x18\x03 \x03(\v2\x13.kvtier.v1.NvmeHostR\x05hosts\x12&\n" +
+	"\x0eauth_succeeded\x18\xf0\x01 \x01(\x04R\rauthSucceeded\x12 \n" +
+	"\vauth_failed\x18\xf1\x01 \x01(\x04R\n" +
+	"authFailed\x12\"\n" +
+	"\fauth_refused\x18\xf2\x01 \x01(\x04R\vauthRefused\"[\n" +
 	"\rNvmeSubsystem\x12\x10\n" +
 	"\x03nqn\x18\x01 \x01(\tR\x03nqn\x128\n" +
 	"\n" +
@@ -4559,11 +5088,13 @@ const file_master_proto_rawDesc = "" +
 	"\x12TakeOffloadRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x14\n" +
 	"\x05slots\x18\x02 \x01(\rR\x05slots\x12\x17\n" +
-	"\await_ms\x18\x03 \x01(\rR\x06waitMs\"\x90\x01\n" +
+	"\await_ms\x18\x03 \x01(\rR\x06waitMs\"\xb2\x01\n" +
 	"\x11HeartbeatResponse\x12\x14\n" +
 	"\x05known\x18\x01 \x01(\bR\x05known\x120\n" +
 	"\aoffload\x18\x02 \x03(\v2\x16.kvtier.v1.OffloadTaskR\aoffload\x123\n" +
-	"\bsettings\x18\x03 \x01(\v2\x17.kvtier.v1.TierSettingsR\bsettings\"\xdf\x01\n" +
+	"\bsettings\x18\x03 \x01(\v2\x17.kvtier.v1.TierSettingsR\bsettings\x12 \n" +
+	"\vforget_dram\x18\xc8\x01 \x01(\bR\n" +
+	"forgetDram\"\xdf\x01\n" +
 	"\x12OffloadDoneRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x10\n" +
@@ -4647,14 +5178,19 @@ const file_master_proto_rawDesc = "" +
 	"\x04used\x18\x03 \x01(\x04R\x04used\x12\x18\n" +
 	"\aobjects\x18\x04 \x01(\x04R\aobjects\x12\x12\n" +
 	"\x04hits\x18\x05 \x01(\x04R\x04hits\x12\x16\n" +
-	"\x06misses\x18\x06 \x01(\x04R\x06misses\"\x8d\x02\n" +
+	"\x06misses\x18\x06 \x01(\x04R\x06misses\"\xfa\x02\n" +
 	"\rStatsResponse\x12\x18\n" +
 	"\aobjects\x18\x01 \x01(\x04R\aobjects\x12*\n" +
 	"\x05tiers\x18\x02 \x03(\v2\x14.kvtier.v1.TierStatsR\x05tiers\x12B\n" +
 	"\bcounters\x18\x03 \x03(\v2&.kvtier.v1.StatsResponse.CountersEntryR\bcounters\x12\x1d\n" +
 	"\n" +
 	"heap_bytes\x18\x04 \x01(\x04R\theapBytes\x12\x16\n" +
-	"\x06leader\x18\x05 \x01(\bR\x06leader\x1a;\n" +
+	"\x06leader\x18\x05 \x01(\bR\x06leader\x12\x1f\n" +
+	"\n" +
+	"rebuilding\x18\xc8\x01 \x01(\bR\n" +
+	"rebuilding\x12&\n" +
+	"\x0erebuild_reason\x18\xc9\x01 \x01(\tR\rrebuildReason\x12\"\n" +
+	"\fleader_epoch\x18\xca\x01 \x01(\x03R\vleaderEpoch\x1a;\n" +
 	"\rCountersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\x7f\n" +
@@ -4709,7 +5245,45 @@ const file_master_proto_rawDesc = "" +
 	"\x04keep\x18\x06 \x03(\v2\x17.kvtier.v1.DiskLocationR\x04keep\"b\n" +
 	"\x14TakeRemovalsResponse\x12\x16\n" +
 	"\x06outbox\x18\x01 \x01(\x04R\x06outbox\x122\n" +
-	"\bremovals\x18\x02 \x03(\v2\x16.kvtier.v1.DiskRemovalR\bremovals*\xce\x04\n" +
+	"\bremovals\x18\x02 \x03(\v2\x16.kvtier.v1.DiskRemovalR\bremovals\"\x87\x01\n" +
+	"\x16TakeDramRecordsRequest\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x16\n" +
+	"\x06outbox\x18\x02 \x01(\x04R\x06outbox\x12\x1f\n" +
+	"\vack_through\x18\x03 \x01(\x04R\n" +
+	"ackThrough\x12\x17\n" +
+	"\await_ms\x18\x04 \x01(\rR\x06waitMs\"\xf7\x01\n" +
+	"\n" +
+	"DramRecord\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
+	"\x04free\x18\x02 \x01(\bR\x04free\x12\x16\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12\x10\n" +
+	"\x03key\x18\x04 \x01(\fR\x03key\x12\x18\n" +
+	"\asegment\x18\x05 \x01(\tR\asegment\x12\x16\n" +
+	"\x06offset\x18\x06 \x01(\x04R\x06offset\x12\x12\n" +
+	"\x04size\x18\a \x01(\x04R\x04size\x12\x16\n" +
+	"\x06crc32c\x18\b \x01(\rR\x06crc32c\x12!\n" +
+	"\fhas_checksum\x18\t \x01(\bR\vhasChecksum\x12\x18\n" +
+	"\aversion\x18\n" +
+	" \x01(\x03R\aversion\"x\n" +
+	"\x17TakeDramRecordsResponse\x12\x16\n" +
+	"\x06outbox\x18\x01 \x01(\x04R\x06outbox\x12/\n" +
+	"\arecords\x18\x02 \x03(\v2\x15.kvtier.v1.DramRecordR\arecords\x12\x14\n" +
+	"\x05reset\x18\x03 \x01(\bR\x05reset\"\xd1\x01\n" +
+	"\n" +
+	"DramObject\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\x12\x18\n" +
+	"\asegment\x18\x03 \x01(\tR\asegment\x12\x16\n" +
+	"\x06offset\x18\x04 \x01(\x04R\x06offset\x12\x12\n" +
+	"\x04size\x18\x05 \x01(\x04R\x04size\x12\x16\n" +
+	"\x06crc32c\x18\x06 \x01(\rR\x06crc32c\x12!\n" +
+	"\fhas_checksum\x18\a \x01(\bR\vhasChecksum\x12\x18\n" +
+	"\aversion\x18\b \x01(\x03R\aversion\"\xa0\x01\n" +
+	"\x1aRegisterDramObjectsRequest\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12 \n" +
+	"\vincarnation\x18\x02 \x01(\tR\vincarnation\x12/\n" +
+	"\aobjects\x18\x03 \x03(\v2\x15.kvtier.v1.DramObjectR\aobjects\x12\x12\n" +
+	"\x04last\x18\x04 \x01(\bR\x04last*\xce\x04\n" +
 	"\tErrorCode\x12\x06\n" +
 	"\x02OK\x10\x00\x12\x12\n" +
 	"\x0eINTERNAL_ERROR\x10\x01\x12\x12\n" +
@@ -4764,7 +5338,7 @@ const file_master_proto_rawDesc = "" +
 	"\x18CLIENT_STATE_UNSPECIFIED\x10\x00\x12\b\n" +
 	"\x04LIVE\x10\x01\x12\x10\n" +
 	"\fCLIENT_GRACE\x10\x02\x12\b\n" +
-	"\x04GONE\x10\x032\x86\x10\n" +
+	"\x04GONE\x10\x032\xbc\x11\n" +
 	"\x06Master\x12C\n" +
 	"\bPutStart\x12\x1a.kvtier.v1.PutStartRequest\x1a\x1b.kvtier.v1.PutStartResponse\x121\n" +
 	"\x06PutEnd\x12\x15.kvtier.v1.KeyRequest\x1a\x10.kvtier.v1.Empty\x124\n" +
@@ -4797,7 +5371,9 @@ const file_master_proto_rawDesc = "" +
 	"\bGetTiers\x12\x10.kvtier.v1.Empty\x1a\x18.kvtier.v1.TiersResponse\x12F\n" +
 	"\vUpdateTiers\x12\x1d.kvtier.v1.UpdateTiersRequest\x1a\x18.kvtier.v1.TiersResponse\x123\n" +
 	"\vWatchEvents\x12\x10.kvtier.v1.Empty\x1a\x10.kvtier.v1.Event0\x01\x12Q\n" +
-	"\fTakeRemovals\x12\x1e.kvtier.v1.TakeRemovalsRequest\x1a\x1f.kvtier.v1.TakeRemovalsResponse0\x01B'Z%github.com/kvtier/kvtier/api/kvtierpbb\x06proto3"
+	"\fTakeRemovals\x12\x1e.kvtier.v1.TakeRemovalsRequest\x1a\x1f.kvtier.v1.TakeRemovalsResponse0\x01\x12\\\n" +
+	"\x0fTakeDramRecords\x12!.kvtier.v1.TakeDramRecordsRequest\x1a\".kvtier.v1.TakeDramRecordsResponse(\x010\x01\x12V\n" +
+	"\x13RegisterDramObjects\x12%.kvtier.v1.RegisterDramObjectsRequest\x1a\x18.kvtier.v1.BatchResponseB'Z%github.com/kvtier/kvtier/api/kvtierpbb\x06proto3"
 
 var (
 	file_master_proto_rawDescOnce sync.Once
@@ -4812,7 +5388,7 @@ func file_master_proto_rawDescGZIP() []byte {
 }
 
 var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_master_proto_goTypes = []any{
 	(ErrorCode)(0),                      // 0: kvtier.v1.ErrorCode
 	(ReplicaType)(0),                    // 1: kvtier.v1.ReplicaType
@@ -4874,7 +5450,12 @@ var file_master_proto_goTypes = []any{
 	(*DiskLocation)(nil),                // 57: kvtier.v1.DiskLocation
 	(*DiskRemoval)(nil),                 // 58: kvtier.v1.DiskRemoval
 	(*TakeRemovalsResponse)(nil),        // 59: kvtier.v1.TakeRemovalsResponse
-	nil,                                 // 60: kvtier.v1.StatsResponse.CountersEntry
+	(*TakeDramRecordsRequest)(nil),      // 60: kvtier.v1.TakeDramRecordsRequest
+	(*DramRecord)(nil),                  // 61: kvtier.v1.DramRecord
+	(*TakeDramRecordsResponse)(nil),     // 62: kvtier.v1.TakeDramRecordsResponse
+	(*DramObject)(nil),                  // 63: kvtier.v1.DramObject
+	(*RegisterDramObjectsRequest)(nil),  // 64: kvtier.v1.RegisterDramObjectsRequest
+	nil,                                 // 65: kvtier.v1.StatsResponse.CountersEntry
 }
 var file_master_proto_depIdxs = []int32{
 	1,  // 0: kvtier.v1.Replica.type:type_name -> kvtier.v1.ReplicaType
@@ -4915,77 +5496,83 @@ var file_master_proto_depIdxs = []int32{
 	31, // 35: kvtier.v1.ClientInfo.nvme:type_name -> kvtier.v1.NvmeStats
 	48, // 36: kvtier.v1.ListClientsResponse.clients:type_name -> kvtier.v1.ClientInfo
 	50, // 37: kvtier.v1.StatsResponse.tiers:type_name -> kvtier.v1.TierStats
-	60, // 38: kvtier.v1.StatsResponse.counters:type_name -> kvtier.v1.StatsResponse.CountersEntry
+	65, // 38: kvtier.v1.StatsResponse.counters:type_name -> kvtier.v1.StatsResponse.CountersEntry
 	52, // 39: kvtier.v1.TiersResponse.dram:type_name -> kvtier.v1.DramSettings
 	35, // 40: kvtier.v1.TiersResponse.ssd:type_name -> kvtier.v1.TierSettings
 	50, // 41: kvtier.v1.TiersResponse.stats:type_name -> kvtier.v1.TierStats
 	57, // 42: kvtier.v1.DiskRemoval.keep:type_name -> kvtier.v1.DiskLocation
 	58, // 43: kvtier.v1.TakeRemovalsResponse.removals:type_name -> kvtier.v1.DiskRemoval
-	7,  // 44: kvtier.v1.Master.PutStart:input_type -> kvtier.v1.PutStartRequest
-	9,  // 45: kvtier.v1.Master.PutEnd:input_type -> kvtier.v1.KeyRequest
-	9,  // 46: kvtier.v1.Master.PutRevoke:input_type -> kvtier.v1.KeyRequest
-	9,  // 47: kvtier.v1.Master.GetReplicaList:input_type -> kvtier.v1.KeyRequest
-	9,  // 48: kvtier.v1.Master.Exist:input_type -> kvtier.v1.KeyRequest
-	9,  // 49: kvtier.v1.Master.Remove:input_type -> kvtier.v1.KeyRequest
-	13, // 50: kvtier.v1.Master.RemoveByRegex:input_type -> kvtier.v1.RemoveByRegexRequest
-	14, // 51: kvtier.v1.Master.RemoveAll:input_type -> kvtier.v1.RemoveAllRequest
-	16, // 52: kvtier.v1.Master.BatchPutStart:input_type -> kvtier.v1.BatchPutStartRequest
-	19, // 53: kvtier.v1.Master.BatchPutEnd:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 54: kvtier.v1.Master.BatchPutRevoke:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 55: kvtier.v1.Master.BatchGetReplicaList:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 56: kvtier.v1.Master.BatchExist:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 57: kvtier.v1.Master.BatchRemove:input_type -> kvtier.v1.BatchKeysRequest
-	26, // 58: kvtier.v1.Master.MountSegment:input_type -> kvtier.v1.MountSegmentRequest
-	27, // 59: kvtier.v1.Master.UnmountSegment:input_type -> kvtier.v1.UnmountSegmentRequest
-	29, // 60: kvtier.v1.Master.Heartbeat:input_type -> kvtier.v1.HeartbeatRequest
-	39, // 61: kvtier.v1.Master.OffloadDone:input_type -> kvtier.v1.OffloadDoneRequest
-	37, // 62: kvtier.v1.Master.TakeOffload:input_type -> kvtier.v1.TakeOffloadRequest
-	41, // 63: kvtier.v1.Master.RegisterDiskObjects:input_type -> kvtier.v1.RegisterDiskObjectsRequest
-	42, // 64: kvtier.v1.Master.DropBucket:input_type -> kvtier.v1.DropBucketRequest
-	43, // 65: kvtier.v1.Master.ListObjects:input_type -> kvtier.v1.ListObjectsRequest
-	9,  // 66: kvtier.v1.Master.GetObject:input_type -> kvtier.v1.KeyRequest
-	10, // 67: kvtier.v1.Master.ListSegments:input_type -> kvtier.v1.Empty
-	10, // 68: kvtier.v1.Master.ListClients:input_type -> kvtier.v1.Empty
-	10, // 69: kvtier.v1.Master.Stats:input_type -> kvtier.v1.Empty
-	10, // 70: kvtier.v1.Master.GetTiers:input_type -> kvtier.v1.Empty
-	54, // 71: kvtier.v1.Master.UpdateTiers:input_type -> kvtier.v1.UpdateTiersRequest
-	10, // 72: kvtier.v1.Master.WatchEvents:input_type -> kvtier.v1.Empty
-	56, // 73: kvtier.v1.Master.TakeRemovals:input_type -> kvtier.v1.TakeRemovalsRequest
-	8,  // 74: kvtier.v1.Master.PutStart:output_type -> kvtier.v1.PutStartResponse
-	10, // 75: kvtier.v1.Master.PutEnd:output_type -> kvtier.v1.Empty
-	10, // 76: kvtier.v1.Master.PutRevoke:output_type -> kvtier.v1.Empty
-	11, // 77: kvtier.v1.Master.GetReplicaList:output_type -> kvtier.v1.GetReplicaListResponse
-	12, // 78: kvtier.v1.Master.Exist:output_type -> kvtier.v1.ExistResponse
-	10, // 79: kvtier.v1.Master.Remove:output_type -> kvtier.v1.Empty
-	15, // 80: kvtier.v1.Master.RemoveByRegex:output_type -> kvtier.v1.CountResponse
-	15, // 81: kvtier.v1.Master.RemoveAll:output_type -> kvtier.v1.CountResponse
-	18, // 82: kvtier.v1.Master.BatchPutStart:output_type -> kvtier.v1.BatchPutStartResponse
-	21, // 83: kvtier.v1.Master.BatchPutEnd:output_type -> kvtier.v1.BatchResponse
-	21, // 84: kvtier.v1.Master.BatchPutRevoke:output_type -> kvtier.v1.BatchResponse
-	23, // 85: kvtier.v1.Master.BatchGetReplicaList:output_type -> kvtier.v1.BatchGetReplicaListResponse
-	24, // 86: kvtier.v1.Master.BatchExist:output_type -> kvtier.v1.BatchExistResponse
-	21, // 87: kvtier.v1.Master.BatchRemove:output_type -> kvtier.v1.BatchResponse
-	10, // 88: kvtier.v1.Master.MountSegment:output_type -> kvtier.v1.Empty
-	10, // 89: kvtier.v1.Master.UnmountSegment:output_type -> kvtier.v1.Empty
-	38, // 90: kvtier.v1.Master.Heartbeat:output_type -> kvtier.v1.HeartbeatResponse
-	10, // 91: kvtier.v1.Master.OffloadDone:output_type -> kvtier.v1.Empty
-	36, // 92: kvtier.v1.Master.TakeOffload:output_type -> kvtier.v1.OffloadTask
-	21, // 93: kvtier.v1.Master.RegisterDiskObjects:output_type -> kvtier.v1.BatchResponse
-	10, // 94: kvtier.v1.Master.DropBucket:output_type -> kvtier.v1.Empty
-	45, // 95: kvtier.v1.Master.ListObjects:output_type -> kvtier.v1.ListObjectsResponse
-	44, // 96: kvtier.v1.Master.GetObject:output_type -> kvtier.v1.ObjectInfo
-	47, // 97: kvtier.v1.Master.ListSegments:output_type -> kvtier.v1.ListSegmentsResponse
-	49, // 98: kvtier.v1.Master.ListClients:output_type -> kvtier.v1.ListClientsResponse
-	51, // 99: kvtier.v1.Master.Stats:output_type -> kvtier.v1.StatsResponse
-	53, // 100: kvtier.v1.Master.GetTiers:output_type -> kvtier.v1.TiersResponse
-	53, // 101: kvtier.v1.Master.UpdateTiers:output_type -> kvtier.v1.TiersResponse
-	55, // 102: kvtier.v1.Master.WatchEvents:output_type -> kvtier.v1.Event
-	59, // 103: kvtier.v1.Master.TakeRemovals:output_type -> kvtier.v1.TakeRemovalsResponse
-	74, // [74:104] is the sub-list for method output_type
-	44, // [44:74] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	61, // 44: kvtier.v1.TakeDramRecordsResponse.records:type_name -> kvtier.v1.DramRecord
+	63, // 45: kvtier.v1.RegisterDramObjectsRequest.objects:type_name -> kvtier.v1.DramObject
+	7,  // 46: kvtier.v1.Master.PutStart:input_type -> kvtier.v1.PutStartRequest
+	9,  // 47: kvtier.v1.Master.PutEnd:input_type -> kvtier.v1.KeyRequest
+	9,  // 48: kvtier.v1.Master.PutRevoke:input_type -> kvtier.v1.KeyRequest
+	9,  // 49: kvtier.v1.Master.GetReplicaList:input_type -> kvtier.v1.KeyRequest
+	9,  // 50: kvtier.v1.Master.Exist:input_type -> kvtier.v1.KeyRequest
+	9,  // 51: kvtier.v1.Master.Remove:input_type -> kvtier.v1.KeyRequest
+	13, // 52: kvtier.v1.Master.RemoveByRegex:input_type -> kvtier.v1.RemoveByRegexRequest
+	14, // 53: kvtier.v1.Master.RemoveAll:input_type -> kvtier.v1.RemoveAllRequest
+	16, // 54: kvtier.v1.Master.BatchPutStart:input_type -> kvtier.v1.BatchPutStartRequest
+	19, // 55: kvtier.v1.Master.BatchPutEnd:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 56: kvtier.v1.Master.BatchPutRevoke:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 57: kvtier.v1.Master.BatchGetReplicaList:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 58: kvtier.v1.Master.BatchExist:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 59: kvtier.v1.Master.BatchRemove:input_type -> kvtier.v1.BatchKeysRequest
+	26, // 60: kvtier.v1.Master.MountSegment:input_type -> kvtier.v1.MountSegmentRequest
+	27, // 61: kvtier.v1.Master.UnmountSegment:input_type -> kvtier.v1.UnmountSegmentRequest
+	29, // 62: kvtier.v1.Master.Heartbeat:input_type -> kvtier.v1.HeartbeatRequest
+	39, // 63: kvtier.v1.Master.OffloadDone:input_type -> kvtier.v1.OffloadDoneRequest
+	37, // 64: kvtier.v1.Master.TakeOffload:input_type -> kvtier.v1.TakeOffloadRequest
+	41, // 65: kvtier.v1.Master.RegisterDiskObjects:input_type -> kvtier.v1.RegisterDiskObjectsRequest
+	42, // 66: kvtier.v1.Master.DropBucket:input_type -> kvtier.v1.DropBucketRequest
+	43, // 67: kvtier.v1.Master.ListObjects:input_type -> kvtier.v1.ListObjectsRequest
+	9,  // 68: kvtier.v1.Master.GetObject:input_type -> kvtier.v1.KeyRequest
+	10, // 69: kvtier.v1.Master.ListSegments:input_type -> kvtier.v1.Empty
+	10, // 70: kvtier.v1.Master.ListClients:input_type -> kvtier.v1.Empty
+	10, // 71: kvtier.v1.Master.Stats:input_type -> kvtier.v1.Empty
+	10, // 72: kvtier.v1.Master.GetTiers:input_type -> kvtier.v1.Empty
+	54, // 73: kvtier.v1.Master.UpdateTiers:input_type -> kvtier.v1.UpdateTiersRequest
+	10, // 74: kvtier.v1.Master.WatchEvents:input_type -> kvtier.v1.Empty
+	56, // 75: kvtier.v1.Master.TakeRemovals:input_type -> kvtier.v1.TakeRemovalsRequest
+	60, // 76: kvtier.v1.Master.TakeDramRecords:input_type -> kvtier.v1.TakeDramRecordsRequest
+	64, // 77: kvtier.v1.Master.RegisterDramObjects:input_type -> kvtier.v1.RegisterDramObjectsRequest
+	8,  // 78: kvtier.v1.Master.PutStart:output_type -> kvtier.v1.PutStartResponse
+	10, // 79: kvtier.v1.Master.PutEnd:output_type -> kvtier.v1.Empty
+	10, // 80: kvtier.v1.Master.PutRevoke:output_type -> kvtier.v1.Empty
+	11, // 81: kvtier.v1.Master.GetReplicaList:output_type -> kvtier.v1.GetReplicaListResponse
+	12, // 82: kvtier.v1.Master.Exist:output_type -> kvtier.v1.ExistResponse
+	10, // 83: kvtier.v1.Master.Remove:output_type -> kvtier.v1.Empty
+	15, // 84: kvtier.v1.Master.RemoveByRegex:output_type -> kvtier.v1.CountResponse
+	15, // 85: kvtier.v1.Master.RemoveAll:output_type -> kvtier.v1.CountResponse
+	18, // 86: kvtier.v1.Master.BatchPutStart:output_type -> kvtier.v1.BatchPutStartResponse
+	21, // 87: kvtier.v1.Master.BatchPutEnd:output_type -> kvtier.v1.BatchResponse
+	21, // 88: kvtier.v1.Master.BatchPutRevoke:output_type -> kvtier.v1.BatchResponse
+	23, // 89: kvtier.v1.Master.BatchGetReplicaList:output_type -> kvtier.v1.BatchGetReplicaListResponse
+	24, // 90: kvtier.v1.Master.BatchExist:output_type -> kvtier.v1.BatchExistResponse
+	21, // 91: kvtier.v1.Master.BatchRemove:output_type -> kvtier.v1.BatchResponse
+	10, // 92: kvtier.v1.Master.MountSegment:output_type -> kvtier.v1.Empty
+	10, // 93: kvtier.v1.Master.UnmountSegment:output_type -> kvtier.v1.Empty
+	38, // 94: kvtier.v1.Master.Heartbeat:output_type -> kvtier.v1.HeartbeatResponse
+	10, // 95: kvtier.v1.Master.OffloadDone:output_type -> kvtier.v1.Empty
+	36, // 96: kvtier.v1.Master.TakeOffload:output_type -> kvtier.v1.OffloadTask
+	21, // 97: kvtier.v1.Master.RegisterDiskObjects:output_type -> kvtier.v1.BatchResponse
+	10, // 98: kvtier.v1.Master.DropBucket:output_type -> kvtier.v1.Empty
+	45, // 99: kvtier.v1.Master.ListObjects:output_type -> kvtier.v1.ListObjectsResponse
+	44, // 100: kvtier.v1.Master.GetObject:output_type -> kvtier.v1.ObjectInfo
+	47, // 101: kvtier.v1.Master.ListSegments:output_type -> kvtier.v1.ListSegmentsResponse
+	49, // 102: kvtier.v1.Master.ListClients:output_type -> kvtier.v1.ListClientsResponse
+	51, // 103: kvtier.v1.Master.Stats:output_type -> kvtier.v1.StatsResponse
+	53, // 104: kvtier.v1.Master.GetTiers:output_type -> kvtier.v1.TiersResponse
+	53, // 105: kvtier.v1.Master.UpdateTiers:output_type -> kvtier.v1.TiersResponse
+	55, // 106: kvtier.v1.Master.WatchEvents:output_type -> kvtier.v1.Event
+	59, // 107: kvtier.v1.Master.TakeRemovals:output_type -> kvtier.v1.TakeRemovalsResponse
+	62, // 108: kvtier.v1.Master.TakeDramRecords:output_type -> kvtier.v1.TakeDramRecordsResponse
+	21, // 109: kvtier.v1.Master.RegisterDramObjects:output_type -> kvtier.v1.BatchResponse
+	78, // [78:110] is the sub-list for method output_type
+	46, // [46:78] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_master_proto_init() }
@@ -5000,7 +5587,7 @@ func file_master_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_proto_rawDesc), len(file_master_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   56,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -55,6 +55,8 @@ const (
 	Master_UpdateTiers_FullMethodName         = "/kvtier.v1.Master/UpdateTiers"
 	Master_WatchEvents_FullMethodName         = "/kvtier.v1.Master/WatchEvents"
 	Master_TakeRemovals_FullMethodName        = "/kvtier.v1.Master/TakeRemovals"
+	Master_TakeDramRecords_FullMethodName     = "/kvtier.v1.Master/TakeDramRecords"
+	Master_RegisterDramObjects_FullMethodName = "/kvtier.v1.Master/RegisterDramObjects"
 )
 
 // MasterClient is the client API for Master service.
@@ -106,6 +108,23 @@ type MasterClient interface {
 	// sends one response and ends the stream (a stream, like TakeOffload, so
 	// the wait holds no fast-path connection).
 	TakeRemovals(ctx context.Context, in *TakeRemovalsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TakeRemovalsResponse], error)
+	// TakeDramRecords hands an appliance what happened to the objects in its
+	// DRAM segments (a put committed there, a replica freed) so it keeps a
+	// directory a new master can be rebuilt from, and takes its
+	// acknowledgements: every record with seq <= ack_through of the outbox
+	// named by outbox. PutEnd answers once the holders acknowledged the
+	// commit; Remove once they acknowledged the free. One long-lived stream
+	// each way per appliance (a put's commit costs one message each way, no
+	// call set-up): the master answers the first request at once (naming its
+	// outbox) and then whenever records are queued; the appliance sends a
+	// request after applying each answer. A new stream gets every record not
+	// yet acknowledged again (applying one twice changes nothing).
+	TakeDramRecords(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[TakeDramRecordsRequest, TakeDramRecordsResponse], error)
+	// RegisterDramObjects reports an appliance's DRAM directory to a master
+	// that did not know the appliance (restarted, or newly elected): each
+	// object becomes readable again at the reported extent. last ends the
+	// report: the appliance's re-announced segments take allocations again.
+	RegisterDramObjects(ctx context.Context, in *RegisterDramObjectsRequest, opts ...grpc.CallOption) (*BatchResponse, error)
 }
 
 type masterClient struct {
@@ -443,6 +462,29 @@ func (c *masterClient) TakeRemovals(ctx context.Context, in *TakeRemovalsRequest
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Master_TakeRemovalsClient = grpc.ServerStreamingClient[TakeRemovalsResponse]
 
+func (c *masterClient) TakeDramRecords(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[TakeDramRecordsRequest, TakeDramRecordsResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Master_ServiceDesc.Streams[3], Master_TakeDramRecords_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[TakeDramRecordsRequest, TakeDramRecordsResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Master_TakeDramRecordsClient = grpc.BidiStreamingClient[TakeDramRecordsRequest, TakeDramRecordsResponse]
+
+func (c *masterClient) RegisterDramObjects(ctx context.Context, in *RegisterDramObjectsRequest, opts ...grpc.CallOption) (*BatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BatchResponse)
+	err := c.cc.Invoke(ctx, Master_RegisterDramObjects_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -492,6 +534,23 @@ type MasterServer interface {
 	// sends one response and ends the stream (a stream, like TakeOffload, so
 	// the wait holds no fast-path connection).
 	TakeRemovals(*TakeRemovalsRequest, grpc.ServerStreamingServer[TakeRemovalsResponse]) error
+	// TakeDramRecords hands an appliance what happened to the objects in its
+	// DRAM segments (a put committed there, a replica freed) so it keeps a
+	// directory a new master can be rebuilt from, and takes its
+	// acknowledgements: every record with seq <= ack_through of the outbox
+	// named by outbox. PutEnd answers once the holders acknowledged the
+	// commit; Remove once they acknowledged the free. One long-lived stream
+	// each way per appliance (a put's commit costs one message each way, no
+	// call set-up): the master answers the first request at once (naming its
+	// outbox) and then whenever records are queued; the appliance sends a
+	// request after applying each answer. A new stream gets every record not
+	// yet acknowledged again (applying one twice changes nothing).
+	TakeDramRecords(grpc.BidiStreamingServer[TakeDramRecordsRequest, TakeDramRecordsResponse]) error
+	// RegisterDramObjects reports an appliance's DRAM directory to a master
+	// that did not know the appliance (restarted, or newly elected): each
+	// object becomes readable again at the reported extent. last ends the
+	// report: the appliance's re-announced segments take allocations again.
+	RegisterDramObjects(context.Context, *RegisterDramObjectsRequest) (*BatchResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -591,6 +650,12 @@ func (UnimplementedMasterServer) WatchEvents(*Empty, grpc.ServerStreamingServer[
 }
 func (UnimplementedMasterServer) TakeRemovals(*TakeRemovalsRequest, grpc.ServerStreamingServer[TakeRemovalsResponse]) error {
 	return status.Error(codes.Unimplemented, "method TakeRemovals not implemented")
+}
+func (UnimplementedMasterServer) TakeDramRecords(grpc.BidiStreamingServer[TakeDramRecordsRequest, TakeDramRecordsResponse]) error {
+	return status.Error(codes.Unimplemented, "method TakeDramRecords not implemented")
+}
+func (UnimplementedMasterServer) RegisterDramObjects(context.Context, *RegisterDramObjectsRequest) (*BatchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RegisterDramObjects not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -1132,6 +1197,31 @@ func _Master_TakeRemovals_Handler(srv interface{}, stream grpc.ServerStream) err
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Master_TakeRemovalsServer = grpc.ServerStreamingServer[TakeRemovalsResponse]
 
+func _Master_TakeDramRecords_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(MasterServer).TakeDramRecords(&grpc.GenericServerStream[TakeDramRecordsRequest, TakeDramRecordsResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Master_TakeDramRecordsServer = grpc.BidiStreamingServer[TakeDramRecordsRequest, TakeDramRecordsResponse]
+
+func _Master_RegisterDramObjects_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RegisterDramObjectsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).RegisterDramObjects(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_RegisterDramObjects_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).RegisterDramObjects(ctx, req.(*RegisterDramObjectsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1247,6 +1337,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "UpdateTiers",
 			Handler:    _Master_UpdateTiers_Handler,
 		},
+		{
+			MethodName: "RegisterDramObjects",
+			Handler:    _Master_RegisterDramObjects_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -1263,6 +1357,12 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "TakeRemovals",
 			Handler:       _Master_TakeRemovals_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "TakeDramRecords",
+			Handler:       _Master_TakeDramRecords_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "master.proto",

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/kvtier/kvtier/ha"
 )
@@ -36,10 +39,26 @@ func campaign(f *masterFlags, log *slog.Logger) (*ha.Leadership, error) {
 	defer stop()
 	log.Info("standby: campaigning for leadership", "etcd", f.etcd, "advertise", f.grpcAddr)
 	fmt.Printf("standby grpc=%s etcd=%v\n", f.grpcAddr, f.etcd)
-	lead, err := ha.Campaign(ctx, ha.Config{Endpoints: f.etcd, Name: f.grpcAddr, Advertise: f.grpcAddr, Logger: log})
+	lead, err := ha.Campaign(ctx, ha.Config{Endpoints: f.etcd, Name: f.grpcAddr, Advertise: f.grpcAddr, Logger: log, SessionTTL: f.etcdTTL})
 	if err != nil {
 		return nil, fmt.Errorf("--etcd: %w", err)
 	}
 	log.Info("elected leader", "epoch", lead.Epoch())
 	return lead, nil
+}
+
+// registerHAFlags adds the HA settings beside --etcd.
+func registerHAFlags(fs *pflag.FlagSet, f *masterFlags) {
+	fs.DurationVar(&f.etcdTTL, "etcd-session-ttl", ha.DefaultSessionTTL,
+		"HA: etcd session TTL (whole seconds); a dead leader is replaced within about this long, and a leader cut off from etcd stops serving within 2/3 of it")
+	fs.DurationVar(&f.dramSync, "dram-sync-timeout", 2*time.Second,
+		"longest a PutEnd waits for the appliances to record the put in their DRAM directories, which a restarted master or new leader is rebuilt from (negative: never wait; a put acknowledged just before the master dies may then be lost)")
+}
+
+// registerDramDirFlag adds the hidden switch that turns the appliance's
+// DRAM directory off (the baseline of BenchmarkPutDramDirectory; without
+// it a master restart or failover loses the DRAM-only objects).
+func registerDramDirFlag(fs *pflag.FlagSet, f *applianceFlags) {
+	fs.BoolVar(&f.noDramDir, "no-dram-directory", false, "keep no DRAM directory (benchmark baseline: DRAM-only objects are lost when the master restarts)")
+	_ = fs.MarkHidden("no-dram-directory")
 }

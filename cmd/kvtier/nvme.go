@@ -12,6 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvtier/kvtier/appliance"
+	"github.com/kvtier/kvtier/kverr"
+	"github.com/kvtier/kvtier/nof/auth"
 	"github.com/kvtier/kvtier/nof/initiator"
 )
 
@@ -20,6 +22,8 @@ type nvmeFlags struct {
 	addr       string
 	namespaces []string
 	allowHosts []string
+	hostKeys   []string
+	ctrlKeys   []string
 	backend    string
 	spdkSocket string
 	spdkCtrls  []string
@@ -33,6 +37,8 @@ func (f *nvmeFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.addr, "nvme-addr", "", "built-in NVMe/TCP target listen address (off unless given)")
 	cmd.Flags().StringArrayVar(&f.namespaces, "nvme-namespace", nil, "NVMe namespace backing file or device PATH[:SIZE] (repeatable; a file is created at SIZE if missing)")
 	cmd.Flags().StringSliceVar(&f.allowHosts, "nvme-allow-host", nil, "host NQNs allowed to connect (default: any)")
+	cmd.Flags().StringArrayVar(&f.hostKeys, "nvme-host-key", nil, "DH-HMAC-CHAP: HOSTNQN=DHHC-1:... or HOSTNQN=@FILE (repeatable); with any, every host must authenticate with its secret")
+	cmd.Flags().StringArrayVar(&f.ctrlKeys, "nvme-ctrl-key", nil, "DH-HMAC-CHAP controller secret for bidirectional authentication: HOSTNQN=DHHC-1:... or HOSTNQN=@FILE (repeatable)")
 	cmd.Flags().StringVar(&f.backend, "nvme-backend", "builtin", "NVMe-oF backend: builtin (our target) | spdk (manage an SPDK target)")
 	cmd.Flags().StringVar(&f.spdkSocket, "spdk-socket", "/var/tmp/spdk.sock", "SPDK JSON-RPC socket (with --nvme-backend spdk)")
 	cmd.Flags().StringArrayVar(&f.spdkCtrls, "spdk-nvme-controller", nil, "spdk: attach an NVMe controller NAME=PCI_BDF or NAME=HOST:PORT/SUBNQN (repeatable)")
@@ -44,6 +50,22 @@ func (f *nvmeFlags) register(cmd *cobra.Command) {
 
 func (f *nvmeFlags) config() (appliance.NVMeConfig, error) {
 	cfg := appliance.NVMeConfig{Addr: f.addr, AllowHosts: f.allowHosts}
+	for _, kv := range []struct {
+		flag  string
+		specs []string
+		dst   *map[string]*auth.Secret
+	}{{"nvme-host-key", f.hostKeys, &cfg.HostSecrets}, {"nvme-ctrl-key", f.ctrlKeys, &cfg.CtrlSecrets}} {
+		for _, spec := range kv.specs {
+			nqn, sec, err := appliance.ParseNVMeSecretFlag(kv.flag, spec)
+			if err != nil {
+				return cfg, err
+			}
+			if *kv.dst == nil {
+				*kv.dst = map[string]*auth.Secret{}
+			}
+			(*kv.dst)[nqn] = sec
+		}
+	}
 	switch f.backend {
 	case "builtin":
 	case "spdk":
@@ -119,6 +141,8 @@ type nvmeCLIFlags struct {
 	timeout    time.Duration
 	queues     int
 	queueDepth int
+	secret     string
+	ctrlSecret string
 }
 
 func (f *nvmeCLIFlags) register(cmd *cobra.Command) {
@@ -126,6 +150,9 @@ func (f *nvmeCLIFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.target, "target", "127.0.0.1:4420", "NVMe/TCP target HOST:PORT")
 	fs.StringVar(&f.nqn, "nqn", "", "subsystem NQN (default: the first one the discovery log lists)")
 	fs.StringVar(&f.hostNQN, "hostnqn", "nqn.2014-08.org.nvmexpress:kvtier:cli", "our host NQN")
+	fs.StringVar(&f.hostNQN, "host-nqn", "nqn.2014-08.org.nvmexpress:kvtier:cli", "our host NQN (same as --hostnqn)")
+	fs.StringVar(&f.secret, "dhchap-secret", "", "DH-HMAC-CHAP host secret DHHC-1:... or @FILE [$KVTIER_NVME_SECRET]")
+	fs.StringVar(&f.ctrlSecret, "dhchap-ctrl-secret", "", "DH-HMAC-CHAP controller secret DHHC-1:... or @FILE: authenticate the target too [$KVTIER_NVME_CTRL_SECRET]")
 	fs.BoolVar(&f.hdgst, "hdgst", false, "request header digests")
 	fs.BoolVar(&f.ddgst, "ddgst", false, "request data digests")
 	fs.Uint32Var(&f.nsid, "nsid", 1, "namespace id")
@@ -155,8 +182,35 @@ func (f *nvmeCLIFlags) dial(ctx context.Context) (*initiator.Controller, error) 
 			return nil, fmt.Errorf("%s lists no NVM subsystem; give --nqn", f.target)
 		}
 	}
-	return initiator.Dial(ctx, f.target, initiator.Config{SubNQN: nqn, HostNQN: f.hostNQN,
-		HeaderDigest: f.hdgst, DataDigest: f.ddgst, IOQueues: f.queues, QueueDepth: f.queueDepth})
+	cfg := initiator.Config{SubNQN: nqn, HostNQN: f.hostNQN,
+		HeaderDigest: f.hdgst, DataDigest: f.ddgst, IOQueues: f.queues, QueueDepth: f.queueDepth}
+	var err error
+	if cfg.DHCHAPSecret, cfg.DHCHAPCtrlSecret, err = nvmeSecrets(f.secret, f.ctrlSecret); err != nil {
+		return nil, err
+	}
+	return initiator.Dial(ctx, f.target, cfg)
+}
+
+// nvmeSecrets loads the DH-HMAC-CHAP secrets of the initiator verbs, from
+// the flags or else $KVTIER_NVME_SECRET / $KVTIER_NVME_CTRL_SECRET.
+func nvmeSecrets(host, ctrl string) (hs, cs *auth.Secret, err error) {
+	if host == "" {
+		host = os.Getenv("KVTIER_NVME_SECRET")
+	}
+	if ctrl == "" {
+		ctrl = os.Getenv("KVTIER_NVME_CTRL_SECRET")
+	}
+	if host != "" {
+		if hs, err = appliance.LoadNVMeSecret(host); err != nil {
+			return nil, nil, kverr.New(kverr.InvalidParams, "", "--dhchap-secret: %v", err)
+		}
+	}
+	if ctrl != "" {
+		if cs, err = appliance.LoadNVMeSecret(ctrl); err != nil {
+			return nil, nil, kverr.New(kverr.InvalidParams, "", "--dhchap-ctrl-secret: %v", err)
+		}
+	}
+	return hs, cs, nil
 }
 
 func newNVMeCmd() *cobra.Command {

@@ -98,6 +98,26 @@ func TestSettingsPrecedence(t *testing.T) {
 			t.Errorf("token printed: %+v", st)
 		}
 	}
+	// NVMe DH-HMAC-CHAP keys are secrets too.
+	a := serverCommands()["appliance"]()
+	a.Flags().String("config", "", "")
+	const key = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:"
+	_ = a.ParseFlags([]string{"--nvme-host-key", "nqn.2026-11.io.kvtier:h=" + key, "--nvme-ctrl-key", "nqn.2026-11.io.kvtier:h=" + key})
+	if err := applySettings(a); err != nil {
+		t.Fatal(err)
+	}
+	masked := 0
+	for _, st := range effectiveSettings(a) {
+		if strings.Contains(st.Value, "DHHC-1") {
+			t.Errorf("NVMe secret printed: %+v", st)
+		}
+		if (st.Name == "nvme-host-key" || st.Name == "nvme-ctrl-key") && st.Value == "********" {
+			masked++
+		}
+	}
+	if masked != 2 {
+		t.Errorf("%d of the 2 NVMe key settings masked", masked)
+	}
 	t.Setenv("KVTIER_DRAM", "lots")
 	c = serverCommands()["appliance"]()
 	c.Flags().String("config", "", "")

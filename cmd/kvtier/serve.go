@@ -35,6 +35,8 @@ type masterFlags struct {
 	highWatermark      float64
 	evictionRatio      float64
 	etcd               []string
+	etcdTTL            time.Duration // ha.go
+	dramSync           time.Duration // ha.go
 	leasePolicy        string
 	frequencyBonus     time.Duration
 	frequencyMaxBonus  time.Duration
@@ -62,6 +64,7 @@ func (f *masterFlags) register(cmd *cobra.Command, standalone bool) {
 	fs.Float64Var(&f.highWatermark, "high-watermark", master.DefaultHighWatermark, "DRAM use fraction that triggers eviction, in (0,1]")
 	fs.Float64Var(&f.evictionRatio, "eviction-ratio", master.DefaultEvictionRatio, "fraction of DRAM capacity one eviction pass frees, in (0,1]")
 	fs.StringSliceVar(&f.etcd, "etcd", nil, "etcd endpoints for HA mode (leader + standbys)")
+	registerHAFlags(fs, f)
 	fs.StringVar(&f.leasePolicy, "lease-policy", master.DefaultLeasePolicy, "eviction order policy: plain | frequency")
 	fs.DurationVar(&f.frequencyBonus, "frequency-bonus", master.DefaultFrequencyBonus, "frequency policy: eviction-order bonus per read")
 	fs.DurationVar(&f.frequencyMaxBonus, "frequency-max-bonus", master.DefaultFrequencyMaxBonus, "frequency policy: cap of the bonus")
@@ -85,7 +88,7 @@ func (f *masterFlags) config() master.Config {
 		LeaseTTL: f.leaseTTL, HighWatermark: f.highWatermark, EvictionRatio: f.evictionRatio,
 		LeasePolicy: f.leasePolicy, FrequencyBonus: f.frequencyBonus, FrequencyMaxBonus: f.frequencyMaxBonus, EvictionHistory: f.evictionHistory, ClientTTL: f.clientTTL, ClientGrace: f.clientGrace,
 		PutDiscardTimeout: f.putDiscard, PutReleaseTimeout: f.putRelease, MaxObjects: f.maxObjects,
-		OffloadMode: f.offload, SSDPolicy: f.ssdPolicy,
+		OffloadMode: f.offload, SSDPolicy: f.ssdPolicy, DramSyncTimeout: f.dramSync,
 	}
 }
 
@@ -103,6 +106,7 @@ type applianceFlags struct {
 	dataAddr    string
 	drainGrace  time.Duration
 	shm         bool
+	noDramDir   bool // ha.go
 	nvme        nvmeFlags
 	respAddr    string
 	respPwFile  string
@@ -142,6 +146,7 @@ func (f *applianceFlags) register(cmd *cobra.Command, standalone bool) {
 	fs.StringVar(&f.offload, "offload", master.DefaultOffloadMode, offloadHelp)
 	fs.StringVar(&f.dataAddr, "data-addr", "127.0.0.1:0", "transfer-engine listen address")
 	fs.DurationVar(&f.drainGrace, "drain-grace", 0, "on SIGTERM (systemctl stop), keep serving reads this long after marking segments draining, then unmount")
+	registerDramDirFlag(fs, f)
 	fs.BoolVar(&f.shm, "shm", true, "share DRAM segments with clients on this host (same user or root): they copy through shared memory instead of loopback TCP")
 	f.nvme.register(cmd)
 	fs.StringVar(&f.respAddr, "resp-addr", "", "Redis protocol (RESP2/RESP3) listen address, e.g. 127.0.0.1:6379 (empty: off; port 0 picks a free port)")
@@ -171,7 +176,7 @@ func (f *applianceFlags) config(masterAddr string, log *slog.Logger) (appliance.
 		Name: f.name, MasterAddr: masterAddr, DRAM: uint64(f.dramSize), SegmentSize: uint64(f.segmentSize),
 		Hugepages: hp, DataAddr: f.dataAddr, SSDDir: f.ssdDir, SSDCapacity: uint64(f.ssdCapacity),
 		SSDPolicy: pol, DrainGrace: f.drainGrace, Logger: log,
-		Transfer: transfer.Config{DisableSharedMemory: !f.shm},
+		Transfer: transfer.Config{DisableSharedMemory: !f.shm}, NoDramDirectory: f.noDramDir,
 	}, nil
 }
 
@@ -216,7 +221,11 @@ func startMaster(f *masterFlags, log *slog.Logger) (*runningMaster, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := master.New(f.config())
+	cfg := f.config()
+	if lead != nil {
+		cfg.LeaderEpoch = lead.Epoch() // reported with every PutEnd
+	}
+	m, err := master.New(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -277,6 +286,7 @@ func startMaster(f *masterFlags, log *slog.Logger) (*runningMaster, error) {
 			select {
 			case <-lead.Lost():
 				// Another master may already be leader: stop answering at once.
+				m.Fence()
 				rm.grpc.Stop()
 				_ = rm.fast.Close()
 				close(rm.lost)

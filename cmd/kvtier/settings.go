@@ -90,10 +90,13 @@ func applySettings(cmd *cobra.Command) error {
 	return applyConfigFile(cmd)
 }
 
-// secretFlag reports whether a flag's value must never be printed.
+// secretFlag reports whether a flag's value must never be printed. The
+// NVMe DH-HMAC-CHAP keys (--nvme-host-key, --nvme-ctrl-key) may hold the
+// secret itself (HOSTNQN=DHHC-1:...).
 func secretFlag(name string) bool {
 	return strings.Contains(name, "token") && !strings.HasSuffix(name, "-file") ||
-		strings.Contains(name, "password") || strings.Contains(name, "secret")
+		strings.Contains(name, "password") || strings.Contains(name, "secret") ||
+		strings.HasPrefix(name, "nvme-") && strings.HasSuffix(name, "-key")
 }
 
 // setting is one line of `kvtier config print`.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -62,4 +63,43 @@ func StartEtcd(t testing.TB) (stop func(), endpoint string) {
 	}
 	t.Skipf("embedded etcd cannot start on loopback: %v", lastErr)
 	return nil, ""
+}
+
+// StartEtcdProcess starts an embedded etcd, as StartEtcd, for a helper
+// process that runs nothing else (so a test can SIGSTOP it). It panics when
+// etcd cannot start.
+func StartEtcdProcess() (stop func(), endpoint string) {
+	dir, err := os.MkdirTemp("", "kvtier-etcd-")
+	if err != nil {
+		panic(err)
+	}
+	port := func() int {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			panic(err)
+		}
+		defer l.Close()
+		return l.Addr().(*net.TCPAddr).Port
+	}
+	cfg := embed.NewConfig()
+	cfg.Name = "test"
+	cfg.Dir = dir
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	curl, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", port()))
+	purl, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", port()))
+	cfg.ListenClientUrls = []url.URL{*curl}
+	cfg.AdvertiseClientUrls = []url.URL{*curl}
+	cfg.ListenPeerUrls = []url.URL{*purl}
+	cfg.AdvertisePeerUrls = []url.URL{*purl}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		panic(err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(30 * time.Second):
+		panic("embedded etcd not ready after 30s")
+	}
+	return sync.OnceFunc(func() { e.Close(); os.RemoveAll(dir) }), curl.String()
 }

@@ -36,6 +36,8 @@ var Methods = map[string]Role{
 	"/kvtier.v1.Master/RegisterDiskObjects": RoleAppliance,
 	"/kvtier.v1.Master/DropBucket":          RoleAppliance,
 	"/kvtier.v1.Master/TakeRemovals":        RoleAppliance,
+	"/kvtier.v1.Master/TakeDramRecords":     RoleAppliance, // DRAM directory (master rebuild)
+	"/kvtier.v1.Master/RegisterDramObjects": RoleAppliance,
 
 	"/kvtier.v1.Master/RemoveByRegex": RoleAdmin,
 	"/kvtier.v1.Master/RemoveAll":     RoleAdmin,

@@ -4,7 +4,7 @@
 // namespaces, one TCP connection per I/O queue) and reads, writes, flushes,
 // zeroes and deallocates blocks with many commands outstanding per queue.
 // The client SDK (NOF replicas), the appliance (remote namespaces) and the
-// `kvtier nvme` CLI import it; it imports nof/pdu, nof/nvme, kverr.
+// `kvtier nvme` CLI import it; it imports nof/pdu, nof/nvme, nof/auth, kverr.
 //
 // # Contract
 //
@@ -12,6 +12,14 @@
 //     controller grants fewer) with the digests asked for; ICResp must echo
 //     them exactly. KATO = Config.KeepAlive; a Keep Alive goes out every
 //     KATO/2 and a failed one fails every queue.
+//   - When a Connect response has AUTHREQ.ATR set the queue authenticates
+//     (DH-HMAC-CHAP, nof/auth) before anything else: Negotiate offering
+//     SHA-256 and Config.DHGroups, Reply, and with Config.DHCHAPCtrlSecret
+//     the controller's response checked and Success2. No secret, a Failure1
+//     or a controller that fails our check: the connect fails with
+//     kverr.Unauthorized (errors.As finds *auth.FailureError). With a
+//     controller secret, a controller that does not ask to authenticate is
+//     refused too (it could not prove itself).
 //   - Each queue has QueueDepth command slots; the slot index is the CID. A
 //     completion (CapsuleResp, or a C2HData with SUCCESS) is matched by CID.
 //     Writes up to the controller's in-capsule size (IOCCSZ*16-64) travel in

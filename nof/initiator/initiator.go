@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvtier/kvtier/kverr"
+	"github.com/kvtier/kvtier/nof/auth"
 	"github.com/kvtier/kvtier/nof/nvme"
 	"github.com/kvtier/kvtier/nof/pdu"
 )
@@ -31,6 +32,19 @@ type Config struct {
 	KeepAlive time.Duration
 	// Dial opens the TCP connections [net.Dialer.DialContext].
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// DHCHAPSecret is our host secret for in-band authentication
+	// (DH-HMAC-CHAP, see nof/auth): used on every queue whose Connect
+	// response asks for authentication (ATR). Without it such a controller
+	// is refused with kverr.Unauthorized.
+	DHCHAPSecret *auth.Secret
+	// DHCHAPCtrlSecret, with DHCHAPSecret, also authenticates the
+	// controller (bidirectional): a controller that cannot prove it holds
+	// this secret is refused, and so is one that does not ask us to
+	// authenticate at all.
+	DHCHAPCtrlSecret *auth.Secret
+	// DHGroups are the DH groups offered, in preference order
+	// [auth.DefaultGroups: ffdhe2048, NULL].
+	DHGroups []uint8
 }
 
 // Validate checks the configuration.
@@ -40,6 +54,14 @@ func (c *Config) Validate() error {
 	}
 	if c.HostNQN == "" || len(c.HostNQN) > 223 {
 		return kverr.New(kverr.InvalidParams, c.HostNQN, "HostNQN must be 1..223 bytes")
+	}
+	if c.DHCHAPCtrlSecret != nil && c.DHCHAPSecret == nil {
+		return kverr.New(kverr.InvalidParams, "", "a DH-HMAC-CHAP controller secret needs a host secret")
+	}
+	for _, g := range c.DHGroups {
+		if !auth.SupportedGroup(g) {
+			return kverr.New(kverr.InvalidParams, "", "DH group %d not supported (0 NULL, 1 ffdhe2048)", g)
+		}
 	}
 	if c.IOQueues < 0 || c.IOQueues > 1024 {
 		return kverr.New(kverr.InvalidParams, "", "IOQueues %d not in 0..1024", c.IOQueues)
@@ -215,6 +237,9 @@ func (c *Controller) openQueue(ctx context.Context, qid uint16, depth int, cntli
 	if err == nil {
 		err = statusErr(cpl)
 	}
+	if err == nil {
+		err = c.authenticate(ctx, q, cpl.DW0&nvme.ConnectATR != 0)
+	}
 	if err != nil {
 		q.fail(err)
 		<-q.recvDone
@@ -222,6 +247,47 @@ func (c *Controller) openQueue(ctx context.Context, qid uint16, depth int, cntli
 	}
 	return q, uint16(cpl.DW0), nil
 }
+
+// authenticate runs DH-HMAC-CHAP on a just connected queue when the
+// controller asked for it (atr).
+func (c *Controller) authenticate(ctx context.Context, q *queue, atr bool) error {
+	if !atr {
+		if c.cfg.DHCHAPCtrlSecret != nil {
+			return kverr.New(kverr.Unauthorized, c.addr, "controller does not authenticate (bidirectional authentication configured)")
+		}
+		return nil
+	}
+	if c.cfg.DHCHAPSecret == nil {
+		return kverr.New(kverr.Unauthorized, c.addr, "controller requires in-band authentication; no DH-HMAC-CHAP secret configured")
+	}
+	cdw10 := uint32(auth.SECP)<<24 | uint32(auth.SPSP1)<<16 | uint32(auth.SPSP0)<<8
+	send := func(b []byte) error {
+		cmd := pdu.Command{Opcode: nvme.OpcodeFabrics, Flags: 0x40, NSID: uint32(nvme.FabricsAuthSend),
+			SGL: pdu.SGL{Len: uint32(len(b)), Type: pdu.SGLInCapsule}, CDW10: cdw10, CDW11: uint32(len(b))}
+		cpl, err := q.submit(ctx, &cmd, b, nil, nil)
+		if err == nil {
+			err = statusErr(cpl)
+		}
+		return err
+	}
+	recv := func() ([]byte, error) {
+		buf := make([]byte, authRecvLen)
+		_, err := c.adminCmd(ctx, q, pdu.Command{Opcode: nvme.OpcodeFabrics, NSID: uint32(nvme.FabricsAuthRecv),
+			CDW10: cdw10, CDW11: authRecvLen}, buf)
+		return buf, err
+	}
+	h := &auth.Host{HostSecret: c.cfg.DHCHAPSecret, CtrlSecret: c.cfg.DHCHAPCtrlSecret, HostNQN: c.cfg.HostNQN,
+		SubNQN: c.cfg.SubNQN, Groups: c.cfg.DHGroups, TID: q.qid}
+	if err := h.Run(send, recv); err != nil {
+		return fmt.Errorf("%w: %w", kverr.New(kverr.Unauthorized, c.addr, "queue %d: in-band authentication failed", q.qid), err)
+	}
+	return nil
+}
+
+// authRecvLen is the allocation length of Authentication Receive: the
+// largest message we accept (a Challenge with an ffdhe2048 value is 304
+// bytes; room for groups up to ffdhe8192).
+const authRecvLen = 2048
 
 // adminCmd runs an admin or Fabrics command, reading into out if given.
 func (c *Controller) adminCmd(ctx context.Context, q *queue, cmd pdu.Command, out []byte) (pdu.Completion, error) {

@@ -334,7 +334,7 @@ func statusErr(cpl pdu.Completion) error {
 		code = kverr.InvalidParams
 	case se.SCT == nvme.SCTGeneric && se.SC == nvme.SCInvalidNamespace:
 		code = kverr.ObjectNotFound
-	case se.SCT == nvme.SCTSpecific && se.SC == nvme.SCConnectInvalidHost:
+	case se.SCT == nvme.SCTSpecific && (se.SC == nvme.SCConnectInvalidHost || se.SC == nvme.SCAuthRequired):
 		code = kverr.Unauthorized
 	case se.SCT == nvme.SCTSpecific && se.SC == nvme.SCConnectInvalidParam:
 		code = kverr.InvalidParams

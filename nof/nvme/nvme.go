@@ -23,6 +23,8 @@ const (
 	FabricsPropSet    uint8 = 0x00
 	FabricsConnect    uint8 = 0x01
 	FabricsPropGet    uint8 = 0x04
+	FabricsAuthSend   uint8 = 0x05
+	FabricsAuthRecv   uint8 = 0x06
 	FabricsDisconnect uint8 = 0x08
 )
 
@@ -96,7 +98,12 @@ const (
 	SCConnectBusy         uint8 = 0x81
 	SCConnectInvalidParam uint8 = 0x82
 	SCConnectInvalidHost  uint8 = 0x84
+	SCAuthRequired        uint8 = 0x91
 )
+
+// ConnectATR is the Connect response DW0 bit saying the host must
+// authenticate the queue (AUTHREQ.ATR) before other commands are served.
+const ConnectATR uint32 = 1 << 17
 
 // StatusError is a non-success NVMe completion status.
 type StatusError struct {
@@ -144,6 +151,8 @@ func statusName(sct, sc uint8) string {
 			return "connect: host not allowed"
 		case SCInvalidLogPage:
 			return "invalid log page"
+		case SCAuthRequired:
+			return "authentication required"
 		}
 	}
 	return "unknown"

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/kvtier/kvtier/nof/auth"
 	"github.com/kvtier/kvtier/nof/initiator"
 	"github.com/kvtier/kvtier/nof/internal/pcapio"
 	"github.com/kvtier/kvtier/nof/namespace"
@@ -312,6 +313,62 @@ func TestTsharkConformance(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTsharkConformanceAuth captures a session authenticated with
+// DH-HMAC-CHAP (ffdhe2048, bidirectional, digests on) and has tshark
+// decode it as cleanly as the others.
+func TestTsharkConformanceAuth(t *testing.T) {
+	bin := tshark(t)
+	hs, cs := newSecret(t, 32, 1), newSecret(t, 64, 3)
+	tg, addr := newTarget(t, target.Config{}, target.Subsystem{HostSecrets: map[string]*auth.Secret{hostNQN: hs},
+		CtrlSecrets: map[string]*auth.Secret{hostNQN: cs}})
+	_, port, _ := net.SplitHostPort(addr)
+	for _, g := range []uint8{auth.DHNull, auth.DHFFDHE2048} {
+		t.Run(fmt.Sprintf("group%d", g), func(t *testing.T) {
+			rec := &recorder{}
+			ctx := context.Background()
+			c, err := initiator.Dial(ctx, addr, initiator.Config{SubNQN: subNQN, HostNQN: hostNQN, HeaderDigest: true, DataDigest: true,
+				Dial: rec.dial, DHCHAPSecret: hs, DHCHAPCtrlSecret: cs, DHGroups: []uint8{g}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.WriteAt(ctx, 1, bytes.Repeat([]byte{7}, 8192), 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.ReadAt(ctx, 1, make([]byte, 8192), 0); err != nil {
+				t.Fatal(err)
+			}
+			c.Close()
+			path := filepath.Join(t.TempDir(), "dhchap.pcap")
+			if err := rec.writePcap(path); err != nil {
+				t.Fatal(err)
+			}
+			ours, err := pcapio.NVMeTCPPDUs(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Per queue: Negotiate, Challenge, Reply, Success1, Success2.
+			k := shapes(ours)
+			if len(k["op7f/fc5"]) == 0 || len(k["op7f/fc6"]) == 0 {
+				t.Fatalf("no Authentication Send/Receive in the capture: %v", k)
+			}
+			checkTshark(t, bin, path, port, ours)
+			// tshark names the commands (it does not decode their payload).
+			v, err := exec.Command(bin, "-r", path, "-d", "tcp.port=="+port+",nvme-tcp", "-V").Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range []string{"Authentication Send", "Authentication Recv"} {
+				if !strings.Contains(string(v), name) {
+					t.Errorf("tshark does not name %q", name)
+				}
+			}
+		})
+	}
+	if st := tg.Stats().Auth; st.Succeeded != 4 || st.Failed != 0 {
+		t.Fatalf("auth stats %+v", st)
 	}
 }
 

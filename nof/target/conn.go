@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvtier/kvtier/nof/auth"
 	"github.com/kvtier/kvtier/nof/namespace"
 	"github.com/kvtier/kvtier/nof/nvme"
 	"github.com/kvtier/kvtier/nof/pdu"
@@ -51,6 +52,13 @@ type conn struct {
 	sqsize    uint16 // 0's based
 	sqFlowOff bool
 	icd       int // in-capsule data limit of this queue
+
+	// In-band authentication, touched only by the reader goroutine: the
+	// queue's transaction (nil when its subsystem has no secrets), whether
+	// the queue may serve other commands, and the failure already counted.
+	authc     *auth.Controller
+	authed    bool
+	authErred error
 
 	sqhd     atomic.Uint32 // commands completed, for CQE SQHD (SPDK's convention)
 	inflight sync.WaitGroup
@@ -344,6 +352,12 @@ func (m *c2hWithResp) AppendPDU(b []byte, o pdu.Options) []byte {
 // dispatch routes one command. Admin and Fabrics commands run inline on
 // the reader goroutine; I/O commands run concurrently.
 func (c *conn) dispatch(sqe pdu.Command, data []byte) {
+	if !c.authed && c.ctrl != nil && !(sqe.Opcode == nvme.OpcodeFabrics && authExempt(sqe.FabricsType())) {
+		c.t.authRefused.Add(1)
+		c.complete(sqe.CID, nvme.Errf(nvme.SCTSpecific, nvme.SCAuthRequired), 0, 0)
+		c.t.bufs.put(data)
+		return
+	}
 	// Inline commands use the SQE where it is (on the stack); the others
 	// may outlive this call (a goroutine per I/O command) and get a copy.
 	if sqe.Opcode != nvme.OpcodeFabrics && c.ctrl != nil && c.qid != 0 && c.inline(&sqe, data) {

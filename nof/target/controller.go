@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvtier/kvtier/nof/auth"
 	"github.com/kvtier/kvtier/nof/namespace"
 	"github.com/kvtier/kvtier/nof/nvme"
 	"github.com/kvtier/kvtier/nof/pdu"
@@ -121,6 +122,8 @@ func (q *conn) fabrics(cmd *pdu.Command, data []byte) {
 		}
 		v, err := q.ctrl.property(cmd)
 		q.complete(cmd.CID, err, uint32(v), uint32(v>>32))
+	case nvme.FabricsAuthSend, nvme.FabricsAuthRecv:
+		q.authCommand(cmd, data)
 	case nvme.FabricsDisconnect:
 		// Written before the close (complete may leave it to a scheduled
 		// flush that the close would fail).
@@ -172,6 +175,10 @@ func (q *conn) connect(cmd *pdu.Command, data []byte) (uint32, error) {
 		}
 		if !sub.allowed(cd.HostNQN) {
 			t.mu.Unlock()
+			if len(sub.hostSecrets) > 0 {
+				t.authRefused.Add(1)
+				t.cfg.Logger.Info("nvme auth: host has no secret", "host", cd.HostNQN, "subsystem", sub.nqn, "remote", q.remote)
+			}
 			e := nvme.Errf(nvme.SCTSpecific, nvme.SCConnectInvalidHost)
 			e.DW0 = 1<<16 | 512
 			return 0, e
@@ -195,7 +202,7 @@ func (q *conn) connect(cmd *pdu.Command, data []byte) (uint32, error) {
 		ctrl.keepAlive.Store(ctrl.kato > 0)
 		t.ctrls[id] = ctrl
 		q.setQueue(ctrl, 0, sqsize, cattr, 8192)
-		return uint32(id), nil
+		return uint32(id) | q.startAuth(sub, cd.HostNQN), nil
 	}
 	ctrl := t.ctrls[cd.CNTLID]
 	t.mu.Unlock()
@@ -219,7 +226,73 @@ func (q *conn) connect(cmd *pdu.Command, data []byte) (uint32, error) {
 	}
 	ctrl.ioQ[qid] = q
 	q.setQueue(ctrl, qid, sqsize, cattr, t.cfg.InCapsuleDataSize)
-	return uint32(ctrl.cntlid), nil
+	return uint32(ctrl.cntlid) | q.startAuth(sub, cd.HostNQN), nil
+}
+
+// startAuth readies a newly connected queue: open at once when its
+// subsystem has no secrets, else waiting for the host to authenticate
+// (returns the ATR bit for the Connect response). Every queue, admin and
+// I/O, authenticates on its own, as Linux and SPDK hosts do.
+func (q *conn) startAuth(sub *subsystem, host string) uint32 {
+	if sub == nil || len(sub.hostSecrets) == 0 {
+		q.authed = true
+		return 0
+	}
+	q.authc = &auth.Controller{HostSecret: sub.hostSecrets[host], CtrlSecret: sub.ctrlSecrets[host], HostNQN: host, SubNQN: sub.nqn}
+	return nvme.ConnectATR
+}
+
+// authExempt lists the fabrics commands an unauthenticated queue serves.
+func authExempt(fctype uint8) bool {
+	return fctype == nvme.FabricsConnect || fctype == nvme.FabricsAuthSend || fctype == nvme.FabricsAuthRecv ||
+		fctype == nvme.FabricsDisconnect
+}
+
+// authCommand handles Authentication Send (a host message, in-capsule) and
+// Authentication Receive (the controller's next message, as C2HData).
+// Protocol failures complete the command successfully: the failure is the
+// Failure1 message the next Receive returns.
+func (q *conn) authCommand(cmd *pdu.Command, data []byte) {
+	if q.ctrl == nil {
+		q.complete(cmd.CID, nvme.Errf(nvme.SCTGeneric, nvme.SCSequenceError), 0, 0)
+		return
+	}
+	if q.authc == nil || uint8(cmd.CDW10>>24) != auth.SECP || uint8(cmd.CDW10>>8) != auth.SPSP0 || uint8(cmd.CDW10>>16) != auth.SPSP1 {
+		q.complete(cmd.CID, nvme.Errf(nvme.SCTGeneric, nvme.SCInvalidField), 0, 0)
+		return
+	}
+	n := int(cmd.CDW11) // transfer length (send) or allocation length (receive)
+	if cmd.FabricsType() == nvme.FabricsAuthSend {
+		if n == 0 || n > auth.MaxMessage || len(data) < n {
+			q.complete(cmd.CID, nvme.Errf(nvme.SCTGeneric, nvme.SCInvalidField), 0, 0)
+			return
+		}
+		q.authc.Send(data[:n])
+		q.authUpdate()
+		q.complete(cmd.CID, nil, 0, 0)
+		return
+	}
+	if n == 0 || cmd.SGL.Type != pdu.SGLTransport || cmd.SGL.Len == 0 {
+		q.complete(cmd.CID, nvme.Errf(nvme.SCTGeneric, nvme.SCInvalidField), 0, 0)
+		return
+	}
+	out := q.authc.Receive()
+	q.authUpdate()
+	q.sendData(cmd.CID, out[:min(n, int(cmd.SGL.Len), len(out))])
+}
+
+// authUpdate opens or closes the queue after a message and counts the outcome.
+func (q *conn) authUpdate() {
+	was := q.authed
+	q.authed = q.authc.Authenticated()
+	if q.authed && !was {
+		q.t.authOK.Add(1)
+	}
+	if err := q.authc.Err(); err != nil && err != q.authErred {
+		q.authErred = err
+		q.t.authFailed.Add(1)
+		q.t.cfg.Logger.Info("nvme auth: host failed to authenticate", "host", q.authc.HostNQN, "qid", q.qid, "remote", q.remote, "err", err)
+	}
 }
 
 func (q *conn) setQueue(ctrl *controller, qid, sqsize uint16, cattr uint8, icd int) {

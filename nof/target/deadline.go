@@ -52,11 +52,12 @@ func (d *deadlineReader) Read(p []byte) (int, error) {
 
 // idleBound is how long the connection may wait for the next PDU: until
 // Connect it is HeaderTimeout (a connection without a controller has no
-// reason to be idle); then none while the controller has a keep-alive
+// reason to be idle), and so it stays until the queue authenticated when
+// its subsystem requires in-band authentication; then none while the controller has a keep-alive
 // timer (it tears the queues down), else Config.IdleTimeout.
 func (c *conn) idleBound() time.Duration {
 	ctrl := c.ctrl
-	if ctrl == nil {
+	if ctrl == nil || !c.authed {
 		return c.t.cfg.HeaderTimeout
 	}
 	if ctrl.keepAlive.Load() {

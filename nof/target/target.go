@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"slices"
 	"sort"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/kvtier/kvtier/internal/clock"
 	"github.com/kvtier/kvtier/kverr"
+	"github.com/kvtier/kvtier/nof/auth"
 	"github.com/kvtier/kvtier/nof/namespace"
 	"github.com/kvtier/kvtier/nof/nvme"
 )
@@ -144,6 +146,17 @@ type Subsystem struct {
 	AllowHosts []string
 	// Namespaces become NSIDs 1..len(Namespaces).
 	Namespaces []namespace.Namespace
+	// HostSecrets turn on in-band authentication (DH-HMAC-CHAP, package
+	// nof/auth): every host must then have a secret here, by host NQN, and
+	// authenticate each queue before any other command is served (the
+	// Connect response sets ATR). A host without a secret is refused at
+	// Connect. Hosts with a secret are allowed even if AllowHosts does not
+	// list them. Empty: no authentication.
+	HostSecrets map[string]*auth.Secret
+	// CtrlSecrets are controller secrets by host NQN, for hosts that ask
+	// to authenticate the controller too (bidirectional). A host missing
+	// here that asks for it fails authentication.
+	CtrlSecrets map[string]*auth.Secret
 }
 
 // NamespaceStats are the I/O figures of one namespace.
@@ -179,6 +192,14 @@ type Stats struct {
 	Subsystems []SubsystemStats
 	Hosts      []HostStats
 	Transport  TransportStats
+	Auth       AuthStats
+}
+
+// AuthStats count in-band authentication outcomes over the target's life.
+type AuthStats struct {
+	Succeeded uint64 // queues that authenticated
+	Failed    uint64 // transactions that failed (wrong secret, bad message...)
+	Refused   uint64 // Connects refused for want of a secret, and commands refused as Authentication Required
 }
 
 // TransportStats counts the target's socket system calls over all
@@ -202,11 +223,19 @@ type subsystem struct {
 	nqn, serial, model string
 	allow              map[string]bool // empty = any host
 	ns                 []*nsState      // index nsid-1
+	hostSecrets        map[string]*auth.Secret
+	ctrlSecrets        map[string]*auth.Secret
 }
 
-// allowed reports whether host may use s: any host (the empty Host NQN
-// included) when s has no allow list, else only a listed one.
-func (s *subsystem) allowed(host string) bool { return len(s.allow) == 0 || s.allow[host] }
+// allowed reports whether host may use s: with secrets configured only a
+// host that has one; else any host (the empty Host NQN included) when s
+// has no allow list, else only a listed one.
+func (s *subsystem) allowed(host string) bool {
+	if len(s.hostSecrets) > 0 {
+		return s.hostSecrets[host] != nil
+	}
+	return len(s.allow) == 0 || s.allow[host]
+}
 
 func (s *subsystem) namespace(nsid uint32) *nsState {
 	if nsid == 0 || int(nsid) > len(s.ns) {
@@ -235,6 +264,8 @@ type Target struct {
 	downListeners []error
 	// transport sums the TransportStats of connections that are gone.
 	transport TransportStats
+
+	authOK, authFailed, authRefused atomic.Uint64
 }
 
 // New returns a target with no subsystems; the discovery subsystem
@@ -276,6 +307,19 @@ func (t *Target) AddSubsystem(s Subsystem) error {
 			return kverr.New(kverr.InvalidParams, s.NQN, "allowed host %q is not a valid NQN", h)
 		}
 		sub.allow[h] = true
+	}
+	for h, sec := range s.HostSecrets {
+		if !validNQN(h) || sec == nil || len(sec.Key) == 0 {
+			return kverr.New(kverr.InvalidParams, s.NQN, "host secret for %q: not a valid NQN or an empty secret", h)
+		}
+	}
+	for h, sec := range s.CtrlSecrets {
+		if s.HostSecrets[h] == nil || sec == nil || len(sec.Key) == 0 {
+			return kverr.New(kverr.InvalidParams, s.NQN, "controller secret for %q: that host has no host secret, or the secret is empty", h)
+		}
+	}
+	if len(s.HostSecrets) > 0 {
+		sub.hostSecrets, sub.ctrlSecrets = maps.Clone(s.HostSecrets), maps.Clone(s.CtrlSecrets)
 	}
 	for i, ns := range s.Namespaces {
 		if ns == nil || ns.BlockSize() < 512 || ns.Size() < int64(ns.BlockSize()) || ns.Size()%int64(ns.BlockSize()) != 0 {
@@ -508,6 +552,7 @@ func (t *Target) Stats() Stats {
 		st.Hosts = append(st.Hosts, c.hostStats())
 	}
 	st.Transport = t.transport
+	st.Auth = AuthStats{Succeeded: t.authOK.Load(), Failed: t.authFailed.Load(), Refused: t.authRefused.Load()}
 	for c := range t.conns {
 		st.Transport.ReadCalls += c.dr.reads.Load()
 		st.Transport.WriteCalls += c.w.Rounds()

@@ -1,0 +1,277 @@
+package appliance
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/google/btree"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/internal/crc32c"
+	"github.com/kvtier/kvtier/kverr"
+)
+
+// dramEntry is one committed object in a DRAM segment: what the directory
+// remembers so that a new master can be rebuilt from it (about 100 bytes
+// plus the key). crc is the client's checksum (hasCRC) or the one this
+// appliance computed when the commit arrived; the bytes are checked against
+// it before they are reported.
+type dramEntry struct {
+	off, size   uint64
+	tenant, key string
+	crc         uint32
+	hasCRC      bool
+	version     int64
+}
+
+func lessByOffset(a, b dramEntry) bool { return a.off < b.off }
+
+// dramDir is the appliance's directory of the objects in its DRAM
+// segments, kept from the master's commit and free records
+// (TakeDramRecords). It is in memory only: an appliance restart loses the
+// DRAM it describes anyway, and a master restart or failover is what it is
+// for (the appliance outlives the master).
+type dramDir struct {
+	mu    sync.Mutex
+	bySeg map[string]*btree.BTreeG[dramEntry] // guarded by mu: segment → entries by offset, never overlapping
+}
+
+func newDramDir() *dramDir { return &dramDir{bySeg: map[string]*btree.BTreeG[dramEntry]{}} }
+
+// commit records e in seg, dropping every entry it overlaps: the space was
+// freed and given to this put, so those bytes are gone.
+func (d *dramDir) commit(seg string, e dramEntry) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	t := d.bySeg[seg]
+	if t == nil {
+		t = btree.NewG(16, lessByOffset)
+		d.bySeg[seg] = t
+	}
+	var drop []dramEntry
+	t.DescendLessOrEqual(dramEntry{off: e.off}, func(x dramEntry) bool {
+		if x.off+x.size > e.off {
+			drop = append(drop, x)
+		}
+		return false
+	})
+	t.AscendRange(dramEntry{off: e.off + 1}, dramEntry{off: e.off + e.size}, func(x dramEntry) bool {
+		drop = append(drop, x)
+		return true
+	})
+	for _, x := range drop {
+		t.Delete(x)
+	}
+	t.ReplaceOrInsert(e)
+}
+
+// free drops the entry at (seg, off), if any.
+func (d *dramDir) free(seg string, off uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if t := d.bySeg[seg]; t != nil {
+		t.Delete(dramEntry{off: off})
+	}
+}
+
+// clear forgets every entry.
+func (d *dramDir) clear() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	clear(d.bySeg)
+}
+
+// len counts the entries.
+func (d *dramDir) len() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for _, t := range d.bySeg {
+		n += t.Len()
+	}
+	return n
+}
+
+// snapshot returns every entry with its segment.
+func (d *dramDir) snapshot() map[string][]dramEntry {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[string][]dramEntry, len(d.bySeg))
+	for seg, t := range d.bySeg {
+		es := make([]dramEntry, 0, t.Len())
+		t.Ascend(func(x dramEntry) bool { es = append(es, x); return true })
+		out[seg] = es
+	}
+	return out
+}
+
+// DramDirectoryLen is the number of objects the DRAM directory holds.
+func (a *Appliance) DramDirectoryLen() int { return a.dir.len() }
+
+// takeDramRecords keeps the DRAM directory: over one stream per master
+// (TakeDramRecords, both ways) it receives commit and free records,
+// applies them and acknowledges each batch at once, which is what lets a
+// PutEnd (commit) or a Remove (free) answer. A new master (another outbox)
+// has nothing of the old one to acknowledge; a broken stream is opened
+// again after takeBackoff.
+func (a *Appliance) takeDramRecords(ctx context.Context) {
+	var outbox, ack uint64
+	for ctx.Err() == nil {
+		err := a.dramStream(ctx, &outbox, &ack)
+		if ctx.Err() != nil {
+			return
+		}
+		if status.Code(err) == codes.Unimplemented {
+			a.log.Warn("master does not hand out DRAM directory records (older master): DRAM objects are lost if it restarts")
+			return
+		}
+		a.log.Debug("dram records stream ended", "err", kverr.FromGRPC(err))
+		select {
+		case <-ctx.Done():
+		case <-time.After(takeBackoff):
+		}
+	}
+}
+
+// dramStream runs one TakeDramRecords stream until it breaks.
+func (a *Appliance) dramStream(ctx context.Context, outbox, ack *uint64) error {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := a.client.Master().TakeDramRecords(sctx)
+	if err != nil {
+		return err
+	}
+	send := func() error {
+		return stream.Send(&kvtierpb.TakeDramRecordsRequest{ClientId: a.cfg.Name, Outbox: *outbox, AckThrough: *ack})
+	}
+	if err := send(); err != nil {
+		return err
+	}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		if resp.Outbox != *outbox {
+			if *outbox != 0 {
+				// Another master (restarted or newly elected): beat now
+				// rather than up to an interval later, so it learns of
+				// this appliance and its DRAM objects at once.
+				go a.client.Heartbeat(ctx)
+			}
+			*outbox, *ack = resp.Outbox, 0
+		}
+		if resp.Reset_ {
+			a.log.Warn("master dropped DRAM directory records this appliance missed: directory cleared")
+			a.dir.clear()
+		}
+		if n := len(resp.Records); n > 0 {
+			a.applyDramRecords(resp.Records)
+			*ack = resp.Records[n-1].Seq
+			if err := send(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// applyDramRecords applies records in order. A commit without the
+// client's checksum gets one computed here (the bytes are final: the
+// client wrote them before PutEnd), so the report can prove them intact.
+func (a *Appliance) applyDramRecords(rs []*kvtierpb.DramRecord) {
+	for _, r := range rs {
+		if r.Free {
+			a.dir.free(r.Segment, r.Offset)
+			continue
+		}
+		e := dramEntry{off: r.Offset, size: r.Size, tenant: r.Tenant, key: string(r.Key), crc: r.Crc32C,
+			hasCRC: r.HasChecksum, version: r.Version}
+		if !e.hasCRC {
+			mem := a.segmentBytes(r.Segment, r.Offset, r.Size)
+			if mem == nil {
+				a.log.Warn("dram record outside this appliance's segments", "segment", r.Segment, "offset", r.Offset, "size", r.Size)
+				continue
+			}
+			e.crc = crc32c.Checksum(mem)
+		}
+		a.dir.commit(r.Segment, e)
+	}
+}
+
+// segmentBytes returns [off, off+n) of segment seg (nil when out of range).
+func (a *Appliance) segmentBytes(seg string, off, n uint64) []byte {
+	a.segMu.RLock()
+	mem := a.segments[seg]
+	a.segMu.RUnlock()
+	if off+n < off || off+n > uint64(len(mem)) {
+		return nil
+	}
+	return mem[off : off+n]
+}
+
+// reportDram sends the DRAM directory to a master that did not know this
+// appliance, so it rebuilds those objects (RegisterDramObjects). Each
+// entry's bytes are checked against its checksum first: an entry whose
+// bytes changed (a put in flight at the old master's death wrote over an
+// object whose free record never arrived) is dropped, never reported.
+// Entries the master refuses are dropped too. The last chunk says the
+// report is complete, which lets the master allocate in these segments.
+func (a *Appliance) reportDram(ctx context.Context, forget bool) error {
+	if forget {
+		a.log.Warn("master had declared this appliance gone: DRAM directory cleared")
+		a.dir.clear()
+	}
+	const chunk = 4096
+	var req *kvtierpb.RegisterDramObjectsRequest
+	var bad, refused, restored int
+	send := func(last bool) error {
+		req.Last = last
+		resp, err := a.client.Master().RegisterDramObjects(ctx, req)
+		if err != nil {
+			return kverr.FromGRPC(err)
+		}
+		for i, r := range resp.Results {
+			if r.Code == kvtierpb.ErrorCode_OK {
+				restored++
+				continue
+			}
+			refused++
+			o := req.Objects[i]
+			a.dir.free(o.Segment, o.Offset)
+			a.log.Debug("dram object not restored", "key", string(o.Key), "code", r.Code, "msg", r.Message)
+		}
+		req = nil
+		return nil
+	}
+	for seg, es := range a.dir.snapshot() {
+		for _, e := range es {
+			mem := a.segmentBytes(seg, e.off, e.size)
+			if mem == nil || crc32c.Checksum(mem) != e.crc {
+				bad++
+				a.dir.free(seg, e.off)
+				continue
+			}
+			if req == nil {
+				req = &kvtierpb.RegisterDramObjectsRequest{ClientId: a.cfg.Name, Incarnation: a.incarnation}
+			}
+			req.Objects = append(req.Objects, &kvtierpb.DramObject{Tenant: e.tenant, Key: []byte(e.key), Segment: seg,
+				Offset: e.off, Size: e.size, Crc32C: e.crc, HasChecksum: e.hasCRC, Version: e.version})
+			if len(req.Objects) == chunk {
+				if err := send(false); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if req == nil {
+		req = &kvtierpb.RegisterDramObjectsRequest{ClientId: a.cfg.Name, Incarnation: a.incarnation}
+	}
+	if err := send(true); err != nil {
+		return err
+	}
+	a.log.Info("dram directory reported", "restored", restored, "refused", refused, "changed_bytes", bad)
+	return nil
+}

@@ -1,0 +1,340 @@
+package master
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/kverr"
+)
+
+// dirTwin stands in for an appliance's DRAM directory (appliance/dramdir.go
+// is the real one, proved in tests/): it takes records from m and applies
+// them to a map until stopped.
+type dirTwin struct {
+	mu      sync.Mutex
+	entries map[string]DramObject // "segment@offset" → object
+	stop    context.CancelFunc
+	done    chan struct{}
+}
+
+func startTwin(m *Master, node string) *dirTwin {
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &dirTwin{entries: map[string]DramObject{}, stop: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(d.done)
+		var outbox, ack uint64
+		for ctx.Err() == nil {
+			ob, reset, rs, err := m.TakeDramRecords(ctx, node, outbox, ack, 50*time.Millisecond)
+			if err != nil {
+				return
+			}
+			outbox = ob
+			d.mu.Lock()
+			if reset {
+				clear(d.entries)
+			}
+			for _, r := range rs {
+				at := fmt.Sprintf("%s@%d", r.Segment, r.Offset)
+				if r.Free {
+					delete(d.entries, at)
+				} else {
+					d.entries[at] = DramObject{Tenant: r.Tenant, Key: r.Key, Segment: r.Segment, Offset: r.Offset, Size: r.Size,
+						CRC32C: r.CRC32C, HasChecksum: r.HasChecksum, Version: r.Version}
+				}
+				ack = r.Seq
+			}
+			d.mu.Unlock()
+		}
+	}()
+	return d
+}
+
+func (d *dirTwin) close() { d.stop(); <-d.done }
+
+func (d *dirTwin) objects() []DramObject {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []DramObject
+	for _, o := range d.entries {
+		out = append(out, o)
+	}
+	return out
+}
+
+// TestDramRebuild: a master's committed DRAM objects reach the holder's
+// directory before PutEnd answers and leave it before Remove answers; a
+// new master rebuilt from the directory serves the same extents, refuses
+// overlaps and puts while the report is due, and allocates around them.
+func TestDramRebuild(t *testing.T) {
+	m, _ := newTest(t, Config{})
+	seg := Segment{Name: "box/mem0", Endpoint: "box:1", Size: 1 << 20}
+	if _, err := m.Heartbeat(ctx, HeartbeatRequest{Client: "box", Endpoint: "box:1", DramDirectory: true}); err != nil {
+		t.Fatal(err)
+	}
+	mountMem(t, m, "box", seg.Name, seg.Size)
+	twin := startTwin(m, "box")
+	defer twin.close()
+	placed := map[string]uint64{}
+	for i := range 40 {
+		k := fmt.Sprintf("k%02d", i)
+		placed[k] = put(t, m, "writer", k, 1000+uint64(i))[0].Offset
+		if n := len(twin.objects()); n != i+1 { // PutEnd waited for the directory
+			t.Fatalf("after PutEnd %s the directory holds %d objects, want %d", k, n, i+1)
+		}
+	}
+	for i := 0; i < 40; i += 4 {
+		k := fmt.Sprintf("k%02d", i)
+		if err := m.Remove(ctx, "", k, true); err != nil {
+			t.Fatal(err)
+		}
+		delete(placed, k)
+	}
+	dir := twin.objects()
+	if len(dir) != len(placed) {
+		t.Fatalf("directory holds %d objects after removals, want %d", len(dir), len(placed))
+	}
+
+	// A new master: the appliance beats, is unknown, reports.
+	m2, _ := newTest(t, Config{})
+	rep, err := m2.Heartbeat(ctx, HeartbeatRequest{Client: "box", Endpoint: "box:1", DramDirectory: true,
+		DramObjects: uint64(len(dir)), Segments: []Segment{seg}})
+	if err != nil || rep.Known {
+		t.Fatalf("heartbeat to a new master: known %v, err %v", rep.Known, err)
+	}
+	if ok, why := m2.Rebuilding(); !ok {
+		t.Fatal("not rebuilding while the report is due")
+	} else {
+		t.Logf("rebuilding: %s", why)
+	}
+	_, err = m2.PutStart(ctx, putReq("writer", "new", 100))
+	wantCode(t, err, kverr.UnavailableInCurrentStatus)
+	_, err = m2.GetReplicaList(ctx, "c", "", "k01")
+	wantCode(t, err, kverr.UnavailableInCurrentStatus)
+
+	bad := DramObject{Key: "overlap", Segment: seg.Name, Offset: placed["k01"], Size: 64}
+	res, err := m2.RegisterDramObjects(ctx, "box", "", append(dir, bad), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range res[:len(dir)] {
+		if e != nil {
+			t.Fatalf("%s not restored: %v", dir[i].Key, e)
+		}
+	}
+	wantCode(t, res[len(dir)], kverr.NoAvailableHandle)
+	for k, off := range placed {
+		rl, err := m2.GetReplicaList(ctx, "c", "", k)
+		if err != nil || rl.Replicas[0].Offset != off || rl.Replicas[0].Segment != seg.Name {
+			t.Fatalf("%s after rebuild: %+v, %v (want offset %d)", k, rl, err, off)
+		}
+	}
+	// Removed keys stay removed: the frees reached the directory first.
+	_, err = m2.GetReplicaList(ctx, "c", "", "k00")
+	wantCode(t, err, kverr.UnavailableInCurrentStatus) // the rebuild window still runs: a miss is "retry"
+	if got := ctrOf(m2, "dram_objects_restored"); got != uint64(len(dir)) {
+		t.Fatalf("dram_objects_restored = %d, want %d", got, len(dir))
+	}
+	// New puts fill the space around the restored extents.
+	for i := range 200 {
+		r, err := m2.PutStart(ctx, putReq("writer", fmt.Sprintf("n%03d", i), 1000))
+		if err != nil {
+			break
+		}
+		for k, off := range placed {
+			var size uint64
+			fmt.Sscanf(k, "k%d", &size)
+			if r[0].Offset < off+1000+size && off < r[0].Offset+1000 {
+				t.Fatalf("new put at %d overlaps restored %s at %d", r[0].Offset, k, off)
+			}
+		}
+	}
+	// A second report of the same object (another holder) with other bytes is refused.
+	res, _ = m2.RegisterDramObjects(ctx, "box", "", []DramObject{{Key: "k01", Segment: seg.Name, Offset: 0, Size: 5, Version: 1}}, true)
+	if res[0] == nil {
+		t.Fatal("a conflicting report of k01 was accepted")
+	}
+}
+
+// TestDramPutEndBounded: a holder that keeps a directory but does not take
+// records delays PutEnd by DramSyncTimeout at most; the put still succeeds
+// and the miss is counted.
+func TestDramPutEndBounded(t *testing.T) {
+	m, _ := newTest(t, Config{DramSyncTimeout: 100 * time.Millisecond})
+	if _, err := m.Heartbeat(ctx, HeartbeatRequest{Client: "box", DramDirectory: true}); err != nil {
+		t.Fatal(err)
+	}
+	mountMem(t, m, "box", "box/mem0", 1<<20)
+	start := time.Now()
+	put(t, m, "w", "k", 100)
+	if d := time.Since(start); d < 100*time.Millisecond || d > 2*time.Second {
+		t.Fatalf("PutEnd took %v with a silent holder (timeout 100ms)", d)
+	}
+	if ctrOf(m, "dram_commits_unconfirmed") != 1 {
+		t.Fatal("unconfirmed commit not counted")
+	}
+	// A GPU node (no directory) costs PutEnd nothing.
+	mountMem(t, m, "gpu", "gpu/mem0", 1<<20)
+	start = time.Now()
+	putCfg(t, m, "w", "k2", 100, PutConfig{Replicas: 1, PreferredSegment: "gpu/mem0"})
+	if d := time.Since(start); d > 50*time.Millisecond {
+		t.Fatalf("PutEnd on a node without a directory took %v", d)
+	}
+}
+
+// TestDramRegisterRefusals: bad reports change nothing.
+func TestDramRegisterRefusals(t *testing.T) {
+	m, _ := newTest(t, Config{})
+	mountMem(t, m, "box", "box/mem0", 1<<20)
+	mountMem(t, m, "other", "other/mem0", 1<<20)
+	_, err := m.RegisterDramObjects(ctx, "nobody", "", nil, true)
+	wantCode(t, err, kverr.ClientNotFound)
+	res, err := m.RegisterDramObjects(ctx, "box", "", []DramObject{
+		{Key: "a", Segment: "other/mem0", Offset: 0, Size: 10},    // not its segment
+		{Key: "b", Segment: "box/mem0", Offset: 3, Size: 10},      // misaligned
+		{Key: "c", Segment: "box/mem0", Offset: 1 << 20, Size: 1}, // outside
+		{Key: "", Segment: "box/mem0", Offset: 0, Size: 10},       // bad key
+		{Key: "d", Segment: "nope", Offset: 0, Size: 10},          // not mounted
+	}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []kverr.Code{kverr.IllegalClient, kverr.InvalidParams, kverr.InvalidParams, kverr.InvalidKey, kverr.SegmentNotFound}
+	for i, e := range res {
+		wantCode(t, e, want[i])
+	}
+	if segUsed(m, "box/mem0") != 0 || segUsed(m, "other/mem0") != 0 {
+		t.Fatal("a refused report took space")
+	}
+}
+
+// FuzzAllocatorReserve checks alloc, release and reserve against a model
+// of taken units: reserve succeeds exactly when every unit is free.
+func FuzzAllocatorReserve(f *testing.F) {
+	f.Add([]byte{0, 3, 1, 2, 5, 2, 0, 4})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		const units, align = 64, 8
+		a := newAllocator(units*align, align)
+		taken := make([]bool, units)
+		type ext struct{ off, n uint64 }
+		var live []ext
+		for i := 0; i+2 < len(ops); i += 3 {
+			op, x, y := ops[i]%3, uint64(ops[i+1]%units), uint64(ops[i+2]%8)+1
+			switch op {
+			case 0:
+				off, n, ok := a.alloc(y * align)
+				if ok {
+					for u := off / align; u < (off+n)/align; u++ {
+						if taken[u] {
+							t.Fatalf("alloc gave taken unit %d", u)
+						}
+						taken[u] = true
+					}
+					live = append(live, ext{off, n})
+				}
+			case 1:
+				if len(live) == 0 {
+					continue
+				}
+				e := live[int(x)%len(live)]
+				live = append(live[:int(x)%len(live)], live[int(x)%len(live)+1:]...)
+				if !a.release(e.off, e.n) {
+					t.Fatalf("release of a live extent refused")
+				}
+				for u := e.off / align; u < (e.off+e.n)/align; u++ {
+					taken[u] = false
+				}
+			case 2:
+				free := x+y <= units
+				for u := x; free && u < x+y; u++ {
+					free = !taken[u]
+				}
+				if got := a.reserve(x*align, y*align); got != free {
+					t.Fatalf("reserve [%d,+%d) = %v, model says %v", x, y, got, free)
+				}
+				if free {
+					for u := x; u < x+y; u++ {
+						taken[u] = true
+					}
+					live = append(live, ext{x * align, y * align})
+				}
+			}
+			n := uint64(0)
+			for _, tk := range taken {
+				if !tk {
+					n++
+				}
+			}
+			if a.free != n*align {
+				t.Fatalf("free %d, model %d", a.free, n*align)
+			}
+		}
+	})
+}
+
+// TestDramForgetAfterGone: an appliance declared gone lost its replicas
+// (and keys may be removed or put again meanwhile): when it comes back it
+// is told to clear its directory, and its segments wait for its (empty)
+// report before taking puts.
+func TestDramForgetAfterGone(t *testing.T) {
+	m, fc := newTest(t, Config{ClientTTL: time.Second, ClientGrace: time.Second, DramSyncTimeout: -1})
+	seg := Segment{Name: "box/mem0", Endpoint: "box:1", Size: 1 << 20}
+	beat := func() HeartbeatReply {
+		t.Helper()
+		rep, err := m.Heartbeat(ctx, HeartbeatRequest{Client: "box", Endpoint: "box:1", DramDirectory: true, DramObjects: 1, Segments: []Segment{seg}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	if rep := beat(); rep.ForgetDram {
+		t.Fatal("first contact told to forget")
+	}
+	if _, err := m.RegisterDramObjects(ctx, "box", "", nil, true); err != nil {
+		t.Fatal(err)
+	}
+	put(t, m, "w", "k", 100)
+	fc.Advance(3 * time.Second)
+	m.Reap(ctx)
+	if exists(t, m, "k") {
+		t.Fatal("object of a gone appliance still listed")
+	}
+	rep := beat()
+	if rep.Known || !rep.ForgetDram {
+		t.Fatalf("back from gone: known %v, forget %v; want false, true", rep.Known, rep.ForgetDram)
+	}
+	_, err := m.PutStart(ctx, putReq("w", "k2", 100))
+	wantCode(t, err, kverr.UnavailableInCurrentStatus)
+	if _, err := m.RegisterDramObjects(ctx, "box", "", nil, true); err != nil {
+		t.Fatal(err)
+	}
+	put(t, m, "w", "k2", 100)
+	if ok, why := m.Rebuilding(); ok && !m.restarted.Load() {
+		t.Fatalf("still rebuilding after the report: %s", why)
+	}
+}
+
+// TestFenceRefusesMutations: a deposed leader answers NOT_LEADER to puts
+// and removals and reports it is not the leader; reads still answer.
+func TestFenceRefusesMutations(t *testing.T) {
+	m, _ := newTest(t, Config{LeaderEpoch: 7})
+	mountMem(t, m, "box", "box/mem0", 1<<20)
+	put(t, m, "w", "k", 100)
+	m.Fence()
+	s := NewGRPCServer(m)
+	_, err := s.PutStart(ctx, &kvtierpb.PutStartRequest{ClientId: "w", Key: []byte("k2"), Size: 10})
+	wantCode(t, kverr.FromGRPC(err), kverr.NotLeader)
+	_, err = s.PutEnd(ctx, &kvtierpb.KeyRequest{ClientId: "w", Key: []byte("k")})
+	wantCode(t, kverr.FromGRPC(err), kverr.NotLeader)
+	_, err = s.Remove(ctx, &kvtierpb.KeyRequest{Key: []byte("k"), Force: true})
+	wantCode(t, kverr.FromGRPC(err), kverr.NotLeader)
+	if st := m.Stats(ctx); st.Leader {
+		t.Fatal("a fenced master reports itself leader")
+	}
+	if !exists(t, m, "k") {
+		t.Fatal("a refused remove removed")
+	}
+}
