@@ -18,6 +18,7 @@ import (
 	"github.com/kvtier/kvtier/bench"
 	"github.com/kvtier/kvtier/client"
 	"github.com/kvtier/kvtier/dram"
+	"github.com/kvtier/kvtier/internal/auth"
 	"github.com/kvtier/kvtier/internal/transfer"
 	"github.com/kvtier/kvtier/replay"
 )
@@ -348,7 +349,19 @@ func replayOnce(ctx context.Context, trace *replay.Trace, master string, capBloc
 		defer l.stop()
 		addr = l.rm.grpcAddr.String()
 	}
-	c, err := client.New(ctx, client.Config{MasterAddr: addr})
+	cfg := client.Config{MasterAddr: addr}
+	if master != "" { // a running cluster: KVTIER_TOKEN and KVTIER_TLS_CA as for the other verbs
+		tok, err := auth.ClientToken("")
+		if err != nil {
+			return nil, err
+		}
+		tc, err := auth.ClientTLS("")
+		if err != nil {
+			return nil, err
+		}
+		cfg.Token, cfg.TLS = tok, tc
+	}
+	c, err := client.New(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
