@@ -232,6 +232,22 @@ func TestAuthAbuse(t *testing.T) {
 			_, err := mc.DropBucket(box2, &kvtierpb.DropBucketRequest{ClientId: "box1", Bucket: 1})
 			return err
 		}},
+		{"TakeOffload under box1's client ID", func() error {
+			st, err := mc.TakeOffload(box2, &kvtierpb.TakeOffloadRequest{ClientId: "box1", Slots: 4, WaitMs: 10})
+			if err != nil {
+				return err
+			}
+			_, err = st.Recv()
+			return err
+		}},
+		{"TakeRemovals under box1's client ID", func() error {
+			st, err := mc.TakeRemovals(box2, &kvtierpb.TakeRemovalsRequest{ClientId: "box1", WaitMs: 10})
+			if err != nil {
+				return err
+			}
+			_, err = st.Recv()
+			return err
+		}},
 		{"a client's PutRevoke under box1's client ID", func() error {
 			_, err := mc.PutRevoke(cliACtx, &kvtierpb.KeyRequest{ClientId: "box1", Key: []byte("k1")})
 			return err
