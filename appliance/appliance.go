@@ -2,6 +2,7 @@ package appliance
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,10 +21,12 @@ import (
 
 // Config configures an appliance. Zero values mean defaults.
 type Config struct {
-	Name        string // node identity (client id), stable across restarts; "": DefaultName(SSDDir, DataAddr)
-	MasterAddr  string // master gRPC address; required
-	DRAM        uint64 // bytes of DRAM to serve; default 256 MiB
-	SegmentSize uint64 // default: DRAM (one segment)
+	Name        string      // node identity (client id), stable across restarts; "": DefaultName(SSDDir, DataAddr)
+	MasterAddr  string      // master gRPC address; required
+	Token       string      // credential sent to the master (client.Config.Token)
+	MasterTLS   *tls.Config // reach the master over TLS (client.Config.TLS); nil: plain
+	DRAM        uint64      // bytes of DRAM to serve; default 256 MiB
+	SegmentSize uint64      // default: DRAM (one segment)
 	Hugepages   dram.HugepageMode
 	DataAddr    string // transfer-engine listener; default 127.0.0.1:0
 
@@ -225,7 +228,7 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 	}
 
 	a.client, err = client.New(ctx, client.Config{
-		MasterAddr: cfg.MasterAddr, ClientID: cfg.Name, Engine: a.engine,
+		MasterAddr: cfg.MasterAddr, ClientID: cfg.Name, Engine: a.engine, Token: cfg.Token, TLS: cfg.MasterTLS,
 		HeartbeatInterval: cfg.HeartbeatInterval, Logger: cfg.Logger,
 		OnHeartbeat: a.fillHeartbeat, OnHeartbeatReply: a.heartbeatReply,
 		Incarnation: a.incarnation, DiskID: a.diskID,

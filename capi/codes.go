@@ -59,11 +59,12 @@ var mooncakeCodes = map[kverr.Code]int{
 	kverr.NotLeader:                  codeRPCFail,
 	kverr.ObjectCountExceeded:        codeNoAvailableHandle,
 	kverr.Unauthorized:               codeIllegalClient,
+	kverr.Unauthenticated:            codeIllegalClient, // Mooncake has no auth codes
+	kverr.PermissionDenied:           codeIllegalClient, // a refused role, tenant or data-plane grant
 	kverr.PayloadTooLarge:            codeInvalidParams,
 	kverr.FileReadFail:               codeFileReadFail,
 	kverr.FileWriteFail:              codeFileWriteFail,
 	kverr.ClientNotFound:             codeClientNotFound,
-	kverr.PermissionDenied:           codeIllegalClient, // a refused data-plane grant, as a refused token
 }
 
 // codeOf returns the C ABI code for err (0 for nil), through wrapping. A code

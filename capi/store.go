@@ -17,6 +17,7 @@ import (
 	"sync"
 
 	"github.com/kvtier/kvtier/client"
+	"github.com/kvtier/kvtier/internal/auth"
 )
 
 // store is the state behind one handle.
@@ -157,6 +158,15 @@ func setup(h C.uintptr_t, localHostname string, globalSegment, localBuffer uint6
 		host = "localhost"
 	}
 	cfg := client.Config{MasterAddr: masterAddr, GlobalSegmentSize: globalSegment, LocalBufferSize: localBuffer}
+	// A master with --credentials (README "Security"): the token and CA
+	// come from the environment, as for the CLI.
+	cfg.Token, _ = auth.ClientToken("")
+	tc, err := auth.ClientTLS("")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kvtier: setup: KVTIER_TLS_CA:", err)
+		return codeInvalidParams
+	}
+	cfg.TLS = tc
 	if globalSegment > 0 {
 		// Serve the segment at local_hostname (a free port unless it
 		// names one), as Mooncake's transfer engine does.

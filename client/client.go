@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
@@ -103,6 +105,16 @@ type Config struct {
 	// messages and errors) when the master offers it, and gRPC otherwise.
 	GRPCOnly bool
 
+	// Token is the credential sent with every master call (gRPC
+	// `authorization: Bearer` metadata and the fast path's hello) when the
+	// master has --credentials. Command-line tools read it from
+	// KVTIER_TOKEN or --token-file, never from a flag.
+	Token string
+	// TLS, when set, is used to reach the master over TLS (gRPC and the
+	// fast path); its RootCAs must trust the master's certificate (the
+	// tools' KVTIER_TLS_CA / --tls-ca), and a client certificate in it
+	// serves mTLS.
+	TLS *tls.Config
 	// NVMeHostNQN is the host NQN NOF replicas are read and written with
 	// [$KVTIER_NVME_HOSTNQN, else one derived from ClientID]. Set it when
 	// appliances authenticate NVMe hosts: their secrets are per host NQN.
@@ -233,14 +245,21 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	target, opts := masterTarget(cfg.MasterAddr)
-	conn, err := grpc.NewClient(target, append(grpcOptions(), opts...)...)
+	opts = append(grpcOptions(), opts...)
+	if cfg.TLS != nil {
+		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cfg.TLS)))
+	}
+	if cfg.Token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(tokenCreds{token: cfg.Token, tls: cfg.TLS != nil}))
+	}
+	conn, err := grpc.NewClient(target, opts...)
 	if err != nil {
 		return nil, kverr.New(kverr.RPCFail, "", "client: connect master %s: %v", cfg.MasterAddr, err)
 	}
 	var cc grpc.ClientConnInterface = conn
 	var fast *fastrpc.Conn
 	if !cfg.GRPCOnly {
-		fast, err = fastrpc.Dial(fastrpc.ClientConfig{Addrs: masterAddrs(cfg.MasterAddr), Fallback: conn})
+		fast, err = fastrpc.Dial(fastrpc.ClientConfig{Addrs: masterAddrs(cfg.MasterAddr), Fallback: conn, Token: cfg.Token, TLS: cfg.TLS})
 		if err != nil {
 			conn.Close()
 			return nil, kverr.New(kverr.InvalidParams, "", "client: %v", err)
@@ -285,6 +304,20 @@ func grpcOptions() []grpc.DialOption {
 		grpc.WithSharedWriteBuffer(true),
 	}
 }
+
+// tokenCreds sends Config.Token with every gRPC call. Without TLS the token
+// crosses the network in clear, as it would over the fast path: the
+// master's --insecure / loopback rule is where that is decided.
+type tokenCreds struct {
+	token string
+	tls   bool
+}
+
+func (t tokenCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + t.token}, nil
+}
+
+func (t tokenCreds) RequireTransportSecurity() bool { return false }
 
 // masterTarget turns "a:1,b:2" (a leader and its standbys in HA mode) into a
 // gRPC target that tries the addresses in turn: only the elected master

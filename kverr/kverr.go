@@ -54,9 +54,8 @@ const (
 	FileReadFail               Code = 22
 	FileWriteFail              Code = 23
 	ClientNotFound             Code = 24
-	// PermissionDenied: the caller is known but not allowed this (e.g. a
-	// data-plane grant that is forged, expired, for another extent or op).
-	PermissionDenied Code = 25
+	Unauthenticated            Code = 25 // no or unknown credential (internal/auth)
+	PermissionDenied           Code = 26 // a known credential whose role or tenant does not allow the call
 )
 
 type codeInfo struct {
@@ -92,6 +91,7 @@ var table = map[Code]codeInfo{
 	FileReadFail:               {"FILE_READ_FAIL", codes.Internal, http.StatusInternalServerError},
 	FileWriteFail:              {"FILE_WRITE_FAIL", codes.Internal, http.StatusInternalServerError},
 	ClientNotFound:             {"CLIENT_NOT_FOUND", codes.NotFound, http.StatusNotFound},
+	Unauthenticated:            {"UNAUTHENTICATED", codes.Unauthenticated, http.StatusUnauthorized},
 	PermissionDenied:           {"PERMISSION_DENIED", codes.PermissionDenied, http.StatusForbidden},
 }
 

@@ -308,6 +308,22 @@
 // retries for 10 s, then exits non-zero). Nodes that send no incarnation
 // (GPU nodes, CLI calls) are never refused.
 //
+// # Sessions
+//
+// With credentials (cmd: --credentials), Authorizer (authz.go) checks every
+// gRPC and fast-path call before its handler: the principal (token or
+// client certificate, internal/auth), its role for the method, its tenant,
+// and its session: BindSession binds a client ID to the principal that
+// first names it, and refuses the ID to any other principal (an admin may
+// also name an ID bound to another) for as long as the master may still hold
+// the client's state (2 × (ClientTTL + ClientGrace), at least a minute,
+// after the last call naming it). The writer checks of PutEnd/PutRevoke
+// (ILLEGAL_CLIENT when another client ID ends a put) and of OffloadDone
+// (the task's node) then hold against forgery, since a client ID can no
+// longer be borrowed. Session(clientID) and auth.FromContext(ctx) expose
+// the principal. Without credentials no Authorizer runs and no session is
+// kept.
+//
 // # Concurrency
 //
 // Objects live in 256 shards (hash of tenant and key), each a mutex and a

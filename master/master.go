@@ -106,6 +106,7 @@ type settings struct {
 // safe for concurrent use.
 type Master struct {
 	cfg  Config
+	sess sessions // client ID -> authenticated principal (sessions.go)
 	seed maphash.Seed
 
 	shards   [numShards]shard

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
 	"github.com/kvtier/kvtier/doctor"
+	"github.com/kvtier/kvtier/internal/auth"
 	"github.com/kvtier/kvtier/internal/clock"
 	"github.com/kvtier/kvtier/kverr"
 	"github.com/kvtier/kvtier/metrics"
@@ -30,6 +31,11 @@ type PutOptions struct {
 	PreferredSegment string
 }
 
+// Authenticator resolves a bearer token to its principal (*auth.Store).
+type Authenticator interface {
+	Lookup(token string) (auth.Principal, bool)
+}
+
 // DataPlane moves object bytes for GET objects/{key}/data and PUT
 // objects/{key}. The lead adapts the client SDK to it. Errors should be kverr
 // errors (or gRPC status errors, which are translated).
@@ -40,8 +46,14 @@ type DataPlane interface {
 
 // Config configures a Server. The zero value means defaults.
 type Config struct {
-	// Token, when set, guards every mutating request (bearer token).
+	// Token, when set, guards every mutating request (bearer token). With
+	// Credentials it is one more admin token.
 	Token string
+	// Credentials, when set (the master's --credentials), make every
+	// request but /api/v1/health, /api/v1/ready and the UI's files need a
+	// bearer token (or a client certificate mapping to a role, see
+	// internal/auth), and check its role: see authorizeREST.
+	Credentials Authenticator
 	// MaxPutBytes bounds a PUT body; 0 means 64 MiB.
 	MaxPutBytes int64
 	// EffectiveConfig returns what GET /api/v1/config shows; nil shows {}.
@@ -169,6 +181,12 @@ func New(cfg Config, ms kvtierpb.MasterServer, dp DataPlane) (*Server, error) {
 		}
 		switch {
 		case r.URL.Path == "/metrics":
+			if s.cfg.Credentials != nil {
+				if _, err := s.restPrincipal(r); err != nil {
+					s.writeRefusal(w, r, err)
+					return
+				}
+			}
 			mh.ServeHTTP(w, r)
 		case strings.HasPrefix(r.URL.Path, "/api/"):
 			e.ServeHTTP(w, r)
@@ -312,6 +330,13 @@ func printable(k string) string {
 // authMiddleware refuses mutating requests without the bearer token.
 func (s *Server) authMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
+		if s.cfg.Credentials != nil {
+			if err := s.authorizeREST(c); err != nil {
+				c.Response().Header().Set("WWW-Authenticate", `Bearer realm="kvtier"`)
+				return err
+			}
+			return next(c)
+		}
 		if s.cfg.Token == "" {
 			return next(c)
 		}
@@ -388,4 +413,89 @@ func (t *rateTracker) observe(now time.Time, c map[string]uint64) (map[string]fl
 		t.samples = append(t.samples, rateSample{at: now, c: cp})
 	}
 	return rates, span
+}
+
+// restPrincipal authenticates r: its bearer token (the --http-token is an
+// admin token), else a verified client certificate.
+func (s *Server) restPrincipal(r *http.Request) (auth.Principal, error) {
+	if tok := auth.BearerToken(r.Header.Get("Authorization")); tok != "" {
+		if s.cfg.Token != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.Token)) == 1 {
+			return auth.Principal{Role: auth.RoleAdmin, ID: "http-token"}, nil
+		}
+		if p, ok := s.cfg.Credentials.Lookup(tok); ok {
+			return p, nil
+		}
+		return auth.Principal{}, kverr.New(kverr.Unauthenticated, "", "unknown credential")
+	}
+	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
+		if p, ok := auth.FromCertificate(r.TLS.VerifiedChains[0][0]); ok {
+			return p, nil
+		}
+	}
+	return auth.Principal{}, kverr.New(kverr.Unauthenticated, "", "this master requires a credential: send Authorization: Bearer <token>")
+}
+
+// writeRefusal writes err as ErrorBody outside echo (/metrics).
+func (s *Server) writeRefusal(w http.ResponseWriter, r *http.Request, err error) {
+	body := errorBody(err, r)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("WWW-Authenticate", `Bearer realm="kvtier"`)
+	w.WriteHeader(body.Status)
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+// authorizeREST is the REST side of the method table (auth.Methods):
+//   - open: GET /api/v1/health and /api/v1/ready;
+//   - client: the object routes (a DELETE with force=true is admin's),
+//     /api/v1/version and /api/v1/openapi.json; a client confined to a
+//     tenant has ?tenant= set to it (an empty or "default" one) or is
+//     refused (another one, all_tenants);
+//   - appliance: every GET;
+//   - admin: everything.
+func (s *Server) authorizeREST(c echo.Context) error {
+	r := c.Request()
+	path := c.Path() // the route pattern
+	if r.Method == http.MethodGet && (path == "/api/v1/health" || path == "/api/v1/ready") {
+		return nil
+	}
+	p, err := s.restPrincipal(r)
+	if err != nil {
+		return err
+	}
+	if p.Role == auth.RoleAdmin {
+		return nil
+	}
+	isObject := strings.HasPrefix(path, "/api/v1/objects")
+	// (r.URL.Query, not c.QueryParam: echo caches the query, and the tenant
+	// may be rewritten below.)
+	need := auth.RoleAdmin
+	switch {
+	case isObject:
+		need = auth.RoleClient
+		if f := r.URL.Query().Get("force"); r.Method == http.MethodDelete && f != "" && f != "false" && f != "0" {
+			need = auth.RoleAdmin
+		}
+	case r.Method == http.MethodGet && (path == "/api/v1/version" || path == "/api/v1/openapi.json"):
+		need = auth.RoleClient
+	case r.Method == http.MethodGet:
+		need = auth.RoleAppliance
+	}
+	if p.Role < need {
+		return kverr.New(kverr.PermissionDenied, "", "%s %s needs the %s role; this credential is %s", r.Method, path, need, p.Role)
+	}
+	if isObject && p.Role == auth.RoleClient && p.Tenant != "" {
+		q := r.URL.Query()
+		if v := q.Get("all_tenants"); v != "" && v != "false" && v != "0" {
+			return kverr.New(kverr.PermissionDenied, "", "this credential is confined to tenant %q: no all_tenants listing", p.Tenant)
+		}
+		switch t := q.Get("tenant"); t {
+		case "", "default", p.Tenant:
+			q.Set("tenant", p.Tenant)
+			r.URL.RawQuery = q.Encode()
+			c.SetRequest(r)
+		default:
+			return kverr.New(kverr.PermissionDenied, "", "this credential is confined to tenant %q, not %q", p.Tenant, t)
+		}
+	}
+	return nil
 }

@@ -101,6 +101,7 @@ func TestPartitionOneAppliance(t *testing.T) {
 	grpcAddr := ns.hostIP + ":" + strings.Split(freePort(t), ":")[1]
 	args := append([]string{"master", "--grpc-addr", grpcAddr, "--http-addr", "127.0.0.1:0", "--offload", "off"}, fastMasterArgs...)
 	args = append(args, "--client-grace", "4s") // GRACE after 1.5 s of silence, GONE after 5.5 s
+	args = append(args, "--insecure")           // the test's own network namespace, without credentials
 	m := start(t, "master", args...)
 	c := &cluster{t: t, master: m, grpc: grpcAddr}
 	c.appliance("near", "--offload", "off", "--data-addr", ns.hostIP+":0")

@@ -56,7 +56,8 @@ const (
 	ErrorCode_FILE_READ_FAIL                ErrorCode = 22
 	ErrorCode_FILE_WRITE_FAIL               ErrorCode = 23
 	ErrorCode_CLIENT_NOT_FOUND              ErrorCode = 24
-	ErrorCode_PERMISSION_DENIED             ErrorCode = 25
+	ErrorCode_UNAUTHENTICATED               ErrorCode = 25
+	ErrorCode_PERMISSION_DENIED             ErrorCode = 26
 )
 
 // Enum value maps for ErrorCode.
@@ -87,7 +88,8 @@ var (
 		22: "FILE_READ_FAIL",
 		23: "FILE_WRITE_FAIL",
 		24: "CLIENT_NOT_FOUND",
-		25: "PERMISSION_DENIED",
+		25: "UNAUTHENTICATED",
+		26: "PERMISSION_DENIED",
 	}
 	ErrorCode_value = map[string]int32{
 		"OK":                            0,
@@ -115,7 +117,8 @@ var (
 		"FILE_READ_FAIL":                22,
 		"FILE_WRITE_FAIL":               23,
 		"CLIENT_NOT_FOUND":              24,
-		"PERMISSION_DENIED":             25,
+		"UNAUTHENTICATED":               25,
+		"PERMISSION_DENIED":             26,
 	}
 )
 
@@ -5402,7 +5405,7 @@ const file_master_proto_rawDesc = "" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\tR\vincarnation\x12/\n" +
 	"\aobjects\x18\x03 \x03(\v2\x15.kvtier.v1.DramObjectR\aobjects\x12\x12\n" +
-	"\x04last\x18\x04 \x01(\bR\x04last*\xb9\x04\n" +
+	"\x04last\x18\x04 \x01(\bR\x04last*\xce\x04\n" +
 	"\tErrorCode\x12\x06\n" +
 	"\x02OK\x10\x00\x12\x12\n" +
 	"\x0eINTERNAL_ERROR\x10\x01\x12\x12\n" +
@@ -5430,8 +5433,9 @@ const file_master_proto_rawDesc = "" +
 	"\x11PAYLOAD_TOO_LARGE\x10\x15\x12\x12\n" +
 	"\x0eFILE_READ_FAIL\x10\x16\x12\x13\n" +
 	"\x0fFILE_WRITE_FAIL\x10\x17\x12\x14\n" +
-	"\x10CLIENT_NOT_FOUND\x10\x18\x12\x15\n" +
-	"\x11PERMISSION_DENIED\x10\x19*P\n" +
+	"\x10CLIENT_NOT_FOUND\x10\x18\x12\x13\n" +
+	"\x0fUNAUTHENTICATED\x10\x19\x12\x15\n" +
+	"\x11PERMISSION_DENIED\x10\x1a*P\n" +
 	"\vReplicaType\x12\x1c\n" +
 	"\x18REPLICA_TYPE_UNSPECIFIED\x10\x00\x12\n" +
 	"\n" +

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvtier/kvtier/internal/auth"
 	"github.com/kvtier/kvtier/kverr"
 	"github.com/kvtier/kvtier/rest"
 )
@@ -24,13 +25,15 @@ import (
 type adminFlags struct {
 	http      string
 	tokenFile string
+	tlsCA     string
 	json      bool
 	timeout   time.Duration
 }
 
 func (f *adminFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.http, "http", "127.0.0.1:8080", "master REST address HOST:PORT or URL (or KVTIER_HTTP; default: the standalone's)")
-	cmd.Flags().StringVar(&f.tokenFile, "token-file", "", "file holding the admin bearer token (or KVTIER_TOKEN): the master's --http-token")
+	cmd.Flags().StringVar(&f.tokenFile, "token-file", "", "file holding the admin bearer token (or KVTIER_TOKEN): the master's --http-token or an admin token of its --credentials")
+	cmd.Flags().StringVar(&f.tlsCA, "tls-ca", "", "PEM CA of the master's --tls-cert (or KVTIER_TLS_CA): talk https to --http")
 	cmd.Flags().BoolVar(&f.json, "json", false, "print JSON")
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 10*time.Second, "give up after this long")
 }
@@ -47,8 +50,16 @@ func (f *adminFlags) client() (*adminClient, error) {
 	if base == "" {
 		return nil, usagef("--http: empty address")
 	}
+	tc, err := auth.ClientTLS(f.tlsCA)
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
 	if !strings.Contains(base, "://") {
-		base = "http://" + base
+		if tc != nil {
+			base = "https://" + base
+		} else {
+			base = "http://" + base
+		}
 	}
 	if u, err := url.Parse(base); err != nil || u.Host == "" {
 		return nil, usagef("--http %q: want HOST:PORT or http://HOST:PORT", f.http)
@@ -61,7 +72,11 @@ func (f *adminFlags) client() (*adminClient, error) {
 		}
 		token = strings.TrimSpace(string(b))
 	}
-	return &adminClient{base: base, token: token, hc: &http.Client{Timeout: f.timeout}}, nil
+	hc := &http.Client{Timeout: f.timeout}
+	if tc != nil {
+		hc.Transport = &http.Transport{TLSClientConfig: tc}
+	}
+	return &adminClient{base: base, token: token, hc: hc}, nil
 }
 
 // do sends one request and decodes a 2xx JSON answer into out (nil: ignore).

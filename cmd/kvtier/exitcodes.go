@@ -50,6 +50,7 @@ var exitCodes = map[kverr.Code]int{
 	kverr.QuotaExceeded:              exitNoSpace,
 	kverr.ObjectCountExceeded:        exitNoSpace,
 	kverr.Unauthorized:               exitAuth,
+	kverr.Unauthenticated:            exitAuth,
 	kverr.PermissionDenied:           exitAuth,
 	kverr.ChecksumMismatch:           exitData,
 	kverr.FileReadFail:               exitData,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"runtime"
 	"sync"
@@ -25,6 +26,8 @@ type dataPlane struct {
 
 	mu      sync.Mutex
 	clients map[string]*client.Client // guarded by mu: tenant -> client
+	token   string                    // the process's own credential (--credentials)
+	tls     *tls.Config               // the process's own TLS trust (--tls-cert)
 }
 
 var _ rest.DataPlane = (*dataPlane)(nil)
@@ -38,7 +41,8 @@ func (d *dataPlane) client(ctx context.Context, tenant string) (*client.Client, 
 	if c, ok := d.clients[tenant]; ok {
 		return c, nil
 	}
-	c, err := client.New(ctx, client.Config{MasterAddr: d.masterAddr, Tenant: tenant, ClientID: "rest-" + tenant, HeartbeatInterval: 5 * time.Second})
+	c, err := client.New(ctx, client.Config{MasterAddr: d.masterAddr, Tenant: tenant, ClientID: "rest-" + tenant, HeartbeatInterval: 5 * time.Second,
+		Token: d.token, TLS: d.tls})
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +137,8 @@ func (fe *frontEnd) grpcOptions() []grpc.ServerOption {
 
 // start builds the REST server once the gRPC address is known.
 func (fe *frontEnd) start(ms kvtierpb.MasterServer, grpcAddr string, f *masterFlags, log *slog.Logger) error {
-	fe.dp = &dataPlane{masterAddr: grpcAddr, metrics: fe.metrics, clients: map[string]*client.Client{}}
+	fe.dp = &dataPlane{masterAddr: grpcAddr, metrics: fe.metrics, clients: map[string]*client.Client{},
+		token: f.sec.internalToken(), tls: f.sec.selfTLS()}
 	cfg := f.config()
 	effective := map[string]any{
 		"grpc_addr": grpcAddr, "http_addr": f.httpAddr, "lease_ttl": cfg.LeaseTTL.String(),
@@ -151,7 +156,11 @@ func (fe *frontEnd) start(ms kvtierpb.MasterServer, grpcAddr string, f *masterFl
 		}
 		effective["settings"], effective["sources"] = vals, srcs
 	}
-	s, err := rest.New(rest.Config{Token: f.httpToken, Metrics: fe.metrics, Logger: log,
+	var creds rest.Authenticator
+	if f.sec.store != nil {
+		creds = f.sec.store
+	}
+	s, err := rest.New(rest.Config{Token: f.httpToken, Credentials: creds, Metrics: fe.metrics, Logger: log,
 		EffectiveConfig: func() any { return effective }, Doctor: doctorFor(f.doctor)}, ms, fe.dp)
 	if err != nil {
 		return err

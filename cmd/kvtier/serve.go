@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -19,6 +20,7 @@ import (
 	"github.com/kvtier/kvtier/appliance"
 	"github.com/kvtier/kvtier/dram"
 	"github.com/kvtier/kvtier/ha"
+	"github.com/kvtier/kvtier/internal/auth"
 	"github.com/kvtier/kvtier/internal/buildinfo"
 	"github.com/kvtier/kvtier/internal/fastrpc"
 	"github.com/kvtier/kvtier/internal/transfer"
@@ -51,7 +53,9 @@ type masterFlags struct {
 	dataGrants         bool            // sign data-plane grants (internal/grant)
 	grantRotation      time.Duration   // grant secret rotation period
 	doctor             *applianceFlags // standalone: the host checks use the appliance's settings
-	settings           []setting       // every flag of the command, for GET /api/v1/config
+	security           securityFlags
+	sec                *security // set by startMaster
+	settings           []setting // every flag of the command, for GET /api/v1/config
 }
 
 func (f *masterFlags) register(cmd *cobra.Command, standalone bool) {
@@ -76,6 +80,7 @@ func (f *masterFlags) register(cmd *cobra.Command, standalone bool) {
 	fs.DurationVar(&f.rpcPoll, "rpc-poll", fastrpc.DefaultServerPoll, "longest a master connection polls for its next data-path call before sleeping, when its calls come that close together (0: off; saves a CPU wake-up per call on VMs)")
 	fs.BoolVar(&f.dataGrants, "data-grants", true, "sign a data-plane grant into every replica location and have appliances refuse data-port requests without a valid one (false: the data port is open to anyone who reaches it; for measuring the grants' cost)")
 	fs.DurationVar(&f.grantRotation, "grant-key-rotation", master.DefaultGrantKeyRotation, "how often each appliance's data-plane grant secret is replaced")
+	f.security.register(cmd)
 	if !standalone {
 		fs.StringVar(&f.offload, "offload", master.DefaultOffloadMode, "SSD offload mode of the cluster: off | immediate | on-evict")
 		fs.StringVar(&f.ssdPolicy, "ssd-policy", master.DefaultSSDPolicy, "SSD bucket eviction of every appliance: fifo | lru (cluster-wide; wins over appliances' own --ssd-policy)")
@@ -109,6 +114,7 @@ type applianceFlags struct {
 	nvme        nvmeFlags
 	respAddr    string
 	respPwFile  string
+	clientSec   clientSecurityFlags // appliance command: its token and the master's CA
 }
 
 func (f *applianceFlags) register(cmd *cobra.Command, standalone bool) {
@@ -122,6 +128,7 @@ func (f *applianceFlags) register(cmd *cobra.Command, standalone bool) {
 		"else once the old process has been silent 3s; a second live appliance under a taken name is refused and exits non-zero")
 	if !standalone {
 		fs.StringVar(&f.master, "master", envOr("KVTIER_MASTER", "127.0.0.1:7070"), "master gRPC address (or KVTIER_MASTER)")
+		f.clientSec.register(cmd)
 	}
 	fs.Var(&f.dramSize, "dram", "DRAM to serve, e.g. 1GiB (pre-faulted once at start)")
 	fs.Var(&f.segmentSize, "segment-size", "split DRAM into segments of this size (default: one segment)")
@@ -200,6 +207,7 @@ type runningMaster struct {
 	cancel   context.CancelFunc
 	done     chan struct{}
 	httpDone chan struct{}
+	sec      *security
 	lead     *ha.Leadership // nil without --etcd
 	lost     chan struct{}  // closed when leadership is lost
 }
@@ -208,6 +216,11 @@ func startMaster(f *masterFlags, log *slog.Logger) (*runningMaster, error) {
 	if f.rpcPoll < 0 || f.rpcPoll > fastrpc.MaxPoll {
 		return nil, fmt.Errorf("--rpc-poll %v: want 0 (off) up to %v", f.rpcPoll, fastrpc.MaxPoll)
 	}
+	sec, err := f.security.setup(log, f.grpcAddr, f.httpAddr)
+	if err != nil {
+		return nil, err
+	}
+	f.sec = sec
 	lead, err := campaign(f, log)
 	if err != nil {
 		return nil, err
@@ -239,15 +252,34 @@ func startMaster(f *masterFlags, log *slog.Logger) (*runningMaster, error) {
 		hl.Close()
 		return nil, err
 	}
-	rm := &runningMaster{m: m, ms: ms, grpcAddr: lis.Addr(), httpAddr: hl.Addr(), fe: fe,
+	rm := &runningMaster{m: m, ms: ms, grpcAddr: lis.Addr(), httpAddr: hl.Addr(), fe: fe, sec: sec,
 		done: make(chan struct{}), httpDone: make(chan struct{})}
-	rm.grpc = grpc.NewServer(fe.grpcOptions()...)
+	if sec.tls != nil {
+		// TLS ends at the listener, before the fast path and gRPC split,
+		// so both run over it (GRPCServerCreds hands gRPC the peer's
+		// certificate).
+		lis = tls.NewListener(lis, sec.tls.Config("h2"))
+		hl = tls.NewListener(hl, sec.tls.Config("http/1.1"))
+	}
+	unary, stream := sec.interceptors(m, fe.metrics.UnaryServerInterceptor(), fe.metrics.StreamServerInterceptor())
+	opts := append(fe.grpcOptions(), grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
+	if sec.tls != nil {
+		opts = append(opts, grpc.Creds(auth.GRPCServerCreds{}))
+	}
+	rm.grpc = grpc.NewServer(opts...)
 	kvtierpb.RegisterMasterServer(rm.grpc, ms)
-	rm.fast = fastrpc.NewServer(&kvtierpb.Master_ServiceDesc, ms, fe.metrics.UnaryServerInterceptor())
+	rm.fast = fastrpc.NewServer(&kvtierpb.Master_ServiceDesc, ms, chainUnary(unary))
 	rm.fast.SetPoll(f.rpcPoll)
+	if sec.store != nil {
+		rm.fast.SetAuthenticate(sec.fastAccept)
+	}
+	if sec.tls != nil {
+		rm.fast.SetConnContext(fastConnContext)
+	}
 	glis := rm.fast.Split(lis)
 	ctx, cancel := context.WithCancel(context.Background())
 	rm.cancel = cancel
+	sec.watchReload(ctx, log)
 	go func() { defer close(rm.done); m.Run(ctx) }()
 	go fe.metrics.Track(ctx, 2*time.Second) // appliance SSD counters stay monotonic across restarts
 	go func() { _ = rm.grpc.Serve(glis) }()
@@ -383,6 +415,9 @@ func newApplianceCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if cfg.Token, cfg.MasterTLS, err = f.clientSec.load(); err != nil {
+				return err
+			}
 			a, err := appliance.Start(ctx, cfg)
 			if err != nil {
 				return err
@@ -450,6 +485,7 @@ func newStandaloneCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			cfg.Token, cfg.MasterTLS = rm.sec.internalToken(), rm.sec.selfTLS()
 			a, err := appliance.Start(ctx, cfg)
 			if err != nil {
 				return err
@@ -462,7 +498,7 @@ func newStandaloneCmd() *cobra.Command {
 			line := fmt.Sprintf("listening grpc=%s http=%s data=%s%s%s", rm.grpcAddr, rm.httpAddr, a.DataAddr(), describeListeners(a), respDesc)
 			log.Info(line, "version", buildinfo.Get().Version)
 			fmt.Println(line)
-			fmt.Printf("web UI: http://%s/\n", rm.httpAddr)
+			fmt.Printf("web UI: %s://%s/\n", map[bool]string{false: "http", true: "https"}[rm.sec.tls != nil], rm.httpAddr)
 			notifyReady(log, line)
 			go logSummaries(ctx, log, rm.ms, summaryInterval(cmd))
 			<-ctx.Done()

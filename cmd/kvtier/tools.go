@@ -18,6 +18,7 @@ import (
 	"github.com/kvtier/kvtier/bench"
 	"github.com/kvtier/kvtier/client"
 	"github.com/kvtier/kvtier/dram"
+	"github.com/kvtier/kvtier/internal/auth"
 	"github.com/kvtier/kvtier/internal/transfer"
 	"github.com/kvtier/kvtier/replay"
 )
@@ -127,6 +128,7 @@ func newBenchCmd() *cobra.Command {
 	var jsonOut, shm bool
 	var cpuProfile string
 	var tcpSink int
+	var sec clientSecurityFlags
 	dramSize := sizeValue(2 << 30)
 	cmd := &cobra.Command{
 		Use:   "bench [--master ADDR] [--op put|get|mixed|exist] [--size 64KiB,1MiB,16MiB]",
@@ -180,7 +182,11 @@ results of a 'make bench' run into results.md, results.json and throughput.svg.`
 					defer l.stop()
 					addr = l.rm.grpcAddr.String()
 				}
-				c, err := client.New(ctx, client.Config{MasterAddr: addr, Transfer: transfer.Config{DisableSharedMemory: !shm}})
+				token, tc, err := sec.load()
+				if err != nil {
+					return err
+				}
+				c, err := client.New(ctx, client.Config{MasterAddr: addr, Transfer: transfer.Config{DisableSharedMemory: !shm}, Token: token, TLS: tc})
 				if err != nil {
 					return err
 				}
@@ -217,6 +223,7 @@ results of a 'make bench' run into results.md, results.json and throughput.svg.`
 	fs.StringVar(&report, "report", "", "write the report of a results directory (make bench)")
 	fs.Var(&dramSize, "dram", "DRAM of the store started without --master")
 	fs.BoolVar(&shm, "shm", true, "map the memory of appliances on this host (false: every transfer over TCP)")
+	sec.register(cmd)
 	registerCPUProfile(cmd, &cpuProfile)
 	return cmd
 }
@@ -342,7 +349,19 @@ func replayOnce(ctx context.Context, trace *replay.Trace, master string, capBloc
 		defer l.stop()
 		addr = l.rm.grpcAddr.String()
 	}
-	c, err := client.New(ctx, client.Config{MasterAddr: addr})
+	cfg := client.Config{MasterAddr: addr}
+	if master != "" { // a running cluster: KVTIER_TOKEN and KVTIER_TLS_CA as for the other verbs
+		tok, err := auth.ClientToken("")
+		if err != nil {
+			return nil, err
+		}
+		tc, err := auth.ClientTLS("")
+		if err != nil {
+			return nil, err
+		}
+		cfg.Token, cfg.TLS = tok, tc
+	}
+	c, err := client.New(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -21,6 +21,7 @@ type clientFlags struct {
 	tenant  string
 	json    bool
 	timeout time.Duration
+	sec     clientSecurityFlags
 
 	replicasSet bool // put: --replicas given explicitly
 }
@@ -30,6 +31,7 @@ func (f *clientFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.tenant, "tenant", "default", "tenant")
 	cmd.Flags().BoolVar(&f.json, "json", false, "print JSON")
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 60*time.Second, "give up after this long")
+	f.sec.register(cmd)
 }
 
 // run wraps a verb: it connects a pure caller (no segment, no listener) for
@@ -40,7 +42,11 @@ func (f *clientFlags) run(verb func(ctx context.Context, c *client.Client, args 
 		f.replicasSet = cmd.Flags().Changed("replicas")
 		ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 		defer cancel()
-		c, err := client.New(ctx, client.Config{MasterAddr: f.master, Tenant: f.tenant, OneShot: true})
+		token, tc, err := f.sec.load()
+		if err != nil {
+			return err
+		}
+		c, err := client.New(ctx, client.Config{MasterAddr: f.master, Tenant: f.tenant, OneShot: true, Token: token, TLS: tc})
 		if err != nil {
 			return err
 		}

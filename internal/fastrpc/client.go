@@ -3,6 +3,7 @@ package fastrpc
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -33,6 +34,12 @@ type ClientConfig struct {
 	MaxIdle int
 	// DialTimeout bounds dialling and the hello. Default 5s.
 	DialTimeout time.Duration
+	// Token, when set, is sent in the hello (see helloToken): a server
+	// with credentials refuses the connection without a token it knows.
+	Token string
+	// TLS, when set, wraps every fast-path connection in TLS (the master
+	// terminates TLS on its listener, before the fast path and gRPC split).
+	TLS *tls.Config
 }
 
 // Defaults.
@@ -54,6 +61,8 @@ func (c ClientConfig) Validate() error {
 		return errors.New("fastrpc: no server address")
 	case c.Fallback == nil:
 		return errors.New("fastrpc: no fallback connection")
+	case len(c.Token) > maxTokenLen:
+		return fmt.Errorf("fastrpc: token of %d bytes exceeds %d", len(c.Token), maxTokenLen)
 	case c.MaxConns < 0 || c.MaxIdle < 0 || c.DialTimeout < 0:
 		return fmt.Errorf("fastrpc: negative limit in %+v", c)
 	}
@@ -224,8 +233,20 @@ func (c *Conn) dialOne(ctx context.Context, addr string) (*fconn, error) {
 	}
 	deadline, _ := dctx.Deadline()
 	_ = nc.SetDeadline(deadline)
+	if c.cfg.TLS != nil {
+		cfg := c.cfg.TLS.Clone()
+		if cfg.ServerName == "" {
+			cfg.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+		tc := tls.Client(nc, cfg)
+		if err := tc.HandshakeContext(dctx); err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("fastrpc: TLS with %s: %w", addr, err)
+		}
+		nc = tc
+	}
 	var b [helloLen]byte
-	_, err = nc.Write(hello[:])
+	_, err = nc.Write(c.helloBytes())
 	if err == nil {
 		_, err = io.ReadFull(nc, b[:])
 		if err == nil {
@@ -241,6 +262,17 @@ func (c *Conn) dialOne(ctx context.Context, addr string) (*fconn, error) {
 	}
 	_ = nc.SetDeadline(time.Time{})
 	return &fconn{nc: nc, r: bufio.NewReaderSize(nc, 4096)}, nil
+}
+
+// helloBytes is the client's hello, with its token when configured.
+func (c *Conn) helloBytes() []byte {
+	if c.cfg.Token == "" {
+		return hello[:]
+	}
+	h := append([]byte(nil), hello[:]...)
+	h[5] = helloToken
+	h = append(h, byte(len(c.cfg.Token)>>8), byte(len(c.cfg.Token)))
+	return append(h, c.cfg.Token...)
 }
 
 func isTimeout(err error) bool {

@@ -40,6 +40,15 @@
 //   - Deadlines: the caller's context deadline bounds the socket I/O and
 //     travels in the request (timeout field) to bound the handler's context;
 //     a cancelled context fails the call and drops its connection.
+//   - Authentication: a client's hello may carry a token (flag helloToken:
+//     2-byte length, then the token, ClientConfig.Token). A server with
+//     SetAuthenticate closes a connection whose token (or TLS client
+//     certificate) it refuses before any call; the client then uses gRPC,
+//     which names the refusal (UNAUTHENTICATED). Calls on an accepted
+//     connection carry the token as `authorization: Bearer` metadata, so
+//     the same interceptor checks both paths. Under TLS the master
+//     terminates TLS on the listener before Split (ClientConfig.TLS on the
+//     client side); SetConnContext hands the TLS state to the calls.
 //   - Bad input: a frame with a bad magic, an unknown version, a method name
 //     or payload length out of range closes that connection only; an
 //     unknown method or an undecodable request is answered with

@@ -66,10 +66,29 @@ func FuzzServerCall(f *testing.F) {
 	f.Add("/kvtier.v1.Master/PutStart", []byte{0x1a, 0x80})
 	f.Add("nope", []byte(nil))
 	f.Fuzz(func(t *testing.T, method string, payload []byte) {
-		out := s.call(request{method: method, payload: payload}, nil)
+		out := s.call(s.ctx, request{method: method, payload: payload}, nil, nil)
 		st, n, err := parseResponseHeader(out)
 		if err != nil || n != len(out)-respHeaderLen {
 			t.Fatalf("answer %x: status %d length %d: %v", out[:min(len(out), 16)], st, n, err)
+		}
+	})
+}
+
+// FuzzClientHello: a client hello that parses has the magic, the version,
+// zero reserved bytes and no flag but helloToken.
+func FuzzClientHello(f *testing.F) {
+	f.Add(hello[:])
+	tok := append([]byte(nil), hello[:]...)
+	tok[5] = helloToken
+	f.Add(tok)
+	f.Add([]byte("KVFR\x01\x02\x00\x00"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		flags, err := parseClientHello(b)
+		if err != nil {
+			return
+		}
+		if len(b) != helloLen || !bytes.Equal(b[:5], hello[:5]) || b[6] != 0 || b[7] != 0 || flags&^helloToken != 0 || flags != b[5] {
+			t.Fatalf("accepted hello %x (flags %d)", b, flags)
 		}
 	})
 }

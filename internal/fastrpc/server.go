@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
@@ -35,6 +36,14 @@ type Server struct {
 
 	poll poller // waits for the next request (see "Polling")
 
+	// authenticate, when set, must accept a connection's token (see
+	// helloToken) before any call on it; calls then carry the token as
+	// `authorization: Bearer ...` metadata, as gRPC calls do.
+	authenticate func(token string, c net.Conn) bool
+	// connContext, when set, derives each connection's call context (the
+	// master adds the peer's TLS state).
+	connContext func(ctx context.Context, c net.Conn) context.Context
+
 	mu        sync.Mutex
 	closed    bool
 	conns     map[net.Conn]struct{}
@@ -52,6 +61,19 @@ func NewServer(desc *grpc.ServiceDesc, impl any, interceptor grpc.UnaryServerInt
 	s.poll.polling = &serverPolling
 	s.poll.d.Store(int64(DefaultServerPoll))
 	return s
+}
+
+// SetAuthenticate makes every connection present a token that accept
+// (or the connection c, e.g. its client certificate) takes before its first call (nil: tokens are optional and only passed
+// on). Set it before Split.
+func (s *Server) SetAuthenticate(accept func(token string, c net.Conn) bool) {
+	s.authenticate = accept
+}
+
+// SetConnContext sets f to derive the context of every call on a
+// connection from the server's and the connection. Set it before Split.
+func (s *Server) SetConnContext(f func(ctx context.Context, c net.Conn) context.Context) {
+	s.connContext = f
 }
 
 // SetPoll sets the longest a connection polls for its next request before
@@ -122,12 +144,16 @@ func (s *Server) untrack(c net.Conn) {
 
 // serveConn answers calls on c, whose hello was already read, until c
 // breaks or sends a malformed frame.
-func (s *Server) serveConn(c net.Conn) {
+func (s *Server) serveConn(c net.Conn, md metadata.MD) {
 	if !s.track(c) {
 		c.Close()
 		return
 	}
 	defer s.untrack(c)
+	base := s.ctx
+	if s.connContext != nil {
+		base = s.connContext(base, c)
+	}
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
@@ -151,7 +177,7 @@ func (s *Server) serveConn(c net.Conn) {
 		}
 		in = buf
 		s.poll.calls.Add(1)
-		out = s.call(q, out[:0])
+		out = s.call(base, q, out[:0], md)
 		s.poll.calls.Add(-1)
 		if _, err := c.Write(out); err != nil {
 			return
@@ -167,16 +193,19 @@ func (s *Server) serveConn(c net.Conn) {
 }
 
 // call runs one request and appends its response frame to out.
-func (s *Server) call(q request, out []byte) []byte {
+func (s *Server) call(base context.Context, q request, out []byte, cmd metadata.MD) []byte {
 	md, ok := s.methods[q.method]
 	if !ok {
 		return errorFrame(out, status.Errorf(codes.Unimplemented, "fastrpc: unknown method %q", q.method))
 	}
-	ctx, cancel := s.ctx, context.CancelFunc(func() {})
+	ctx, cancel := base, context.CancelFunc(func() {})
 	if q.timeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(q.timeout)*time.Millisecond)
 	}
 	defer cancel()
+	if cmd != nil {
+		ctx = metadata.NewIncomingContext(ctx, cmd)
+	}
 	dec := func(m any) error {
 		pm, ok := m.(proto.Message)
 		if !ok {
@@ -306,12 +335,44 @@ func (l *splitListener) classify(c net.Conn) {
 		return
 	}
 	if [4]byte(b[:4]) == helloMagic {
-		if _, err := io.ReadFull(c, b[4:]); err != nil || checkHello(b[:]) != nil {
+		if _, err := io.ReadFull(c, b[4:]); err != nil {
 			c.Close()
 			return
 		}
+		flags, err := parseClientHello(b[:])
+		if err != nil {
+			c.Close()
+			return
+		}
+		var token string
+		if flags&helloToken != 0 {
+			var lb [2]byte
+			if _, err := io.ReadFull(c, lb[:]); err != nil {
+				c.Close()
+				return
+			}
+			n := int(lb[0])<<8 | int(lb[1])
+			if n > maxTokenLen {
+				c.Close()
+				return
+			}
+			tb := make([]byte, n)
+			if _, err := io.ReadFull(c, tb); err != nil {
+				c.Close()
+				return
+			}
+			token = string(tb)
+		}
+		if l.s.authenticate != nil && !l.s.authenticate(token, c) {
+			c.Close() // refused before any call; the client falls back to gRPC, which names the refusal
+			return
+		}
+		var md metadata.MD
+		if token != "" {
+			md = metadata.Pairs("authorization", "Bearer "+token)
+		}
 		_ = c.SetReadDeadline(time.Time{})
-		l.s.serveConn(c)
+		l.s.serveConn(c, md)
 		return
 	}
 	_ = c.SetReadDeadline(time.Time{})
@@ -328,6 +389,9 @@ type prefixConn struct {
 	net.Conn
 	prefix []byte
 }
+
+// NetConn returns the wrapped connection (a *tls.Conn under TLS).
+func (p *prefixConn) NetConn() net.Conn { return p.Conn }
 
 func (p *prefixConn) Read(b []byte) (int, error) {
 	if len(p.prefix) > 0 {

@@ -139,6 +139,25 @@ func parseResponseHeader(h []byte) (byte, int, error) {
 	return h[4], int(plen), nil
 }
 
+// helloToken, in byte 5 of a client's hello, says a token follows the
+// hello: a 2-byte big-endian length, then that many bytes (at most
+// maxTokenLen). A server with an Authenticate function refuses a
+// connection whose token it does not know by closing it before any call; a
+// server without one ignores the token. Servers answer with the plain
+// hello. (Older servers close on the flag: the client then uses gRPC.)
+const (
+	helloToken  = 1
+	maxTokenLen = 4096
+)
+
+// parseClientHello checks a client's hello and returns its flags.
+func parseClientHello(b []byte) (byte, error) {
+	if len(b) != helloLen || [4]byte(b[:4]) != helloMagic || b[4] != Version || b[6] != 0 || b[7] != 0 || b[5]&^helloToken != 0 {
+		return 0, fmt.Errorf("%w: hello %x", errMalformed, b)
+	}
+	return b[5], nil
+}
+
 // checkHello reports whether b is a version-1 hello.
 func checkHello(b []byte) error {
 	if len(b) != helloLen || [helloLen]byte(b) != hello {

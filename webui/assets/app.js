@@ -303,14 +303,46 @@ setInterval(() => { // one eviction-chart point per second from the live events
 window.addEventListener("resize", drawCharts);
 
 // ---------- events ----------
+// The stream is read with fetch, not EventSource, so that it carries the
+// bearer token a master with --credentials asks for (EventSource cannot send
+// headers); it reconnects as EventSource would.
 function connectEvents() {
   const pill = $("#live-pill");
-  const es = new EventSource(API + "/events");
-  es.onopen = () => { pill.className = "pill pill-ok"; pill.textContent = "live"; };
-  es.onerror = () => { pill.className = "pill pill-warn"; pill.textContent = "reconnecting"; };
-  const kinds = ["put", "remove", "evict", "offload", "bucket_delete", "segment", "client", "message"];
-  for (const k of kinds) es.addEventListener(k, (m) => { try { onEvent(JSON.parse(m.data)); } catch { /* ignore */ } });
-  es.addEventListener("end", () => { pill.className = "pill pill-warn"; pill.textContent = "stream ended"; });
+  const kinds = new Set(["put", "remove", "evict", "offload", "bucket_delete", "segment", "client", "message"]);
+  const warn = (text) => { pill.className = "pill pill-warn"; pill.textContent = text; };
+  const again = (text) => { warn(text || "reconnecting"); setTimeout(run, 3000); };
+  async function run() {
+    let r;
+    try {
+      const headers = {};
+      if (token()) headers["Authorization"] = "Bearer " + token();
+      r = await fetch(API + "/events", { headers });
+    } catch { return again(); }
+    if (!r.ok || !r.body) return again(r.status === 401 || r.status === 403 ? "no access: set a token" : "reconnecting");
+    pill.className = "pill pill-ok"; pill.textContent = "live";
+    const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buf = "";
+    for (;;) {
+      let chunk;
+      try { chunk = await reader.read(); } catch { return again(); }
+      if (chunk.done) return again();
+      buf += chunk.value.replace(/\r\n/g, "\n");
+      let i;
+      while ((i = buf.indexOf("\n\n")) >= 0) {
+        const block = buf.slice(0, i);
+        buf = buf.slice(i + 2);
+        let kind = "message";
+        const data = [];
+        for (const line of block.split("\n")) {
+          if (line.startsWith("event:")) kind = line.slice(6).trim();
+          else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
+        }
+        if (kind === "end") { reader.cancel().catch(() => {}); return again("stream ended"); }
+        if (kinds.has(kind) && data.length) { try { onEvent(JSON.parse(data.join("\n"))); } catch { /* ignore */ } }
+      }
+    }
+  }
+  run();
 }
 function onEvent(ev) {
   if (ev.kind === "evict") state.evictNow.evict++;
