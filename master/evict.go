@@ -265,12 +265,12 @@ func (m *Master) evictPassAt(ctx context.Context, need uint64, trigger float64) 
 	m.ctr.add(cEvictionPasses, 1)
 
 	now := rep.Time.UnixNano()
-	if m.evictCachedLocked(&rep, st, now) {
+	pol := m.passPolicyLocked(st.policy, now)
+	if m.evictCachedLocked(&rep, st, pol, now) {
 		m.turnover.Record(now, int(rep.FreedObjects))
 		m.lastReport = rep
 		return rep
 	}
-	pol := m.passPolicyLocked(st.policy, now)
 	first, soft, refs := m.scanFirst[:0], m.scanSoft[:0], m.scanRefs[:0]
 	memObjects, memBytes := 0, uint64(0)
 	m.forEachShard(func(sh *shard) {

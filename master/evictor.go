@@ -40,6 +40,7 @@ type evictCache struct {
 	cands []Candidate // Ref indexes refs
 	refs  []candRef   // with pol and key set
 	st    *settings   // the settings of the scan
+	pol   LeasePolicy // the pass policy the kept keys were computed under
 	until int64       // expiry, ns on the master's clock
 	// stale: a pass queued an offload instead of freeing (on-evict mode).
 	// The object is freed by a later pass once its disk copy lands, which
@@ -56,9 +57,12 @@ func backgroundTrigger(d DramSettings) float64 {
 // evictCachedLocked evicts from the kept candidates toward rep's target.
 // It reports whether the target was met; if not, the cache is dropped and
 // the caller scans (rep keeps what was freed). evictMu must be held.
-func (m *Master) evictCachedLocked(rep *EvictionReport, st *settings, now int64) bool {
+func (m *Master) evictCachedLocked(rep *EvictionReport, st *settings, pol LeasePolicy, now int64) bool {
 	c := &m.evc
-	if len(c.cands) == 0 || c.st != st || now >= c.until || c.stale {
+	// A pass policy that moved (the frequency bonus's bound follows the
+	// tier's lifetime) reorders objects: the kept keys are no longer the
+	// earliest, so the pass scans.
+	if len(c.cands) == 0 || c.st != st || c.pol != pol || now >= c.until || c.stale {
 		m.dropEvictCacheLocked()
 		return false
 	}
@@ -87,7 +91,7 @@ func (m *Master) fillCacheLocked(rest []Candidate, refs []candRef, pol LeasePoli
 		cd.Ref = int32(i)
 		c.cands = append(c.cands, cd)
 	}
-	c.st, c.until = st, now+int64(evictCacheTTL)
+	c.st, c.pol, c.until = st, pol, now+int64(evictCacheTTL)
 }
 
 // dropEvictCacheLocked forgets the kept candidates (and the objects they
@@ -95,5 +99,5 @@ func (m *Master) fillCacheLocked(rest []Candidate, refs []candRef, pol LeasePoli
 func (m *Master) dropEvictCacheLocked() {
 	c := &m.evc
 	clear(c.refs)
-	c.cands, c.refs, c.st, c.stale = c.cands[:0], c.refs[:0], nil, false
+	c.cands, c.refs, c.st, c.pol, c.stale = c.cands[:0], c.refs[:0], nil, nil, false
 }
