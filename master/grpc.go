@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/internal/auth"
 	"github.com/kvtier/kvtier/internal/grant"
 	"github.com/kvtier/kvtier/kverr"
 )
@@ -100,12 +101,27 @@ func listToPB(l ReplicaList) *kvtierpb.GetReplicaListResponse {
 		LeaseDeadlineMs: ms(l.LeaseDeadline), Replicas: replicasToPB(l.Replicas)}
 }
 
-// grantSession is the client session data-plane grants are bound to. It
-// is the one place that says who the caller is: today the client ID the
-// call names (the control plane authenticates nobody yet); point it at the
-// authenticated session once there is one.
-func grantSession(_ context.Context, clientID string) grant.Session {
+// grantSession is the client session data-plane grants are bound to, the
+// one place that says who a grant is for. With credentials it is the
+// call's authenticated principal (auth.FromContext), so a grant names the
+// credential it was issued to; open (no principal) it is the client ID the
+// call names.
+func grantSession(ctx context.Context, clientID string) grant.Session {
+	if p, ok := auth.FromContext(ctx); ok {
+		return grant.SessionOfPrincipal(p.ID)
+	}
 	return grant.SessionOf(clientID)
+}
+
+// nodeGrantSession is grantSession for a grant signed outside the node's
+// call (an offload task's source, handed out by TakeOffload's stream): the
+// principal bound to the node's client ID, if any. Not on the put/get path:
+// Session takes the sessions lock.
+func (m *Master) nodeGrantSession(node string) grant.Session {
+	if p, ok := m.Session(node); ok {
+		return grant.SessionOfPrincipal(p.ID)
+	}
+	return grant.SessionOf(node)
 }
 
 // signWrites attaches to each replica of a put its write grant: exactly
@@ -386,12 +402,26 @@ func (s *grpcServer) Heartbeat(ctx context.Context, r *kvtierpb.HeartbeatRequest
 	for _, t := range rep.Offload {
 		out.Offload = append(out.Offload, s.offloadTaskToPB(t))
 	}
-	if !r.GetLeaving() {
+	if !r.GetLeaving() && s.m.mayHoldGrantKeys(ctx, r.GetClientId()) {
 		for _, k := range s.m.GrantKeysForBeat(r.GetClientId(), r.GetIncarnation(), len(r.GetSegments()) > 0 || r.GetDisk() != nil, r.GetGrantKeyIds(), r.GetGrantRefusals()) {
 			out.GrantKeys = append(out.GrantKeys, &kvtierpb.GrantKey{Id: k.ID, Secret: bytes.Clone(k.Secret[:])})
 		}
 	}
 	return out, nil
+}
+
+// mayHoldGrantKeys reports whether the caller of a heartbeat naming node
+// may be handed node's grant keys: open, anyone (the caller names the
+// node); with credentials, only the principal node's client ID is bound to
+// (an admin may name another's client ID in a call, but its secrets would
+// let it sign any grant for that node's data port).
+func (m *Master) mayHoldGrantKeys(ctx context.Context, node string) bool {
+	p, ok := auth.FromContext(ctx)
+	if !ok {
+		return true
+	}
+	b, bound := m.Session(node)
+	return bound && b.ID == p.ID
 }
 
 // offloadTaskToPB converts t; its source carries a read grant for the node
@@ -400,7 +430,7 @@ func (s *grpcServer) Heartbeat(ctx context.Context, r *kvtierpb.HeartbeatRequest
 // times out.
 func (s *grpcServer) offloadTaskToPB(t OffloadTask) *kvtierpb.OffloadTask {
 	src := replicaToPB(t.Source)
-	src.Grant = s.m.SignGrant(t.Source, grantSession(context.Background(), t.Source.Node), grant.Read, s.m.now().Add(s.m.cfg.OffloadTimeout))
+	src.Grant = s.m.SignGrant(t.Source, s.m.nodeGrantSession(t.Source.Node), grant.Read, s.m.now().Add(s.m.cfg.OffloadTimeout))
 	return &kvtierpb.OffloadTask{Tenant: t.Tenant, Key: []byte(t.Key), Size: t.Size, Crc32C: t.CRC32C, Source: src}
 }
 

@@ -43,12 +43,21 @@ func (o Op) String() string {
 // Session identifies the client a grant was signed for.
 type Session [16]byte
 
-// SessionOf maps a client session to the value grants carry. It is the one
-// place that decides what a "session" is: today the client ID the master
-// knows (the data port authenticates nobody); once the control plane
-// authenticates sessions, point it at the authenticated session instead.
+// SessionOf maps a client ID to the value grants carry: the session of a
+// master that runs open (no credentials, so no authenticated principal).
 func SessionOf(clientID string) Session {
 	h := sha256.Sum256([]byte("kvtier-session\x00" + clientID))
+	var s Session
+	copy(s[:], h[:])
+	return s
+}
+
+// SessionOfPrincipal maps an authenticated principal's ID (auth.Principal.ID,
+// a digest prefix of its credential) to the value grants carry: the session
+// of a master with credentials. Its domain differs from SessionOf's, so a
+// client ID can never name a principal's session.
+func SessionOfPrincipal(principalID string) Session {
+	h := sha256.Sum256([]byte("kvtier-principal\x00" + principalID))
 	var s Session
 	copy(s[:], h[:])
 	return s
