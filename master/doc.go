@@ -324,6 +324,16 @@
 // the principal. Without credentials no Authorizer runs and no session is
 // kept.
 //
+// Data-plane grants name the session they were issued to (grpc.go,
+// grantSession): with credentials the call's principal, so a grant issued
+// to one credential names it; open, the client ID. A node's grant keys
+// (which sign any grant for its data port) are handed in a heartbeat
+// answer only to the principal the node's client ID is bound to
+// (mayHoldGrantKeys): another appliance credential naming the ID is
+// refused by BindSession, an admin naming it gets no keys. The data port
+// itself does not check the session (internal/grant, doc.go: a grant is a
+// bearer capability for its extent until its expiry).
+//
 // # Concurrency
 //
 // Objects live in 256 shards (hash of tenant and key), each a mutex and a

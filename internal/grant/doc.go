@@ -20,11 +20,25 @@
 // verifier supplies the segment the request names, so a grant for another
 // segment fails as a forgery.
 //
-// The session is a 16-byte value (SessionOf). Today it is derived from the
-// client ID the master knows; the data port does not authenticate its peers,
-// so a grant is a bearer capability for its extent until its expiry: anyone
-// who obtains it (it travels only over the control channel and the data
-// connection, both of which TLS can protect) can use it within those bounds.
+// The session is a 16-byte value naming whom the grant was issued to: with
+// credentials, the authenticated credential (SessionOfPrincipal of
+// auth.Principal.ID, the same for every client ID that credential uses);
+// open, the client ID the call named (SessionOf). It is signed, so it
+// cannot be altered, but the data port does not check it: the appliance
+// holds no credential table and its peers prove nothing on connecting, and
+// the session travels in the clear inside the token, so a peer could not
+// prove it by merely naming it. A grant is therefore a bearer capability
+// for its extent and op until its expiry: anyone who obtains it (it
+// travels only over the control channel and the data connection, both of
+// which TLS can protect) can use it within those bounds. The session
+// serves attribution (who was handed the grant a refused or suspicious
+// request carried). Binding use to the session would need a proof of
+// possession the appliance can check without the credential table: for
+// instance a per-session key HMAC(node secret, session) that the master
+// hands the client beside the grant over the authenticated control
+// channel and the client uses to answer a per-connection challenge of the
+// appliance, which derives the same key from its own secret. That is a
+// wire change (a proto field and a transfer handshake) not made yet.
 //
 // # Token layout (version 1, 88 bytes, big-endian)
 //
