@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/kvtier/kvtier/internal/auth"
 )
 
 // apiOp documents one endpoint. The table below is written by hand, apart
@@ -121,6 +123,23 @@ var apiOps = []apiOp{
 	{method: "GET", path: "/api/v1/openapi.json", summary: "This document", ok: 200, okSchema: map[string]any{"type": "object"}},
 }
 
+// role is the least role op needs when the master has credentials
+// (RoleNone: open to all), as Server.authorizeREST decides it; a test
+// checks the two agree on a running server.
+func (op apiOp) role() auth.Role {
+	switch {
+	case op.method == "GET" && (op.path == "/api/v1/health" || op.path == "/api/v1/ready"):
+		return auth.RoleNone
+	case strings.HasPrefix(op.path, "/api/v1/objects"):
+		return auth.RoleClient // (a forced DELETE: admin)
+	case op.method == "GET" && (op.path == "/api/v1/version" || op.path == "/api/v1/openapi.json"):
+		return auth.RoleClient
+	case op.method == "GET":
+		return auth.RoleAppliance
+	}
+	return auth.RoleAdmin
+}
+
 func schemas() map[string]any {
 	tier := obj(map[string]any{"tier": str(), "capacity": integer(), "used": integer(), "objects": integer(), "hits": integer(),
 		"misses": integer(), "used_fraction": num()})
@@ -167,6 +186,10 @@ func schemas() map[string]any {
 func OpenAPI() map[string]any {
 	paths := map[string]any{}
 	errResp := map[string]any{"description": "Refused", "content": map[string]any{"application/json": map[string]any{"schema": ref("Error")}}}
+	unauthResp := map[string]any{"description": "UNAUTHENTICATED: no or unknown token (WWW-Authenticate: Bearer)",
+		"content": map[string]any{"application/json": map[string]any{"schema": ref("Error")}}}
+	deniedResp := map[string]any{"description": "PERMISSION_DENIED: the credential's role is below x-kvtier-role, or the request names another tenant than the credential's",
+		"content": map[string]any{"application/json": map[string]any{"schema": ref("Error")}}}
 	for _, op := range apiOps {
 		item, _ := paths[op.path].(map[string]any)
 		if item == nil {
@@ -208,8 +231,13 @@ func OpenAPI() map[string]any {
 		}
 		resps["default"] = errResp
 		o["responses"] = resps
-		if op.mutating {
+		if role := op.role(); role != auth.RoleNone {
+			// With credentials every route but health and ready needs a
+			// token (with only --http-token, the mutating ones).
 			o["security"] = []any{map[string]any{"bearer": []string{}}}
+			o["x-kvtier-role"] = role.String()
+			resps["401"] = unauthResp
+			resps["403"] = deniedResp
 		}
 		item[strings.ToLower(op.method)] = o
 	}
@@ -218,6 +246,10 @@ func OpenAPI() map[string]any {
 		"info": map[string]any{"title": "kvtier operator API", "version": "1",
 			"description": "Control and inspect a kvtier cluster. Errors are {code, message, status}. " + keyEncodingDoc +
 				" When a token is configured, mutating requests need Authorization: Bearer TOKEN." +
+				" With credentials (--credentials) every operation marked with security needs a token (or a verified client certificate)" +
+				" whose role is at least the operation's x-kvtier-role (client < appliance < admin; a forced DELETE of an object is admin's;" +
+				" a client credential confined to a tenant has ?tenant= set to it and may name no other): 401 UNAUTHENTICATED without one" +
+				" or with an unknown one, 403 PERMISSION_DENIED below the role. Only health and ready stay open." +
 				" HEAD is answered wherever GET is. Paths outside /api/v1/, /metrics and the web UI's (/, /index.html, /app.js, /app.css) are 404."},
 		"servers": []any{map[string]any{"url": "/"}},
 		"paths":   paths,
