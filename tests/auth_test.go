@@ -228,6 +228,13 @@ func TestAuthAbuse(t *testing.T) {
 			_, err := mc.Heartbeat(box2, &kvtierpb.HeartbeatRequest{ClientId: "box1", Leaving: true})
 			return err
 		}},
+		{"storage Heartbeat under box1's client ID (would be answered with box1's grant keys)", func() error {
+			r, err := mc.Heartbeat(box2, &kvtierpb.HeartbeatRequest{ClientId: "box1", Segments: []*kvtierpb.Segment{{Name: "box1/mem0", Type: kvtierpb.ReplicaType_MEMORY, Node: "box1", Endpoint: "127.0.0.1:1", Size: 1 << 20}}})
+			if len(r.GetGrantKeys()) > 0 {
+				t.Errorf("box2 got %d of box1's grant keys", len(r.GetGrantKeys()))
+			}
+			return err
+		}},
 		{"DropBucket under box1's client ID", func() error {
 			_, err := mc.DropBucket(box2, &kvtierpb.DropBucketRequest{ClientId: "box1", Bucket: 1})
 			return err
