@@ -22,6 +22,7 @@ import (
 	"github.com/kvtier/kvtier/client"
 	"github.com/kvtier/kvtier/internal/auth"
 	"github.com/kvtier/kvtier/internal/fastrpc"
+	"github.com/kvtier/kvtier/internal/grant"
 	"github.com/kvtier/kvtier/kverr"
 )
 
@@ -304,6 +305,30 @@ func TestAuthAbuse(t *testing.T) {
 	}
 	if v, err := cliB.Get(ctx, "k1"); err != nil || v[0] != 'B' {
 		t.Fatalf("client B reads its own k1: %q %v", v, err)
+	}
+
+	// Grants name the credential they were issued to, whatever client ID
+	// it uses, and never another credential.
+	creds, err := auth.Load(filepath.Join(dir, "creds"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pa, _ := creds.Lookup(tokCliA)
+	pb, _ := creds.Lookup(tokCliB)
+	for _, g := range []struct {
+		ctx    context.Context
+		client string
+		want   grant.Session
+	}{{cliACtx, "cli-a", grant.SessionOfPrincipal(pa.ID)}, {cliACtx, "cli-a-second", grant.SessionOfPrincipal(pa.ID)},
+		{withToken(ctx, tokCliB), "cli-b", grant.SessionOfPrincipal(pb.ID)}} {
+		rl, err := mc.GetReplicaList(g.ctx, &kvtierpb.KeyRequest{ClientId: g.client, Key: []byte("k2")})
+		if err != nil || len(rl.GetReplicas()) == 0 {
+			t.Fatalf("GetReplicaList as %s: %v", g.client, err)
+		}
+		d, err := grant.Decode(rl.Replicas[0].Grant)
+		if err != nil || d.Session != g.want || d.Session == grant.SessionOf(g.client) {
+			t.Errorf("grant handed to %s names session %x (%v), want its credential's %x", g.client, d.Session, err, g.want)
+		}
 	}
 
 	// The CLI: rm --force needs the admin token.
