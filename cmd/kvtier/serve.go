@@ -115,6 +115,7 @@ type applianceFlags struct {
 	respAddr    string
 	respPwFile  string
 	clientSec   clientSecurityFlags // appliance command: its token and the master's CA
+	dataTLS     dataTLSFlags        // appliance command: TLS on the data port
 }
 
 func (f *applianceFlags) register(cmd *cobra.Command, standalone bool) {
@@ -129,6 +130,7 @@ func (f *applianceFlags) register(cmd *cobra.Command, standalone bool) {
 	if !standalone {
 		fs.StringVar(&f.master, "master", envOr("KVTIER_MASTER", "127.0.0.1:7070"), "master gRPC address (or KVTIER_MASTER)")
 		f.clientSec.register(cmd)
+		f.dataTLS.register(cmd)
 	}
 	fs.Var(&f.dramSize, "dram", "DRAM to serve, e.g. 1GiB (pre-faulted once at start)")
 	fs.Var(&f.segmentSize, "segment-size", "split DRAM into segments of this size (default: one segment)")
@@ -418,6 +420,9 @@ func newApplianceCmd() *cobra.Command {
 			if cfg.Token, cfg.MasterTLS, err = f.clientSec.load(); err != nil {
 				return err
 			}
+			if cfg.Transfer.ServerTLS, err = f.dataTLS.load(ctx, log); err != nil {
+				return err
+			}
 			a, err := appliance.Start(ctx, cfg)
 			if err != nil {
 				return err
@@ -486,6 +491,11 @@ func newStandaloneCmd() *cobra.Command {
 				return err
 			}
 			cfg.Token, cfg.MasterTLS = rm.sec.internalToken(), rm.sec.selfTLS()
+			if rm.sec.tls != nil {
+				// --tls-cert covers the data port too (tls:// endpoints);
+				// SIGHUP's reload reaches it through the same material.
+				cfg.Transfer.ServerTLS = rm.sec.tls.Config()
+			}
 			a, err := appliance.Start(ctx, cfg)
 			if err != nil {
 				return err
