@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,7 +21,8 @@ import (
 // With --shm=false every byte crosses TCP: a client trusting the CA that
 // signed the data certificate puts and gets; a client trusting only the
 // master's CA is refused at the data port (the put fails and nothing is
-// stored), and so is an SDK client with no CA for the data port.
+// stored), and so is an SDK client with no CA for the data port. The
+// master's REST data plane reads it with --data-tls-ca.
 func TestDataPortTLS(t *testing.T) {
 	dir := t.TempDir()
 	masterPKI := newTestPKI(t, dir, "ca")
@@ -33,7 +36,8 @@ func TestDataPortTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := start(t, "master", "master", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
-		"--tls-cert", filepath.Join(dir, "master.pem"), "--tls-key", filepath.Join(dir, "master-key.pem"))
+		"--tls-cert", filepath.Join(dir, "master.pem"), "--tls-key", filepath.Join(dir, "master-key.pem"),
+		"--data-tls-ca", filepath.Join(dir, "data-ca.pem"))
 	grpcAddr := m.addrs["grpc"]
 	start(t, "box", "appliance", "--master", grpcAddr, "--tls-ca", filepath.Join(dir, "ca.pem"), "--name", "box",
 		"--dram", "64MiB", "--data-addr", "127.0.0.1:0", "--ssd-dir", "", "--shm=false",
@@ -58,6 +62,18 @@ func TestDataPortTLS(t *testing.T) {
 	// The endpoint the master hands out says TLS.
 	pool := x509.NewCertPool()
 	pool.AddCert(masterPKI.ca)
+	// The master's REST data plane reads through the TLS data port with
+	// --data-tls-ca.
+	hc := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	resp, err := hc.Get("https://" + m.addrs["http"] + "/api/v1/objects/k/data")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != val {
+		t.Fatalf("REST data through the TLS data port: %d, %d bytes: %.200s", resp.StatusCode, len(body), body)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	c, err := client.New(ctx, client.Config{MasterAddr: grpcAddr, OneShot: true, TLS: &tls.Config{RootCAs: pool},

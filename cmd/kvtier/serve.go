@@ -54,6 +54,7 @@ type masterFlags struct {
 	grantRotation      time.Duration   // grant secret rotation period
 	doctor             *applianceFlags // standalone: the host checks use the appliance's settings
 	security           securityFlags
+	dataTLSCA          string    // CA of appliances' TLS data ports, for the REST data plane
 	sec                *security // set by startMaster
 	settings           []setting // every flag of the command, for GET /api/v1/config
 }
@@ -81,6 +82,7 @@ func (f *masterFlags) register(cmd *cobra.Command, standalone bool) {
 	fs.BoolVar(&f.dataGrants, "data-grants", true, "sign a data-plane grant into every replica location and have appliances refuse data-port requests without a valid one (false: the data port is open to anyone who reaches it; for measuring the grants' cost)")
 	fs.DurationVar(&f.grantRotation, "grant-key-rotation", master.DefaultGrantKeyRotation, "how often each appliance's data-plane grant secret is replaced")
 	f.security.register(cmd)
+	fs.StringVar(&f.dataTLSCA, "data-tls-ca", "", "PEM CA of appliances' TLS data ports (their --data-tls-cert), trusted by REST object data reads and writes (default: only this process's own --tls-cert)")
 	if !standalone {
 		fs.StringVar(&f.offload, "offload", master.DefaultOffloadMode, "SSD offload mode of the cluster: off | immediate | on-evict")
 		fs.StringVar(&f.ssdPolicy, "ssd-policy", master.DefaultSSDPolicy, "SSD bucket eviction of every appliance: fifo | lru (cluster-wide; wins over appliances' own --ssd-policy)")

@@ -60,7 +60,7 @@ func (e *Engine) dialData(ctx context.Context, ep string) (net.Conn, error) {
 	tc := tls.Client(nc, cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		nc.Close()
-		return nil, kverr.New(kverr.TransferFail, "", "transfer: TLS handshake with data port %s: %v (trust its CA with --tls-ca or KVTIER_TLS_CA)", addr, err)
+		return nil, kverr.New(kverr.TransferFail, "", "transfer: TLS handshake with data port %s: %v (trust its CA: --tls-ca or KVTIER_TLS_CA; the master's REST data plane: --data-tls-ca)", addr, err)
 	}
 	return tc, nil
 }
