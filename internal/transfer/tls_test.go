@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // testTLS makes a CA and a certificate for 127.0.0.1 signed by it: the
@@ -215,5 +217,47 @@ func BenchmarkTLSvsTCP(b *testing.B) {
 				b.ReportMetric(d[1].Seconds()/d[0].Seconds(), "ratio")
 			})
 		}
+	}
+}
+
+// TestTLSDataPortSharedMemory: a same-host client that trusts the data
+// port's certificate still finds the peer's shared memory (discovered over
+// the TLS port) and copies through it; shared memory is unchanged by TLS.
+func TestTLSDataPortSharedMemory(t *testing.T) {
+	srvTLS, cliTLS := testTLS(t)
+	f, mem, err := sharedMemory(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Registered first, so it runs after the engines' Close.
+	t.Cleanup(func() { unix.Munmap(mem); f.Close() })
+	srv := newEngine(t, Config{ServerTLS: srvTLS})
+	if err := srv.ShareMemory(mem, f); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.RegisterSegment("seg", mem); err != nil {
+		t.Fatal(err)
+	}
+	fillPattern(mem, 0)
+	addr, err := srv.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := TLSEndpoint(addr.String(), true)
+	cli := newEngine(t, Config{ClientTLS: cliTLS})
+	buf := make([]byte, 4096)
+	eventually(t, "a read through shared memory", func() error {
+		if err := cli.Do(context.Background(), []Request{{Op: Read, Endpoint: ep, Segment: "seg", Offset: 8192, Buf: buf}})[0]; err != nil {
+			t.Fatal(err)
+		}
+		if cli.Stats().SharedRequests == 0 {
+			return fmt.Errorf("not mapped yet: %+v", cli.Stats())
+		}
+		return nil
+	})
+	want := make([]byte, len(buf))
+	fillPattern(want, 8192)
+	if !bytes.Equal(buf, want) {
+		t.Fatal("shared-memory read returned other bytes")
 	}
 }
