@@ -103,6 +103,17 @@ func TestDataPortTLS(t *testing.T) {
 	if out, _, code := runKvtierCode(t, nil, "get", "k2", "--master", grpcAddr, "--tls-ca", both, "--timeout", "5s"); code == 0 {
 		t.Fatalf("the refused put stored %d bytes", len(out))
 	}
+	// Bad flags: a clear refusal, nothing started.
+	for _, args := range [][]string{
+		{"appliance", "--master", grpcAddr, "--tls-ca", both, "--data-tls-cert", filepath.Join(dir, "data.pem"), "--data-addr", "127.0.0.1:0"},
+		{"appliance", "--master", grpcAddr, "--tls-ca", both, "--data-tls-cert", filepath.Join(dir, "missing.pem"), "--data-tls-key", filepath.Join(dir, "data-key.pem"), "--data-addr", "127.0.0.1:0"},
+		{"master", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--data-tls-ca", filepath.Join(dir, "missing.pem")},
+	} {
+		_, stderr, code := runKvtierCode(t, nil, args...)
+		if code == 0 || !strings.Contains(stderr, "--data-tls-") {
+			t.Errorf("%v: exit %d: %s", args, code, stderr)
+		}
+	}
 	// And the first object is intact.
 	if out, stderr, code := runKvtierCode(t, nil, "get", "k", "--master", grpcAddr, "--tls-ca", both); code != 0 || out != val {
 		t.Fatalf("get after the refusals: exit %d: %s", code, stderr)
