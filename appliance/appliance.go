@@ -182,6 +182,9 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 	a.log.Info("dram mapped", "bytes", cfg.DRAM, "pages", a.region.Kind(), "locked", a.region.Locked(), "prefault", time.Since(start).Round(time.Millisecond))
 
 	tcfg := cfg.Transfer
+	if tcfg.ClientTLS == nil {
+		tcfg.ClientTLS = cfg.MasterTLS // other appliances' tls:// data ports
+	}
 	if tcfg.OnGrantRefused == nil {
 		tcfg.OnGrantRefused = grantRefusalLogger(a.log)
 	}
@@ -236,7 +239,7 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 	if err != nil {
 		return nil, err
 	}
-	a.client.SetEndpoint(a.addr.String())
+	a.client.SetEndpoint(a.endpoint())
 	for i, mem := range dram.Split(a.region.Bytes(), cfg.SegmentSize) {
 		name := fmt.Sprintf("%s/mem%d", cfg.Name, i)
 		a.segMu.Lock()
@@ -281,6 +284,13 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 
 // DataAddr is the transfer-engine address the appliance serves on.
 func (a *Appliance) DataAddr() net.Addr { return a.addr }
+
+// endpoint is the data endpoint handed to the master, and by it to clients:
+// "tls://host:port" when Transfer.ServerTLS makes the data port speak TLS
+// (transfer.TLSScheme), else host:port.
+func (a *Appliance) endpoint() string {
+	return transfer.TLSEndpoint(a.addr.String(), a.engine.Secure())
+}
 
 // SharedAddr is the socket through which clients on this host map the DRAM
 // segments ("" when they are not shared).

@@ -121,7 +121,7 @@ func (a *Appliance) mountSegment(ctx context.Context, name string, mem []byte) e
 		case <-time.After(500 * time.Millisecond):
 		}
 		err = a.client.MountSegment(ctx, &kvtierpb.Segment{Name: name, Type: kvtierpb.ReplicaType_MEMORY,
-			Node: a.cfg.Name, Endpoint: a.addr.String(), Size: uint64(len(mem))})
+			Node: a.cfg.Name, Endpoint: a.endpoint(), Size: uint64(len(mem))})
 	}
 	if err != nil {
 		return fmt.Errorf("appliance: mount segment %s: %w", name, err)

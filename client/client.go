@@ -351,7 +351,13 @@ func (c *Client) setup(ctx context.Context) error {
 	if cfg.Engine != nil {
 		c.engine = cfg.Engine
 	} else {
-		e, err := transfer.New(cfg.Transfer)
+		tcfg := cfg.Transfer
+		if tcfg.ClientTLS == nil {
+			// The master's CA also vouches for appliances' TLS data ports
+			// (tls:// endpoints).
+			tcfg.ClientTLS = cfg.TLS
+		}
+		e, err := transfer.New(tcfg)
 		if err != nil {
 			return err
 		}
@@ -375,7 +381,7 @@ func (c *Client) setup(ctx context.Context) error {
 		if err != nil {
 			return kverr.New(kverr.TransferFail, "", "client: listen %s: %v", cfg.DataAddr, err)
 		}
-		c.endpoint = addr.String()
+		c.endpoint = transfer.TLSEndpoint(addr.String(), c.engine.Secure())
 	}
 	r, err := dram.Map(cfg.GlobalSegmentSize, cfg.Hugepages)
 	if err != nil {

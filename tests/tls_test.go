@@ -31,7 +31,7 @@ type testPKI struct {
 	serial int64
 }
 
-func newTestPKI(t *testing.T, dir, name string) *testPKI {
+func newTestPKI(t testing.TB, dir, name string) *testPKI {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -50,7 +50,7 @@ func newTestPKI(t *testing.T, dir, name string) *testPKI {
 	return p
 }
 
-func writePEM(t *testing.T, path, typ string, der []byte) {
+func writePEM(t testing.TB, path, typ string, der []byte) {
 	t.Helper()
 	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
 		t.Fatal(err)
@@ -59,7 +59,7 @@ func writePEM(t *testing.T, path, typ string, der []byte) {
 
 // issue writes name.pem and name-key.pem: a server certificate for
 // 127.0.0.1 (server) or a client certificate with CN cn and URI SANs.
-func (p *testPKI) issue(t *testing.T, name, cn string, server bool, uris ...string) tls.Certificate {
+func (p *testPKI) issue(t testing.TB, name, cn string, server bool, uris ...string) tls.Certificate {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

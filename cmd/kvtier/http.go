@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
 	"github.com/kvtier/kvtier/client"
+	"github.com/kvtier/kvtier/internal/auth"
 	"github.com/kvtier/kvtier/internal/buildinfo"
 	"github.com/kvtier/kvtier/metrics"
 	"github.com/kvtier/kvtier/rest"
@@ -28,6 +29,7 @@ type dataPlane struct {
 	clients map[string]*client.Client // guarded by mu: tenant -> client
 	token   string                    // the process's own credential (--credentials)
 	tls     *tls.Config               // the process's own TLS trust (--tls-cert)
+	dataTLS *tls.Config               // appliances' TLS data ports (--data-tls-ca); nil: tls
 }
 
 var _ rest.DataPlane = (*dataPlane)(nil)
@@ -42,7 +44,7 @@ func (d *dataPlane) client(ctx context.Context, tenant string) (*client.Client, 
 		return c, nil
 	}
 	c, err := client.New(ctx, client.Config{MasterAddr: d.masterAddr, Tenant: tenant, ClientID: "rest-" + tenant, HeartbeatInterval: 5 * time.Second,
-		Token: d.token, TLS: d.tls})
+		Token: d.token, TLS: d.tls, Transfer: client.TransferConfig{ClientTLS: d.dataTLS}})
 	if err != nil {
 		return nil, err
 	}
@@ -139,6 +141,13 @@ func (fe *frontEnd) grpcOptions() []grpc.ServerOption {
 func (fe *frontEnd) start(ms kvtierpb.MasterServer, grpcAddr string, f *masterFlags, log *slog.Logger) error {
 	fe.dp = &dataPlane{masterAddr: grpcAddr, metrics: fe.metrics, clients: map[string]*client.Client{},
 		token: f.sec.internalToken(), tls: f.sec.selfTLS()}
+	if f.dataTLSCA != "" {
+		pool, err := auth.LoadCAPool(f.dataTLSCA)
+		if err != nil {
+			return usagef("--data-tls-ca: %v", err)
+		}
+		fe.dp.dataTLS = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}
+	}
 	cfg := f.config()
 	effective := map[string]any{
 		"grpc_addr": grpcAddr, "http_addr": f.httpAddr, "lease_ttl": cfg.LeaseTTL.String(),

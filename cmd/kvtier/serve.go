@@ -54,6 +54,7 @@ type masterFlags struct {
 	grantRotation      time.Duration   // grant secret rotation period
 	doctor             *applianceFlags // standalone: the host checks use the appliance's settings
 	security           securityFlags
+	dataTLSCA          string    // CA of appliances' TLS data ports, for the REST data plane
 	sec                *security // set by startMaster
 	settings           []setting // every flag of the command, for GET /api/v1/config
 }
@@ -81,6 +82,7 @@ func (f *masterFlags) register(cmd *cobra.Command, standalone bool) {
 	fs.BoolVar(&f.dataGrants, "data-grants", true, "sign a data-plane grant into every replica location and have appliances refuse data-port requests without a valid one (false: the data port is open to anyone who reaches it; for measuring the grants' cost)")
 	fs.DurationVar(&f.grantRotation, "grant-key-rotation", master.DefaultGrantKeyRotation, "how often each appliance's data-plane grant secret is replaced")
 	f.security.register(cmd)
+	fs.StringVar(&f.dataTLSCA, "data-tls-ca", "", "PEM CA of appliances' TLS data ports (their --data-tls-cert), trusted by REST object data reads and writes (default: only this process's own --tls-cert)")
 	if !standalone {
 		fs.StringVar(&f.offload, "offload", master.DefaultOffloadMode, "SSD offload mode of the cluster: off | immediate | on-evict")
 		fs.StringVar(&f.ssdPolicy, "ssd-policy", master.DefaultSSDPolicy, "SSD bucket eviction of every appliance: fifo | lru (cluster-wide; wins over appliances' own --ssd-policy)")
@@ -115,6 +117,7 @@ type applianceFlags struct {
 	respAddr    string
 	respPwFile  string
 	clientSec   clientSecurityFlags // appliance command: its token and the master's CA
+	dataTLS     dataTLSFlags        // appliance command: TLS on the data port
 }
 
 func (f *applianceFlags) register(cmd *cobra.Command, standalone bool) {
@@ -129,6 +132,7 @@ func (f *applianceFlags) register(cmd *cobra.Command, standalone bool) {
 	if !standalone {
 		fs.StringVar(&f.master, "master", envOr("KVTIER_MASTER", "127.0.0.1:7070"), "master gRPC address (or KVTIER_MASTER)")
 		f.clientSec.register(cmd)
+		f.dataTLS.register(cmd)
 	}
 	fs.Var(&f.dramSize, "dram", "DRAM to serve, e.g. 1GiB (pre-faulted once at start)")
 	fs.Var(&f.segmentSize, "segment-size", "split DRAM into segments of this size (default: one segment)")
@@ -418,6 +422,9 @@ func newApplianceCmd() *cobra.Command {
 			if cfg.Token, cfg.MasterTLS, err = f.clientSec.load(); err != nil {
 				return err
 			}
+			if cfg.Transfer.ServerTLS, err = f.dataTLS.load(ctx, log); err != nil {
+				return err
+			}
 			a, err := appliance.Start(ctx, cfg)
 			if err != nil {
 				return err
@@ -486,6 +493,11 @@ func newStandaloneCmd() *cobra.Command {
 				return err
 			}
 			cfg.Token, cfg.MasterTLS = rm.sec.internalToken(), rm.sec.selfTLS()
+			if rm.sec.tls != nil {
+				// --tls-cert covers the data port too (tls:// endpoints);
+				// SIGHUP's reload reaches it through the same material.
+				cfg.Transfer.ServerTLS = rm.sec.tls.Config()
+			}
 			a, err := appliance.Start(ctx, cfg)
 			if err != nil {
 				return err

@@ -22,6 +22,13 @@
 //     are never sliced (a request with Bucket != 0 travels as one frame of at
 //     most 64 MiB) so a source always sees whole extents and can verify their
 //     checksums.
+//   - TLS: an Endpoint "tls://host:port" (TLSScheme; what an engine with
+//     Config.ServerTLS is advertised as, TLSEndpoint) is the same protocol
+//     inside crypto/tls: the dial handshakes (verifying with
+//     Config.ClientTLS) before the first frame, and the serving side wraps
+//     every accepted connection when Config.ServerTLS is set, so a peer
+//     without TLS, or that does not trust the certificate, moves nothing.
+//     Shared-memory discovery dials the same way.
 //   - Shared memory: a request to a peer on this host (Endpoint is a
 //     loopback address or one of this host's interface addresses) whose
 //     segment the peer shares (ShareMemory: its memory is a memfd) is one

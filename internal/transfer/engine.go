@@ -2,6 +2,7 @@ package transfer
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -91,6 +92,13 @@ type Config struct {
 	// (grant.Reason's name, the metric label) and a message naming the
 	// segment and extent: the appliance logs it.
 	OnGrantRefused func(reason, detail string)
+	// ServerTLS, when set, makes Listen serve TLS (crypto/tls): advertise
+	// the listener as TLSEndpoint(addr, true) so that peers handshake.
+	ServerTLS *tls.Config
+	// ClientTLS is the trust used to dial TLSScheme endpoints (a client's
+	// master CA, client.Config.TLS); nil: the system's roots. Plain
+	// endpoints never use it.
+	ClientTLS *tls.Config
 }
 
 // Defaults.

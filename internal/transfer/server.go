@@ -98,6 +98,8 @@ func (e *Engine) accept(l net.Listener) {
 			return
 		}
 		e.acceptOK(addr, &delay)
+		e.tuneConn(nc)
+		nc = e.serverConn(nc)
 		e.mu.Lock()
 		if e.closed {
 			e.mu.Unlock()
@@ -108,7 +110,6 @@ func (e *Engine) accept(l net.Listener) {
 		e.wg.Add(1)
 		e.mu.Unlock()
 		e.stats.accepted.Add(1)
-		e.tuneConn(nc)
 		go e.serveConn(nc)
 	}
 }

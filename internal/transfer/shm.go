@@ -451,8 +451,7 @@ func (e *Engine) runShm(p *peer) {
 func (e *Engine) dialShm(addr string) (*net.UnixConn, error) {
 	ctx, cancel := context.WithTimeout(e.ctx, e.cfg.DialTimeout)
 	defer cancel()
-	d := net.Dialer{}
-	nc, err := d.DialContext(ctx, "tcp", addr)
+	nc, err := e.dialData(ctx, addr) // TLS when the data port speaks it
 	if err != nil {
 		return nil, err
 	}
@@ -596,7 +595,8 @@ func roundUp(n, to uint64) uint64 { return (n + to - 1) / to * to }
 
 // sameHostAddr reports whether host:port names this host: a loopback
 // address or one of its interfaces' addresses (in this network namespace).
-func sameHostAddr(addr string) bool {
+func sameHostAddr(ep string) bool {
+	addr, _ := splitEndpoint(ep)
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false

@@ -328,14 +328,15 @@ func (e *Engine) lane(p *peer) {
 }
 
 func (e *Engine) dial(p *peer) (*clientConn, error) {
-	d := net.Dialer{Timeout: e.cfg.DialTimeout, KeepAlive: 15 * time.Second}
 	ctx, cancel := context.WithTimeout(e.ctx, e.cfg.DialTimeout)
 	defer cancel()
-	nc, err := d.DialContext(ctx, "tcp", p.addr)
+	nc, err := e.dialData(ctx, p.addr)
+	if kverr.CodeOf(err) == kverr.TransferFail {
+		return nil, err // the TLS handshake's own message
+	}
 	if err != nil {
 		return nil, kverr.New(kverr.TransferFail, "", "transfer: dial %s: %v", p.addr, err)
 	}
-	e.tuneConn(nc)
 	e.stats.dialed.Add(1)
 	c := &clientConn{
 		e: e, p: p, nc: nc, rd: bufio.NewReaderSize(nc, receiveBufSize),
