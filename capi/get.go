@@ -86,11 +86,13 @@ func kvtier_go_batch_get_into(h C.uintptr_t, keys **C.char, buffers *unsafe.Poin
 		return codeInternalError
 	}
 	n := int(count)
-	ks, bs, ss := unsafe.Slice(keys, n), unsafe.Slice(buffers, n), unsafe.Slice(sizes, n)
+	names, ok := goKeys(keys, n)
+	bs, ss := unsafe.Slice(buffers, n), unsafe.Slice(sizes, n)
 	for i := range n {
-		if ks[i] == nil || (bs[i] == nil && ss[i] > 0) {
-			return codeInternalError
-		}
+		ok = ok && (bs[i] != nil || ss[i] == 0)
+	}
+	if !ok {
+		return codeInternalError
 	}
 	out := unsafe.Slice(results, n)
 	s, c, release, code := acquire(h)
@@ -98,10 +100,6 @@ func kvtier_go_batch_get_into(h C.uintptr_t, keys **C.char, buffers *unsafe.Poin
 		return C.int(code)
 	}
 	defer release()
-	names := make([]string, n)
-	for i := range n {
-		names[i] = C.GoString(ks[i])
-	}
 	parallel(n, func(i int) { out[i] = C.int64_t(getInto(s, c, names[i], bs[i], ss[i])) })
 	return codeOK
 }
@@ -154,11 +152,9 @@ func kvtier_go_batch_get_alloc(h C.uintptr_t, keys **C.char, count C.size_t, out
 		return codeInternalError
 	}
 	n := int(count)
-	ks := unsafe.Slice(keys, n)
-	for i := range n {
-		if ks[i] == nil {
-			return codeInternalError
-		}
+	names, ok := goKeys(keys, n)
+	if !ok {
+		return codeInternalError
 	}
 	ps, out := unsafe.Slice(outs, n), unsafe.Slice(results, n)
 	_, c, release, code := acquire(h)
@@ -166,11 +162,7 @@ func kvtier_go_batch_get_alloc(h C.uintptr_t, keys **C.char, count C.size_t, out
 		return C.int(code)
 	}
 	defer release()
-	names := make([]string, n)
-	for i := range n {
-		names[i] = C.GoString(ks[i])
-		ps[i] = nil
-	}
+	clear(ps)
 	parallel(n, func(i int) {
 		p, r := getAlloc(c, names[i])
 		ps[i], out[i] = p, C.int64_t(r)

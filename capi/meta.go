@@ -46,13 +46,9 @@ func kvtier_go_batch_is_exist(h C.uintptr_t, keys **C.char, count C.size_t, resu
 		return codeInternalError
 	}
 	n := int(count)
-	ks := unsafe.Slice(keys, n)
-	names := make([]string, n)
-	for i := range n {
-		if ks[i] == nil {
-			return codeInternalError
-		}
-		names[i] = C.GoString(ks[i])
+	names, ok := goKeys(keys, n)
+	if !ok {
+		return codeInternalError
 	}
 	out := unsafe.Slice(results, n)
 	_, c, release, code := acquire(h)
@@ -140,13 +136,9 @@ func kvtier_go_batch_remove(h C.uintptr_t, keys **C.char, count C.size_t, force 
 		return codeInternalError
 	}
 	n := int(count)
-	ks := unsafe.Slice(keys, n)
-	names := make([]string, n)
-	for i := range n {
-		if ks[i] == nil {
-			return codeInternalError
-		}
-		names[i] = C.GoString(ks[i])
+	names, ok := goKeys(keys, n)
+	if !ok {
+		return codeInternalError
 	}
 	out := unsafe.Slice(results, n)
 	_, c, release, code := acquire(h)

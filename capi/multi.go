@@ -140,13 +140,9 @@ func kvtier_go_batch_get_multi(h C.uintptr_t, keys **C.char, count C.size_t, cou
 		return codeInternalError
 	}
 	n := int(count)
-	ks := unsafe.Slice(keys, n)
-	names := make([]string, n)
-	for i := range n {
-		if ks[i] == nil {
-			return codeInternalError
-		}
-		names[i] = C.GoString(ks[i])
+	names, ok := goKeys(keys, n)
+	if !ok {
+		return codeInternalError
 	}
 	ps, ss, ok := parts(n, counts, ptrs, sizes)
 	if !ok {

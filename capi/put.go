@@ -46,6 +46,20 @@ func cbytes(p unsafe.Pointer, size C.size_t) []byte {
 	return unsafe.Slice((*byte)(p), int(size))
 }
 
+// goKeys copies the n C strings at keys into Go strings; ok is false when
+// any of them is NULL (the caller answers INTERNAL_ERROR, as Mooncake does).
+func goKeys(keys **C.char, n int) (names []string, ok bool) {
+	ks := unsafe.Slice(keys, n)
+	names = make([]string, n)
+	for i, k := range ks {
+		if k == nil {
+			return nil, false
+		}
+		names[i] = C.GoString(k)
+	}
+	return names, true
+}
+
 //export kvtier_go_put
 func kvtier_go_put(h C.uintptr_t, key *C.char, value unsafe.Pointer, size C.size_t, cfg *C.mooncake_replicate_config_t, registered C.int) (ret C.int) {
 	defer guard(&ret)

@@ -497,3 +497,59 @@ func BenchmarkMasterRoundTrip(b *testing.B) {
 		})
 	}
 }
+
+// putGetVersus runs 64 KiB and 1 MiB puts and gets through a baseline
+// client and a contender, interleaved chunk by chunk so both see the same
+// machine load, and reports NAME-GB/s for each and x-BASELINE (contender /
+// baseline). Keys start with prefix; each chunk's puts are removed after it.
+func putGetVersus(b *testing.B, prefix string, names [2]string, clients [2]*client.Client) {
+	var seq atomic.Int64
+	for _, size := range []int{64 << 10, 1 << 20} {
+		for _, op := range []string{"put", "get"} {
+			b.Run(fmt.Sprintf("%s/%dKiB", op, size>>10), func(b *testing.B) {
+				ctx := context.Background()
+				val := bytes.Repeat([]byte{0x5a}, size)
+				buf := make([]byte, size)
+				const nkeys = 32
+				mk := func(name string, cl *client.Client) *contender {
+					var keys []string
+					if op == "get" {
+						for i := range nkeys {
+							if err := cl.Put(ctx, fmt.Sprintf("%s/%d/%d", prefix, size, i), val); err != nil {
+								b.Fatal(err)
+							}
+						}
+						return &contender{name: name, run: func(n int64) (time.Duration, error) {
+							return parallel(1, n, func(_ int, i int64) error {
+								_, err := cl.GetInto(ctx, fmt.Sprintf("%s/%d/%d", prefix, size, i%nkeys), buf)
+								return err
+							})
+						}}
+					}
+					return &contender{name: name, run: func(n int64) (time.Duration, error) {
+						return parallel(1, n, func(int, int64) error {
+							k := fmt.Sprintf("%s/put/%d/%d", prefix, size, seq.Add(1))
+							keys = append(keys, k)
+							return cl.Put(ctx, k, val)
+						})
+					}, after: func(int64) {
+						for _, err := range cl.BatchRemove(ctx, keys, false) {
+							if err != nil {
+								b.Fatal(err)
+							}
+						}
+						keys = keys[:0]
+					}}
+				}
+				base, other := mk(names[0], clients[0]), mk(names[1], clients[1])
+				b.SetBytes(int64(size))
+				b.ResetTimer()
+				interleave(b, max(int64((64<<20)/size), 1), base, other)
+				b.StopTimer()
+				b.ReportMetric(base.rate(size)/1e9, names[0]+"-GB/s")
+				b.ReportMetric(other.rate(size)/1e9, names[1]+"-GB/s")
+				b.ReportMetric(other.rate(size)/base.rate(size), "x-"+names[0])
+			})
+		}
+	}
+}

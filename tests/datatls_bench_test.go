@@ -1,15 +1,11 @@
 package tests
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"fmt"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/kvtier/kvtier/client"
 	"github.com/kvtier/kvtier/internal/transfer"
@@ -46,53 +42,5 @@ func BenchmarkDataPortTLS(b *testing.B) {
 		return c
 	}
 	clPlain, clTLS := connect(plainAddr, nil), connect(tlsAddr, &tls.Config{RootCAs: pool})
-	var seq atomic.Int64
-	for _, size := range []int{64 << 10, 1 << 20} {
-		for _, op := range []string{"put", "get"} {
-			b.Run(fmt.Sprintf("%s/%dKiB", op, size>>10), func(b *testing.B) {
-				ctx := context.Background()
-				val := bytes.Repeat([]byte{0x5a}, size)
-				buf := make([]byte, size)
-				const nkeys = 32
-				mk := func(name string, cl *client.Client) *contender {
-					var keys []string
-					if op == "get" {
-						for i := range nkeys {
-							if err := cl.Put(ctx, fmt.Sprintf("tls/%d/%d", size, i), val); err != nil {
-								b.Fatal(err)
-							}
-						}
-						return &contender{name: name, run: func(n int64) (time.Duration, error) {
-							return parallel(1, n, func(_ int, i int64) error {
-								_, err := cl.GetInto(ctx, fmt.Sprintf("tls/%d/%d", size, i%nkeys), buf)
-								return err
-							})
-						}}
-					}
-					return &contender{name: name, run: func(n int64) (time.Duration, error) {
-						return parallel(1, n, func(int, int64) error {
-							k := fmt.Sprintf("tls/put/%d/%d", size, seq.Add(1))
-							keys = append(keys, k)
-							return cl.Put(ctx, k, val)
-						})
-					}, after: func(int64) {
-						for _, err := range cl.BatchRemove(ctx, keys, false) {
-							if err != nil {
-								b.Fatal(err)
-							}
-						}
-						keys = keys[:0]
-					}}
-				}
-				cp, ct := mk("tcp", clPlain), mk("tls", clTLS)
-				b.SetBytes(int64(size))
-				b.ResetTimer()
-				interleave(b, max(int64((64<<20)/size), 1), cp, ct)
-				b.StopTimer()
-				b.ReportMetric(cp.rate(size)/1e9, "tcp-GB/s")
-				b.ReportMetric(ct.rate(size)/1e9, "tls-GB/s")
-				b.ReportMetric(ct.rate(size)/cp.rate(size), "x-tcp")
-			})
-		}
-	}
+	putGetVersus(b, "tls", [2]string{"tcp", "tls"}, [2]*client.Client{clPlain, clTLS})
 }
