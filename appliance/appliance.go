@@ -134,7 +134,10 @@ type Appliance struct {
 	reregistering atomic.Bool // a re-registration with a restarted master is running
 	dir           *dramDir    // the objects in the DRAM segments (dramdir.go)
 	reportingDram atomic.Bool // a DRAM directory report is running
-	registered    atomic.Bool // Start registered the SSD objects (before: beats' "unknown" is just the first contact)
+	// clientSet is closed once Start has assigned a.client: the first
+	// heartbeat's reply arrives inside client.New, before that.
+	clientSet  chan struct{}
+	registered atomic.Bool // Start registered the SSD objects (before: beats' "unknown" is just the first contact)
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -148,7 +151,7 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 	}
 	cfg = cfg.withDefaults()
 	a := &Appliance{cfg: cfg, log: cfg.Logger, segments: map[string][]byte{}, incarnation: randomHex(8), dir: newDramDir(),
-		offload: make(chan *kvtierpb.OffloadTask, cfg.OffloadQueue), slotFreed: make(chan struct{}, 1)}
+		offload: make(chan *kvtierpb.OffloadTask, cfg.OffloadQueue), slotFreed: make(chan struct{}, 1), clientSet: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			a.unmountAll(ctx)
@@ -236,6 +239,7 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 		OnHeartbeat: a.fillHeartbeat, OnHeartbeatReply: a.heartbeatReply,
 		Incarnation: a.incarnation, DiskID: a.diskID,
 	})
+	close(a.clientSet) // a.client is set (nil when New failed)
 	if err != nil {
 		return nil, err
 	}
@@ -425,6 +429,14 @@ func (a *Appliance) heartbeatReply(resp *kvtierpb.HeartbeatResponse) {
 			defer a.reportingDram.Store(false)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
+			select {
+			case <-a.clientSet:
+			case <-ctx.Done():
+				return
+			}
+			if a.client == nil {
+				return // Start failed
+			}
 			if err := a.reportDram(ctx, forget); err != nil {
 				a.log.Warn("DRAM directory report failed; retrying on the next beat", "err", err)
 			}
