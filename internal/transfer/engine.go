@@ -247,9 +247,9 @@ type segment struct {
 type Engine struct {
 	cfg     Config
 	stats   counters
-	clisem  *byteSem // client bytes in flight
-	srvsem  *byteSem // server extent buffer bytes
-	bufs    *bufPool // serving side's extent buffers
+	clisem  *byteSem        // client bytes in flight
+	srvsem  *byteSem        // server extent buffer bytes
+	bufs    *bufPool        // serving side's extent buffers
 	ctx     context.Context // cancelled by Close
 	cancel  context.CancelFunc
 	closing chan struct{}
@@ -591,8 +591,8 @@ func (e *Engine) Stats() Stats {
 		SharedFailures: c.shmFailed.Load(), SharedRefused: c.shmRefused.Load(),
 		RDMARequests: c.rdmaRequests.Load(), RDMABytes: c.rdmaBytes.Load(),
 		MemRequests: c.memRequests.Load(), MemBytes: c.memBytes.Load(),
-		Fallbacks:    c.fallbacks.Load(),
-		AcceptErrors: c.acceptErrors.Load(),
+		Fallbacks:     c.fallbacks.Load(),
+		AcceptErrors:  c.acceptErrors.Load(),
 		GrantRefusals: e.grants.refusalCounts(), GrantKeys: len(e.grants.keys.IDs()),
 		ClientConns: e.tcp.connCount(), SharedPeers: e.shm.peerCount(),
 	}

@@ -29,11 +29,11 @@ func (e *Engine) RDMAStatus() (on bool, detail string) {
 // RDMAAddr is the RDMA side channel's address ("" when RDMA is off).
 func (e *Engine) RDMAAddr() string { return "" }
 
-func (t *rdmaTransport) Name() string                                { return "rdma" }
-func (t *rdmaTransport) reaches(r *reqState) bool                    { return false }
+func (t *rdmaTransport) Name() string                               { return "rdma" }
+func (t *rdmaTransport) reaches(r *reqState) bool                   { return false }
 func (t *rdmaTransport) submit(ctx context.Context, rs []*reqState) {}
-func (t *rdmaTransport) close()                                      {}
-func (t *rdmaTransport) release()                                    {}
-func (t *rdmaTransport) addSegment(s *segment)                       {}
-func (t *rdmaTransport) dropSegment(s *segment)                      {}
-func (t *rdmaTransport) offer(s *segment) SegmentOffer               { return SegmentOffer{} }
+func (t *rdmaTransport) close()                                     {}
+func (t *rdmaTransport) release()                                   {}
+func (t *rdmaTransport) addSegment(s *segment)                      {}
+func (t *rdmaTransport) dropSegment(s *segment)                     {}
+func (t *rdmaTransport) offer(s *segment) SegmentOffer              { return SegmentOffer{} }

@@ -187,4 +187,3 @@ func checkRange(name string, size, off, n uint64) error {
 	}
 	return nil
 }
-
