@@ -54,6 +54,11 @@ type Request struct {
 	// checksums as it copies) instead of in a second pass over Buf. Written only when the request succeeds,
 	// before Wait returns. Ignored for WRITE.
 	Sum *uint32
+	// Offer is what the node at Endpoint offers for Segment beyond TCP, as
+	// the replica descriptor carries it (the node's SegmentOffer): with an
+	// RDMA side channel named and an RDMA device here, the request is read
+	// or written one-sided over RDMA. The zero value offers nothing.
+	Offer SegmentOffer
 	// Grant is the data-plane grant the master signed for this request's
 	// replica extent (internal/grant, grant.Size bytes), sent with every
 	// frame of it. An engine serving with grant keys (SetGrantKeys)
@@ -263,12 +268,14 @@ type Engine struct {
 	// The transports, each owning its peers, connections and wire state,
 	// and routes: the ones tried for a remote request, best first (local
 	// is not among them: a segment registered here is always local).
-	local  *localTransport
-	shm    *shmTransport
-	rdma   *rdmaTransport // nil: built without the rdma tag, or RDMA off
-	mem    *memTransport  // nil unless Config.MemNet
-	tcp    *tcpTransport
-	routes []Transport
+	local *localTransport
+	shm   *shmTransport
+	rdma  *rdmaTransport // nil: built without the rdma tag, or RDMA off
+	// rdmaOff says why rdma is nil
+	rdmaOff string
+	mem     *memTransport // nil unless Config.MemNet
+	tcp     *tcpTransport
+	routes  []Transport
 
 	mu sync.RWMutex
 	// guarded by mu:
@@ -301,7 +308,7 @@ func New(cfg Config) (*Engine, error) {
 	e.local = &localTransport{e: e}
 	e.shm = newShmTransport(e)
 	e.tcp = newTCPTransport(e)
-	e.rdma = newRDMATransport(e) // logs nothing: RDMAStatus says why it is off
+	e.rdma, e.rdmaOff = newRDMATransport(e) // RDMAStatus says why it is off
 	if cfg.MemNet != nil {
 		e.mem = &memTransport{e: e, net: cfg.MemNet}
 	}

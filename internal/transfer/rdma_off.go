@@ -12,19 +12,19 @@ import (
 // returns nil and the routes skip it. The methods below exist only so the
 // engine compiles the same way in both builds.
 
-type rdmaTransport struct{ reason string }
+type rdmaTransport struct{}
 
 type rdmaSeg struct{}
 
-func newRDMATransport(e *Engine) *rdmaTransport { return nil }
+func newRDMATransport(e *Engine) (*rdmaTransport, string) {
+	if e.cfg.RDMADevice == "off" {
+		return nil, "off (--rdma-device off)"
+	}
+	return nil, "off: " + rdma.Reason()
+}
 
 // RDMAStatus says whether this engine offers and uses RDMA, and why not.
-func (e *Engine) RDMAStatus() (on bool, detail string) {
-	if e.cfg.RDMADevice == "off" {
-		return false, "off (--rdma-device off)"
-	}
-	return false, "off: " + rdma.Reason()
-}
+func (e *Engine) RDMAStatus() (on bool, detail string) { return false, e.rdmaOff }
 
 // RDMAAddr is the RDMA side channel's address ("" when RDMA is off).
 func (e *Engine) RDMAAddr() string { return "" }
@@ -32,6 +32,7 @@ func (e *Engine) RDMAAddr() string { return "" }
 func (t *rdmaTransport) Name() string                               { return "rdma" }
 func (t *rdmaTransport) reaches(r *reqState) bool                   { return false }
 func (t *rdmaTransport) submit(ctx context.Context, rs []*reqState) {}
+func (t *rdmaTransport) addr() string                               { return "" }
 func (t *rdmaTransport) close()                                     {}
 func (t *rdmaTransport) release()                                   {}
 func (t *rdmaTransport) addSegment(s *segment)                      {}
