@@ -57,9 +57,12 @@ type rdmaSeg struct {
 }
 
 type rdmaPeer struct {
-	addr  string
+	addr string
+	dial sync.Mutex // held while dialling: one dial at a time
+
+	mu sync.Mutex
+	// guarded by mu:
 	conn  *rdma.Conn // nil until dialled; reset when it fails
-	dial  sync.Mutex // one dial at a time
 	until time.Time  // no dial before this (after a failed one)
 }
 
@@ -106,8 +109,8 @@ func (t *rdmaTransport) reaches(r *reqState) bool {
 	if p == nil {
 		return false
 	}
-	p.dial.Lock()
-	defer p.dial.Unlock()
+	p.mu.Lock() // never held across a dial: reaches does not block
+	defer p.mu.Unlock()
 	return p.conn != nil || time.Now().After(p.until)
 }
 
@@ -156,38 +159,46 @@ func (t *rdmaTransport) submit(ctx context.Context, rs []*reqState) {
 func (t *rdmaTransport) conn(ctx context.Context, p *rdmaPeer) (*rdma.Conn, error) {
 	p.dial.Lock()
 	defer p.dial.Unlock()
-	if p.conn != nil {
-		return p.conn, nil
+	p.mu.Lock()
+	c, until := p.conn, p.until
+	p.mu.Unlock()
+	if c != nil {
+		return c, nil
 	}
-	if time.Now().Before(p.until) {
+	if time.Now().Before(until) {
 		return nil, kverr.New(kverr.TransferFail, "", "transfer: rdma peer %s skipped after a failed handshake", p.addr)
 	}
 	dctx, cancel := context.WithTimeout(ctx, t.e.cfg.DialTimeout)
 	defer cancel()
 	c, err := t.dev.Dial(dctx, p.addr)
 	if err != nil {
+		p.mu.Lock()
 		p.until = time.Now().Add(rdmaRetry)
+		p.mu.Unlock()
 		return nil, kverr.New(kverr.TransferFail, "", "transfer: rdma dial %s: %v", p.addr, err)
 	}
 	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
+	closed := t.closed
+	t.mu.Unlock()
+	if closed {
 		c.Close()
 		return nil, errClosed()
 	}
-	t.mu.Unlock()
+	p.mu.Lock()
 	p.conn = c
+	p.mu.Unlock()
 	return c, nil
 }
 
-// broken drops p's QP c after a failed request (the next one redials).
+// broken drops p's QP c after a failed request (the next one redials) and
+// closes it, which waits for the flush of its other requests.
 func (t *rdmaTransport) broken(p *rdmaPeer, c *rdma.Conn) {
-	p.dial.Lock()
+	p.mu.Lock()
 	if p.conn == c {
 		p.conn = nil
 	}
-	p.dial.Unlock()
-	go c.Close() // waits for the flush of c's other requests
+	p.mu.Unlock()
+	c.Close()
 }
 
 // do moves r with one-sided READ or WRITE, in chunks of at most SliceSize.
@@ -415,12 +426,13 @@ func (t *rdmaTransport) close() {
 		c.Close()
 	}
 	for _, p := range peers {
-		p.dial.Lock()
-		if p.conn != nil {
-			p.conn.Close()
-			p.conn = nil
+		p.mu.Lock()
+		c := p.conn
+		p.conn = nil
+		p.mu.Unlock()
+		if c != nil {
+			c.Close()
 		}
-		p.dial.Unlock()
 	}
 }
 
