@@ -177,16 +177,17 @@ func (t *rdmaTransport) conn(ctx context.Context, p *rdmaPeer) (*rdma.Conn, erro
 		p.mu.Unlock()
 		return nil, kverr.New(kverr.TransferFail, "", "transfer: rdma dial %s: %v", p.addr, err)
 	}
+	// Under t.mu: close either sees this QP or has not started.
 	t.mu.Lock()
-	closed := t.closed
-	t.mu.Unlock()
-	if closed {
+	if t.closed {
+		t.mu.Unlock()
 		c.Close()
 		return nil, errClosed()
 	}
 	p.mu.Lock()
 	p.conn = c
 	p.mu.Unlock()
+	t.mu.Unlock()
 	return c, nil
 }
 
