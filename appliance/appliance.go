@@ -193,6 +193,13 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// Whether segments are offered over RDMA, and why not (an operator
+	// who named a device is told louder than one who left it on auto).
+	if on, why := a.engine.RDMAStatus(); on || tcfg.RDMADevice == "" || tcfg.RDMADevice == "auto" || tcfg.RDMADevice == "off" {
+		a.log.Info("rdma", "status", why, "routes", a.engine.Routes())
+	} else {
+		a.log.Warn("rdma device not usable: remote clients read over TCP", "device", tcfg.RDMADevice, "status", why)
+	}
 	if f := a.region.File(); f != nil {
 		if err := a.engine.ShareMemory(a.region.Bytes(), f); err != nil {
 			return nil, fmt.Errorf("appliance: share DRAM with local clients: %w", err)
