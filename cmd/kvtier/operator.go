@@ -44,7 +44,7 @@ func newDoctorCmd() *cobra.Command {
 	var rdmaDevice string
 	cmd := &cobra.Command{
 		Use:   "doctor",
-		Short: "Check this host for what kvtier needs (hugepages, memlock, THP, O_DIRECT, free space, scheduler, NUMA, limits, clock, RDMA, NVMe) and print what to fix",
+		Short: "Check this host for what kvtier needs (hugepages, memlock, THP, O_DIRECT, free space, scheduler, NUMA, limits, clock, RDMA devices and transport, NVMe) and print what to fix",
 		Long: `Checks this host and prints, for each item, what was found, what kvtier wants and the
 command that fixes it. Exit status: 0 when no check failed (warnings allowed), 8 when one did.
 Give the appliance's own settings (or its --config file) so the checks compare against them:
