@@ -8,7 +8,10 @@
 // builds everywhere: Available reports false, Reason says why, and every
 // constructor returns ErrUnavailable. The pure-Go parts (the side-channel
 // format and handshake) are built and tested in both modes. Importers: the
-// transfer engine and the appliance; it imports only kverr.
+// transfer engine (internal/transfer's RDMA transport, rdma_on.go: segments
+// as memory regions, one-sided requests, --rdma-device) and, if ever
+// needed, the appliance; nothing else (tests/layering_test.go). It imports
+// only kverr.
 //
 // # API (tag rdma)
 //
