@@ -83,7 +83,7 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte, o
 				nofs = append(nofs, rep)
 				continue
 			}
-			reqs = append(reqs, ReplicaRequest(transfer.Write, rep, 0, values[i]))
+			reqs = append(reqs, replicaRequest(transfer.Write, rep, 0, values[i]))
 			owner = append(owner, i)
 		}
 		if len(nofs) > 0 {
@@ -368,7 +368,7 @@ func (c *Client) firstChoice(rl *ReplicaList) *kvtierpb.Replica {
 
 // readReq reads replica r into b, checksummed as the bytes arrive when sum.
 func readReq(r *kvtierpb.Replica, b []byte, sum bool, crc *uint32) transfer.Request {
-	req := ReplicaRequest(transfer.Read, r, 0, b)
+	req := replicaRequest(transfer.Read, r, 0, b)
 	if sum {
 		req.Sum = crc
 	}

@@ -104,7 +104,7 @@ func (r *ObjectReader) readRange(ctx context.Context, dst []byte, off uint64) er
 		var err error
 		switch rep.Type {
 		case kvtierpb.ReplicaType_MEMORY, kvtierpb.ReplicaType_LOCAL_DISK:
-			req := [1]transfer.Request{ReplicaRequest(transfer.Read, rep, off, dst)}
+			req := [1]transfer.Request{replicaRequest(transfer.Read, rep, off, dst)}
 			err = r.c.engine.Do(ctx, req[:])[0]
 		case kvtierpb.ReplicaType_NOF:
 			part := proto.Clone(rep).(*kvtierpb.Replica) // just the range: readNOF handles the block tail

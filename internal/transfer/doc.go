@@ -40,7 +40,7 @@
 // (a SegmentOffer: RDMA side-channel address, the segment's region base
 // and rkey) is announced when the node mounts the segment, the master
 // copies it into every replica descriptor of it without reading it, and
-// the client SDK's ReplicaRequest puts it in Request.Offer.
+// the client SDK (client.replicaRequest) puts it in Request.Offer.
 //
 // # Contract
 //
