@@ -378,7 +378,16 @@ func (c *Client) setup(ctx context.Context) error {
 	if cfg.GlobalSegmentSize == 0 {
 		return nil
 	}
-	if c.ownsEngine {
+	switch {
+	case c.ownsEngine && cfg.Transfer.MemNet != nil:
+		// In-memory transport (tests): peers reach the segments at
+		// mem://CLIENTID, no socket.
+		ep, err := cfg.Transfer.MemNet.Attach(cfg.ClientID, c.engine)
+		if err != nil {
+			return err
+		}
+		c.endpoint = ep
+	case c.ownsEngine:
 		addr, err := c.engine.Listen(cfg.DataAddr)
 		if err != nil {
 			return kverr.New(kverr.TransferFail, "", "client: listen %s: %v", cfg.DataAddr, err)
