@@ -110,8 +110,8 @@ type Config struct {
 	// off and RDMAStatus says why; every other transport works as before.
 	RDMADevice string
 	// RDMAListen is the RDMA side channel's listen address when RDMA is on
-	// and the engine serves segments (default: the host of the first
-	// Listen, port 0).
+	// and the engine serves segments (default: port 0 on the host of the
+	// first Listen, or on every interface before any).
 	RDMAListen string
 	// MemNet, when set, adds the in-memory transport (tests): requests to
 	// "mem://NAME" endpoints go to the engine attached to MemNet as NAME.

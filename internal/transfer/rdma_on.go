@@ -319,16 +319,29 @@ func (t *rdmaTransport) addSegment(s *segment) {
 	defer t.mu.Unlock()
 	t.regions = append(t.regions, [2]uint64{mr.Addr, mr.Addr + uint64(len(s.mem))})
 	if t.lis == nil && t.lisErr == nil && !t.closed {
-		addr := t.e.cfg.RDMAListen
-		if addr == "" {
-			addr = ":0"
-		}
-		t.lis, t.lisErr = t.dev.Listen(addr)
+		t.lis, t.lisErr = t.dev.Listen(t.listenAddr())
 		if t.lisErr == nil {
 			t.e.wg.Add(1) // under t.mu, before close: ordered before Close's Wait
 			go t.accept(t.lis)
 		}
 	}
+}
+
+// listenAddr is where the side channel listens: Config.RDMAListen, else
+// port 0 on the host of the engine's first data listener (the node's
+// --data-addr), else on every interface.
+func (t *rdmaTransport) listenAddr() string {
+	if a := t.e.cfg.RDMAListen; a != "" {
+		return a
+	}
+	t.e.mu.RLock()
+	defer t.e.mu.RUnlock()
+	if len(t.e.listeners) > 0 {
+		if host, _, err := net.SplitHostPort(t.e.listeners[0].Addr().String()); err == nil {
+			return net.JoinHostPort(host, "0")
+		}
+	}
+	return ":0"
 }
 
 // dropSegment deregisters s's region (after UnregisterSegment's wait).
