@@ -72,6 +72,9 @@ const rdmaRetry = 5 * time.Second
 // maxBounce bounds the registered bounce buffers (each SliceSize bytes).
 const maxBounce = 16
 
+// maxServedQPs bounds the queue pairs peers connected to this engine.
+const maxServedQPs = 1024
+
 func newRDMATransport(e *Engine) (*rdmaTransport, string) {
 	dev := e.cfg.RDMADevice
 	if dev == "off" {
@@ -417,7 +420,17 @@ func (t *rdmaTransport) accept(l *rdma.Listener) {
 			return
 		}
 		t.served = append(t.served, c)
+		var old *rdma.Conn
+		if len(t.served) > maxServedQPs {
+			// A peer that redials (its QP broke) leaves its old one here,
+			// which nothing tells us about: the oldest goes first.
+			old = t.served[0]
+			t.served = t.served[1:]
+		}
 		t.mu.Unlock()
+		if old != nil {
+			old.Close()
+		}
 	}
 }
 
