@@ -103,7 +103,6 @@ type Appliance struct {
 	tier   *ssd.Tier // nil without SSD
 	client *client.Client
 
-
 	offload     chan *kvtierpb.OffloadTask
 	slotFreed   chan struct{} // a worker took a task from offload (capacity 1)
 	taking      atomic.Bool   // TakeOffload calls succeed: heartbeats offer no slots
