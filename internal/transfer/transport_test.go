@@ -96,7 +96,7 @@ func transportCases() []transportCase {
 				return cli, srv, mem, func(r Request) Request { r.Endpoint = ep; return r }
 			}},
 	}
-	return append(cs, rdmaCases()...)
+	return append(append(cs, fakeRDMACase()), rdmaCases()...)
 }
 
 // TestTransportContract runs one contract over every transport: writes and
