@@ -60,7 +60,7 @@ type rdmaPeer struct {
 	mu sync.Mutex
 	// guarded by mu:
 	conn  verbsConn // nil until dialled; reset when it fails
-	until time.Time  // no dial before this (after a failed one)
+	until time.Time // no dial before this (after a failed one)
 }
 
 // rdmaRetry is how long a peer whose handshake failed is skipped.
