@@ -10,7 +10,9 @@
 //
 //	local.go      local copy: the segment is registered in this Engine
 //	shm.go        same-host shared memory: a peer's memfd segments mapped here
-//	rdma_on.go    one-sided RDMA verbs (package rdma), build tag rdma only
+//	rdmatransport.go  one-sided RDMA verbs over package rdma (rdma_on.go
+//	              opens a device, build tag rdma only; tests run the same
+//	              logic over a fake fabric, rdma_fake_test.go)
 //	mem.go        an in-memory network of engines (MemNet), for tests
 //	tcp.go        framed TCP (client side; tcpbatch.go packs batch frames;
 //	              server.go, srvbatch.go serve frames; tls.go dials TLS)

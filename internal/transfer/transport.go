@@ -9,7 +9,8 @@ import (
 
 // Transport is one way of moving requests between a caller's buffer and a
 // segment that is not registered in this Engine: same-host shared memory
-// (shm.go), one-sided RDMA verbs (rdma_on.go, build tag rdma), framed TCP
+// (shm.go), one-sided RDMA verbs (rdmatransport.go; a device only with the
+// build tag rdma), framed TCP
 // (tcp.go, tcpbatch.go) and, for tests, an in-memory network (mem.go). The
 // local copy (local.go) is one too, taken whenever the segment is
 // registered here. Each implementation owns its peers, connections and
