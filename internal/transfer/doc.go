@@ -179,9 +179,10 @@
 // libibverbs lists, a name, or "off"), every segment registered is also an
 // RDMA memory region (registered before it is inserted, deregistered by
 // UnregisterSegment after its wait, so no NIC touches memory its caller
-// then unmaps), and the first one starts the side channel
-// (Config.RDMAListen, default port 0 on the data listener's host): package rdma's queue-pair handshake
-// over TCP, whose format is specified in rdma/doc.go. Engine.Offer gives
+// then unmaps), and the first one offered (Engine.Offer, at mount) starts
+// the side channel (Config.RDMAListen, default port 0 on the data
+// listener's host): package rdma's queue-pair handshake over TCP, whose
+// format is specified in rdma/doc.go. Engine.Offer gives
 // (side-channel address, region base, rkey) per segment; an address
 // listened on a wildcard is offered without a host, which the client takes
 // from the request's Endpoint. A client engine dials one RC queue pair per

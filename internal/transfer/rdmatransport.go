@@ -284,9 +284,8 @@ func (t *rdmaTransport) getBounce() []byte {
 
 func (t *rdmaTransport) putBounce(b []byte) { t.bounce <- b }
 
-// addSegment registers s as a memory region and starts the side channel
-// on the first one. A failure leaves the segment without an RDMA offer
-// (TCP still serves it).
+// addSegment registers s as a memory region. A failure leaves the segment
+// without an RDMA offer (TCP still serves it).
 func (t *rdmaTransport) addSegment(s *segment) {
 	mr, err := t.dev.RegisterMemory(s.mem)
 	if err != nil {
@@ -298,12 +297,22 @@ func (t *rdmaTransport) addSegment(s *segment) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.regions = append(t.regions, [2]uint64{mr.Base(), mr.Base() + uint64(len(s.mem))})
-	if t.lis == nil && t.lisErr == nil && !t.closed {
-		t.lis, t.lisErr = t.dev.Listen(t.listenAddr())
-		if t.lisErr == nil {
-			t.e.wg.Add(1) // under t.mu, before close: ordered before Close's Wait
-			go t.accept(t.lis)
-		}
+}
+
+// listen starts the side channel once, when the first segment is offered
+// (a client's local buffer is registered but never offered: a pure caller
+// listens on nothing).
+func (t *rdmaTransport) listen() {
+	addr := t.listenAddr()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.lis != nil || t.lisErr != nil || t.closed {
+		return
+	}
+	t.lis, t.lisErr = t.dev.Listen(addr)
+	if t.lisErr == nil {
+		t.e.wg.Add(1) // under t.mu, before close: ordered before Close's Wait
+		go t.accept(t.lis)
 	}
 }
 
@@ -351,8 +360,12 @@ func (t *rdmaTransport) offer(s *segment) SegmentOffer {
 	s.rdma.mu.Lock()
 	mr := s.rdma.mr
 	s.rdma.mu.Unlock()
+	if mr == nil {
+		return SegmentOffer{}
+	}
+	t.listen()
 	addr := t.addr()
-	if mr == nil || addr == "" {
+	if addr == "" {
 		return SegmentOffer{}
 	}
 	return SegmentOffer{RDMAAddr: addr, RDMABase: mr.Base(), RDMAKey: mr.Key()}
