@@ -250,6 +250,9 @@ func TestRDMATransportOverFakeFabric(t *testing.T) {
 	if !bytes.Equal(mem[4096:4096+65536], own[100:100+65536]) {
 		t.Fatal("direct write did not land")
 	}
+	if a := cli.RDMAAddr(); a != "" {
+		t.Fatalf("a caller that offers nothing listens on %s", a)
+	}
 	if cli.rdma.nBounce != 0 {
 		t.Fatalf("%d bounce buffers for a registered buffer", cli.rdma.nBounce)
 	}
