@@ -15,9 +15,9 @@ import (
 // TestPutGetOverEveryTransport runs the SDK's put and get paths (single and
 // batch, small and multi-slice objects, checksums verified by Get) between
 // a storage node and a reader over every transport the engine has: the
-// local copy (the reader is the node), TCP, the in-memory network, and RDMA
-// where this build and host have it (else it skips with the engine's own
-// reason). The replica descriptors come from a real master; each case
+// local copy (the reader is the node), TCP, the in-memory network, RDMA
+// over a fake fabric, and RDMA through real verbs where this build and host
+// have them (else it skips with the engine's own reason). The replica descriptors come from a real master; each case
 // checks the reader's engine counted the requests on that transport.
 func TestPutGetOverEveryTransport(t *testing.T) {
 	type setup func(t *testing.T, addr string) (reader *client.Client)
@@ -40,6 +40,14 @@ func TestPutGetOverEveryTransport(t *testing.T) {
 			n := transfer.NewMemNet()
 			node(t, addr, client.TransferConfig{MemNet: n})
 			return newClient(t, client.Config{MasterAddr: addr, Transfer: client.TransferConfig{MemNet: n}})
+		}},
+		// The RDMA transport over transfer's FAKE fabric (this machine has no
+		// device): the node announces its segments' offers at mount, the
+		// master copies them into the replicas, the reader routes by them.
+		{"rdma-fake", func(s transfer.Stats) uint64 { return s.RDMARequests }, func(t *testing.T, addr string) *client.Client {
+			f := transfer.NewFakeRDMA()
+			node(t, addr, client.TransferConfig{FakeRDMA: f, DisableSharedMemory: true})
+			return newClient(t, client.Config{MasterAddr: addr, Transfer: client.TransferConfig{FakeRDMA: f, DisableSharedMemory: true}})
 		}},
 		{"rdma", func(s transfer.Stats) uint64 { return s.RDMARequests }, func(t *testing.T, addr string) *client.Client {
 			r := newClient(t, client.Config{MasterAddr: addr, Transfer: client.TransferConfig{RDMADevice: "auto", DisableSharedMemory: true}})

@@ -116,6 +116,9 @@ type Config struct {
 	// MemNet, when set, adds the in-memory transport (tests): requests to
 	// "mem://NAME" endpoints go to the engine attached to MemNet as NAME.
 	MemNet *MemNet
+	// FakeRDMA (tests only) runs the RDMA transport over a FAKE fabric
+	// instead of a device, whatever RDMADevice says.
+	FakeRDMA *FakeRDMA
 }
 
 // Defaults.
@@ -309,6 +312,12 @@ func New(cfg Config) (*Engine, error) {
 	e.shm = newShmTransport(e)
 	e.tcp = newTCPTransport(e)
 	e.rdma, e.rdmaOff = newRDMATransport(e) // RDMAStatus says why it is off
+	if cfg.FakeRDMA != nil {                // tests: the FAKE fabric instead of a device
+		if e.rdma != nil {
+			e.rdma.dev.Close()
+		}
+		e.rdma, e.rdmaOff = newRDMAOn(e, &fakeDevice{f: cfg.FakeRDMA}, "fake0"), ""
+	}
 	if cfg.MemNet != nil {
 		e.mem = &memTransport{e: e, net: cfg.MemNet}
 	}
