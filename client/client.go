@@ -364,6 +364,12 @@ func (c *Client) setup(ctx context.Context) error {
 			return err
 		}
 		c.engine, c.ownsEngine = e, true
+		// Whether this node reads and writes over RDMA, and why not.
+		if on, why := e.RDMAStatus(); on || tcfg.RDMADevice == "" || tcfg.RDMADevice == "auto" || tcfg.RDMADevice == "off" {
+			cfg.Logger.Info("rdma", "status", why, "routes", e.Routes())
+		} else {
+			cfg.Logger.Warn("rdma device not usable: transfers go over TCP", "device", tcfg.RDMADevice, "status", why)
+		}
 	}
 	if cfg.LocalBufferSize > 0 {
 		r, err := dram.Map(cfg.LocalBufferSize, cfg.Hugepages)
