@@ -199,7 +199,11 @@ func (t *rdmaTransport) do(ctx context.Context, r *reqState) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.IOTimeout)
+	// Posted work requests are not withdrawn when the caller's ctx ends
+	// (as a TCP frame on the wire is not): cancelling one would break the
+	// queue pair every other request to the peer shares. They complete or
+	// fail within IOTimeout; Close breaks them at once.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.IOTimeout)
 	defer cancel()
 	direct := t.registered(req.Buf)
 	var bb []byte
