@@ -203,6 +203,7 @@ func (t *rdmaTransport) do(ctx context.Context, r *reqState) error {
 	// (as a TCP frame on the wire is not): cancelling one would break the
 	// queue pair every other request to the peer shares. They complete or
 	// fail within IOTimeout; Close breaks them at once.
+	caller := ctx
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.IOTimeout)
 	defer cancel()
 	direct := t.registered(req.Buf)
@@ -214,6 +215,9 @@ func (t *rdmaTransport) do(ctx context.Context, r *reqState) error {
 	var crc uint32
 	base := req.Offer.RDMABase + req.Offset
 	for off := 0; off < len(req.Buf); {
+		if err := caller.Err(); err != nil { // between work requests, a cancel stops the rest
+			return fmt.Errorf("%w: %w", kverr.New(kverr.TransferFail, "", "transfer: %s segment %q offset %d on %s over rdma not finished", req.Op, req.Segment, req.Offset+uint64(off), p.addr), err)
+		}
 		n := min(len(req.Buf)-off, e.cfg.SliceSize)
 		local := req.Buf[off : off+n]
 		if !direct {
