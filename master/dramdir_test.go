@@ -338,3 +338,135 @@ func TestFenceRefusesMutations(t *testing.T) {
 		t.Fatal("a refused remove removed")
 	}
 }
+
+// TestDramCommitAtPutStart: a put with the client's checksum has its commit
+// record queued at PutStart (it travels while the client writes), so its
+// PutEnd finds it applied and does not wait; its version is the PutStart
+// time, the same for both replicas. A revoke answers once the entry left
+// the directory, a taken-over put's entry is freed before its space can be
+// reused, and a put a new master rebuilt before the writer's PutEnd arrived
+// ends successfully for that writer.
+func TestDramCommitAtPutStart(t *testing.T) {
+	m, fc := newTest(t, Config{DramSyncTimeout: 5 * time.Second})
+	for _, node := range []string{"box", "box2"} {
+		if _, err := m.Heartbeat(ctx, HeartbeatRequest{Client: node, Endpoint: node + ":1", DramDirectory: true}); err != nil {
+			t.Fatal(err)
+		}
+		mountMem(t, m, node, node+"/mem0", 1<<20)
+	}
+	twins := []*dirTwin{startTwin(m, "box"), startTwin(m, "box2")}
+	defer twins[0].close()
+	defer twins[1].close()
+	held := func() int { return len(twins[0].objects()) + len(twins[1].objects()) }
+	sum := PutRequest{Client: "w", Key: "a", Size: 4096, CRC32C: 0xfeed, HasChecksum: true, Config: PutConfig{Replicas: 2}}
+	if _, err := m.PutStart(ctx, sum); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for held() != 2 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if held() != 2 {
+		t.Fatalf("after PutStart the directories hold %d entries, want 2 (one per replica)", held())
+	}
+	for _, tw := range twins {
+		o := tw.objects()[0]
+		if o.Key != "a" || o.CRC32C != 0xfeed || !o.HasChecksum || o.Version != fc.Now().UnixNano() {
+			t.Fatalf("commit record %+v: want key a, crc feed, version = PutStart time %d", o, fc.Now().UnixNano())
+		}
+	}
+	// The records are applied: PutEnd does not wait even with both twins
+	// stopped (a wait would take DramSyncTimeout, 5 s).
+	twins[0].close()
+	twins[1].close()
+	start := time.Now()
+	if err := m.PutEnd(ctx, "w", "", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("PutEnd of a put whose record was applied took %v", d)
+	}
+	if n := ctrOf(m, "dram_commits_unconfirmed"); n != 0 {
+		t.Fatalf("dram_commits_unconfirmed = %d", n)
+	}
+	twins = []*dirTwin{startTwin(m, "box"), startTwin(m, "box2")}
+	defer twins[0].close()
+	defer twins[1].close()
+
+	// A revoke answers once the entries are gone.
+	sum.Key = "b"
+	if _, err := m.PutStart(ctx, sum); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.PutRevoke(ctx, "w", "", "b"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tw := range twins {
+		for _, o := range tw.objects() {
+			if o.Key == "b" {
+				t.Fatalf("revoked put b still in a directory after PutRevoke answered: %+v", o)
+			}
+		}
+	}
+	// Batch revokes too, with one wait for the batch.
+	for _, k := range []string{"b1", "b2"} {
+		sum.Key = k
+		if _, err := m.PutStart(ctx, sum); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, err := range m.BatchPutRevoke(ctx, "w", "", []string{"b1", "b2"}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tw := range twins {
+		for _, o := range tw.objects() {
+			if o.Key == "b1" || o.Key == "b2" {
+				t.Fatalf("batch-revoked put %s still in a directory: %+v", o.Key, o)
+			}
+		}
+	}
+
+	// An abandoned put taken over: its entries are freed at once.
+	sum.Key, sum.Config.Replicas = "c", 1
+	if _, err := m.PutStart(ctx, sum); err != nil {
+		t.Fatal(err)
+	}
+	fc.Advance(m.cfg.PutDiscardTimeout + time.Second)
+	sum.Client = "w2"
+	if _, err := m.PutStart(ctx, sum); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.PutEnd(ctx, "w2", "", "c"); err != nil {
+		t.Fatal(err)
+	}
+	cs := 0
+	for _, tw := range twins {
+		for _, o := range tw.objects() {
+			if o.Key == "c" {
+				cs++
+			}
+		}
+	}
+	if cs != 1 {
+		t.Fatalf("key c in the directories %d times after the take-over, want 1 (the new put only)", cs)
+	}
+
+	// A new master rebuilt "d" from the directory before the writer's
+	// PutEnd: the writer's PutEnd succeeds, another PutRevoke cannot undo it.
+	m2, _ := newTest(t, Config{})
+	if _, err := m2.Heartbeat(ctx, HeartbeatRequest{Client: "box", Endpoint: "box:1", DramDirectory: true,
+		Segments: []Segment{{Name: "box/mem0", Endpoint: "box:1", Size: 1 << 20}}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := m2.RegisterDramObjects(ctx, "box", "", []DramObject{{Key: "d", Segment: "box/mem0", Offset: 1 << 16, Size: 4096,
+		CRC32C: 1, HasChecksum: true, Version: 7}}, true)
+	if err != nil || res[0] != nil {
+		t.Fatalf("register: %v %v", res, err)
+	}
+	if err := m2.PutEnd(ctx, "w", "", "d"); err != nil {
+		t.Fatalf("the writer's PutEnd of a rebuilt put: %v", err)
+	}
+	wantCode(t, m2.PutRevoke(ctx, "w", "", "d"), kverr.UnavailableInCurrentStatus)
+}
