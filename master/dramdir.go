@@ -132,27 +132,31 @@ func (n *nodeDram) settledLocked(seq uint64) (done, late bool) {
 	return n.acked >= seq || len(n.pending) == 0 || n.pending[0].Seq > seq, false
 }
 
+// settled returns the index of the first wait not settled (len(ws): all
+// are).
+func (q *dramOutbox) settled(ws []dramWait) int {
+	if len(ws) == 0 {
+		return 0
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i, w := range ws {
+		if n := q.byNode[w.node]; n != nil {
+			if done, _ := n.settledLocked(w.seq); !done {
+				return i
+			}
+		}
+	}
+	return len(ws)
+}
+
 // waitAcked waits until every wait is settled (settledLocked), up to
 // timeout or ctx; it returns the nodes that did not acknowledge. The
 // common case, every record applied already (a put's commit record was
 // queued at PutStart and travelled while the client wrote), takes one
 // lock and no timer.
 func (q *dramOutbox) waitAcked(ctx context.Context, ws []dramWait, timeout time.Duration) []string {
-	if len(ws) == 0 {
-		return nil
-	}
-	q.mu.Lock()
-	i := 0
-	for ; i < len(ws); i++ {
-		n := q.byNode[ws[i].node]
-		if n == nil {
-			continue
-		}
-		if done, _ := n.settledLocked(ws[i].seq); !done {
-			break
-		}
-	}
-	q.mu.Unlock()
+	i := q.settled(ws)
 	if i == len(ws) {
 		return nil
 	}
@@ -280,6 +284,10 @@ func (m *Master) awaitCommits(ctx context.Context, ws []dramWait) {
 	if m.cfg.DramSyncTimeout < 0 {
 		return // the operator chose latency over surviving a master loss
 	}
+	if m.dram.settled(ws) == len(ws) {
+		return
+	}
+	m.ctr.add(cDramCommitWaits, 1)
 	if late := m.dram.waitAcked(ctx, ws, m.cfg.DramSyncTimeout); len(late) > 0 {
 		m.ctr.add(cDramCommitsUnconfirmed, 1)
 	}
