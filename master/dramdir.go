@@ -65,6 +65,7 @@ type nodeDram struct {
 	pending []DramRecord  // in seq order, not yet acknowledged
 	acked   uint64        // highest acknowledged seq
 	lost    uint64        // records up to this seq were dropped (the queue overflowed): never acknowledged
+	seen    int64         // when the node last took or acknowledged records (master clock, ns)
 	ready   chan struct{} // closed (and replaced) when a record is added
 	ackc    chan struct{} // closed (and replaced) on every acknowledgement
 	reset   bool          // the queue overflowed: tell the node to clear its directory
@@ -275,6 +276,33 @@ func (m *Master) dramBarrier(ctx context.Context, key string) error {
 			"(queued; until it does, a master restart could bring the object back)", strings.Join(late, ", "), m.cfg.RemoveSyncTimeout)
 }
 
+// dramTakerSilence: a node that has neither taken nor acknowledged
+// records for this long has no stream open (a stream asks at least every
+// second), so a revoke does not wait for it.
+const dramTakerSilence = 3 * time.Second
+
+// awaitFrees waits, like awaitCommits, for the holders to drop a revoked
+// put's entries, but not for holders with no stream open: a revoke often
+// follows a write that failed because its holder died, and the client
+// should not wait DramSyncTimeout to learn that its put failed. A holder
+// that comes back without its DRAM had nothing to bring back; one
+// reconnecting takes the frees first.
+func (m *Master) awaitFrees(ctx context.Context, ws []dramWait) {
+	if len(ws) == 0 {
+		return
+	}
+	since := m.now().UnixNano() - int64(dramTakerSilence)
+	m.dram.mu.Lock()
+	live := ws[:0:0]
+	for _, w := range ws {
+		if n := m.dram.byNode[w.node]; n != nil && n.seen >= since {
+			live = append(live, w)
+		}
+	}
+	m.dram.mu.Unlock()
+	m.awaitCommits(ctx, live)
+}
+
 // awaitCommits waits for the holders' acknowledgement of a put's commit
 // records (or a revoke's frees), at most DramSyncTimeout. A holder that
 // does not answer in time does not fail the call (the put is complete, the
@@ -320,6 +348,7 @@ func (m *Master) AckDramRecords(client string, outbox, ackThrough uint64) error 
 		n = &nodeDram{ready: make(chan struct{}), ackc: make(chan struct{})}
 		q.byNode[client] = n
 	}
+	n.seen = m.now().UnixNano()
 	if outbox == q.id && ackThrough > n.acked {
 		i := 0
 		for i < len(n.pending) && n.pending[i].Seq <= ackThrough {
@@ -350,6 +379,7 @@ func (m *Master) NextDramRecords(ctx context.Context, client string, after uint6
 			q.mu.Unlock()
 			return q.id, false, nil, nil
 		}
+		n.seen = m.now().UnixNano()
 		reset := n.reset
 		n.reset = false
 		i, _ := slices.BinarySearchFunc(n.pending, after+1, func(r DramRecord, seq uint64) int { return cmp.Compare(r.Seq, seq) })

@@ -176,6 +176,24 @@ func TestDramPutEndBounded(t *testing.T) {
 	if ctrOf(m, "dram_commits_unconfirmed") != 1 {
 		t.Fatal("unconfirmed commit not counted")
 	}
+	// A revoke does not wait for a holder with no records stream open (a
+	// put is revoked mostly because a write failed, often as its holder
+	// died): a master with a 5 s bound answers at once.
+	m5, _ := newTest(t, Config{DramSyncTimeout: 5 * time.Second})
+	if _, err := m5.Heartbeat(ctx, HeartbeatRequest{Client: "box", DramDirectory: true}); err != nil {
+		t.Fatal(err)
+	}
+	mountMem(t, m5, "box", "box/mem0", 1<<20)
+	if _, err := m5.PutStart(ctx, PutRequest{Client: "w", Key: "r", Size: 100, CRC32C: 7, HasChecksum: true, Config: PutConfig{Replicas: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	if err := m5.PutRevoke(ctx, "w", "", "r"); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("PutRevoke waited %v for a holder with no stream open", d)
+	}
 	// A GPU node (no directory) costs PutEnd nothing.
 	mountMem(t, m, "gpu", "gpu/mem0", 1<<20)
 	start = time.Now()

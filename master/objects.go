@@ -307,7 +307,7 @@ func (m *Master) lockWriter(client, tenant, key string) (*shard, string, *object
 func (m *Master) PutEnd(ctx context.Context, client, tenant, key string) error {
 	ws, err := m.putEnd(client, tenant, key)
 	if err == nil {
-		m.awaitCommits(ctx, ws)
+		m.awaitFrees(ctx, ws)
 	}
 	return err
 }
@@ -351,8 +351,9 @@ func (m *Master) putEnd(client, tenant, key string) ([]dramWait, error) {
 
 // PutRevoke discards an in-flight put and frees its space. Only the writer
 // may call it. It answers once the appliances dropped the put's DRAM
-// directory entries (at most DramSyncTimeout), so that a revoked put does
-// not come back after a master failover.
+// directory entries (at most DramSyncTimeout; holders with no records
+// stream open are not waited for, see awaitFrees), so that a revoked put
+// does not come back after a master failover.
 func (m *Master) PutRevoke(ctx context.Context, client, tenant, key string) error {
 	ws, err := m.putRevoke(client, tenant, key)
 	if err == nil {

@@ -192,7 +192,7 @@ func (m *Master) BatchPutRevoke(ctx context.Context, client, tenant string, keys
 		w, out[i] = m.putRevoke(client, tenant, k)
 		ws = append(ws, w...)
 	}
-	m.awaitCommits(ctx, ws) // one wait for the batch
+	m.awaitFrees(ctx, ws) // one wait for the batch
 	return out
 }
 
