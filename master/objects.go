@@ -307,7 +307,7 @@ func (m *Master) lockWriter(client, tenant, key string) (*shard, string, *object
 func (m *Master) PutEnd(ctx context.Context, client, tenant, key string) error {
 	ws, err := m.putEnd(client, tenant, key)
 	if err == nil {
-		m.awaitFrees(ctx, ws)
+		m.awaitCommits(ctx, ws)
 	}
 	return err
 }
@@ -357,7 +357,7 @@ func (m *Master) putEnd(client, tenant, key string) ([]dramWait, error) {
 func (m *Master) PutRevoke(ctx context.Context, client, tenant, key string) error {
 	ws, err := m.putRevoke(client, tenant, key)
 	if err == nil {
-		m.awaitCommits(ctx, ws)
+		m.awaitFrees(ctx, ws)
 	}
 	return err
 }
