@@ -144,8 +144,10 @@ func (a *Appliance) dramStream(ctx context.Context, outbox, ack *uint64) error {
 	if err != nil {
 		return err
 	}
+	req := &kvtierpb.TakeDramRecordsRequest{ClientId: a.cfg.Name} // reused: Send has marshalled it when it returns
 	send := func() error {
-		return stream.Send(&kvtierpb.TakeDramRecordsRequest{ClientId: a.cfg.Name, Outbox: *outbox, AckThrough: *ack})
+		req.Outbox, req.AckThrough = *outbox, *ack
+		return stream.Send(req)
 	}
 	if err := send(); err != nil {
 		return err

@@ -66,7 +66,8 @@ type nodeDram struct {
 	acked   uint64        // highest acknowledged seq
 	lost    uint64        // records up to this seq were dropped (the queue overflowed): never acknowledged
 	seen    int64         // when the node last took or acknowledged records (master clock, ns)
-	ready   chan struct{} // closed (and replaced) when a record is added
+	ready   chan struct{} // closed (and replaced) when a record is added while armed
+	armed   bool          // a stream waits on ready (else adding a record allocates nothing)
 	ackc    chan struct{} // closed (and replaced) on every acknowledgement
 	reset   bool          // the queue overflowed: tell the node to clear its directory
 }
@@ -91,8 +92,10 @@ func (q *dramOutbox) addLocked(node string, r DramRecord) uint64 {
 	q.next++
 	r.Seq = q.next
 	n.pending = append(n.pending, r)
-	close(n.ready)
-	n.ready = make(chan struct{})
+	if n.armed {
+		close(n.ready)
+		n.ready, n.armed = make(chan struct{}), false
+	}
 	return r.Seq
 }
 
@@ -369,9 +372,21 @@ func (m *Master) NextDramRecords(ctx context.Context, client string, after uint6
 	if wait < 0 || wait > MaxTakeOffloadWait {
 		return 0, false, nil, kverr.New(kverr.InvalidParams, "", "dram records: wait %v not in [0, %v]", wait, MaxTakeOffloadWait)
 	}
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	return m.nextDramRecords(ctx, client, after, wait, &timer)
+}
+
+// nextDramRecords is NextDramRecords with the caller's timer (made only
+// when there is something to wait for, then reused by a stream for every
+// wait).
+func (m *Master) nextDramRecords(ctx context.Context, client string, after uint64, wait time.Duration, tp **time.Timer) (uint64, bool, []DramRecord, error) {
 	q := &m.dram
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
+	armed := false // the timer runs for this call
 	for {
 		q.mu.Lock()
 		n := q.byNode[client]
@@ -385,10 +400,22 @@ func (m *Master) NextDramRecords(ctx context.Context, client string, after uint6
 		i, _ := slices.BinarySearchFunc(n.pending, after+1, func(r DramRecord, seq uint64) int { return cmp.Compare(r.Seq, seq) })
 		out := slices.Clone(n.pending[i:min(len(n.pending), i+MaxTakeDramRecords)])
 		ready := n.ready
+		if len(out) == 0 && !reset {
+			n.armed = true // never cleared here: another stream of the node may wait on ready too
+		}
 		q.mu.Unlock()
 		if len(out) > 0 || reset {
 			return q.id, reset, out, nil
 		}
+		if !armed {
+			if *tp == nil {
+				*tp = time.NewTimer(wait)
+			} else {
+				(*tp).Reset(wait)
+			}
+			armed = true
+		}
+		timer := *tp
 		select {
 		case <-ready:
 		case <-timer.C:
