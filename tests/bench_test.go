@@ -253,6 +253,21 @@ func (l *latencies) report(b *testing.B) {
 // with 1 and 4 callers and at 1 MiB with 50; p50-µs and p99-µs are the
 // kvtier calls' latencies.
 //
+// Where a single put over TCP goes (profiles and counters, 2026-12-02,
+// load average 7-11): three round trips one after another (PutStart, the
+// write, PutEnd), where raw TCP makes one. PutEnd rarely waits for the
+// DRAM directory any more (counter dram_commit_waits: 14-15 % of 64 KiB
+// puts, 2.5 % of 1 MiB ones), so a 64 KiB put costs the CPU of two master
+// calls (~60 µs in each process, about 10 % of the client's in building a
+// context with a deadline per call and registering it with the fast
+// path's connection, context.WithTimeout and context.AfterFunc) on top of
+// the copy. A 1 MiB put spends a third of the appliance's CPU reading the
+// payload (12 % the second copy out of the 64 KiB bounce buffer, chosen
+// for speed, internal/transfer server.go), a quarter in the master calls,
+// 7 % in the DRAM-directory stream. p99 is 10-20 x p50 with 4 callers:
+// a caller preempted by other processes waits a scheduler slice (GOGC=800
+// in the standalone changed neither p99 nor throughput beyond noise).
+//
 //	go test -run '^$' -bench BenchmarkClientPutGet -benchtime 2s ./tests/
 func BenchmarkClientPutGet(b *testing.B) {
 	if testing.Short() {
