@@ -488,3 +488,79 @@ func TestDramCommitAtPutStart(t *testing.T) {
 	}
 	wantCode(t, m2.PutRevoke(ctx, "w", "", "d"), kverr.UnavailableInCurrentStatus)
 }
+
+// FuzzDramOutbox drives one master's outbox with records added for two
+// nodes, acknowledgements (some naming another outbox, some stale; never
+// past the last seq handed out, as an appliance acknowledges what it
+// received) and checks, against a model, that a wait for (node, seq) is
+// settled exactly when no record of that node up to seq is unacknowledged:
+// by the fast check (settled) and by waitAcked with no time to wait.
+func FuzzDramOutbox(f *testing.F) {
+	f.Add([]byte{0, 1, 0, 2, 1, 0, 3, 2, 0})
+	f.Add([]byte{0, 0, 0, 1, 1, 1, 2, 1, 5, 3, 0, 1})
+	f.Add([]byte("0001101010000070"))
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		m, _ := newTest(t, Config{})
+		q := &m.dram
+		nodes := []string{"a", "b"}
+		for _, n := range nodes {
+			if err := m.AckDramRecords(n, q.id, 0); err != nil { // starts its queue
+				t.Fatal(err)
+			}
+		}
+		type rec struct {
+			seq   uint64
+			acked bool
+		}
+		model := map[string][]rec{}
+		var waits []dramWait
+		for len(ops) >= 2 {
+			op, arg := ops[0]%4, ops[1]
+			ops = ops[2:]
+			node := nodes[arg%2]
+			switch op {
+			case 0: // a record for node
+				q.mu.Lock()
+				seq := q.addLocked(node, DramRecord{Segment: "s", Offset: uint64(arg)})
+				q.mu.Unlock()
+				model[node] = append(model[node], rec{seq: seq})
+				// A put with replicas on both nodes waits for each at its
+				// highest seq (dramWaitsLocked), a seq of the other node.
+				waits = append(waits, dramWait{node, seq}, dramWait{nodes[(arg+1)%2], seq})
+			case 1, 2: // node acknowledges through a seq (op 2: another outbox's)
+				q.mu.Lock()
+				through := min(uint64(arg/2), q.next)
+				q.mu.Unlock()
+				outbox := q.id
+				if op == 2 {
+					outbox ^= 2
+				}
+				if err := m.AckDramRecords(node, outbox, through); err != nil {
+					t.Fatal(err)
+				}
+				if outbox == q.id {
+					for i := range model[node] {
+						if model[node][i].seq <= through {
+							model[node][i].acked = true
+						}
+					}
+				}
+			case 3: // check every wait so far
+				for _, w := range waits {
+					want := true
+					for _, r := range model[w.node] {
+						if r.seq <= w.seq && !r.acked {
+							want = false
+						}
+					}
+					if got := q.settled([]dramWait{w}) == 1; got != want {
+						t.Fatalf("wait %+v: settled %v, model %v", w, got, want)
+					}
+					if late := q.waitAcked(context.Background(), []dramWait{w}, 0); (len(late) == 0) != want {
+						t.Fatalf("wait %+v: waitAcked late %v, model settled %v", w, late, want)
+					}
+				}
+			}
+		}
+	})
+}
