@@ -342,7 +342,11 @@
 // without one a report could not tell a whole write from a torn one.
 //
 // Cost: a put with a checksum waits at PutEnd only when its record has
-// not been applied yet (the write was faster than the record stream); one
+// not been applied yet (the write was faster than the record stream;
+// counter dram_commit_waits; measured against a standalone, 2026-12-02:
+// 14-15 % of 64 KiB puts over TCP, 6 % of BatchPutEnds of 16 x 64 KiB,
+// 2.5 % of 1 MiB puts, 68 % / 26 % of 64 KiB puts through shared memory
+// with 1 / 4 callers, where the write takes ~10 µs); one
 // without waits one master-appliance round trip (shared by the PutEnds of
 // one batch and by concurrent ones) and costs one CRC32C pass over its
 // bytes on the appliance; about 100 bytes plus the key per object in the
