@@ -390,8 +390,24 @@ func (m *Master) nextDramRecords(ctx context.Context, client string, after uint6
 	for {
 		q.mu.Lock()
 		n := q.byNode[client]
-		if n == nil { // forgotten (gone, restarted): it asks again
+		if n == nil {
+			// Forgotten (gone, restarted) until its next heartbeat or
+			// acknowledgement: wait out the poll rather than answer at
+			// once, or a stream that is still open would spin on it.
 			q.mu.Unlock()
+			if wait > 0 {
+				if !armed {
+					if *tp == nil {
+						*tp = time.NewTimer(wait)
+					} else {
+						(*tp).Reset(wait)
+					}
+				}
+				select {
+				case <-(*tp).C:
+				case <-ctx.Done():
+				}
+			}
 			return q.id, false, nil, nil
 		}
 		n.seen = m.now().UnixNano()

@@ -203,6 +203,28 @@ func TestDramPutEndBounded(t *testing.T) {
 	}
 }
 
+// TestDramForgottenNodeWaits: a node forgotten (declared gone, or
+// restarted) while its records stream is open gets an empty answer after
+// the poll's wait, not at once: the stream would spin on it otherwise.
+func TestDramForgottenNodeWaits(t *testing.T) {
+	m, _ := newTest(t, Config{})
+	if err := m.AckDramRecords("box", m.dram.id, 0); err != nil {
+		t.Fatal(err)
+	}
+	m.dram.forget("box")
+	start := time.Now()
+	_, _, rs, err := m.NextDramRecords(ctx, "box", 0, 100*time.Millisecond)
+	if err != nil || len(rs) != 0 {
+		t.Fatalf("records for a forgotten node: %v, %v", rs, err)
+	}
+	if d := time.Since(start); d < 100*time.Millisecond {
+		t.Fatalf("a forgotten node's poll answered after %v, want the poll's 100ms", d)
+	}
+	if _, _, _, err := m.NextDramRecords(ctx, "box", 0, 0); err != nil { // no wait asked: at once
+		t.Fatal(err)
+	}
+}
+
 // TestDramRegisterRefusals: bad reports change nothing.
 func TestDramRegisterRefusals(t *testing.T) {
 	m, _ := newTest(t, Config{})
