@@ -56,12 +56,15 @@
 // master's commit and free records for the DRAM segments and keeps, in
 // memory, the committed objects (key, tenant, segment, offset, size,
 // checksum, version) per segment by offset: a commit drops any entry it
-// overlaps, a free drops the entry there. A put without a client checksum
-// gets one computed when its commit arrives. When the master does not know
+// overlaps, a free drops the entry there. A put with the client's
+// checksum is recorded from its PutStart, before its bytes land; a put
+// without one is recorded at PutEnd and gets a checksum computed when its
+// commit arrives. When the master does not know
 // the appliance (a heartbeat answered known=false: it restarted, or a new
 // leader was elected) the appliance reports the directory
 // (RegisterDramObjects), after checking each entry's bytes against its
-// checksum (an entry whose bytes changed is dropped, never reported), and
+// checksum (an entry whose bytes changed or never all landed is dropped,
+// never reported), and
 // drops the entries the master refuses. In memory only: an appliance
 // restart loses the DRAM it describes anyway; the master is what may
 // restart under it.

@@ -144,8 +144,10 @@ func (a *Appliance) dramStream(ctx context.Context, outbox, ack *uint64) error {
 	if err != nil {
 		return err
 	}
+	req := &kvtierpb.TakeDramRecordsRequest{ClientId: a.cfg.Name} // reused: Send has marshalled it when it returns
 	send := func() error {
-		return stream.Send(&kvtierpb.TakeDramRecordsRequest{ClientId: a.cfg.Name, Outbox: *outbox, AckThrough: *ack})
+		req.Outbox, req.AckThrough = *outbox, *ack
+		return stream.Send(req)
 	}
 	if err := send(); err != nil {
 		return err
@@ -179,8 +181,11 @@ func (a *Appliance) dramStream(ctx context.Context, outbox, ack *uint64) error {
 }
 
 // applyDramRecords applies records in order. A commit without the
-// client's checksum gets one computed here (the bytes are final: the
-// client wrote them before PutEnd), so the report can prove them intact.
+// client's checksum gets one computed here (the bytes are final: such a
+// commit is queued at PutEnd, after the client wrote them), so the report
+// can prove them intact. A commit with the client's checksum may arrive
+// before its bytes (it is queued at PutStart); nothing reads them until
+// the report checks them.
 func (a *Appliance) applyDramRecords(rs []*kvtierpb.DramRecord) {
 	for _, r := range rs {
 		if r.Free {
@@ -214,7 +219,10 @@ func (a *Appliance) segmentBytes(seg string, off, n uint64) []byte {
 // appliance, so it rebuilds those objects (RegisterDramObjects). Each
 // entry's bytes are checked against its checksum first: an entry whose
 // bytes changed (a put in flight at the old master's death wrote over an
-// object whose free record never arrived) is dropped, never reported.
+// object whose free record never arrived), or whose bytes never all
+// landed (a put with the client's checksum is recorded at its PutStart,
+// before the client writes: master/doc.go, "When the commit record
+// travels"), is dropped, never reported.
 // Entries the master refuses are dropped too. The last chunk says the
 // report is complete, which lets the master allocate in these segments.
 func (a *Appliance) reportDram(ctx context.Context, forget bool) error {

@@ -26,7 +26,7 @@ type DramRecord struct {
 	Size        uint64
 	CRC32C      uint32
 	HasChecksum bool
-	Version     int64 // the put's PutEnd time (unix ns) at the master that committed it
+	Version     int64 // the put's PutStart time (unix ns) at the master that placed it: the same for every replica of one put
 }
 
 // DramObject is one committed object an appliance reports from its DRAM
@@ -64,7 +64,10 @@ type dramOutbox struct {
 type nodeDram struct {
 	pending []DramRecord  // in seq order, not yet acknowledged
 	acked   uint64        // highest acknowledged seq
-	ready   chan struct{} // closed (and replaced) when a record is added
+	lost    uint64        // records up to this seq were dropped (the queue overflowed): never acknowledged
+	seen    int64         // when the node last took or acknowledged records (master clock, ns)
+	ready   chan struct{} // closed (and replaced) when a record is added while armed
+	armed   bool          // a stream waits on ready (else adding a record allocates nothing)
 	ackc    chan struct{} // closed (and replaced) on every acknowledgement
 	reset   bool          // the queue overflowed: tell the node to clear its directory
 }
@@ -84,13 +87,15 @@ func (q *dramOutbox) addLocked(node string, r DramRecord) uint64 {
 		return 0
 	}
 	if len(n.pending) >= dramQueueCap {
-		n.pending, n.reset = nil, true
+		n.pending, n.reset, n.lost = nil, true, q.next
 	}
 	q.next++
 	r.Seq = q.next
 	n.pending = append(n.pending, r)
-	close(n.ready)
-	n.ready = make(chan struct{})
+	if n.armed {
+		close(n.ready)
+		n.ready, n.armed = make(chan struct{}), false
+	}
 	return r.Seq
 }
 
@@ -120,21 +125,63 @@ type dramWait struct {
 	seq  uint64
 }
 
-// waitAcked waits until every wait is acknowledged, up to timeout or ctx;
-// it returns the nodes that did not acknowledge.
-func (q *dramOutbox) waitAcked(ctx context.Context, ws []dramWait, timeout time.Duration) []string {
+// settledLocked reports whether node n applied every record of its queue
+// up to seq (late: some were dropped, they never will be). Seqs are
+// global across nodes, so a node's own records up to seq are settled once
+// none of them is pending. q.mu must be held.
+func (n *nodeDram) settledLocked(seq uint64) (done, late bool) {
+	if seq <= n.lost {
+		return false, true
+	}
+	return n.acked >= seq || len(n.pending) == 0 || n.pending[0].Seq > seq, false
+}
+
+// settled returns the index of the first wait not settled (len(ws): all
+// are).
+func (q *dramOutbox) settled(ws []dramWait) int {
 	if len(ws) == 0 {
+		return 0
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i, w := range ws {
+		if n := q.byNode[w.node]; n != nil {
+			if done, _ := n.settledLocked(w.seq); !done {
+				return i
+			}
+		}
+	}
+	return len(ws)
+}
+
+// waitAcked waits until every wait is settled (settledLocked), up to
+// timeout or ctx; it returns the nodes that did not acknowledge. The
+// common case, every record applied already (a put's commit record was
+// queued at PutStart and travelled while the client wrote), takes one
+// lock and no timer.
+func (q *dramOutbox) waitAcked(ctx context.Context, ws []dramWait, timeout time.Duration) []string {
+	i := q.settled(ws)
+	if i == len(ws) {
 		return nil
 	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	var late []string
-	for _, w := range ws {
+	for _, w := range ws[i:] {
 		for {
 			q.mu.Lock()
 			n := q.byNode[w.node]
-			if n == nil || n.acked >= w.seq {
+			var done, lost bool
+			if n == nil {
+				done = true
+			} else {
+				done, lost = n.settledLocked(w.seq)
+			}
+			if done || lost {
 				q.mu.Unlock()
+				if lost {
+					late = append(late, w.node)
+				}
 				break
 			}
 			ch := n.ackc
@@ -155,10 +202,14 @@ func (q *dramOutbox) waitAcked(ctx context.Context, ws []dramWait, timeout time.
 }
 
 // queueCommitLocked queues a commit record of (t, key) for the owner of
-// each MEMORY replica of o. Called with the key's shard locked (lock
-// order: shard, then outbox).
-func (m *Master) queueCommitLocked(t, key string, o *object) []dramWait {
-	var ws []dramWait
+// each MEMORY replica of o and returns the highest seq queued (0: no
+// owner keeps a directory). Called with the key's shard locked (lock
+// order: shard, then outbox). PutStart calls it for a put with the
+// client's checksum (the record travels while the client writes, and the
+// appliance's report proves the bytes landed, see doc.go "Rebuild");
+// PutEnd for one without.
+func (m *Master) queueCommitLocked(t, key string, o *object) uint64 {
+	var last uint64
 	m.dram.mu.Lock()
 	defer m.dram.mu.Unlock()
 	for i := range o.replicas {
@@ -167,8 +218,22 @@ func (m *Master) queueCommitLocked(t, key string, o *object) []dramWait {
 			continue
 		}
 		seq := m.dram.addLocked(r.seg.owner.id, DramRecord{Tenant: t, Key: key, Segment: r.seg.spec.Name,
-			Offset: r.offset, Size: o.size, CRC32C: o.crc, HasChecksum: o.flags&flagHasCRC != 0, Version: o.created})
-		if seq != 0 {
+			Offset: r.offset, Size: o.size, CRC32C: o.crc, HasChecksum: o.flags&flagHasCRC != 0, Version: o.started})
+		last = max(last, seq)
+	}
+	return last
+}
+
+// dramWaitsLocked names what to wait for so that every owner of a MEMORY
+// replica of o applied its records up to seq.
+func dramWaitsLocked(o *object, seq uint64) []dramWait {
+	if seq == 0 {
+		return nil
+	}
+	var ws []dramWait
+	for i := range o.replicas {
+		r := &o.replicas[i]
+		if r.typ == Memory && r.seg != nil {
 			ws = append(ws, dramWait{r.seg.owner.id, seq})
 		}
 	}
@@ -177,14 +242,15 @@ func (m *Master) queueCommitLocked(t, key string, o *object) []dramWait {
 
 // queueFreeLocked queues a free record for a MEMORY replica about to be
 // released. It is queued before the space returns to the allocator, so
-// the owner applies it before the commit of any later put there.
-func (m *Master) queueFreeLocked(r *replica) {
+// the owner applies it before the commit of any later put there. It
+// returns the record's seq (0: the owner keeps no directory).
+func (m *Master) queueFreeLocked(r *replica) uint64 {
 	if r.typ != Memory || r.seg == nil {
-		return
+		return 0
 	}
 	m.dram.mu.Lock()
-	m.dram.addLocked(r.seg.owner.id, DramRecord{Free: true, Segment: r.seg.spec.Name, Offset: r.offset})
-	m.dram.mu.Unlock()
+	defer m.dram.mu.Unlock()
+	return m.dram.addLocked(r.seg.owner.id, DramRecord{Free: true, Segment: r.seg.spec.Name, Offset: r.offset})
 }
 
 // dramBarrier waits until every appliance taking records acknowledged all
@@ -213,14 +279,46 @@ func (m *Master) dramBarrier(ctx context.Context, key string) error {
 			"(queued; until it does, a master restart could bring the object back)", strings.Join(late, ", "), m.cfg.RemoveSyncTimeout)
 }
 
-// awaitCommits waits for the holders' acknowledgement of a PutEnd's commit
-// records, at most DramSyncTimeout. A holder that does not answer in time
-// does not fail the put (it is complete); the object may then not survive
-// a master restart, which a counter records.
+// dramTakerSilence: a node that has neither taken nor acknowledged
+// records for this long has no stream open (a stream asks at least every
+// second), so a revoke does not wait for it.
+const dramTakerSilence = 3 * time.Second
+
+// awaitFrees waits, like awaitCommits, for the holders to drop a revoked
+// put's entries, but not for holders with no stream open: a revoke often
+// follows a write that failed because its holder died, and the client
+// should not wait DramSyncTimeout to learn that its put failed. A holder
+// that comes back without its DRAM had nothing to bring back; one
+// reconnecting takes the frees first.
+func (m *Master) awaitFrees(ctx context.Context, ws []dramWait) {
+	if len(ws) == 0 {
+		return
+	}
+	since := m.now().UnixNano() - int64(dramTakerSilence)
+	m.dram.mu.Lock()
+	live := ws[:0:0]
+	for _, w := range ws {
+		if n := m.dram.byNode[w.node]; n != nil && n.seen >= since {
+			live = append(live, w)
+		}
+	}
+	m.dram.mu.Unlock()
+	m.awaitCommits(ctx, live)
+}
+
+// awaitCommits waits for the holders' acknowledgement of a put's commit
+// records (or a revoke's frees), at most DramSyncTimeout. A holder that
+// does not answer in time does not fail the call (the put is complete, the
+// revoke done); the object may then not survive a master restart (or a
+// revoked one come back), which a counter records.
 func (m *Master) awaitCommits(ctx context.Context, ws []dramWait) {
 	if m.cfg.DramSyncTimeout < 0 {
 		return // the operator chose latency over surviving a master loss
 	}
+	if m.dram.settled(ws) == len(ws) {
+		return
+	}
+	m.ctr.add(cDramCommitWaits, 1)
 	if late := m.dram.waitAcked(ctx, ws, m.cfg.DramSyncTimeout); len(late) > 0 {
 		m.ctr.add(cDramCommitsUnconfirmed, 1)
 	}
@@ -253,6 +351,7 @@ func (m *Master) AckDramRecords(client string, outbox, ackThrough uint64) error 
 		n = &nodeDram{ready: make(chan struct{}), ackc: make(chan struct{})}
 		q.byNode[client] = n
 	}
+	n.seen = m.now().UnixNano()
 	if outbox == q.id && ackThrough > n.acked {
 		i := 0
 		for i < len(n.pending) && n.pending[i].Seq <= ackThrough {
@@ -273,25 +372,66 @@ func (m *Master) NextDramRecords(ctx context.Context, client string, after uint6
 	if wait < 0 || wait > MaxTakeOffloadWait {
 		return 0, false, nil, kverr.New(kverr.InvalidParams, "", "dram records: wait %v not in [0, %v]", wait, MaxTakeOffloadWait)
 	}
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	return m.nextDramRecords(ctx, client, after, wait, &timer)
+}
+
+// nextDramRecords is NextDramRecords with the caller's timer (made only
+// when there is something to wait for, then reused by a stream for every
+// wait).
+func (m *Master) nextDramRecords(ctx context.Context, client string, after uint64, wait time.Duration, tp **time.Timer) (uint64, bool, []DramRecord, error) {
 	q := &m.dram
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
+	armed := false // the timer runs for this call
 	for {
 		q.mu.Lock()
 		n := q.byNode[client]
-		if n == nil { // forgotten (gone, restarted): it asks again
+		if n == nil {
+			// Forgotten (gone, restarted) until its next heartbeat or
+			// acknowledgement: wait out the poll rather than answer at
+			// once, or a stream that is still open would spin on it.
 			q.mu.Unlock()
+			if wait > 0 {
+				if !armed {
+					if *tp == nil {
+						*tp = time.NewTimer(wait)
+					} else {
+						(*tp).Reset(wait)
+					}
+				}
+				select {
+				case <-(*tp).C:
+				case <-ctx.Done():
+				}
+			}
 			return q.id, false, nil, nil
 		}
+		n.seen = m.now().UnixNano()
 		reset := n.reset
 		n.reset = false
 		i, _ := slices.BinarySearchFunc(n.pending, after+1, func(r DramRecord, seq uint64) int { return cmp.Compare(r.Seq, seq) })
 		out := slices.Clone(n.pending[i:min(len(n.pending), i+MaxTakeDramRecords)])
 		ready := n.ready
+		if len(out) == 0 && !reset {
+			n.armed = true // never cleared here: another stream of the node may wait on ready too
+		}
 		q.mu.Unlock()
 		if len(out) > 0 || reset {
 			return q.id, reset, out, nil
 		}
+		if !armed {
+			if *tp == nil {
+				*tp = time.NewTimer(wait)
+			} else {
+				(*tp).Reset(wait)
+			}
+			armed = true
+		}
+		timer := *tp
 		select {
 		case <-ready:
 		case <-timer.C:
@@ -369,7 +509,7 @@ func (m *Master) registerDramObject(c *client, d *DramObject) error {
 	defer sh.mu.Unlock()
 	if o := sh.objs[k]; o != nil {
 		if !o.complete || o.size != d.Size || (o.flags&flagHasCRC != 0 && d.HasChecksum && o.crc != d.CRC32C) ||
-			(o.created != d.Version && o.memPos != 0) {
+			(o.started != d.Version && o.memPos != 0) {
 			return kverr.New(kverr.ObjectAlreadyExists, d.Key, "the master holds other bytes under this key")
 		}
 		for i := range o.replicas {
@@ -395,7 +535,7 @@ func (m *Master) registerDramObject(c *client, d *DramObject) error {
 	}
 	m.tenantUsage(t).Add(d.Size)
 	o := &object{replicas: []replica{{seg: s, offset: d.Offset, length: d.Size, typ: Memory, state: Complete}},
-		writer: c.id, size: d.Size, started: d.Version, created: d.Version, complete: true}
+		writer: c.id, size: d.Size, started: d.Version, created: d.Version, complete: true, flags: flagRebuilt}
 	if d.HasChecksum {
 		o.flags |= flagHasCRC
 		o.crc = d.CRC32C

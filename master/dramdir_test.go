@@ -176,12 +176,52 @@ func TestDramPutEndBounded(t *testing.T) {
 	if ctrOf(m, "dram_commits_unconfirmed") != 1 {
 		t.Fatal("unconfirmed commit not counted")
 	}
+	// A revoke does not wait for a holder with no records stream open (a
+	// put is revoked mostly because a write failed, often as its holder
+	// died): a master with a 5 s bound answers at once.
+	m5, _ := newTest(t, Config{DramSyncTimeout: 5 * time.Second})
+	if _, err := m5.Heartbeat(ctx, HeartbeatRequest{Client: "box", DramDirectory: true}); err != nil {
+		t.Fatal(err)
+	}
+	mountMem(t, m5, "box", "box/mem0", 1<<20)
+	if _, err := m5.PutStart(ctx, PutRequest{Client: "w", Key: "r", Size: 100, CRC32C: 7, HasChecksum: true, Config: PutConfig{Replicas: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	if err := m5.PutRevoke(ctx, "w", "", "r"); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("PutRevoke waited %v for a holder with no stream open", d)
+	}
 	// A GPU node (no directory) costs PutEnd nothing.
 	mountMem(t, m, "gpu", "gpu/mem0", 1<<20)
 	start = time.Now()
 	putCfg(t, m, "w", "k2", 100, PutConfig{Replicas: 1, PreferredSegment: "gpu/mem0"})
 	if d := time.Since(start); d > 50*time.Millisecond {
 		t.Fatalf("PutEnd on a node without a directory took %v", d)
+	}
+}
+
+// TestDramForgottenNodeWaits: a node forgotten (declared gone, or
+// restarted) while its records stream is open gets an empty answer after
+// the poll's wait, not at once: the stream would spin on it otherwise.
+func TestDramForgottenNodeWaits(t *testing.T) {
+	m, _ := newTest(t, Config{})
+	if err := m.AckDramRecords("box", m.dram.id, 0); err != nil {
+		t.Fatal(err)
+	}
+	m.dram.forget("box")
+	start := time.Now()
+	_, _, rs, err := m.NextDramRecords(ctx, "box", 0, 100*time.Millisecond)
+	if err != nil || len(rs) != 0 {
+		t.Fatalf("records for a forgotten node: %v, %v", rs, err)
+	}
+	if d := time.Since(start); d < 100*time.Millisecond {
+		t.Fatalf("a forgotten node's poll answered after %v, want the poll's 100ms", d)
+	}
+	if _, _, _, err := m.NextDramRecords(ctx, "box", 0, 0); err != nil { // no wait asked: at once
+		t.Fatal(err)
 	}
 }
 
@@ -337,4 +377,212 @@ func TestFenceRefusesMutations(t *testing.T) {
 	if !exists(t, m, "k") {
 		t.Fatal("a refused remove removed")
 	}
+}
+
+// TestDramCommitAtPutStart: a put with the client's checksum has its commit
+// record queued at PutStart (it travels while the client writes), so its
+// PutEnd finds it applied and does not wait; its version is the PutStart
+// time, the same for both replicas. A revoke answers once the entry left
+// the directory, a taken-over put's entry is freed before its space can be
+// reused, and a put a new master rebuilt before the writer's PutEnd arrived
+// ends successfully for that writer.
+func TestDramCommitAtPutStart(t *testing.T) {
+	m, fc := newTest(t, Config{DramSyncTimeout: 5 * time.Second})
+	for _, node := range []string{"box", "box2"} {
+		if _, err := m.Heartbeat(ctx, HeartbeatRequest{Client: node, Endpoint: node + ":1", DramDirectory: true}); err != nil {
+			t.Fatal(err)
+		}
+		mountMem(t, m, node, node+"/mem0", 1<<20)
+	}
+	twins := []*dirTwin{startTwin(m, "box"), startTwin(m, "box2")}
+	defer twins[0].close()
+	defer twins[1].close()
+	held := func() int { return len(twins[0].objects()) + len(twins[1].objects()) }
+	sum := PutRequest{Client: "w", Key: "a", Size: 4096, CRC32C: 0xfeed, HasChecksum: true, Config: PutConfig{Replicas: 2}}
+	if _, err := m.PutStart(ctx, sum); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for held() != 2 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if held() != 2 {
+		t.Fatalf("after PutStart the directories hold %d entries, want 2 (one per replica)", held())
+	}
+	for _, tw := range twins {
+		o := tw.objects()[0]
+		if o.Key != "a" || o.CRC32C != 0xfeed || !o.HasChecksum || o.Version != fc.Now().UnixNano() {
+			t.Fatalf("commit record %+v: want key a, crc feed, version = PutStart time %d", o, fc.Now().UnixNano())
+		}
+	}
+	// The records are applied: PutEnd does not wait even with both twins
+	// stopped (a wait would take DramSyncTimeout, 5 s).
+	twins[0].close()
+	twins[1].close()
+	start := time.Now()
+	if err := m.PutEnd(ctx, "w", "", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("PutEnd of a put whose record was applied took %v", d)
+	}
+	if n := ctrOf(m, "dram_commits_unconfirmed"); n != 0 {
+		t.Fatalf("dram_commits_unconfirmed = %d", n)
+	}
+	twins = []*dirTwin{startTwin(m, "box"), startTwin(m, "box2")}
+	defer twins[0].close()
+	defer twins[1].close()
+
+	// A revoke answers once the entries are gone.
+	sum.Key = "b"
+	if _, err := m.PutStart(ctx, sum); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.PutRevoke(ctx, "w", "", "b"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tw := range twins {
+		for _, o := range tw.objects() {
+			if o.Key == "b" {
+				t.Fatalf("revoked put b still in a directory after PutRevoke answered: %+v", o)
+			}
+		}
+	}
+	// Batch revokes too, with one wait for the batch.
+	for _, k := range []string{"b1", "b2"} {
+		sum.Key = k
+		if _, err := m.PutStart(ctx, sum); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, err := range m.BatchPutRevoke(ctx, "w", "", []string{"b1", "b2"}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tw := range twins {
+		for _, o := range tw.objects() {
+			if o.Key == "b1" || o.Key == "b2" {
+				t.Fatalf("batch-revoked put %s still in a directory: %+v", o.Key, o)
+			}
+		}
+	}
+
+	// An abandoned put taken over: its entries are freed at once.
+	sum.Key, sum.Config.Replicas = "c", 1
+	if _, err := m.PutStart(ctx, sum); err != nil {
+		t.Fatal(err)
+	}
+	fc.Advance(m.cfg.PutDiscardTimeout + time.Second)
+	sum.Client = "w2"
+	if _, err := m.PutStart(ctx, sum); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.PutEnd(ctx, "w2", "", "c"); err != nil {
+		t.Fatal(err)
+	}
+	cs := 0
+	for _, tw := range twins {
+		for _, o := range tw.objects() {
+			if o.Key == "c" {
+				cs++
+			}
+		}
+	}
+	if cs != 1 {
+		t.Fatalf("key c in the directories %d times after the take-over, want 1 (the new put only)", cs)
+	}
+
+	// A new master rebuilt "d" from the directory before the writer's
+	// PutEnd: the writer's PutEnd succeeds, another PutRevoke cannot undo it.
+	m2, _ := newTest(t, Config{})
+	if _, err := m2.Heartbeat(ctx, HeartbeatRequest{Client: "box", Endpoint: "box:1", DramDirectory: true,
+		Segments: []Segment{{Name: "box/mem0", Endpoint: "box:1", Size: 1 << 20}}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := m2.RegisterDramObjects(ctx, "box", "", []DramObject{{Key: "d", Segment: "box/mem0", Offset: 1 << 16, Size: 4096,
+		CRC32C: 1, HasChecksum: true, Version: 7}}, true)
+	if err != nil || res[0] != nil {
+		t.Fatalf("register: %v %v", res, err)
+	}
+	if err := m2.PutEnd(ctx, "w", "", "d"); err != nil {
+		t.Fatalf("the writer's PutEnd of a rebuilt put: %v", err)
+	}
+	wantCode(t, m2.PutRevoke(ctx, "w", "", "d"), kverr.UnavailableInCurrentStatus)
+}
+
+// FuzzDramOutbox drives one master's outbox with records added for two
+// nodes, acknowledgements (some naming another outbox, some stale; never
+// past the last seq handed out, as an appliance acknowledges what it
+// received) and checks, against a model, that a wait for (node, seq) is
+// settled exactly when no record of that node up to seq is unacknowledged:
+// by the fast check (settled) and by waitAcked with no time to wait.
+func FuzzDramOutbox(f *testing.F) {
+	f.Add([]byte{0, 1, 0, 2, 1, 0, 3, 2, 0})
+	f.Add([]byte{0, 0, 0, 1, 1, 1, 2, 1, 5, 3, 0, 1})
+	f.Add([]byte("0001101010000070"))
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		m, _ := newTest(t, Config{})
+		q := &m.dram
+		nodes := []string{"a", "b"}
+		for _, n := range nodes {
+			if err := m.AckDramRecords(n, q.id, 0); err != nil { // starts its queue
+				t.Fatal(err)
+			}
+		}
+		type rec struct {
+			seq   uint64
+			acked bool
+		}
+		model := map[string][]rec{}
+		var waits []dramWait
+		for len(ops) >= 2 {
+			op, arg := ops[0]%4, ops[1]
+			ops = ops[2:]
+			node := nodes[arg%2]
+			switch op {
+			case 0: // a record for node
+				q.mu.Lock()
+				seq := q.addLocked(node, DramRecord{Segment: "s", Offset: uint64(arg)})
+				q.mu.Unlock()
+				model[node] = append(model[node], rec{seq: seq})
+				// A put with replicas on both nodes waits for each at its
+				// highest seq (dramWaitsLocked), a seq of the other node.
+				waits = append(waits, dramWait{node, seq}, dramWait{nodes[(arg+1)%2], seq})
+			case 1, 2: // node acknowledges through a seq (op 2: another outbox's)
+				q.mu.Lock()
+				through := min(uint64(arg/2), q.next)
+				q.mu.Unlock()
+				outbox := q.id
+				if op == 2 {
+					outbox ^= 2
+				}
+				if err := m.AckDramRecords(node, outbox, through); err != nil {
+					t.Fatal(err)
+				}
+				if outbox == q.id {
+					for i := range model[node] {
+						if model[node][i].seq <= through {
+							model[node][i].acked = true
+						}
+					}
+				}
+			case 3: // check every wait so far
+				for _, w := range waits {
+					want := true
+					for _, r := range model[w.node] {
+						if r.seq <= w.seq && !r.acked {
+							want = false
+						}
+					}
+					if got := q.settled([]dramWait{w}) == 1; got != want {
+						t.Fatalf("wait %+v: settled %v, model %v", w, got, want)
+					}
+					if late := q.waitAcked(context.Background(), []dramWait{w}, 0); (len(late) == 0) != want {
+						t.Fatalf("wait %+v: waitAcked late %v, model settled %v", w, late, want)
+					}
+				}
+			}
+		}
+	})
 }

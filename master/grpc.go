@@ -635,12 +635,26 @@ func (s *grpcServer) TakeDramRecords(stream grpc.BidiStreamingServer[kvtierpb.Ta
 	// The first answer names this master's outbox at once (a new master:
 	// the appliance beats now); records not acknowledged are sent again.
 	var sent uint64
+	// Reused for every message (Send has marshalled it when it returns):
+	// a message per put's records otherwise made a sixth of the
+	// standalone's garbage under small puts.
+	var (
+		out   kvtierpb.TakeDramRecordsResponse
+		recs  []kvtierpb.DramRecord
+		keys  []byte
+		timer *time.Timer // one for every wait of this stream
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for answered := false; ; answered = true {
 		wait := time.Second
 		if !answered {
 			wait = 0
 		}
-		outbox, reset, rs, err := s.m.NextDramRecords(ctx, client, sent, wait)
+		outbox, reset, rs, err := s.m.nextDramRecords(ctx, client, sent, wait, &timer)
 		if err != nil {
 			return toGRPC(err)
 		}
@@ -650,12 +664,21 @@ func (s *grpcServer) TakeDramRecords(stream grpc.BidiStreamingServer[kvtierpb.Ta
 		if answered && len(rs) == 0 && !reset {
 			continue
 		}
-		out := &kvtierpb.TakeDramRecordsResponse{Outbox: outbox, Reset_: reset, Records: make([]*kvtierpb.DramRecord, len(rs))}
-		for i, d := range rs {
-			out.Records[i] = &kvtierpb.DramRecord{Seq: d.Seq, Free: d.Free, Tenant: d.Tenant, Key: []byte(d.Key), Segment: d.Segment,
-				Offset: d.Offset, Size: d.Size, Crc32C: d.CRC32C, HasChecksum: d.HasChecksum, Version: d.Version}
+		out.Outbox, out.Reset_ = outbox, reset
+		if cap(recs) < len(rs) {
+			recs = make([]kvtierpb.DramRecord, len(rs))
 		}
-		if err := stream.Send(out); err != nil {
+		recs, keys = recs[:len(rs)], keys[:0]
+		out.Records = out.Records[:0]
+		for i, d := range rs {
+			k := len(keys)
+			keys = append(keys, d.Key...)
+			r := &recs[i]
+			r.Seq, r.Free, r.Tenant, r.Key, r.Segment = d.Seq, d.Free, d.Tenant, keys[k:len(keys):len(keys)], d.Segment
+			r.Offset, r.Size, r.Crc32C, r.HasChecksum, r.Version = d.Offset, d.Size, d.CRC32C, d.HasChecksum, d.Version
+			out.Records = append(out.Records, r)
+		}
+		if err := stream.Send(&out); err != nil {
 			return err
 		}
 		if len(rs) > 0 {

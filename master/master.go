@@ -22,7 +22,7 @@ type object struct {
 	size       uint64
 	started    int64  // PutStart, unix ns
 	created    int64  // PutEnd, unix ns (0 while in flight)
-	lastRead   int64  // last GetReplicaList, unix ns (0 = never read)
+	lastRead   int64  // last GetReplicaList, unix ns (0 = never read); while in flight: the seq of its DRAM-directory commit record (0: none)
 	softPinEnd int64  // soft-pin deadline; while in flight: the requested TTL in ns
 	readCount  uint32 // reads since PutEnd, plus the eviction-history seed (see recallLocked)
 	crc        uint32
@@ -44,6 +44,10 @@ const (
 	// error, timeout). Eviction then frees its MEMORY without waiting for
 	// a disk copy that may never come.
 	flagOffloadFailed
+	// flagRebuilt: re-created from an appliance's DRAM directory
+	// (RegisterDramObjects). Its writer's PutEnd, if the old master died
+	// between the write and it, answers success (see putEnd).
+	flagRebuilt
 )
 
 const (
@@ -395,11 +399,14 @@ func (m *Master) dropObjectLocked(sh *shard, c string, o *object) {
 }
 
 // freeReplicaLocked returns a MEMORY/NOF replica's space to its segment.
-func (m *Master) freeReplicaLocked(r *replica) {
-	if r.seg != nil {
-		m.queueFreeLocked(r)
-		r.seg.release(r.offset, r.allocLen())
+// It returns the seq of the DRAM-directory free record queued (0: none).
+func (m *Master) freeReplicaLocked(r *replica) uint64 {
+	if r.seg == nil {
+		return 0
 	}
+	seq := m.queueFreeLocked(r)
+	r.seg.release(r.offset, r.allocLen())
+	return seq
 }
 
 // leased reports whether o is under a read lease at now.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/kvtier/kvtier/kverr"
@@ -187,6 +188,12 @@ func (m *Master) putStartOnce(t, k string, req *PutRequest) (_ []Replica, retry 
 	sh.objs[k] = o
 	sh.inflight[k] = o
 	noteMemLocked(sh, k, o)
+	if req.HasChecksum {
+		// The commit record travels to the appliances now, while the
+		// client writes, instead of after PutEnd: PutEnd then rarely
+		// waits (doc.go, "Rebuild"). Kept in lastRead until PutEnd.
+		o.lastRead = int64(m.queueCommitLocked(t, req.Key, o))
+	}
 	m.ctr.add(cPutsStarted, 1)
 	if m.eventsWanted() && m.putSeq.Add(1)%uint64(m.cfg.PutEventSample) == 1 {
 		m.publish(Event{Kind: "put", Tenant: t, Key: req.Key, Bytes: req.Size, Segment: reps[0].seg.spec.Name, Message: "started (sampled)"})
@@ -201,6 +208,11 @@ func (m *Master) takeOverLocked(sh *shard, k string, o *object) {
 	m.abandonedMu.Lock()
 	for i := range o.replicas {
 		r := &o.replicas[i]
+		if o.lastRead != 0 {
+			// Its commit record may be in the directory: drop it before
+			// the space can go to another put.
+			m.queueFreeLocked(r)
+		}
 		if r.seg != nil {
 			m.abandoned = append(m.abandoned, reservation{seg: r.seg, off: r.offset, n: r.allocLen(), releaseAt: release})
 		}
@@ -212,14 +224,21 @@ func (m *Master) takeOverLocked(sh *shard, k string, o *object) {
 	m.ctr.add(cAbandonedPutsReclaimed, 1)
 }
 
-// revokeLocked frees an in-flight object's space and forgets it.
-func (m *Master) revokeLocked(sh *shard, k string, o *object) {
+// revokeLocked frees an in-flight object's space and forgets it. It
+// returns the seq of the last free record queued when the put had a
+// commit record in a DRAM directory (0 otherwise).
+func (m *Master) revokeLocked(sh *shard, k string, o *object) uint64 {
+	var last uint64
 	for i := range o.replicas {
-		m.freeReplicaLocked(&o.replicas[i])
+		last = max(last, m.freeReplicaLocked(&o.replicas[i]))
 		m.countReplica(&o.replicas[i], -1)
+	}
+	if o.lastRead == 0 {
+		last = 0 // nothing of it reached a directory: nothing to wait for
 	}
 	o.replicas = nil
 	m.dropObjectLocked(sh, k, o)
+	return last
 }
 
 // reapPuts frees retired reservations and revokes puts older than the
@@ -267,7 +286,9 @@ func (m *Master) lockWriter(client, tenant, key string) (*shard, string, *object
 		sh.mu.Unlock()
 		return nil, "", nil, kverr.New(kverr.ObjectNotFound, key, "no such object")
 	}
-	if o.writer != client {
+	if o.writer != client && (!o.complete || o.flags&flagRebuilt == 0) {
+		// A rebuilt object's writer is unknown (the directory does not
+		// keep it): its PutEnd and PutRevoke find it complete.
 		sh.mu.Unlock()
 		return nil, "", nil, kverr.New(kverr.IllegalClient, key, "put was started by %s, not %q", o.writer, client)
 	}
@@ -281,7 +302,8 @@ func (m *Master) lockWriter(client, tenant, key string) (*shard, string, *object
 // It answers once the appliances holding the MEMORY replicas recorded the
 // object in their DRAM directories (at most DramSyncTimeout), so that a
 // put acknowledged before a master's death is rebuilt by its successor
-// (dramdir.go).
+// (dramdir.go). A put with the client's checksum had its record queued at
+// PutStart, so this is usually done already and PutEnd does not wait.
 func (m *Master) PutEnd(ctx context.Context, client, tenant, key string) error {
 	ws, err := m.putEnd(client, tenant, key)
 	if err == nil {
@@ -299,12 +321,14 @@ func (m *Master) putEnd(client, tenant, key string) ([]dramWait, error) {
 	}
 	defer sh.mu.Unlock()
 	if o.complete {
-		return nil, nil // a retried PutEnd
+		return nil, nil // a retried PutEnd, or one whose put a new master rebuilt
 	}
 	now := m.now().UnixNano()
 	for i := range o.replicas {
 		o.replicas[i].state = Complete
 	}
+	seq := uint64(o.lastRead)
+	o.lastRead = 0
 	o.complete = true
 	o.created = now
 	m.recallLocked(sh, k, o) // the eviction history seeds the read count here, at PutEnd
@@ -316,24 +340,42 @@ func (m *Master) putEnd(client, tenant, key string) ([]dramWait, error) {
 	if m.settings.Load().ssd.OffloadMode == OffloadImmediate {
 		m.queueOffloadLocked(k, o)
 	}
-	t, _ := splitCK(k)
-	return m.queueCommitLocked(t, key, o), nil
+	if o.flags&flagHasCRC == 0 {
+		// No client checksum: the appliance could not tell a landed
+		// write from a torn one, so the record goes now, after the write.
+		t, _ := splitCK(k)
+		seq = m.queueCommitLocked(t, key, o)
+	}
+	return dramWaitsLocked(o, seq), nil
 }
 
 // PutRevoke discards an in-flight put and frees its space. Only the writer
-// may call it.
+// may call it. It answers once the appliances dropped the put's DRAM
+// directory entries (at most DramSyncTimeout; holders with no records
+// stream open are not waited for, see awaitFrees), so that a revoked put
+// does not come back after a master failover.
 func (m *Master) PutRevoke(ctx context.Context, client, tenant, key string) error {
+	ws, err := m.putRevoke(client, tenant, key)
+	if err == nil {
+		m.awaitFrees(ctx, ws)
+	}
+	return err
+}
+
+// putRevoke is PutRevoke without the wait; it returns what to wait for.
+func (m *Master) putRevoke(client, tenant, key string) ([]dramWait, error) {
 	sh, k, o, err := m.lockWriter(client, tenant, key)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer sh.mu.Unlock()
 	if o.complete {
-		return kverr.New(kverr.UnavailableInCurrentStatus, key, "put already ended; use Remove")
+		return nil, kverr.New(kverr.UnavailableInCurrentStatus, key, "put already ended; use Remove")
 	}
-	m.revokeLocked(sh, k, o)
+	reps := slices.Clone(o.replicas)
+	seq := m.revokeLocked(sh, k, o)
 	m.ctr.add(cPutsRevoked, 1)
-	return nil
+	return dramWaitsLocked(&object{replicas: reps}, seq), nil
 }
 
 // replicaRank orders replicas: MEMORY, NOF, LOCAL_DISK; those on GRACE or

@@ -188,9 +188,13 @@ func (m *Master) BatchPutEnd(ctx context.Context, client, tenant string, keys []
 // BatchPutRevoke is PutRevoke per key, in order.
 func (m *Master) BatchPutRevoke(ctx context.Context, client, tenant string, keys []string) []error {
 	out := make([]error, len(keys))
+	var ws []dramWait
 	for i, k := range keys {
-		out[i] = m.PutRevoke(ctx, client, tenant, k)
+		var w []dramWait
+		w, out[i] = m.putRevoke(client, tenant, k)
+		ws = append(ws, w...)
 	}
+	m.awaitFrees(ctx, ws) // one wait for the batch
 	return out
 }
 

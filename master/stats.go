@@ -46,6 +46,7 @@ const (
 	cApplianceRestarts
 	cDramCommitsUnconfirmed
 	cDramObjectsRestored
+	cDramCommitWaits // PutEnds (and revokes) that found a DRAM-directory record not yet applied and waited
 	numCounters
 )
 
@@ -59,7 +60,7 @@ var counterNames = [numCounters]string{
 	"offloads_failed", "offloads_skipped_queue_full", "abandoned_puts_reclaimed",
 	"disk_buckets_dropped", "events_dropped", "eviction_history_hits",
 	"cached_reads", "removals_unconfirmed", "appliance_restarts",
-	"dram_commits_unconfirmed", "dram_objects_restored",
+	"dram_commits_unconfirmed", "dram_objects_restored", "dram_commit_waits",
 }
 
 // CounterNames lists the names of the counters Stats reports.

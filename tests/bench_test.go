@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -219,13 +220,53 @@ func (c *contender) rate(size int) float64 {
 	return float64(size) * float64(c.ops) / c.elapsed.Seconds()
 }
 
+// latencies collects the duration of each call of one contender.
+type latencies struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (l *latencies) add(d time.Duration) {
+	l.mu.Lock()
+	l.d = append(l.d, d)
+	l.mu.Unlock()
+}
+
+// report adds p50-µs and p99-µs.
+func (l *latencies) report(b *testing.B) {
+	slices.Sort(l.d)
+	if n := len(l.d); n > 0 {
+		b.ReportMetric(float64(l.d[n/2].Microseconds()), "p50-µs")
+		b.ReportMetric(float64(l.d[n*99/100].Microseconds()), "p99-µs")
+	}
+}
+
 // BenchmarkClientPutGet: Put and Get between this process (the client) and
 // an appliance process over loopback, interleaved with raw TCP to a
 // separate process moving the same bytes with the same number of callers.
 // c4 is 2 × GOMAXPROCS callers on this 2-core machine; c50 checks that
 // kvtier does not collapse under many callers (also against itself with
 // one caller). Put is timed alone: the benchmark's clean-up (BatchRemove of
-// what it stored) runs outside the timed chunks.
+// what it stored) runs outside the timed chunks. The -tcp cases use a client
+// with shared memory off (every byte over the appliance's data port: the
+// path of every remote GPU node without RDMA), at 64 KiB, 1 MiB and 16 MiB
+// with 1 and 4 callers and at 1 MiB with 50; p50-µs and p99-µs are the
+// kvtier calls' latencies.
+//
+// Where a single put over TCP goes (profiles and counters, 2026-12-02,
+// load average 7-11): three round trips one after another (PutStart, the
+// write, PutEnd), where raw TCP makes one. PutEnd rarely waits for the
+// DRAM directory any more (counter dram_commit_waits: 14-15 % of 64 KiB
+// puts, 2.5 % of 1 MiB ones), so a 64 KiB put costs the CPU of two master
+// calls (~60 µs in each process, about 10 % of the client's in building a
+// context with a deadline per call and registering it with the fast
+// path's connection, context.WithTimeout and context.AfterFunc) on top of
+// the copy. A 1 MiB put spends a third of the appliance's CPU reading the
+// payload (12 % the second copy out of the 64 KiB bounce buffer, chosen
+// for speed, internal/transfer server.go), a quarter in the master calls,
+// 7 % in the DRAM-directory stream. p99 is 10-20 x p50 with 4 callers:
+// a caller preempted by other processes waits a scheduler slice (GOGC=800
+// in the standalone changed neither p99 nor throughput beyond noise).
 //
 //	go test -run '^$' -bench BenchmarkClientPutGet -benchtime 2s ./tests/
 func BenchmarkClientPutGet(b *testing.B) {
@@ -248,6 +289,10 @@ func BenchmarkClientPutGet(b *testing.B) {
 	}
 	cases = append(cases, cfg{"get", 1 << 20, 1, false}, cfg{"put", 1 << 20, 1, false}, cfg{"get", 1 << 20, 50, true}, cfg{"put", 1 << 20, 50, true},
 		cfg{"get-tcp", 1 << 20, 1, false}, cfg{"get-tcp", 1 << 20, 4, false}, cfg{"put-tcp", 1 << 20, 1, false}, cfg{"put-tcp", 1 << 20, 4, false},
+		// The remote TCP path (#17): 64 KiB and 16 MiB, and 50 callers.
+		cfg{"get-tcp", 64 << 10, 1, false}, cfg{"get-tcp", 64 << 10, 4, false}, cfg{"put-tcp", 64 << 10, 1, false}, cfg{"put-tcp", 64 << 10, 4, false},
+		cfg{"get-tcp", 16 << 20, 1, false}, cfg{"get-tcp", 16 << 20, 4, false}, cfg{"put-tcp", 16 << 20, 1, false}, cfg{"put-tcp", 16 << 20, 4, false},
+		cfg{"get-tcp", 1 << 20, 50, false}, cfg{"put-tcp", 1 << 20, 50, false},
 		cfg{"get-nocache", 1 << 20, 1, false}, cfg{"get-nocache", 1 << 20, 4, false}, cfg{"get-nocache", 16 << 20, 4, false})
 	var putSeq atomic.Int64
 	for _, tc := range cases {
@@ -279,13 +324,18 @@ func BenchmarkClientPutGet(b *testing.B) {
 					}
 				}
 			}
+			var lat latencies // of the kvtier contender's calls
 			kvGet := func(pp int) func(n int64) (time.Duration, error) {
 				return func(n int64) (time.Duration, error) {
 					return parallel(pp, n, func(g int, i int64) error {
+						t0 := time.Now()
 						key := fmt.Sprintf("bench/%d/%d", size, i%int64(nkeys))
 						got, err := cl.GetInto(ctx, key, bufs[g%len(bufs)])
 						if err == nil && got != size {
 							err = fmt.Errorf("%s: got %d bytes, want %d", key, got, size)
+						}
+						if pp == p {
+							lat.add(time.Since(t0))
 						}
 						return err
 					})
@@ -296,8 +346,12 @@ func BenchmarkClientPutGet(b *testing.B) {
 			kvPut := func(pp int) func(n int64) (time.Duration, error) {
 				return func(n int64) (time.Duration, error) {
 					return parallel(pp, n, func(int, int64) error {
+						t0 := time.Now()
 						key := fmt.Sprintf("bench/put/%d/%d", size, putSeq.Add(1))
 						err := cl.Put(ctx, key, val)
+						if pp == p {
+							lat.add(time.Since(t0))
+						}
 						putMu.Lock()
 						putKeys = append(putKeys, key)
 						putMu.Unlock()
@@ -344,6 +398,7 @@ func BenchmarkClientPutGet(b *testing.B) {
 			b.ReportMetric(kv.rate(size)/1e9, "GB/s")
 			b.ReportMetric(rc.rate(size)/1e9, "rawTCP-GB/s")
 			b.ReportMetric(kv.rate(size)/rc.rate(size), "x-rawTCP")
+			lat.report(b)
 			if single != nil {
 				b.ReportMetric(single.rate(size)/1e9, "c1-GB/s")
 				b.ReportMetric(kv.rate(size)/single.rate(size), "x-c1")

@@ -9,8 +9,10 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,6 +22,7 @@ import (
 	"github.com/kvtier/kvtier/api/kvtierpb"
 	"github.com/kvtier/kvtier/client"
 	"github.com/kvtier/kvtier/ha/hatest"
+	"github.com/kvtier/kvtier/internal/transfer"
 	"github.com/kvtier/kvtier/kverr"
 )
 
@@ -128,7 +131,43 @@ func TestRebuildSingleMasterRestart(t *testing.T) {
 		Size: 1 << 20, Config: &kvtierpb.PutConfig{ReplicaNum: 2}}); err != nil {
 		t.Fatal(err)
 	}
-	var wantUsed uint64
+	// Two more in flight with the client's checksum, whose commit records
+	// reach the appliances at PutStart (master/doc.go, "When the commit
+	// record travels"): one never written (its entries fail the checksum
+	// at the report: not rebuilt, its space free), one written whole but
+	// never ended (rebuilt: the bytes are the ones its checksum names, and
+	// the writer's late PutEnd at the new master succeeds).
+	att, err := transfer.New(transfer.Config{DisableSharedMemory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer att.Close()
+	const inflightSize = 100_000
+	written := randomBytes(77, inflightSize)
+	for _, k := range []string{"rb/in-flight-sum", "rb/written"} {
+		resp, err := cl.Master().PutStart(ctx, &kvtierpb.PutStartRequest{ClientId: cl.ID(), Key: []byte(k), Size: inflightSize,
+			Crc32C: client.Checksum(written), HasChecksum: true, Config: &kvtierpb.PutConfig{ReplicaNum: 2}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Replicas) != 2 {
+			t.Fatalf("%s: %d replicas, want 2", k, len(resp.Replicas))
+		}
+		if k != "rb/written" {
+			continue
+		}
+		var reqs []transfer.Request
+		for _, r := range resp.Replicas {
+			reqs = append(reqs, transfer.Request{Op: transfer.Write, Endpoint: r.Endpoint, Segment: r.Segment, Offset: r.Offset, Buf: written, Grant: r.Grant})
+		}
+		for _, err := range att.Do(ctx, reqs) {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // the records are streamed in milliseconds; the kill must come after
+	wantUsed := 2 * uint64((inflightSize+63)/64*64)
 	for i := range 400 {
 		k, v := rebuildValue("rb", i)
 		if _, ok := want[k]; ok {
@@ -153,8 +192,24 @@ func TestRebuildSingleMasterRestart(t *testing.T) {
 	})
 	t.Logf("restarted master ready %v after start (rebuilding state seen: %v)", time.Since(t0).Round(time.Millisecond), sawRebuilding)
 	checkAll(t, cl, want, gone)
-	if _, err := getRetrying(ctx, cl, "rb/in-flight", 10*time.Second); !kverr.Is(err, kverr.ObjectNotFound) {
-		t.Fatalf("the put in flight at the kill: %v, want OBJECT_NOT_FOUND", err)
+	for _, k := range []string{"rb/in-flight", "rb/in-flight-sum"} {
+		if _, err := getRetrying(ctx, cl, k, 10*time.Second); !kverr.Is(err, kverr.ObjectNotFound) {
+			t.Fatalf("the put %s in flight at the kill: %v, want OBJECT_NOT_FOUND", k, err)
+		}
+	}
+	if _, err := cl.Master().PutEnd(ctx, &kvtierpb.KeyRequest{ClientId: cl.ID(), Key: []byte("rb/written")}); err != nil {
+		t.Fatalf("the writer's PutEnd of its put rebuilt by the new master: %v", kverr.FromGRPC(err))
+	}
+	want["rb/written"] = written
+	checkAll(t, cl, want, gone)
+	// The unwritten put's two entries were dropped at the report, not refused by the master.
+	changed := 0
+	for _, m := range regexp.MustCompile(`changed_bytes=(\d+)`).FindAllStringSubmatch(pa.output()+pb.output(), -1) {
+		n, _ := strconv.Atoi(m[1])
+		changed += n
+	}
+	if changed < 2 {
+		t.Fatalf("the appliances dropped %d directory entries whose bytes failed their checksum, want at least 2 (rb/in-flight-sum)", changed)
 	}
 	segs, err := cl.Master().ListSegments(ctx, &kvtierpb.Empty{})
 	if err != nil {

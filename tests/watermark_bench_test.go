@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kvtier/kvtier/client"
+	"github.com/kvtier/kvtier/internal/transfer"
 	"github.com/kvtier/kvtier/kverr"
 )
 
@@ -25,8 +26,10 @@ import (
 // `kvtier bench` uses it). The empty store's keys are removed after each of
 // its rounds (untimed), so it never evicts. Both stores have 512 MiB of
 // DRAM; offload off, and again offload immediate onto an SSD directory on
-// tmpfs (/dev/shm: a fast SSD; both stores alike, 1 GiB of SSD each). Reported: keys/s of
-// each and full/empty (target ≥ 0.8).
+// tmpfs (/dev/shm: a fast SSD; both stores alike, 1 GiB of SSD each). The
+// /tcp cases (64 KiB in batches of 16, 1 MiB single) run with shared memory
+// off, as a remote client would. Reported: keys/s of each and full/empty
+// (target ≥ 0.8).
 //
 //	go test -run '^$' -bench BenchmarkPutAtWatermark -benchtime 40x ./tests/
 func BenchmarkPutAtWatermark(b *testing.B) {
@@ -36,15 +39,21 @@ func BenchmarkPutAtWatermark(b *testing.B) {
 	type bcase struct {
 		size, batch int
 		calls       int64 // per round, over the 4 callers
+		tcp         bool  // shared memory off: every byte over the data port (a remote client)
 	}
-	cases := []bcase{{4 << 10, 1, 256}, {4 << 10, 128, 8}, {1 << 20, 1, 32}, {1 << 20, 8, 4}}
+	cases := []bcase{{4 << 10, 1, 256, false}, {4 << 10, 128, 8, false}, {1 << 20, 1, 32, false}, {1 << 20, 8, 4, false},
+		{64 << 10, 16, 16, true}, {1 << 20, 1, 32, true}}
 	for _, offload := range []string{"off", "immediate"} {
 		for _, bc := range cases {
-			b.Run(fmt.Sprintf("offload=%s/%dKiB/batch=%d", offload, bc.size>>10, bc.batch), func(b *testing.B) {
+			name := fmt.Sprintf("offload=%s/%dKiB/batch=%d", offload, bc.size>>10, bc.batch)
+			if bc.tcp {
+				name += "/tcp"
+			}
+			b.Run(name, func(b *testing.B) {
 				// A fresh pair per case: no case inherits another's backlog
 				// of objects waiting for their SSD copy.
-				empty := startWatermarkStore(b, offload, false)
-				full := startWatermarkStore(b, offload, true)
+				empty := startWatermarkStore(b, offload, false, bc.tcp)
+				full := startWatermarkStore(b, offload, true, bc.tcp)
 				benchWatermark(b, empty, full, bc.size, bc.batch, bc.calls)
 			})
 		}
@@ -57,8 +66,9 @@ type wmStore struct {
 }
 
 // startWatermarkStore starts a store; KVTIER_BENCH_PROFILE=FILE writes
-// the CPU profile of the full one (prof true) there.
-func startWatermarkStore(b *testing.B, offload string, prof bool) *wmStore {
+// the CPU profile of the full one (prof true) there. With tcp its client
+// does not map the store's shared memory.
+func startWatermarkStore(b *testing.B, offload string, prof, tcp bool) *wmStore {
 	ssd, profile := "", ""
 	if prof {
 		profile = os.Getenv("KVTIER_BENCH_PROFILE")
@@ -69,6 +79,9 @@ func startWatermarkStore(b *testing.B, offload string, prof bool) *wmStore {
 	a := startProcB(b, "standalone", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--dram", "512MiB",
 		"--ssd-dir", ssd, "--ssd-capacity", "1GiB", "--offload", offload, "--cpuprofile", profile)
 	c := &benchCluster{grpc: a["grpc"]}
+	if tcp {
+		return &wmStore{cl: c.newClientWith(b, client.Config{Transfer: transfer.Config{DisableSharedMemory: true}}), http: a["http"]}
+	}
 	return &wmStore{cl: c.newClient(b), http: a["http"]}
 }
 
