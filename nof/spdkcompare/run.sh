@@ -10,8 +10,9 @@
 # runs on TGT_CORE (SPDK's nvmf_tgt with -m, ours with taskset, so one Go
 # P), the host (spdk_nvme_perf -c, or `kvtier nvme perf` under taskset) on
 # HOST_CORE. Only one target runs at a time (nvmf_tgt polls its core even
-# when idle); the order alternates between runs (SPDK first in odd runs,
-# kvtier first in even ones) so load from elsewhere falls on both alike.
+# when idle), started afresh for each case; the two targets alternate case
+# by case (SPDK first in odd runs, kvtier first in even ones) so load from
+# elsewhere falls on both alike.
 #
 # Environment: RUNS [2], SECS per measurement [10], CASES (names below)
 # [all], FILE_NS=1 also compares our file namespace with SPDK's aio bdev on
@@ -127,11 +128,11 @@ start_kvtier() {
 
 TR="trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:$PORT subnqn:$NQN"
 
-# measure RUN TARGET NS: every case with spdk_nvme_perf, then (against
-# SPDK's target only, or with OURS=1) our initiator.
+# measure RUN TARGET NS CASE: spdk_nvme_perf, then (against SPDK's target
+# only, or with OURS=1) our initiator.
 measure() {
-	local run=$1 tgt=$2 ns=$3 c log out iops mibps a
-	for c in $CASES; do
+	local run=$1 tgt=$2 ns=$3 c=$4 log out iops mibps a
+	{
 		log=$OUT/run$run-$tgt-$ns-$c-spdkperf.log
 		# shellcheck disable=SC2046
 		"$PERF" -c $((1 << HOST_CORE)) $(perf_args "$c") -t "$SECS" -r "$TR" > "$log" 2>&1 || true
@@ -146,7 +147,7 @@ measure() {
 			out=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["iops"], d["bytes"]/d["seconds"]/2**20)' "$log" 2>/dev/null || echo "0 0")
 			echo "RESULT $run $tgt-$ns kvtier-perf $c $out"
 		fi
-	done
+	}
 }
 
 RESULTS=$OUT/results.txt
@@ -157,10 +158,12 @@ for run in $(seq "$RUNS"); do
 	order=(spdk kvtier)
 	((run % 2 == 0)) && order=(kvtier spdk)
 	for ns in "${nss[@]}"; do
-		for tgt in "${order[@]}"; do
-			"start_$tgt" "$ns" "$OUT/run$run-$tgt-$ns-target.log"
-			measure "$run" "$tgt" "$ns" | tee -a "$RESULTS"
-			stop_target
+		for c in $CASES; do
+			for tgt in "${order[@]}"; do
+				"start_$tgt" "$ns" "$OUT/run$run-$tgt-$ns-$c-target.log"
+				measure "$run" "$tgt" "$ns" "$c" | tee -a "$RESULTS"
+				stop_target
+			done
 		done
 	done
 done

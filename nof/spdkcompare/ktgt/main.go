@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -32,9 +33,20 @@ func main() {
 	buffered := flag.Bool("buffered", false, "with -file: no O_DIRECT")
 	bs := flag.Int("bs", 4096, "LBA size (512 or 4096; run.sh gives SPDK's bdevs the same)")
 	c2h := flag.Bool("c2h-success", true, "complete reads with C2HData SUCCESS (as SPDK's target does)")
+	prof := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
+	if *prof != "" {
+		f, err := os.Create(*prof)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "ktgt:", err)
+			os.Exit(1)
+		}
+		pprof.StartCPUProfile(f)
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 	if err := run(*addr, *nqn, *mem, *file, *size, *buffered, *bs, *c2h); err != nil {
 		fmt.Fprintln(os.Stderr, "ktgt:", err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
