@@ -17,7 +17,10 @@
 # Environment: RUNS [2], SECS per measurement [10], CASES (names below)
 # [all], FILE_NS=1 also compares our file namespace with SPDK's aio bdev on
 # the same kind of file (FILE_DIR [/var/tmp], size 1 GiB), TGT_CORE [0],
-# HOST_CORE [1], PORT [4420]. Output: one line per measurement
+# HOST_CORE [1], PORT [4420], NICE (a niceness for targets and hosts alike,
+# e.g. -10 on a machine shared with other work: a polling SPDK that
+# shares its core with other runnable tasks loses whole time slices, and its
+# figures then swing by 10 x between runs) [none]. Output: one line per measurement
 # "RESULT run target host case iops mibps", then a table of the ratios
 # (kvtier / SPDK, per run) on stdout; logs in OUT_DIR.
 set -euo pipefail
@@ -31,6 +34,8 @@ HOST_CORE=${HOST_CORE:-1}
 PORT=${PORT:-4420}
 FILE_NS=${FILE_NS:-0}
 FILE_DIR=${FILE_DIR:-/var/tmp}
+PRIO=()
+[[ -n ${NICE:-} ]] && PRIO=(nice -n "$NICE")
 NQN=nqn.2016-06.io.spdk:cnode1
 SOCK=$OUT/spdk.sock
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -97,7 +102,7 @@ rpc() { "$RPC" -s "$SOCK" "$@" > /dev/null; }
 # start_spdk mem|file LOG
 start_spdk() {
 	rm -f "$SOCK"
-	"$TGT" -m $((1 << TGT_CORE)) -r "$SOCK" > "$2" 2>&1 &
+	"${PRIO[@]}" "$TGT" -m $((1 << TGT_CORE)) -r "$SOCK" > "$2" 2>&1 &
 	TPID=$!
 	for _ in $(seq 100); do [[ -S $SOCK ]] && break; sleep 0.1; done
 	rpc framework_wait_init
@@ -119,9 +124,9 @@ start_spdk() {
 start_kvtier() {
 	local ns=(-mem 256MiB)
 	[[ $1 == file ]] && ns=(-file "$FILE_DIR/spdkcompare-kvtier.img" -size 1GiB)
-	taskset -c "$TGT_CORE" "$OUT/ktgt" -addr 127.0.0.1:"$PORT" -nqn $NQN "${ns[@]}" > "$2" 2>&1 &
+	"${PRIO[@]}" taskset -c "$TGT_CORE" "$OUT/ktgt" -addr 127.0.0.1:"$PORT" -nqn $NQN "${ns[@]}" > "$2" 2>&1 &
 	TPID=$!
-	for _ in $(seq 100); do grep -q '^ready' "$2" && return; sleep 0.1; done
+	for _ in $(seq 100); do grep -qs "^ready" "$2" && return; sleep 0.1; done
 	echo "run.sh: kvtier target did not start: $(cat "$2")" >&2
 	exit 1
 }
@@ -135,14 +140,14 @@ measure() {
 	{
 		log=$OUT/run$run-$tgt-$ns-$c-spdkperf.log
 		# shellcheck disable=SC2046
-		"$PERF" -c $((1 << HOST_CORE)) $(perf_args "$c") -t "$SECS" -r "$TR" > "$log" 2>&1 || true
+		"${PRIO[@]}" "$PERF" -c $((1 << HOST_CORE)) $(perf_args "$c") -t "$SECS" -r "$TR" > "$log" 2>&1 || true
 		read -r iops mibps < <(awk '/^Total/ {print $3, $4}' "$log")
 		echo "RESULT $run $tgt-$ns spdk_nvme_perf $c ${iops:-0} ${mibps:-0}"
 		a=$(ours_args "$c")
 		if [[ -n $a && ($tgt == spdk || ${OURS:-0} == 1) ]]; then
 			log=$OUT/run$run-$tgt-$ns-$c-kvtier.log
 			# shellcheck disable=SC2086
-			taskset -c "$HOST_CORE" "$OUT/kvtier" nvme perf --target 127.0.0.1:"$PORT" --nqn $NQN --queues 1 $a \
+			"${PRIO[@]}" taskset -c "$HOST_CORE" "$OUT/kvtier" nvme perf --target 127.0.0.1:"$PORT" --nqn $NQN --queues 1 $a \
 				--duration "${SECS}s" --json > "$log" 2>&1 || true
 			out=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["iops"], d["bytes"]/d["seconds"]/2**20)' "$log" 2>/dev/null || echo "0 0")
 			echo "RESULT $run $tgt-$ns kvtier-perf $c $out"
