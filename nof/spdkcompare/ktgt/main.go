@@ -20,6 +20,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/kvtier/kvtier/nof/auth"
 	"github.com/kvtier/kvtier/nof/namespace"
 	"github.com/kvtier/kvtier/nof/target"
 )
@@ -34,6 +35,8 @@ func main() {
 	bs := flag.Int("bs", 4096, "LBA size (512 or 4096; run.sh gives SPDK's bdevs the same)")
 	c2h := flag.Bool("c2h-success", true, "complete reads with C2HData SUCCESS (as SPDK's target does)")
 	prof := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	flag.StringVar(&hostKey, "host-key", "", "DH-HMAC-CHAP: HOSTNQN=DHHC-1:... or HOSTNQN=@FILE: only that host, authenticated")
+	flag.StringVar(&ctrlKey, "ctrl-key", "", "DH-HMAC-CHAP controller secret for -host-key's host (bidirectional): DHHC-1:... or @FILE")
 	flag.Parse()
 	if *prof != "" {
 		f, err := os.Create(*prof)
@@ -50,6 +53,8 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+var hostKey, ctrlKey string
 
 func parseSize(s string) (int64, error) {
 	mult := int64(1)
@@ -107,7 +112,23 @@ func run(addr, nqn, mem, file, size string, buffered bool, bs int, c2h bool) err
 		return err
 	}
 	defer tg.Close()
-	if err := tg.AddSubsystem(target.Subsystem{NQN: nqn, Namespaces: []namespace.Namespace{ns}}); err != nil {
+	sub := target.Subsystem{NQN: nqn, Namespaces: []namespace.Namespace{ns}}
+	if hostKey != "" {
+		host, val, ok := strings.Cut(hostKey, "=")
+		sec, err := auth.LoadSecret(val)
+		if !ok || err != nil {
+			return fmt.Errorf("-host-key %q: want HOSTNQN=SECRET: %v", host, err)
+		}
+		sub.HostSecrets = map[string]*auth.Secret{host: sec}
+		if ctrlKey != "" {
+			cs, err := auth.LoadSecret(ctrlKey)
+			if err != nil {
+				return fmt.Errorf("-ctrl-key: %v", err)
+			}
+			sub.CtrlSecrets = map[string]*auth.Secret{host: cs}
+		}
+	}
+	if err := tg.AddSubsystem(sub); err != nil {
 		return err
 	}
 	la, err := tg.Listen(addr)
