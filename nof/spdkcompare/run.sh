@@ -17,7 +17,8 @@
 # Environment: RUNS [2], SECS per measurement [10], CASES (names below)
 # [all], FILE_NS=1 also compares our file namespace with SPDK's aio bdev on
 # the same kind of file (FILE_DIR [/var/tmp], size 1 GiB), TGT_CORE [0],
-# HOST_CORE [1], PORT [4420], NICE (a niceness for targets and hosts alike,
+# HOST_CORE [1], PORT [4420], SPDK_ARGS (more nvmf_tgt arguments, e.g.
+# --interrupt-mode, SPDK's setting for a core it shares) [none], NICE (a niceness for targets and hosts alike,
 # e.g. -10 on a machine shared with other work: a polling SPDK that
 # shares its core with other runnable tasks loses whole time slices, and its
 # figures then swing by 10 x between runs) [none]. Output: one line per measurement
@@ -102,7 +103,8 @@ rpc() { "$RPC" -s "$SOCK" "$@" > /dev/null; }
 # start_spdk mem|file LOG
 start_spdk() {
 	rm -f "$SOCK"
-	"${PRIO[@]}" "$TGT" -m $((1 << TGT_CORE)) -r "$SOCK" > "$2" 2>&1 &
+	# shellcheck disable=SC2086
+	"${PRIO[@]}" "$TGT" -m $((1 << TGT_CORE)) -r "$SOCK" ${SPDK_ARGS:-} > "$2" 2>&1 &
 	TPID=$!
 	for _ in $(seq 100); do [[ -S $SOCK ]] && break; sleep 0.1; done
 	rpc framework_wait_init
