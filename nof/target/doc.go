@@ -350,7 +350,7 @@
 // benchmarks (load average 6-9). SPDK polls: its target and its perf each
 // spin on their core, and whenever the hypervisor or the other tenants
 // take the core the poller loses a whole slice. spdk_nvme_perf reported
-// maximum latencies of 0.35-1.6 s in most SPDK-against-SPDK runs, and
+// maximum latencies of 0.5-1.5 s in most SPDK-against-SPDK runs, and
 // SPDK's 4 KiB figure swung from 2k to 194k IOPS between consecutive runs
 // (issue #18's lab run, on a quieter machine, had 225k). Our target
 // sleeps in epoll and used 7-17 % of its core while spdk_nvme_perf drove it
