@@ -262,6 +262,7 @@ func FuzzParse(f *testing.F) {
 	f.Add((&Message{ID: Reply, R: make([]byte, 32), DHValue: make([]byte, 256)}).Marshal())
 	f.Add((&Message{ID: Success1, RValid: true, R: make([]byte, 32)}).Marshal())
 	f.Add([]byte{1, 0xF1, 0, 0, 0, 0, 1, 1})
+	f.Add([]byte{0, 0xF1, 0, 0, 0, 0, 1, 1})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := Parse(b)
 		if err != nil {
