@@ -22,8 +22,10 @@
 # e.g. -10 on a machine shared with other work: a polling SPDK that
 # shares its core with other runnable tasks loses whole time slices, and its
 # figures then swing by 10 x between runs) [none]. Output: one line per measurement
-# "RESULT run target host case iops mibps", then a table of the ratios
-# (kvtier / SPDK, per run) on stdout; logs in OUT_DIR.
+# "RESULT run target host case iops mibps lat_us" (lat_us: spdk_nvme_perf's
+# maximum latency, our perf's p99), then a table of the ratios (kvtier /
+# SPDK, per run) with spdk_nvme_perf's maximum latency against each target
+# (stalls of the machine show there first) on stdout; logs in OUT_DIR.
 set -euo pipefail
 
 SPDK=${1:?usage: run.sh SPDK_DIR [OUT_DIR]}
@@ -143,15 +145,15 @@ measure() {
 		log=$OUT/run$run-$tgt-$ns-$c-spdkperf.log
 		# shellcheck disable=SC2046
 		"${PRIO[@]}" "$PERF" -c $((1 << HOST_CORE)) $(perf_args "$c") -t "$SECS" -r "$TR" > "$log" 2>&1 || true
-		read -r iops mibps < <(awk '/^Total/ {print $3, $4}' "$log")
-		echo "RESULT $run $tgt-$ns spdk_nvme_perf $c ${iops:-0} ${mibps:-0}"
+		read -r iops mibps maxus < <(awk '/^Total/ {print $3, $4, $7}' "$log")
+		echo "RESULT $run $tgt-$ns spdk_nvme_perf $c ${iops:-0} ${mibps:-0} ${maxus:-0}"
 		a=$(ours_args "$c")
 		if [[ -n $a && ($tgt == spdk || ${OURS:-0} == 1) ]]; then
 			log=$OUT/run$run-$tgt-$ns-$c-kvtier.log
 			# shellcheck disable=SC2086
 			"${PRIO[@]}" taskset -c "$HOST_CORE" "$OUT/kvtier" nvme perf --target 127.0.0.1:"$PORT" --nqn $NQN --queues 1 $a \
 				--duration "${SECS}s" --json > "$log" 2>&1 || true
-			out=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["iops"], d["bytes"]/d["seconds"]/2**20)' "$log" 2>/dev/null || echo "0 0")
+			out=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["iops"], d["bytes"]/d["seconds"]/2**20, d["p99_us"])' "$log" 2>/dev/null || echo "0 0 0")
 			echo "RESULT $run $tgt-$ns kvtier-perf $c $out"
 		fi
 	}
@@ -184,22 +186,23 @@ import sys, collections
 r = collections.defaultdict(dict)
 for line in open(sys.argv[1]):
     f = line.split()
-    if len(f) != 7 or f[0] != "RESULT":
+    if len(f) < 7 or f[0] != "RESULT":
         continue
-    run, tgt, host, case, iops, mibps = f[1:]
-    r[(tgt.split("-")[1], case)][(run, tgt.split("-")[0], host)] = (float(iops), float(mibps))
-print(f"{'ns':5} {'case':11} {'run':3} {'SPDK tgt':>16} {'kvtier tgt':>16} {'ratio':>6}   {'our initiator':>16} {'ratio':>6}")
+    run, tgt, host, case, iops, mibps = f[1:7]
+    lat = float(f[7]) if len(f) > 7 else 0.0
+    r[(tgt.split("-")[1], case)][(run, tgt.split("-")[0], host)] = (float(iops), float(mibps), lat)
+print(f"{'ns':5} {'case':11} {'run':3} {'SPDK tgt':>16} {'kvtier tgt':>16} {'ratio':>6}   {'our initiator':>16} {'ratio':>6}   max lat ms SPDK/kvtier tgt")
 for (ns, case), d in sorted(r.items()):
     for run in sorted({k[0] for k in d}):
-        s = d.get((run, "spdk", "spdk_nvme_perf"), (0, 0))
-        k = d.get((run, "kvtier", "spdk_nvme_perf"), (0, 0))
+        s = d.get((run, "spdk", "spdk_nvme_perf"), (0, 0, 0))
+        k = d.get((run, "kvtier", "spdk_nvme_perf"), (0, 0, 0))
         o = d.get((run, "spdk", "kvtier-perf"))
         big = "128k" in case
         fmt = (lambda v: f"{v[1]:9.0f} MiB/s") if big else (lambda v: f"{v[0]:10.0f} IOPS")
         idx = 1 if big else 0
         rat = lambda a, b: f"{a[idx] / b[idx]:6.2f}" if b[idx] else "   n/a"
         line = f"{ns:5} {case:11} {run:3} {fmt(s):>16} {fmt(k):>16} {rat(k, s)}"
-        if o:
-            line += f"   {fmt(o):>16} {rat(o, s)}"
+        line += f"   {fmt(o):>16} {rat(o, s)}" if o else " " * 26
+        line += f"   {s[2] / 1000:8.1f} / {k[2] / 1000:.1f}"
         print(line)
 EOF
