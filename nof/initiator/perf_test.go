@@ -98,3 +98,33 @@ func TestPerfQueueDies(t *testing.T) {
 		t.Fatalf("perf took %v to notice the dead queue", d)
 	}
 }
+
+// TestPerfTargetGoneBeforeStart: a target that went away before Perf
+// submits anything gives a transfer error at once (the first submissions
+// fail), not a hang or a bare socket error. (A write that fails before the
+// receiver noticed the close is wrapped the same way in submitAsync; that
+// window is too narrow to hit on purpose.)
+func TestPerfTargetGoneBeforeStart(t *testing.T) {
+	tg, err := target.New(target.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, _ := namespace.NewMemory(make([]byte, 1<<20), 4096)
+	if err := tg.AddSubsystem(target.Subsystem{NQN: sub, Namespaces: []namespace.Namespace{mem}}); err != nil {
+		t.Fatal(err)
+	}
+	addr, err := tg.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := initiator.Dial(context.Background(), addr.String(), initiator.Config{SubNQN: sub, HostNQN: host, KeepAlive: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	tg.Close()
+	time.Sleep(50 * time.Millisecond) // let the queues see the close
+	if _, err := initiator.Perf(context.Background(), c, initiator.PerfConfig{RW: "randread", QueueDepth: 8, Duration: 5 * time.Second}); !kverr.Is(err, kverr.TransferFail) {
+		t.Fatalf("perf against a target closed before the run: %v, want a transfer failure", err)
+	}
+}

@@ -277,15 +277,15 @@ func (q *queue) submitAsync(cmd *pdu.Command, inCapsule, writeBuf, readBuf []byt
 	cmd.CID = cid
 	m := &pdu.CapsuleCmd{Cmd: *cmd, Data: inCapsule}
 	if !inRecv {
-		err := q.w.Send(m)
-		if err != nil {
+		if err := q.w.Send(m); err != nil {
 			q.fail(err)
+			return transportErr(err)
 		}
-		return err
+		return nil
 	}
 	if err := q.w.Queue(func(b []byte, o pdu.Options) ([]byte, error) { return m.AppendPDU(b, o), nil }); err != nil {
 		q.fail(err)
-		return err
+		return transportErr(err)
 	}
 	q.pushPending = true
 	return nil
