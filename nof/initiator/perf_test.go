@@ -38,7 +38,7 @@ func TestPerfWritesLand(t *testing.T) {
 	}
 	defer c.Close()
 	for _, bs := range []int{4096, 16384} {
-		r, err := initiator.Perf(context.Background(), c, initiator.PerfConfig{RW: "write", BlockSize: bs, QueueDepth: 16, Duration: 200 * time.Millisecond})
+		r, err := initiator.Perf(context.Background(), c, initiator.PerfConfig{RW: "write", BlockSize: bs, QueueDepth: 16, Duration: 500 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
