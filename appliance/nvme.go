@@ -22,9 +22,10 @@ type NVMeConfig struct {
 	Addr       string          // listener host:port; empty = no NVMe/TCP target
 	Namespaces []NVMeNamespace // backing files or block devices, nsid 1..n in order (spdk: aio bdevs)
 	AllowHosts []string        // host NQNs allowed to connect; empty = any
-	// HostSecrets turn on DH-HMAC-CHAP in-band authentication (builtin
-	// backend): host NQN -> its secret. Every host then needs one; hosts
-	// with a secret are allowed whatever AllowHosts says.
+	// HostSecrets turn on DH-HMAC-CHAP in-band authentication: host NQN ->
+	// its secret. Every host then needs one; hosts with a secret are allowed
+	// whatever AllowHosts says (and, with the spdk backend, only they: the
+	// secrets go to SPDK's keyring as files, see SPDKConfig.KeyDir).
 	HostSecrets map[string]*auth.Secret
 	// CtrlSecrets: host NQN -> controller secret, for hosts that
 	// authenticate the appliance too (bidirectional).
@@ -104,9 +105,6 @@ func (a *Appliance) startNVMe(ctx context.Context, cfg NVMeConfig) (err error) {
 	switch cfg.Backend {
 	case "", BackendBuiltin:
 	case BackendSPDK:
-		if len(cfg.HostSecrets) > 0 || len(cfg.CtrlSecrets) > 0 {
-			return kverr.New(kverr.InvalidParams, "", "--nvme-host-key/--nvme-ctrl-key need --nvme-backend builtin (SPDK's DH-HMAC-CHAP keyring is not driven yet)")
-		}
 		if err := a.startSPDK(ctx, cfg); err != nil {
 			return err
 		}

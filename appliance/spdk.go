@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -61,6 +62,13 @@ type SPDKConfig struct {
 	// lvol store, bdevs, controllers). Default false: operators own SPDK.
 	Teardown    bool
 	CallTimeout time.Duration // per RPC without a ctx deadline; 0 = 60 s
+	// KeyDir holds the DH-HMAC-CHAP secrets of NVMeConfig.HostSecrets and
+	// CtrlSecrets as files SPDK's keyring_file module reads (mode 0600, in
+	// a 0700 directory; SPDK must run on this host as the appliance's
+	// user). "" = <os.TempDir>/kvtier-spdk-keys/<appliance name>. The files
+	// are rewritten at every (re)apply and left in place on Close (SPDK
+	// keeps using them) unless Teardown.
+	KeyDir string
 	// WatchInterval is how often SPDK's liveness is probed (and its
 	// figures refreshed); 0 = 1 s. Two failed probes in a row unmount the
 	// NOF segments until SPDK answers again (see pollSPDKStats).
@@ -116,6 +124,26 @@ func spdkPlan(name string, cfg NVMeConfig) (spdk.Plan, string, error) {
 			Listen: spdk.ListenAddress{Trtype: "TCP", Adrfam: adrfam, Traddr: host, Trsvcid: port},
 		},
 	}
+	keys, err := spdkKeyFiles(name, cfg)
+	if err != nil {
+		return spdk.Plan{}, "", err
+	}
+	if len(keys) > 0 {
+		// With secrets, exactly the hosts that have one are allowed, as with
+		// the built-in target (a host listed without a secret is refused).
+		p.Subsystem.Hosts = nil
+		p.Subsystem.HostKeys = map[string]spdk.HostKeys{}
+		for _, k := range keys {
+			p.Keys = append(p.Keys, spdk.KeySpec{Name: k.name, Path: k.path})
+			hk := p.Subsystem.HostKeys[k.host]
+			if k.ctrl {
+				hk.CtrlrKey = k.name
+			} else {
+				hk.Key = k.name
+			}
+			p.Subsystem.HostKeys[k.host] = hk
+		}
+	}
 	for i, n := range cfg.Namespaces {
 		abs, err := filepath.Abs(n.Path)
 		if err != nil {
@@ -136,6 +164,84 @@ func spdkPlan(name string, cfg NVMeConfig) (spdk.Plan, string, error) {
 		return spdk.Plan{}, "", err
 	}
 	return p, net.JoinHostPort(host, port), nil
+}
+
+// spdkKey is one DH-HMAC-CHAP secret handed to SPDK's keyring as a file.
+type spdkKey struct {
+	host   string
+	ctrl   bool // the controller's secret for host, else the host's
+	name   string
+	path   string
+	secret string // DHHC-1 form
+}
+
+// spdkKeyFiles names the keyring keys and files of cfg's secrets, hosts in
+// NQN order: "<name>-host<i>" and "<name>-ctrl<i>" (a pure function, like
+// spdkPlan). A controller secret for a host without a host secret is
+// refused, as SPDK refuses it.
+func spdkKeyFiles(name string, cfg NVMeConfig) ([]spdkKey, error) {
+	if len(cfg.HostSecrets) == 0 && len(cfg.CtrlSecrets) == 0 {
+		return nil, nil
+	}
+	dir := cfg.SPDK.KeyDir
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), "kvtier-spdk-keys", bdevUnsafe.ReplaceAllString(name, "-"))
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, kverr.New(kverr.InvalidParams, "", "--spdk-key-dir: %v", err)
+	}
+	hosts := slices.Sorted(maps.Keys(cfg.HostSecrets))
+	for h := range cfg.CtrlSecrets {
+		if cfg.HostSecrets[h] == nil {
+			return nil, kverr.New(kverr.InvalidParams, "", "--nvme-ctrl-key for %s needs an --nvme-host-key for it too", h)
+		}
+	}
+	prefix := SPDKAioBdevName(name, 0)
+	prefix = prefix[:len(prefix)-len("-ns1")]
+	var out []spdkKey
+	for i, h := range hosts {
+		n := fmt.Sprintf("%s-host%d", prefix, i+1)
+		out = append(out, spdkKey{host: h, name: n, path: filepath.Join(dir, n+".key"), secret: cfg.HostSecrets[h].String()})
+		if c := cfg.CtrlSecrets[h]; c != nil {
+			n := fmt.Sprintf("%s-ctrl%d", prefix, i+1)
+			out = append(out, spdkKey{host: h, ctrl: true, name: n, path: filepath.Join(dir, n+".key"), secret: c.String()})
+		}
+	}
+	return out, nil
+}
+
+// writeSPDKKeys writes the secrets' files for SPDK's keyring (0600 in a
+// 0700 directory, replaced atomically so SPDK never reads half a secret).
+func writeSPDKKeys(keys []spdkKey) error {
+	for _, k := range keys {
+		dir := filepath.Dir(k.path)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("appliance: SPDK key directory: %w", err)
+		}
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("appliance: SPDK key directory: %w", err)
+		}
+		tmp, err := os.CreateTemp(dir, ".key-*")
+		if err != nil {
+			return fmt.Errorf("appliance: SPDK key file: %w", err)
+		}
+		_, werr := tmp.WriteString(k.secret)
+		if cerr := tmp.Close(); werr == nil {
+			werr = cerr
+		}
+		if werr == nil {
+			werr = os.Chmod(tmp.Name(), 0o600)
+		}
+		if werr == nil {
+			werr = os.Rename(tmp.Name(), k.path)
+		}
+		if werr != nil {
+			os.Remove(tmp.Name())
+			return fmt.Errorf("appliance: SPDK key file %s: %w", k.path, werr)
+		}
+	}
+	return nil
 }
 
 func newSPDKClient(cfg SPDKConfig) (*spdk.Client, error) {
@@ -445,6 +551,13 @@ func (a *Appliance) applySPDKPlan(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	keys, err := spdkKeyFiles(a.cfg.Name, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeSPDKKeys(keys); err != nil {
+		return nil, err
+	}
 	c, err := newSPDKClient(cfg.SPDK)
 	if err != nil {
 		return nil, err
@@ -553,6 +666,11 @@ func (a *Appliance) SPDKTeardown(ctx context.Context) error {
 	defer c.Close()
 	if err := spdk.NewManager(c).Teardown(ctx, plan); err != nil {
 		return fmt.Errorf("appliance: SPDK teardown at %s: %w", spdkSocket(cfg.SPDK), err)
+	}
+	for _, k := range plan.Keys {
+		if err := os.Remove(k.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			a.log.Warn("remove SPDK key file", "path", k.Path, "err", err)
+		}
 	}
 	a.log.Info("spdk export torn down", "nqn", plan.Subsystem.NQN)
 	return nil

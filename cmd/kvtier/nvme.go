@@ -31,6 +31,7 @@ type nvmeFlags struct {
 	spdkLvs    string
 	spdkLvols  []string
 	spdkTear   bool
+	spdkKeyDir string
 }
 
 func (f *nvmeFlags) register(cmd *cobra.Command) {
@@ -46,6 +47,7 @@ func (f *nvmeFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.spdkLvs, "spdk-lvstore", "", "spdk: an lvol store NAME=BASE_BDEV[:CLUSTER_SIZE]")
 	cmd.Flags().StringArrayVar(&f.spdkLvols, "spdk-lvol", nil, "spdk: an lvol NAME:SIZE[:thin] in the lvol store (repeatable)")
 	cmd.Flags().BoolVar(&f.spdkTear, "spdk-teardown", false, "spdk: remove the plan's SPDK objects on shutdown (default: leave them)")
+	cmd.Flags().StringVar(&f.spdkKeyDir, "spdk-key-dir", "", "spdk: directory for the DH-HMAC-CHAP key files SPDK's keyring reads (default: $TMPDIR/kvtier-spdk-keys/NAME)")
 }
 
 func (f *nvmeFlags) config() (appliance.NVMeConfig, error) {
@@ -70,7 +72,7 @@ func (f *nvmeFlags) config() (appliance.NVMeConfig, error) {
 	case "builtin":
 	case "spdk":
 		cfg.Backend = appliance.BackendSPDK
-		cfg.SPDK = appliance.SPDKConfig{Socket: f.spdkSocket, Teardown: f.spdkTear}
+		cfg.SPDK = appliance.SPDKConfig{Socket: f.spdkSocket, Teardown: f.spdkTear, KeyDir: f.spdkKeyDir}
 		for _, s := range f.spdkCtrls {
 			c, err := appliance.ParseSPDKController(s)
 			if err != nil {

@@ -262,6 +262,7 @@ func FuzzParse(f *testing.F) {
 	f.Add((&Message{ID: Reply, R: make([]byte, 32), DHValue: make([]byte, 256)}).Marshal())
 	f.Add((&Message{ID: Success1, RValid: true, R: make([]byte, 32)}).Marshal())
 	f.Add([]byte{1, 0xF1, 0, 0, 0, 0, 1, 1})
+	f.Add([]byte{0, 0xF1, 0, 0, 0, 0, 1, 1})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := Parse(b)
 		if err != nil {
@@ -338,5 +339,30 @@ func TestControllerKAT(t *testing.T) {
 	c.Send([]byte{1, 4, 0, 0, 0x34, 0x12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})
 	if !c.Authenticated() {
 		t.Fatalf("not authenticated after Success2: %v", c.Err())
+	}
+}
+
+// TestFailureIsCommonMessage: Failure1/Failure2 travel as common messages
+// (auth type 0), as SPDK's target sends them (lib/nvmf/auth.c
+// nvmf_auth_send_failure_message) and expects them; until 2026-12 kvtier
+// sent type 1 and refused SPDK's Failure1 as malformed ("message 0xf1 has
+// auth type 0"), found against a real nvmf_tgt. Type 1 is still accepted.
+func TestFailureIsCommonMessage(t *testing.T) {
+	for _, id := range []uint8{Failure1, Failure2} {
+		b := (&Message{ID: id, TID: 7, Reason: 1, Explanation: ExplFailed}).Marshal()
+		if b[0] != 0 || b[1] != id {
+			t.Fatalf("%#x encoded with auth type %d", id, b[0])
+		}
+		for _, typ := range []uint8{0, 1} {
+			b[0] = typ
+			m, err := Parse(b)
+			if err != nil || m.ID != id || m.TID != 7 || m.Explanation != ExplFailed {
+				t.Fatalf("%#x with auth type %d: %+v %v", id, typ, m, err)
+			}
+		}
+		b[0] = 2
+		if _, err := Parse(b); err == nil {
+			t.Fatalf("%#x with auth type 2 accepted", id)
+		}
 	}
 }

@@ -117,7 +117,9 @@ func (m *Message) Marshal() []byte {
 	case Success2:
 		hdr(1, 16)
 	case Failure1, Failure2:
-		hdr(1, 8)
+		// Common messages (auth type 0), as the specification, SPDK
+		// (lib/nvmf/auth.c) and Linux send them.
+		hdr(0, 8)
 		b[6], b[7] = m.Reason, m.Explanation
 	default:
 		panic(fmt.Sprintf("auth: unknown message id %#x", m.ID))
@@ -136,10 +138,12 @@ func Parse(b []byte) (*Message, error) {
 	}
 	m := &Message{ID: b[1], TID: binary.LittleEndian.Uint16(b[4:])}
 	want := uint8(1)
-	if m.ID == Negotiate {
+	if m.ID == Negotiate || m.ID == Failure1 || m.ID == Failure2 {
 		want = 0
 	}
-	if b[0] != want {
+	// Failures are common messages (type 0); kvtier before 2026-12 sent
+	// them as type 1, which is still accepted.
+	if b[0] != want && !(b[0] == 1 && (m.ID == Failure1 || m.ID == Failure2)) {
 		return nil, fmt.Errorf("nvme auth: message %#x has auth type %d, want %d", m.ID, b[0], want)
 	}
 	need16 := func() error {

@@ -21,6 +21,10 @@ type request struct {
 	writeBuf []byte // data sent on R2T
 	cpl      pdu.Completion
 	done     chan struct{} // one signal per completion (buffered 1)
+	// onDone, if set, is called with the completion on the receiver
+	// goroutine instead of signalling done, after the slot was freed
+	// (submitAsync).
+	onDone func(pdu.Completion)
 
 	// guarded by queue.mu
 	badDigest bool // a C2HData data digest failed: complete with an error
@@ -41,6 +45,10 @@ type queue struct {
 	recvDone   chan struct{} // closed when the receiver goroutine exits
 	// flushScheduled: a submitter will write the queued capsules (send).
 	flushScheduled atomic.Bool
+	// pushPending: a completion callback on the receiver goroutine queued
+	// capsules (submitAsync) that the receiver pushes once no further
+	// whole PDU is buffered. Touched only by the receiver goroutine.
+	pushPending bool
 
 	mu     sync.Mutex // guards the fields below and request state flags
 	slots  []*request
@@ -223,16 +231,76 @@ func (q *queue) finish(cid uint16, cpl pdu.Completion) {
 		q.sem <- struct{}{}
 		return
 	}
+	if cb := req.onDone; cb != nil {
+		req.active, req.onDone = false, nil
+		req.readBuf, req.writeBuf = nil, nil
+		q.free = append(q.free, cid)
+		q.mu.Unlock()
+		q.sem <- struct{}{}
+		cb(cpl)
+		return
+	}
 	req.cpl = cpl
 	req.completed = true
 	q.mu.Unlock()
 	req.done <- struct{}{}
 }
 
+// submitAsync sends cmd like submit but does not wait: done is called with
+// the completion on the queue's receiver goroutine (so it must not block;
+// it may call submitAsync again, which is how a load generator keeps a
+// queue full without a goroutine or a wake-up per command, as SPDK's
+// completion callbacks do). Called from the receiver goroutine (inRecv),
+// the capsule is only queued: the receiver writes everything its callbacks
+// queued in one non-blocking writev once no further whole PDU is buffered.
+// It fails at once, without calling done, when no slot is free or the
+// queue failed; done is never called if the queue fails later (watch
+// recvDone).
+func (q *queue) submitAsync(cmd *pdu.Command, inCapsule, writeBuf, readBuf []byte, inRecv bool, done func(pdu.Completion)) error {
+	select {
+	case <-q.sem:
+	default:
+		return kverr.New(kverr.UnavailableInCurrentStatus, "", "nvme-tcp queue %d full", q.qid)
+	}
+	q.mu.Lock()
+	if q.err != nil {
+		q.mu.Unlock()
+		q.sem <- struct{}{}
+		return transportErr(q.err)
+	}
+	cid := q.free[len(q.free)-1]
+	q.free = q.free[:len(q.free)-1]
+	req := q.slots[cid]
+	req.active, req.abandoned, req.busy, req.badDigest, req.completed = true, false, false, false, false
+	req.readBuf, req.writeBuf, req.onDone = readBuf, writeBuf, done
+	q.mu.Unlock()
+	cmd.CID = cid
+	m := &pdu.CapsuleCmd{Cmd: *cmd, Data: inCapsule}
+	if !inRecv {
+		if err := q.w.Send(m); err != nil {
+			q.fail(err)
+			return transportErr(err)
+		}
+		return nil
+	}
+	if err := q.w.Queue(func(b []byte, o pdu.Options) ([]byte, error) { return m.AppendPDU(b, o), nil }); err != nil {
+		q.fail(err)
+		return transportErr(err)
+	}
+	q.pushPending = true
+	return nil
+}
+
 // receive is the queue's reader goroutine.
 func (q *queue) receive() {
 	defer close(q.recvDone)
 	for {
+		// Capsules that completion callbacks queued go out together once
+		// no further whole PDU is here (each PDU's callback may queue one).
+		if q.pushPending && !q.r.NextBuffered() {
+			q.pushPending = false
+			q.w.Push()
+		}
 		f, err := q.r.Next()
 		if err != nil {
 			var pe *pdu.Error

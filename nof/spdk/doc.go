@@ -58,8 +58,11 @@
 //
 // Manager.Apply(plan) reads SPDK's state, reuses what already matches,
 // creates what is missing (transport, NVMe controllers by PCIe or TCP
-// address, aio files, malloc disks, an lvol store and lvols), and makes the
-// subsystem's namespaces, allowed hosts and listener exactly the plan's. An
+// address, aio files, malloc disks, an lvol store and lvols, keyring_file
+// keys), and makes the subsystem's namespaces, allowed hosts (with their
+// DH-HMAC-CHAP keys: nvmf_subsystem_add_host dhchap_key/dhchap_ctrlr_key,
+// nvmf_subsystem_set_keys when they changed) and listener exactly the
+// plan's. A key of a planned name at another path is a conflict. An
 // object of a planned name with other attributes is left alone and reported
 // with ErrConflict. Re-running Apply after any failure converges; a second
 // Apply of the same plan makes no changing calls. Teardown removes what the
@@ -77,4 +80,8 @@
 //     UUIDs collide with existing bdevs (recording 61); Apply detaches again
 //     and fails with an explanatory error.
 //   - PCIe SSDs must already be bound to vfio-pci/uio (SPDK's setup.sh).
+//   - The keyring methods and DH-HMAC-CHAP host keys were not recorded; their
+//     params and errors follow SPDK v26.05's source (module/keyring/file,
+//     lib/nvmf/nvmf_rpc.c) and TestRealSPDKDHCHAP checks them against a
+//     real nvmf_tgt where one is built (KVTIER_SPDK_DIR).
 package spdk

@@ -65,6 +65,9 @@ func (m *Manager) Apply(ctx context.Context, p Plan) ([]Namespace, error) {
 	if err := m.ensureTransport(ctx, p); err != nil {
 		return nil, err
 	}
+	if err := m.ensureKeys(ctx, p); err != nil {
+		return nil, err
+	}
 	lvsBase := ""
 	if p.Lvstore != nil {
 		lvsBase = p.Lvstore.BaseBdev
@@ -366,7 +369,8 @@ func sameListen(a, b ListenAddress) bool {
 func (m *Manager) ensureSubsystem(ctx context.Context, p Plan, exports []export) ([]Namespace, error) {
 	spec := p.Subsystem
 	nqn := spec.NQN
-	anyHost := len(spec.Hosts) == 0
+	hosts := spec.hosts()
+	anyHost := len(hosts) == 0
 	s, ok, err := m.getSubsystem(ctx, nqn)
 	if err != nil {
 		return nil, stepErr("nvmf_get_subsystems", nqn, err)
@@ -384,20 +388,28 @@ func (m *Manager) ensureSubsystem(ctx context.Context, p Plan, exports []export)
 	if s.AllowAnyHost != anyHost {
 		return nil, conflict("subsystem %s has allow_any_host=%v, plan wants %v", nqn, s.AllowAnyHost, anyHost)
 	}
-	// Hosts: exactly the plan's.
+	// Hosts: exactly the plan's, with exactly the plan's keys.
 	var have []string
 	for _, h := range s.Hosts {
 		have = append(have, h.Nqn)
+		want := spec.HostKeys[h.Nqn]
+		if !slices.Contains(hosts, h.Nqn) || (want.Key == h.DhchapKey && want.CtrlrKey == h.DhchapCtrlrKey) {
+			continue
+		}
+		if err := m.c.NvmfSubsystemSetKeys(ctx, NvmfHostParams{Nqn: nqn, Host: h.Nqn, DhchapKey: want.Key, DhchapCtrlrKey: want.CtrlrKey}); err != nil {
+			return nil, stepErr("nvmf_subsystem_set_keys", h.Nqn, err)
+		}
 	}
-	for _, h := range spec.Hosts {
+	for _, h := range hosts {
 		if !slices.Contains(have, h) {
-			if err := m.c.NvmfSubsystemAddHost(ctx, NvmfHostParams{Nqn: nqn, Host: h}); err != nil {
+			hk := spec.HostKeys[h]
+			if err := m.c.NvmfSubsystemAddHost(ctx, NvmfHostParams{Nqn: nqn, Host: h, DhchapKey: hk.Key, DhchapCtrlrKey: hk.CtrlrKey}); err != nil {
 				return nil, stepErr("nvmf_subsystem_add_host", h, err)
 			}
 		}
 	}
 	for _, h := range have {
-		if !slices.Contains(spec.Hosts, h) {
+		if !slices.Contains(hosts, h) {
 			if err := m.c.NvmfSubsystemRemoveHost(ctx, NvmfHostParams{Nqn: nqn, Host: h}); err != nil {
 				return nil, stepErr("nvmf_subsystem_remove_host", h, err)
 			}
@@ -448,8 +460,34 @@ func (m *Manager) ensureSubsystem(ctx context.Context, p Plan, exports []export)
 	return out, nil
 }
 
+// ensureKeys adds the plan's keyring_file keys that SPDK does not hold. A
+// key of a planned name with another path (or from another keyring module)
+// is a conflict: hosts of other subsystems may use it.
+func (m *Manager) ensureKeys(ctx context.Context, p Plan) error {
+	if len(p.Keys) == 0 {
+		return nil
+	}
+	have, err := m.c.KeyringGetKeys(ctx)
+	if err != nil {
+		return stepErr("keyring_get_keys", "", err)
+	}
+	for _, k := range p.Keys {
+		i := slices.IndexFunc(have, func(h Key) bool { return h.Name == k.Name && !h.Removed })
+		if i >= 0 {
+			if have[i].Module != "keyring_file" || have[i].Path != k.Path {
+				return conflict("key %s is %s %q, plan wants keyring_file %q", k.Name, have[i].Module, have[i].Path, k.Path)
+			}
+			continue
+		}
+		if err := m.c.KeyringFileAddKey(ctx, KeyringFileKeyParams{Name: k.Name, Path: k.Path}); err != nil {
+			return stepErr("keyring_file_add_key", k.Name, err)
+		}
+	}
+	return nil
+}
+
 // Teardown removes what p created, in dependency order: the subsystem, the
-// lvols, the lvol store, malloc and aio bdevs, NVMe controllers. Objects
+// lvols, the lvol store, malloc and aio bdevs, NVMe controllers, keys. Objects
 // already gone are skipped; an object of a planned name that is not what the
 // plan would have created is left alone and reported (ErrConflict). It
 // carries on past failures and returns them all joined.
@@ -507,6 +545,17 @@ func (m *Manager) Teardown(ctx context.Context, p Plan) error {
 		for _, cs := range p.Controllers {
 			if slices.ContainsFunc(ctrls, func(c NvmeController) bool { return c.Name == cs.Name }) {
 				fail("bdev_nvme_detach_controller", cs.Name, m.c.BdevNvmeDetachController(ctx, BdevNvmeDetachControllerParams{Name: cs.Name}))
+			}
+		}
+	}
+	if len(p.Keys) > 0 {
+		have, err := m.c.KeyringGetKeys(ctx)
+		fail("keyring_get_keys", "", err)
+		for _, k := range p.Keys {
+			if slices.ContainsFunc(have, func(h Key) bool {
+				return h.Name == k.Name && !h.Removed && h.Module == "keyring_file" && h.Path == k.Path
+			}) {
+				fail("keyring_file_remove_key", k.Name, m.c.KeyringFileRemoveKey(ctx, k.Name))
 			}
 		}
 	}

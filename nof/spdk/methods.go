@@ -227,6 +227,30 @@ func (c *Client) NvmfGetStats(ctx context.Context) (NvmfStats, error) {
 	return out, err
 }
 
+// KeyringFileAddKey adds a keyring_file key (error -17 if the name exists).
+func (c *Client) KeyringFileAddKey(ctx context.Context, p KeyringFileKeyParams) error {
+	return c.callTrue(ctx, "keyring_file_add_key", p)
+}
+
+// KeyringFileRemoveKey removes a keyring_file key (users keep it until they
+// drop it).
+func (c *Client) KeyringFileRemoveKey(ctx context.Context, name string) error {
+	return c.callTrue(ctx, "keyring_file_remove_key", KeyringFileKeyParams{Name: name})
+}
+
+// KeyringGetKeys lists the keyring's keys.
+func (c *Client) KeyringGetKeys(ctx context.Context) ([]Key, error) {
+	var out []Key
+	err := c.Call(ctx, "keyring_get_keys", nil, &out)
+	return out, err
+}
+
+// NvmfSubsystemSetKeys changes the DH-HMAC-CHAP keys of a host already
+// allowed on a subsystem (keys omitted are cleared).
+func (c *Client) NvmfSubsystemSetKeys(ctx context.Context, p NvmfHostParams) error {
+	return c.callTrue(ctx, "nvmf_subsystem_set_keys", p)
+}
+
 // callTrue calls a method whose success result is the boolean true.
 func (c *Client) callTrue(ctx context.Context, method string, params any) error {
 	var ok bool

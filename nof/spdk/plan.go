@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -26,6 +27,26 @@ type Plan struct {
 	// Transport tunes the TCP transport when the Manager has to create it;
 	// an existing TCP transport is used as it is.
 	Transport NvmfCreateTransportParams
+	// Keys are keyring_file keys to add (the DH-HMAC-CHAP secrets that
+	// Subsystem.HostKeys name). The files must exist when the plan is
+	// applied, with mode 0600 and SPDK's owner; SPDK reads them each time a
+	// key is used, so rewriting a file changes the secret.
+	Keys []KeySpec
+}
+
+// KeySpec is a keyring_file key: a name and the absolute path of a file
+// holding the secret (for DH-HMAC-CHAP, "DHHC-1:xx:...:").
+type KeySpec struct {
+	Name string
+	Path string
+}
+
+// HostKeys names the keyring keys of one host's DH-HMAC-CHAP secrets: Key,
+// the host's (required), and CtrlrKey, the controller's, for a host that
+// authenticates the controller too ("" = none).
+type HostKeys struct {
+	Key      string
+	CtrlrKey string
 }
 
 // ControllerSpec is an NVMe controller to attach: a local PCIe SSD
@@ -74,8 +95,14 @@ type SubsystemSpec struct {
 	NQN    string
 	Serial string // ≤ 20 ASCII characters; "" = SPDK's default
 	Model  string // ≤ 40 ASCII characters; "" = SPDK's default
-	// Hosts lists the host NQNs allowed to connect; empty allows any host.
+	// Hosts lists the host NQNs allowed to connect; empty allows any host
+	// (unless HostKeys is set).
 	Hosts []string
+	// HostKeys turns on DH-HMAC-CHAP in-band authentication for the hosts
+	// it lists (host NQN -> keys of Plan.Keys); they are allowed to connect
+	// whether Hosts lists them or not, and with any HostKeys the subsystem
+	// no longer allows any host.
+	HostKeys map[string]HostKeys
 	// Listen is the TCP listener (Trtype "TCP", Adrfam "IPv4"/"IPv6",
 	// Traddr, Trsvcid port). Adrfam defaults to IPv4.
 	Listen ListenAddress
@@ -196,6 +223,29 @@ func (p *Plan) Validate() error {
 			return bad("host NQN %q invalid", h)
 		}
 	}
+	keys := map[string]bool{}
+	for _, k := range p.Keys {
+		if !nameRE.MatchString(k.Name) || keys[k.Name] {
+			return bad("key name %q invalid or duplicate", k.Name)
+		}
+		keys[k.Name] = true
+		if !filepath.IsAbs(k.Path) {
+			return bad("key %s: path %q must be absolute", k.Name, k.Path)
+		}
+	}
+	for h, hk := range s.HostKeys {
+		if !validNQN(h) {
+			return bad("host NQN %q invalid", h)
+		}
+		if hk.Key == "" {
+			return bad("host %s: a DH-HMAC-CHAP controller key needs a host key", h)
+		}
+		for _, k := range []string{hk.Key, hk.CtrlrKey} {
+			if k != "" && !keys[k] {
+				return bad("host %s: key %q is not one of the plan's keys", h, k)
+			}
+		}
+	}
 	if !strings.EqualFold(s.Listen.Trtype, "tcp") || s.Listen.Traddr == "" || !validPort(s.Listen.Trsvcid) {
 		return bad("listener must be TCP with traddr and port, got %+v", s.Listen)
 	}
@@ -209,6 +259,19 @@ func (p *Plan) Validate() error {
 		return bad("nothing to export")
 	}
 	return nil
+}
+
+// hosts is every host NQN the subsystem allows, sorted: Hosts and those
+// with keys.
+func (s *SubsystemSpec) hosts() []string {
+	out := slices.Clone(s.Hosts)
+	for h := range s.HostKeys {
+		if !slices.Contains(out, h) {
+			out = append(out, h)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func (m MallocSpec) blockSize() uint32 {

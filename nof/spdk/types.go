@@ -345,6 +345,30 @@ type NvmfHostParams struct {
 	Host    string `json:"host"`
 	TgtName string `json:"tgt_name,omitempty"`
 	Psk     string `json:"psk,omitempty"`
+	// DhchapKey and DhchapCtrlrKey name keyring keys (keyring_file_add_key):
+	// the host's DH-HMAC-CHAP secret, and the controller's for hosts that
+	// authenticate the controller too. Also the params of
+	// nvmf_subsystem_set_keys.
+	DhchapKey      string `json:"dhchap_key,omitempty"`
+	DhchapCtrlrKey string `json:"dhchap_ctrlr_key,omitempty"`
+}
+
+// KeyringFileKeyParams are the params of keyring_file_add_key (Path:
+// absolute, a file of mode 0600 owned by SPDK's user, read by SPDK each time
+// the key is used) and of keyring_file_remove_key (Name only).
+type KeyringFileKeyParams struct {
+	Name string `json:"name"`
+	Path string `json:"path,omitempty"`
+}
+
+// Key is one entry of keyring_get_keys.
+type Key struct {
+	Name    string `json:"name"`
+	Module  string `json:"module"` // "keyring_file", "keyring_linux"
+	Removed bool   `json:"removed"`
+	Probed  bool   `json:"probed"`
+	Refcnt  int    `json:"refcnt"`
+	Path    string `json:"path,omitempty"` // keyring_file keys
 }
 
 // NvmfGetSubsystemsParams are the optional params of nvmf_get_subsystems; an
@@ -361,7 +385,9 @@ type Subsystem struct {
 	ListenAddresses []ListenAddress `json:"listen_addresses"`
 	AllowAnyHost    bool            `json:"allow_any_host"`
 	Hosts           []struct {
-		Nqn string `json:"nqn"`
+		Nqn            string `json:"nqn"`
+		DhchapKey      string `json:"dhchap_key,omitempty"`
+		DhchapCtrlrKey string `json:"dhchap_ctrlr_key,omitempty"`
 	} `json:"hosts"`
 	SerialNumber  string               `json:"serial_number,omitempty"`
 	ModelNumber   string               `json:"model_number,omitempty"`

@@ -33,6 +33,7 @@ var (
 	errNoSpace       = &spdk.RPCError{Code: -28, Message: "No space left on device"}
 	errIO            = &spdk.RPCError{Code: -5, Message: "Input/output error"}
 	errNoEnt         = &spdk.RPCError{Code: -2, Message: "No such file or directory"}
+	errPerm          = &spdk.RPCError{Code: -1, Message: "Operation not permitted"}
 )
 
 // FakeNamespace is a namespace of a simulated remote or PCIe NVMe controller
@@ -76,7 +77,7 @@ type fakeSubsystem struct {
 	nqn, serial, model  string
 	discovery, allowAny bool
 	maxNS               uint32
-	hosts               []string
+	hosts               []jsonHost
 	listeners           []jsonListen
 	namespaces          []jsonNS
 }
@@ -93,6 +94,7 @@ type FakeSPDK struct {
 	lvstores   []*fakeLvs
 	ctrlrs     []*fakeCtrlr
 	subsystems []*fakeSubsystem
+	keys       []spdk.Key
 	remotes    map[string][]FakeNamespace
 	calls      map[string]int
 	failNext   map[string]*spdk.RPCError
@@ -242,6 +244,10 @@ func init() {
 		"nvmf_subsystem_add_host":        func(f *FakeSPDK, p json.RawMessage) (any, *spdk.RPCError) { return f.host(p, true) },
 		"nvmf_subsystem_remove_host":     func(f *FakeSPDK, p json.RawMessage) (any, *spdk.RPCError) { return f.host(p, false) },
 		"nvmf_get_subsystems":            (*FakeSPDK).getSubsystems,
+		"nvmf_subsystem_set_keys":        (*FakeSPDK).setKeys,
+		"keyring_file_add_key":           (*FakeSPDK).addKey,
+		"keyring_file_remove_key":        (*FakeSPDK).removeKey,
+		"keyring_get_keys":               (*FakeSPDK).getKeys,
 		"nvmf_subsystem_get_controllers": (*FakeSPDK).getSubsysControllers,
 		"nvmf_get_stats":                 (*FakeSPDK).getStats,
 	}

@@ -129,7 +129,9 @@ type jsonListen struct {
 }
 
 type jsonHost struct {
-	Nqn string `json:"nqn"`
+	Nqn            string `json:"nqn"`
+	DhchapKey      string `json:"dhchap_key,omitempty"`
+	DhchapCtrlrKey string `json:"dhchap_ctrlr_key,omitempty"`
 }
 
 type jsonNS struct {
@@ -165,9 +167,7 @@ type jsonSubsystem struct {
 func (s *fakeSubsystem) toJSON() any {
 	d := jsonDiscovery{Nqn: s.nqn, Subtype: "NVMe", ListenAddresses: append([]jsonListen{}, s.listeners...),
 		AllowAnyHost: s.allowAny, Hosts: []jsonHost{}}
-	for _, h := range s.hosts {
-		d.Hosts = append(d.Hosts, jsonHost{Nqn: h})
-	}
+	d.Hosts = append(d.Hosts, s.hosts...)
 	if s.discovery {
 		d.Subtype = "Discovery"
 		return d

@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/kvtier/kvtier/nof/spdk"
 )
@@ -586,16 +588,140 @@ func (f *FakeSPDK) host(params json.RawMessage, add bool) (any, *spdk.RPCError) 
 	if s == nil || s.discovery {
 		return nil, noSubsystem(p.Nqn)
 	}
-	i := slices.Index(s.hosts, p.Host)
+	i := slices.IndexFunc(s.hosts, func(h jsonHost) bool { return h.Nqn == p.Host })
 	switch {
 	case add && i >= 0, !add && i < 0:
 		return nil, errInvalidParams
 	case add:
-		s.hosts = append(s.hosts, p.Host)
+		if e := f.checkHostKeys(p); e != nil {
+			return nil, e
+		}
+		s.hosts = append(s.hosts, jsonHost{Nqn: p.Host, DhchapKey: p.DhchapKey, DhchapCtrlrKey: p.DhchapCtrlrKey})
+		f.refKeys(p, 1)
 	default:
+		f.refKeys(spdk.NvmfHostParams{DhchapKey: s.hosts[i].DhchapKey, DhchapCtrlrKey: s.hosts[i].DhchapCtrlrKey}, -1)
 		s.hosts = slices.Delete(s.hosts, i, i+1)
 	}
 	return true, nil
+}
+
+// checkHostKeys: SPDK answers -32602 when a named key is not in the
+// keyring, and when a controller key comes without a host key.
+func (f *FakeSPDK) checkHostKeys(p spdk.NvmfHostParams) *spdk.RPCError {
+	if p.DhchapCtrlrKey != "" && p.DhchapKey == "" {
+		return errInvalidParams
+	}
+	for _, k := range []string{p.DhchapKey, p.DhchapCtrlrKey} {
+		if k != "" && !slices.ContainsFunc(f.keys, func(h spdk.Key) bool { return h.Name == k && !h.Removed }) {
+			return errInvalidParams
+		}
+	}
+	return nil
+}
+
+func (f *FakeSPDK) refKeys(p spdk.NvmfHostParams, d int) {
+	for _, k := range []string{p.DhchapKey, p.DhchapCtrlrKey} {
+		if i := slices.IndexFunc(f.keys, func(h spdk.Key) bool { return h.Name == k }); k != "" && i >= 0 {
+			f.keys[i].Refcnt += d
+		}
+	}
+}
+
+func (f *FakeSPDK) setKeys(params json.RawMessage) (any, *spdk.RPCError) {
+	var p spdk.NvmfHostParams
+	if e := decode(params, &p, errInvalidParams); e != nil || p.Host == "" || p.Psk != "" {
+		return nil, errInvalidParams
+	}
+	s := f.subsystemLocked(p.Nqn)
+	if s == nil || s.discovery {
+		return nil, noSubsystem(p.Nqn)
+	}
+	i := slices.IndexFunc(s.hosts, func(h jsonHost) bool { return h.Nqn == p.Host })
+	if i < 0 {
+		return nil, errInvalidParams
+	}
+	if e := f.checkHostKeys(p); e != nil {
+		return nil, e
+	}
+	f.refKeys(spdk.NvmfHostParams{DhchapKey: s.hosts[i].DhchapKey, DhchapCtrlrKey: s.hosts[i].DhchapCtrlrKey}, -1)
+	s.hosts[i] = jsonHost{Nqn: p.Host, DhchapKey: p.DhchapKey, DhchapCtrlrKey: p.DhchapCtrlrKey}
+	f.refKeys(p, 1)
+	return true, nil
+}
+
+// addKey checks the key file the way SPDK's keyring_file module does: an
+// absolute path to a file of this process's user without group or other
+// permissions.
+func (f *FakeSPDK) addKey(params json.RawMessage) (any, *spdk.RPCError) {
+	var p spdk.KeyringFileKeyParams
+	if e := decode(params, &p, errInvalidParams); e != nil || p.Name == "" || p.Path == "" {
+		return nil, errInvalidParams
+	}
+	if slices.ContainsFunc(f.keys, func(h spdk.Key) bool { return h.Name == p.Name && !h.Removed }) {
+		return nil, errExist
+	}
+	if !filepath.IsAbs(p.Path) {
+		return nil, errPerm
+	}
+	st, err := os.Stat(p.Path)
+	if err != nil {
+		return nil, errNoEnt
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return nil, errPerm
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) != os.Getuid() {
+		return nil, errPerm
+	}
+	f.keys = append(f.keys, spdk.Key{Name: p.Name, Module: "keyring_file", Path: p.Path, Probed: false, Refcnt: 1})
+	return true, nil
+}
+
+func (f *FakeSPDK) removeKey(params json.RawMessage) (any, *spdk.RPCError) {
+	var p spdk.KeyringFileKeyParams
+	if e := decode(params, &p, errInvalidParams); e != nil || p.Name == "" || p.Path != "" {
+		return nil, errInvalidParams
+	}
+	i := slices.IndexFunc(f.keys, func(h spdk.Key) bool { return h.Name == p.Name && !h.Removed })
+	if i < 0 {
+		return nil, errNoDev
+	}
+	f.keys = slices.Delete(f.keys, i, i+1)
+	return true, nil
+}
+
+func (f *FakeSPDK) getKeys(json.RawMessage) (any, *spdk.RPCError) {
+	return append([]spdk.Key{}, f.keys...), nil
+}
+
+// KeyPath returns the file of the keyring key name, and whether the fake
+// holds it (for tests).
+func (f *FakeSPDK) KeyPath(name string) (string, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, k := range f.keys {
+		if k.Name == name {
+			return k.Path, true
+		}
+	}
+	return "", false
+}
+
+// HostKeys returns the DH-HMAC-CHAP key names of host on subsystem nqn, and
+// whether the host is allowed there (for tests).
+func (f *FakeSPDK) HostKeys(nqn, host string) (key, ctrlrKey string, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.subsystemLocked(nqn)
+	if s == nil {
+		return "", "", false
+	}
+	for _, h := range s.hosts {
+		if h.Nqn == host {
+			return h.DhchapKey, h.DhchapCtrlrKey, true
+		}
+	}
+	return "", "", false
 }
 
 func (f *FakeSPDK) getSubsystems(params json.RawMessage) (any, *spdk.RPCError) {
