@@ -325,7 +325,8 @@ var crlf = []byte("\r\n")
 // connection. A write error is kept: later replies are dropped and the
 // connection's loop ends at its next flush.
 type writer struct {
-	nc    io.Writer
+	nc    io.Writer // buffered replies
+	vc    io.Writer // long bulk strings, by writev (net.Buffers); nil: nc
 	buf   []byte
 	proto int // 2 or 3
 	err   error
@@ -342,6 +343,13 @@ func (w *writer) flush() error {
 	}
 	w.buf = w.buf[:0]
 	return w.err
+}
+
+func (w *writer) vectored() io.Writer {
+	if w.vc != nil {
+		return w.vc
+	}
+	return w.nc
 }
 
 func (w *writer) grown() {
@@ -396,7 +404,22 @@ func (w *writer) bulk(b []byte) {
 	if w.err == nil {
 		w.vec = [3][]byte{w.buf, b, crlf}
 		bufs := net.Buffers(w.vec[:])
-		_, w.err = bufs.WriteTo(w.nc)
+		_, w.err = bufs.WriteTo(w.vectored())
+		w.vec = [3][]byte{}
+	}
+	w.buf = w.buf[:0]
+}
+
+// bulkOpen writes a long bulk string's header and bytes at once, in one
+// writev with the replies buffered before it, but not its final CRLF: the
+// caller appends that to the buffer once it has checked the bytes it sent
+// (the reply is not complete, so not taken by the client, until then).
+func (w *writer) bulkOpen(b []byte) {
+	w.prefixed('$', int64(len(b)))
+	if w.err == nil {
+		w.vec = [3][]byte{w.buf, b}
+		bufs := net.Buffers(w.vec[:2])
+		_, w.err = bufs.WriteTo(w.vectored())
 		w.vec = [3][]byte{}
 	}
 	w.buf = w.buf[:0]

@@ -1,0 +1,143 @@
+package resp
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/appliance"
+)
+
+// corrupt flips one byte of key's stored value in the appliance's segment
+// memory (what a stray write or a reuse of the extent would do) and
+// returns a function that flips it back.
+func corrupt(t *testing.T, a *appliance.Appliance, key string, at int) func() {
+	t.Helper()
+	rl, err := a.Client().Query(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rl.Replicas {
+		if r.Type != kvtierpb.ReplicaType_MEMORY {
+			continue
+		}
+		mem := a.SegmentMemory(r.Segment)
+		if mem == nil {
+			t.Fatalf("segment %s of %s not in this appliance", r.Segment, key)
+		}
+		b := &mem[r.Offset+uint64(at)]
+		*b ^= 0x5a
+		return func() { *b ^= 0x5a }
+	}
+	t.Fatalf("%s has no MEMORY replica", key)
+	return nil
+}
+
+// TestGetInPlaceChecksFirstForShortValues: a short value whose stored
+// bytes changed is a miss, as through the copying path (never the wrong
+// bytes), and the connection stays usable.
+func TestGetInPlaceChecksFirstForShortValues(t *testing.T) {
+	_, addr, a := startServerOn(t, Config{}, true)
+	c := dial(t, addr)
+	defer c.nc.Close()
+	v := strings.Repeat("s", 4096)
+	if got := c.do("SET", "small", v); got != "+OK" {
+		t.Fatal(got)
+	}
+	if got := c.do("GET", "small"); got != v {
+		t.Fatalf("GET small: %.40q", got)
+	}
+	undo := corrupt(t, a, "small", 1000)
+	if got := c.do("GET", "small"); got != "(nil)" {
+		t.Fatalf("GET of a corrupted short value: %.40q, want (nil)", got)
+	}
+	if got := c.do("PING"); got != "+PONG" {
+		t.Fatalf("connection after the miss: %q", got)
+	}
+	undo()
+	if got := c.do("GET", "small"); got != v {
+		t.Fatalf("GET after the bytes were restored: %.40q", got)
+	}
+}
+
+// TestGetInPlaceLongValueFailsAfterSending: a long value is sent from
+// segment memory and checked afterwards. When its bytes changed, the
+// reply is never completed (no final CRLF): the client sees the
+// connection close and never takes the bytes as a value. The next GET of
+// the key goes through the copying path and answers a miss.
+func TestGetInPlaceLongValueFailsAfterSending(t *testing.T) {
+	_, addr, a := startServerOn(t, Config{}, true)
+	c := dial(t, addr)
+	defer c.nc.Close()
+	v := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
+	if got := c.do("SET", "big", string(v)); got != "+OK" {
+		t.Fatal(got)
+	}
+	if got := c.do("GET", "big"); got != string(v) {
+		t.Fatalf("GET big: %d bytes", len(got))
+	}
+	corrupt(t, a, "big", 500000)
+	c.send("GET", "big")
+	_ = c.bw.Flush()
+	_ = c.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	rest, err := io.ReadAll(c.br)
+	if err != nil {
+		t.Fatalf("reading the failed reply: %v", err)
+	}
+	if want := "$1048576\r\n"; len(rest) != len(want)+len(v) || string(rest[:len(want)]) != want {
+		t.Fatalf("failed reply: %d bytes (want exactly the header and the value, no CRLF) %.20q", len(rest), rest)
+	}
+	d := dial(t, addr)
+	defer d.nc.Close()
+	if got := d.do("GET", "big"); got != "(nil)" {
+		t.Fatalf("GET after a failed check: %.40q, want (nil)", got)
+	}
+	// SET of the original value compares with the stored (changed) bytes,
+	// finds them different and replaces them.
+	if got := d.do("SET", "big", string(v)); got != "+OK" {
+		t.Fatal(got)
+	}
+	if got := d.do("GET", "big"); got != string(v) {
+		t.Fatalf("GET after SET replaced the corrupted value: %d bytes", len(got))
+	}
+}
+
+// TestSetInPlaceComparesBytes: SET of a value of the size the key holds
+// compares with the stored bytes: equal is kept (no put: the replica
+// stays where it was), different is replaced.
+func TestSetInPlaceComparesBytes(t *testing.T) {
+	_, addr, a := startServerOn(t, Config{}, true)
+	c := dial(t, addr)
+	defer c.nc.Close()
+	for _, size := range []int{100, 4096, 200 << 10} {
+		v := bytes.Repeat([]byte{'v'}, size)
+		if got := c.do("SET", "k", string(v)); got != "+OK" {
+			t.Fatal(got)
+		}
+		before, err := a.Client().Query(context.Background(), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.do("SET", "k", string(v)); got != "+OK" {
+			t.Fatal(got)
+		}
+		after, err := a.Client().Query(context.Background(), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if before.Replicas[0].Offset != after.Replicas[0].Offset || before.Replicas[0].Segment != after.Replicas[0].Segment {
+			t.Fatalf("size %d: SET of the same bytes wrote a new object", size)
+		}
+		v[size/2] = 'w'
+		if got := c.do("SET", "k", string(v)); got != "+OK" {
+			t.Fatal(got)
+		}
+		if got := c.do("GET", "k"); got != string(v) {
+			t.Fatalf("size %d: GET after SET of other bytes returned the old value", size)
+		}
+	}
+}
