@@ -51,6 +51,9 @@ func (c *conn) getInPlace(key []byte) (handled, quit bool) {
 		return true, true
 	}
 	if rest != nil {
+		// What the socket did not take: the rest of the header (in the
+		// reply buffer) and of the value.
+		_ = c.w.flush()
 		if c.w.err == nil {
 			_, c.w.err = c.w.vectored().Write(rest.b)
 		}
@@ -132,49 +135,37 @@ func (c *conn) answerInPlace(k string) (res, n int, rest *buffer) {
 }
 
 // sendNow writes the buffered replies, b's bulk-string header and as much
-// of b as the socket takes without waiting; the rest of b is copied into
-// a pooled buffer, returned for the caller to send (nil when all went).
-// sent is false when the connection failed (c.w.err says why).
+// of b as the socket takes without waiting. It never waits for the
+// client: what the socket did not take is left in the reply buffer (the
+// buffered replies and header) and copied into a pooled buffer (the rest
+// of b), returned for the caller to send after the key's lock (nil when
+// all of b went). sent is false when the connection failed (c.w.err says
+// why).
 func (c *conn) sendNow(b []byte) (rest *buffer, sent bool) {
 	w := &c.w
 	w.prefixed('$', int64(len(b)))
 	if w.err != nil {
-		w.buf = w.buf[:0]
 		return nil, false
 	}
 	head := w.buf
-	for len(head) > 0 {
-		n, err := c.raw.writevNow([][]byte{head, b})
-		if err != nil {
-			w.err = err
-			w.buf = w.buf[:0]
-			return nil, false
-		}
-		if n == 0 {
-			// The socket is full: the header must go first; wait for it.
-			if _, w.err = c.raw.Write(head); w.err != nil {
-				w.buf = w.buf[:0]
-				return nil, false
-			}
-			head = nil
-			break
-		}
-		if n < len(head) {
-			head = head[n:]
-			continue
-		}
-		b = b[n-len(head):]
-		head = nil
-	}
-	w.buf = w.buf[:0]
-	if len(b) == 0 {
-		return nil, true
-	}
-	if n, err := c.raw.writevNow([][]byte{b}); err != nil {
+	n, err := c.raw.writevNow([][]byte{head, b})
+	if err != nil {
 		w.err = err
 		return nil, false
+	}
+	if n < len(head) {
+		w.buf = w.buf[:copy(w.buf, head[n:])]
 	} else {
-		b = b[n:]
+		w.buf = w.buf[:0]
+		b = b[n-len(head):]
+		if len(b) > 0 {
+			n, err := c.raw.writevNow([][]byte{b})
+			if err != nil {
+				w.err = err
+				return nil, false
+			}
+			b = b[n:]
+		}
 	}
 	if len(b) == 0 {
 		return nil, true

@@ -141,3 +141,58 @@ func TestSetInPlaceComparesBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestGetInPlaceSlowReader: a client that pipelines long GETs and does not
+// read its replies fills its socket; the front end copies what the socket
+// does not take and waits for the client outside the key's lock, so a SET
+// of the same key from another connection completes meanwhile. Every
+// reply, read afterwards, is one whole value.
+func TestGetInPlaceSlowReader(t *testing.T) {
+	_, addr, _ := startServerOn(t, Config{}, true)
+	old := bytes.Repeat([]byte("o"), 1<<20)
+	nu := bytes.Repeat([]byte("n"), 1<<20)
+	w := dial(t, addr)
+	defer w.nc.Close()
+	if got := w.do("SET", "big", string(old)); got != "+OK" {
+		t.Fatal(got)
+	}
+	slow := dial(t, addr)
+	defer slow.nc.Close()
+	const gets = 24 // 24 MiB: more than the socket buffers hold
+	for range gets {
+		slow.send("GET", "big")
+	}
+	if err := slow.bw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // let the server fill the socket
+	done := make(chan string, 1)
+	go func() {
+		c := dial(t, addr)
+		defer c.nc.Close()
+		c.send("SET", "big", string(nu))
+		_ = c.bw.Flush()
+		r, err := c.read()
+		if err != nil {
+			r = err.Error()
+		}
+		done <- r
+	}()
+	select {
+	case got := <-done:
+		if got != "+OK" {
+			t.Fatalf("SET while a slow reader's GETs are pending: %q", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("SET blocked by a client that does not read its GET replies")
+	}
+	for i := range gets {
+		got, err := slow.read()
+		if err != nil {
+			t.Fatalf("reply %d: %v", i, err)
+		}
+		if got != string(old) && got != string(nu) {
+			t.Fatalf("reply %d: %d bytes, neither value", i, len(got))
+		}
+	}
+}
