@@ -292,7 +292,11 @@ func (c *conn) set(key string, val []byte, o setOptions) (bool, error) {
 		}
 	}
 	if !o.nx && o.ttl == 0 {
-		if n, ok := s.recent.get(key); ok && n == len(val) && c.holds(key, val) {
+		if same, known := c.receivedSame(key, val); known {
+			if same {
+				return true, nil
+			}
+		} else if n, ok := s.recent.get(key); ok && n == len(val) && c.holds(key, val) {
 			return true, nil
 		}
 	}

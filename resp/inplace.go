@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvtier/kvtier/client"
 	"github.com/kvtier/kvtier/internal/crc32c"
 )
 
@@ -215,6 +216,62 @@ func (c *conn) holdsInPlace(key string, val []byte) (same, ok bool) {
 	}
 	same = len(v.Bytes) == len(val) && bytes.Equal(v.Bytes, val) && time.Now().Before(v.Deadline)
 	return same, true
+}
+
+// watchSet is the reader's watch hook (reader.watch): for a plain SET
+// (no options) of a value of the size the key was last seen with, it
+// returns the stored bytes in segment memory, so that the value is
+// compared with them while it arrives, a chunk at a time while the chunk
+// is in cache, instead of in one more pass after it arrived. The bytes are
+// read without the key's lock (the client may be slow); receivedSame
+// checks afterwards, under the lock, that they were the key's all along.
+func (c *conn) watchSet(args [][]byte, nargs int64, size int) []byte {
+	c.watched = client.View{}
+	if nargs != 3 || len(args) != 2 || !bytes.EqualFold(args[0], []byte("set")) {
+		return nil
+	}
+	s := c.s
+	key := string(args[1])
+	if n, ok := s.recent.get(key); !ok || n != size || !c.authed {
+		return nil
+	}
+	l := s.keyLock(key)
+	l.RLock()
+	v, ok, err := s.store.View(s.ctx, key, s.cfg.Segments)
+	l.RUnlock()
+	if err != nil || !ok || len(v.Bytes) != size {
+		return nil
+	}
+	c.watched, c.watchedKey = v, key
+	return v.Bytes
+}
+
+// receivedSame reports what comparing SET key val with the stored bytes
+// while val arrived found: same (the key holds val: nothing to write),
+// and whether it knows (false: no comparison ran, or the stored object may
+// have changed under it; the caller compares again). The comparison holds
+// when the key's replica list is still the one it used, under the same
+// lease grant, still running: a removal of the key by this front end drops
+// that list from the lease cache, so a View afterwards returns another.
+func (c *conn) receivedSame(key string, val []byte) (same, known bool) {
+	w := c.watched
+	c.watched = client.View{}
+	if !c.r.compared || w.Bytes == nil || c.watchedKey != key || len(w.Bytes) != len(val) {
+		return false, false
+	}
+	if !c.r.same {
+		return false, true
+	}
+	s := c.s
+	l := s.keyLock(key)
+	l.RLock()
+	defer l.RUnlock()
+	v, ok, err := s.store.View(s.ctx, key, s.cfg.Segments)
+	if err != nil || !ok || len(v.Bytes) != len(w.Bytes) || &v.Bytes[0] != &w.Bytes[0] ||
+		v.CRC32C != w.CRC32C || v.HasChecksum != w.HasChecksum || !v.Deadline.Equal(w.Deadline) {
+		return false, false
+	}
+	return time.Now().Before(v.Deadline), true
 }
 
 // suspectTTL is how long a key whose in-place GET failed its check after

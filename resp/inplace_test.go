@@ -3,6 +3,7 @@ package resp
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -194,5 +195,47 @@ func TestGetInPlaceSlowReader(t *testing.T) {
 		if got != string(old) && got != string(nu) {
 			t.Fatalf("reply %d: %d bytes, neither value", i, len(got))
 		}
+	}
+}
+
+// TestSetComparedWhileArrivingThenReplaced: a SET's value is compared
+// with the stored bytes while it arrives; when another connection
+// replaces the key midway (with bytes that differ only in the part
+// already compared), the comparison no longer counts and the SET stores
+// its value.
+func TestSetComparedWhileArrivingThenReplaced(t *testing.T) {
+	_, addr, _ := startServerOn(t, Config{}, true)
+	v := bytes.Repeat([]byte("v"), 1<<20)
+	w := bytes.Clone(v)
+	for i := range 1 << 19 {
+		w[i] = 'w' // differs from v in the first half only
+	}
+	a := dial(t, addr)
+	defer a.nc.Close()
+	if got := a.do("SET", "big", string(v)); got != "+OK" {
+		t.Fatal(got)
+	}
+	// Half of SET big v, then wait while the server compares it.
+	_, _ = fmt.Fprintf(a.bw, "*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n$%d\r\n", len(v))
+	_, _ = a.bw.Write(v[:1<<19])
+	if err := a.bw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	b := dial(t, addr)
+	defer b.nc.Close()
+	if got := b.do("SET", "big", string(w)); got != "+OK" {
+		t.Fatal(got)
+	}
+	_, _ = a.bw.Write(v[1<<19:])
+	_, _ = a.bw.WriteString("\r\n")
+	if err := a.bw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := a.read(); got != "+OK" || err != nil {
+		t.Fatalf("SET: %q %v", got, err)
+	}
+	if got := b.do("GET", "big"); got != string(v) {
+		t.Fatalf("GET after the second SET ended last: %.20q..., want v", got)
 	}
 }

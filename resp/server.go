@@ -206,6 +206,9 @@ type conn struct {
 	libName string
 	libVer  string
 	lower   [24]byte // the command name, lower-cased
+
+	watched    client.View // what watchSet compared the value being read with (inplace.go)
+	watchedKey string      // its key
 }
 
 func (s *Server) newConn(nc net.Conn) *conn {
@@ -216,6 +219,9 @@ func (s *Server) newConn(nc net.Conn) *conn {
 		rw = c.raw
 	}
 	c.r = newReader(rw, connBufferSize, s.cfg.MaxValueSize, &s.pool)
+	if s.cfg.Segments != nil {
+		c.r.watch = c.watchSet
+	}
 	c.w = writer{nc: rw, vc: nc, buf: make([]byte, 0, 4096), proto: 2}
 	return c
 }
