@@ -149,6 +149,12 @@
 //     received (kernel -> pooled buffer) are compared with segment memory
 //     in place; equal bytes are the check (the stored checksum was
 //     computed from the bytes their writer sent), and nothing is written.
+//     For a plain SET (no options) of 16 KiB or more the comparison runs
+//     while the value arrives, 128 KiB at a time while it is in cache,
+//     without the key's lock (the client may be slow); it counts only if
+//     the key's replica list and lease grant are unchanged afterwards
+//     (checked under the lock; a removal by this front end drops the
+//     list), else the value is compared again.
 //     Other values: kernel -> pooled buffer, then the SDK's Put (a CRC32C
 //     pass, the checksum goes with PutStart, then a copy into the
 //     segment with non-temporal stores). Reading the socket straight into
