@@ -7,17 +7,28 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo deve
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X github.com/kvtier/kvtier/internal/buildinfo.Version=$(VERSION) -X github.com/kvtier/kvtier/internal/buildinfo.Commit=$(COMMIT)
 
+# The binary and the C library speak RDMA when built with the rdma tag (cgo,
+# libibverbs). auto: when libibverbs' header is installed (Debian's
+# libibverbs-dev), so `make build` on a box with RDMA gives an RDMA-capable
+# binary; such a binary needs libibverbs.so.1 at run time. make build RDMA=off
+# leaves it out.
+RDMA ?= auto
+ifeq ($(RDMA),auto)
+RDMA := $(shell test -f /usr/include/infiniband/verbs.h && command -v $${CC:-gcc} >/dev/null 2>&1 && echo on || echo off)
+endif
+TAGS := $(if $(filter on,$(RDMA)),-tags rdma,)
+
 .PHONY: all build run dist test test-short bench generate tools vet fmt
 
 all: build
 
 build:
-	$(GO) build -ldflags "$(LDFLAGS)" -o bin/kvtier ./cmd/kvtier
+	$(GO) build $(TAGS) -ldflags "$(LDFLAGS)" -o bin/kvtier ./cmd/kvtier
 	@# The C library (and with it the Python package python/kvtier) needs a C
 	@# compiler for cgo; without one the binary is still built.
 	@if command -v $${CC:-gcc} >/dev/null 2>&1; then \
-		echo "$(GO) build -buildmode=c-shared -o bin/libkvtier.so ./capi"; \
-		$(GO) build -ldflags "$(LDFLAGS)" -buildmode=c-shared -o bin/libkvtier.so ./capi && \
+		echo "$(GO) build $(TAGS) -buildmode=c-shared -o bin/libkvtier.so ./capi"; \
+		$(GO) build $(TAGS) -ldflags "$(LDFLAGS)" -buildmode=c-shared -o bin/libkvtier.so ./capi && \
 		rm -f bin/libkvtier.h && cp capi/kvtier_store.h bin/kvtier_store.h; \
 	else echo "no C compiler ($${CC:-gcc}): skipping bin/libkvtier.so"; fi
 
@@ -35,11 +46,11 @@ DIST_DIR := dist/$(DIST_NAME)
 dist:
 	rm -rf $(DIST_DIR) dist/$(DIST_NAME).tar.gz
 	mkdir -p $(DIST_DIR)/bin
-	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(DIST_DIR)/bin/kvtier ./cmd/kvtier
+	$(GO) build -trimpath $(TAGS) -ldflags "$(LDFLAGS)" -o $(DIST_DIR)/bin/kvtier ./cmd/kvtier
 	@if [ -d capi ]; then \
 		if command -v $${CC:-gcc} >/dev/null 2>&1; then \
 			mkdir -p $(DIST_DIR)/lib $(DIST_DIR)/include && \
-			$(GO) build -trimpath -ldflags "$(LDFLAGS)" -buildmode=c-shared -o $(DIST_DIR)/lib/libkvtier.so ./capi && \
+			$(GO) build -trimpath $(TAGS) -ldflags "$(LDFLAGS)" -buildmode=c-shared -o $(DIST_DIR)/lib/libkvtier.so ./capi && \
 			rm -f $(DIST_DIR)/lib/libkvtier.h && cp capi/*.h $(DIST_DIR)/include/; \
 		else echo "no C compiler ($${CC:-gcc}): the tarball has no libkvtier.so"; fi; \
 	fi

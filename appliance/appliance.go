@@ -103,9 +103,6 @@ type Appliance struct {
 	tier   *ssd.Tier // nil without SSD
 	client *client.Client
 
-	segMu    sync.RWMutex
-	segments map[string][]byte // guarded by segMu: segment name -> memory
-
 	offload     chan *kvtierpb.OffloadTask
 	slotFreed   chan struct{} // a worker took a task from offload (capacity 1)
 	taking      atomic.Bool   // TakeOffload calls succeed: heartbeats offer no slots
@@ -150,7 +147,7 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	a := &Appliance{cfg: cfg, log: cfg.Logger, segments: map[string][]byte{}, incarnation: randomHex(8), dir: newDramDir(),
+	a := &Appliance{cfg: cfg, log: cfg.Logger, incarnation: randomHex(8), dir: newDramDir(),
 		offload: make(chan *kvtierpb.OffloadTask, cfg.OffloadQueue), slotFreed: make(chan struct{}, 1), clientSet: make(chan struct{})}
 	defer func() {
 		if err != nil {
@@ -194,6 +191,13 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 	a.engine, err = transfer.New(tcfg)
 	if err != nil {
 		return nil, err
+	}
+	// Whether segments are offered over RDMA, and why not (an operator
+	// who named a device is told louder than one who left it on auto).
+	if on, why := a.engine.RDMAStatus(); on || tcfg.RDMADevice == "" || tcfg.RDMADevice == "auto" || tcfg.RDMADevice == "off" {
+		a.log.Info("rdma", "status", why, "routes", a.engine.Routes())
+	} else {
+		a.log.Warn("rdma device not usable: remote clients read over TCP", "device", tcfg.RDMADevice, "status", why)
 	}
 	if f := a.region.File(); f != nil {
 		if err := a.engine.ShareMemory(a.region.Bytes(), f); err != nil {
@@ -246,9 +250,6 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 	a.client.SetEndpoint(a.endpoint())
 	for i, mem := range dram.Split(a.region.Bytes(), cfg.SegmentSize) {
 		name := fmt.Sprintf("%s/mem%d", cfg.Name, i)
-		a.segMu.Lock()
-		a.segments[name] = mem
-		a.segMu.Unlock()
 		if err := a.mountSegment(ctx, name, mem); err != nil {
 			return nil, err
 		}
@@ -314,14 +315,15 @@ func (a *Appliance) Region() *dram.Region { return a.region }
 
 // Segments lists the names of the DRAM segments this appliance serves.
 func (a *Appliance) Segments() []string {
-	a.segMu.RLock()
-	defer a.segMu.RUnlock()
-	out := make([]string, 0, len(a.segments))
-	for n := range a.segments {
-		out = append(out, n)
+	if a.engine == nil {
+		return nil
 	}
-	return out
+	return a.engine.Segments()
 }
+
+// segment is the memory of DRAM segment name, from the transfer engine's
+// registry (the one record of what this box serves).
+func (a *Appliance) segment(name string) ([]byte, bool) { return a.engine.Segment(name) }
 
 func (a *Appliance) diskSegment() string { return a.cfg.Name + "/ssd" }
 

@@ -203,9 +203,7 @@ func (a *Appliance) applyDramRecords(rs []*kvtierpb.DramRecord) {
 
 // segmentBytes returns [off, off+n) of segment seg (nil when out of range).
 func (a *Appliance) segmentBytes(seg string, off, n uint64) []byte {
-	a.segMu.RLock()
-	mem := a.segments[seg]
-	a.segMu.RUnlock()
+	mem, _ := a.segment(seg)
 	if off+n < off || off+n > uint64(len(mem)) {
 		return nil
 	}

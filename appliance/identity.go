@@ -120,8 +120,10 @@ func (a *Appliance) mountSegment(ctx context.Context, name string, mem []byte) e
 			return ctx.Err()
 		case <-time.After(500 * time.Millisecond):
 		}
-		err = a.client.MountSegment(ctx, &kvtierpb.Segment{Name: name, Type: kvtierpb.ReplicaType_MEMORY,
-			Node: a.cfg.Name, Endpoint: a.endpoint(), Size: uint64(len(mem))})
+		var seg *kvtierpb.Segment
+		if seg, err = a.client.MemorySegment(name); err == nil {
+			err = a.client.MountSegment(ctx, seg)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("appliance: mount segment %s: %w", name, err)

@@ -268,9 +268,7 @@ func (a *Appliance) offloadOne(ctx context.Context, t *kvtierpb.OffloadTask) (*s
 	if src == nil || src.Type != kvtierpb.ReplicaType_MEMORY {
 		return nil, kverr.New(kverr.InvalidParams, string(t.Key), "offload task without a MEMORY source")
 	}
-	a.segMu.RLock()
-	mem, ok := a.segments[src.Segment]
-	a.segMu.RUnlock()
+	mem, ok := a.segment(src.Segment)
 	if !ok {
 		return nil, kverr.New(kverr.SegmentNotFound, string(t.Key), "segment %s is not served here", src.Segment)
 	}

@@ -6,7 +6,9 @@ package appliance
 // through it. The memory stays mapped until Close returns, so callers stop
 // using it before Close.
 func (a *Appliance) SegmentMemory(name string) []byte {
-	a.segMu.RLock()
-	defer a.segMu.RUnlock()
-	return a.segments[name]
+	if a.engine == nil {
+		return nil
+	}
+	mem, _ := a.segment(name)
+	return mem
 }

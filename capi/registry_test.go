@@ -143,10 +143,10 @@ func TestRegistryUnregisterWaits(t *testing.T) {
 func TestHandlesConcurrent(t *testing.T) {
 	addr := startStandalone(t, "64MiB")
 	h := kvtier_go_create()
-	if rc := setup(h, "localhost", 0, 0, "tcp", addr); rc != codeOK {
+	if rc := setup(h, "localhost", 0, 0, "tcp", "", addr); rc != codeOK {
 		t.Fatalf("setup: %d", rc)
 	}
-	if rc := setup(h, "localhost", 0, 0, "tcp", addr); rc != codeInvalidParams {
+	if rc := setup(h, "localhost", 0, 0, "tcp", "", addr); rc != codeInvalidParams {
 		t.Fatalf("second setup: %d, want -600", rc)
 	}
 	var ok, gone atomic.Int32

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"sync"
 
 	"github.com/kvtier/kvtier/client"
@@ -124,7 +125,7 @@ func cstr(p *C.char) string {
 func kvtier_go_setup(h C.uintptr_t, localHostname, metadataServer *C.char, globalSegmentSize, localBufferSize C.uint64_t,
 	protocol, deviceName, masterAddr *C.char) (ret C.int) {
 	defer guard(&ret)
-	return C.int(setup(h, cstr(localHostname), uint64(globalSegmentSize), uint64(localBufferSize), cstr(protocol), cstr(masterAddr)))
+	return C.int(setup(h, cstr(localHostname), uint64(globalSegmentSize), uint64(localBufferSize), cstr(protocol), cstr(deviceName), cstr(masterAddr)))
 }
 
 //export kvtier_go_init_all
@@ -134,20 +135,30 @@ func kvtier_go_init_all(h C.uintptr_t, protocol, deviceName *C.char, mountSegmen
 	if master == "" {
 		master = "127.0.0.1:50051" // Mooncake's default master address
 	}
-	return C.int(setup(h, "localhost", uint64(mountSegmentSize), 0, cstr(protocol), master))
+	return C.int(setup(h, "localhost", uint64(mountSegmentSize), 0, cstr(protocol), cstr(deviceName), master))
 }
 
-// setup connects handle h. metadata_server and device_name have no meaning
-// for kvtier (its master is the only metadata service; TCP needs no device).
-func setup(h C.uintptr_t, localHostname string, globalSegment, localBuffer uint64, protocol, masterAddr string) int {
+// setup connects handle h. metadata_server has no meaning for kvtier (its
+// master is the only metadata service). protocol "tcp" keeps every transfer
+// off RDMA; "rdma" uses device_name (the first of a comma-separated list,
+// empty: the first device) when this library was built with RDMA and the
+// host has the device, else says why on stderr and moves bytes over TCP
+// (shared memory on the appliance's own host either way).
+func setup(h C.uintptr_t, localHostname string, globalSegment, localBuffer uint64, protocol, deviceName, masterAddr string) int {
 	s := lookup(h)
 	if s == nil {
 		return codeInternalError
 	}
+	rdmaDevice := "off"
 	switch protocol {
 	case "", "tcp":
+	case "rdma":
+		rdmaDevice, _, _ = strings.Cut(deviceName, ",")
+		if rdmaDevice = strings.TrimSpace(rdmaDevice); rdmaDevice == "" {
+			rdmaDevice = "auto"
+		}
 	default:
-		fmt.Fprintf(os.Stderr, "kvtier: setup: protocol %q is not available in this library; use \"tcp\"\n", protocol)
+		fmt.Fprintf(os.Stderr, "kvtier: setup: protocol %q is not available in this library; use \"tcp\" or \"rdma\"\n", protocol)
 		return codeInvalidParams
 	}
 	if masterAddr == "" {
@@ -157,7 +168,8 @@ func setup(h C.uintptr_t, localHostname string, globalSegment, localBuffer uint6
 	if host == "" {
 		host = "localhost"
 	}
-	cfg := client.Config{MasterAddr: masterAddr, GlobalSegmentSize: globalSegment, LocalBufferSize: localBuffer}
+	cfg := client.Config{MasterAddr: masterAddr, GlobalSegmentSize: globalSegment, LocalBufferSize: localBuffer,
+		Transfer: client.TransferConfig{RDMADevice: rdmaDevice}}
 	// A master with --credentials (README "Security"): the token and CA
 	// come from the environment, as for the CLI.
 	cfg.Token, _ = auth.ClientToken("")
@@ -200,6 +212,9 @@ func setup(h C.uintptr_t, localHostname string, globalSegment, localBuffer uint6
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "kvtier: setup: %v\n", err)
 		return codeOf(err)
+	}
+	if on, why := c.Engine().RDMAStatus(); protocol == "rdma" && !on {
+		fmt.Fprintf(os.Stderr, "kvtier: setup: protocol rdma: RDMA %s; transfers go over TCP\n", why)
 	}
 	s.c = c
 	s.hostname = host

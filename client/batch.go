@@ -83,7 +83,7 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte, o
 				nofs = append(nofs, rep)
 				continue
 			}
-			reqs = append(reqs, transfer.Request{Op: transfer.Write, Endpoint: rep.Endpoint, Segment: rep.Segment, Offset: rep.Offset, Buf: values[i], Grant: rep.Grant})
+			reqs = append(reqs, replicaRequest(transfer.Write, rep, 0, values[i]))
 			owner = append(owner, i)
 		}
 		if len(nofs) > 0 {
@@ -368,7 +368,7 @@ func (c *Client) firstChoice(rl *ReplicaList) *kvtierpb.Replica {
 
 // readReq reads replica r into b, checksummed as the bytes arrive when sum.
 func readReq(r *kvtierpb.Replica, b []byte, sum bool, crc *uint32) transfer.Request {
-	req := transfer.Request{Op: transfer.Read, Endpoint: r.Endpoint, Segment: r.Segment, Bucket: r.Bucket, Offset: r.Offset, Buf: b, Grant: r.Grant}
+	req := replicaRequest(transfer.Read, r, 0, b)
 	if sum {
 		req.Sum = crc
 	}

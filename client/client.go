@@ -212,7 +212,6 @@ type Client struct {
 
 	mu       sync.Mutex
 	segments map[string]*kvtierpb.Segment // guarded by mu: announced on every beat
-	local    map[string]bool              // guarded by mu: segment names served by our engine
 
 	nof nofControllers // NVMe/TCP controllers for NOF replicas
 
@@ -272,14 +271,17 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		fast:     fast,
 		master:   kvtierpb.NewMasterClient(cc),
 		segments: map[string]*kvtierpb.Segment{},
-		local:    map[string]bool{},
 		done:     make(chan struct{}),
 		leases:   leaseCache{max: cfg.LeaseCacheKeys, margin: cfg.LeaseCacheMargin, m: map[string]*ReplicaList{}},
 		hints:    leaseCache{max: cfg.ReplicaHints, margin: math.MinInt64, m: map[string]*ReplicaList{}},
 	}
 	c.nof.secret, c.nof.ctrlSecret = nvmeSecret, nvmeCtrlSecret
 	if err := c.setup(ctx); err != nil {
-		c.release()
+		if c.engine != nil {
+			c.release(c.servedSegments())
+		} else {
+			c.release(nil)
+		}
 		return nil, err
 	}
 	if cfg.OneShot {
@@ -362,6 +364,12 @@ func (c *Client) setup(ctx context.Context) error {
 			return err
 		}
 		c.engine, c.ownsEngine = e, true
+		// Whether this node reads and writes over RDMA, and why not.
+		if on, why := e.RDMAStatus(); on || tcfg.RDMADevice == "" || tcfg.RDMADevice == "auto" || tcfg.RDMADevice == "off" {
+			cfg.Logger.Info("rdma", "status", why, "routes", e.Routes())
+		} else {
+			cfg.Logger.Warn("rdma device not usable: transfers go over TCP", "device", tcfg.RDMADevice, "status", why)
+		}
 	}
 	if cfg.LocalBufferSize > 0 {
 		r, err := dram.Map(cfg.LocalBufferSize, cfg.Hugepages)
@@ -376,7 +384,16 @@ func (c *Client) setup(ctx context.Context) error {
 	if cfg.GlobalSegmentSize == 0 {
 		return nil
 	}
-	if c.ownsEngine {
+	switch {
+	case c.ownsEngine && cfg.Transfer.MemNet != nil:
+		// In-memory transport (tests): peers reach the segments at
+		// mem://CLIENTID, no socket.
+		ep, err := cfg.Transfer.MemNet.Attach(cfg.ClientID, c.engine)
+		if err != nil {
+			return err
+		}
+		c.endpoint = ep
+	case c.ownsEngine:
 		addr, err := c.engine.Listen(cfg.DataAddr)
 		if err != nil {
 			return kverr.New(kverr.TransferFail, "", "client: listen %s: %v", cfg.DataAddr, err)
@@ -435,15 +452,53 @@ func (c *Client) ServeSegment(ctx context.Context, name string, mem []byte) erro
 	if err := c.engine.RegisterSegment(name, mem); err != nil {
 		return err
 	}
-	c.mu.Lock()
-	seg := &kvtierpb.Segment{
-		Name: name, Type: kvtierpb.ReplicaType_MEMORY, Node: c.cfg.ClientID,
-		Endpoint: c.endpoint, Size: uint64(len(mem)),
+	seg, err := c.MemorySegment(name)
+	if err != nil {
+		return err
 	}
+	c.mu.Lock()
 	c.segments[name] = seg
-	c.local[name] = true
 	c.mu.Unlock()
 	return c.MountSegment(ctx, seg)
+}
+
+// MemorySegment is the mount announcement of memory segment name as the
+// transfer engine's registry (the one record of a node's segments) holds
+// it: its size, this client's endpoint, and what the engine offers for it
+// beyond TCP (RDMA side channel, region base and rkey when RDMA is on).
+func (c *Client) MemorySegment(name string) (*kvtierpb.Segment, error) {
+	mem, ok := c.engine.Segment(name)
+	if !ok {
+		return nil, kverr.New(kverr.SegmentNotFound, "", "client: segment %q is not registered in the transfer engine", name)
+	}
+	off := c.engine.Offer(name)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return &kvtierpb.Segment{
+		Name: name, Type: kvtierpb.ReplicaType_MEMORY, Node: c.cfg.ClientID,
+		Endpoint: c.endpoint, Size: uint64(len(mem)),
+		RdmaAddr: off.RDMAAddr, RdmaBase: off.RDMABase, RdmaRkey: off.RDMAKey,
+	}, nil
+}
+
+// servedSegments are the memory segments this client announces that its
+// engine serves (mounted through ServeSegment).
+func (c *Client) servedSegments() []string {
+	c.mu.Lock()
+	names := make([]string, 0, len(c.segments))
+	for n, s := range c.segments {
+		if s.GetType() == kvtierpb.ReplicaType_MEMORY {
+			names = append(names, n)
+		}
+	}
+	c.mu.Unlock()
+	out := names[:0]
+	for _, n := range names {
+		if _, ok := c.engine.Segment(n); ok {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // MountSegment mounts seg on the master and re-announces it on every
@@ -589,15 +644,10 @@ func (c *Client) Close() error {
 	var err error
 	c.closeOne.Do(func() {
 		c.stopHeartbeats()
+		served := c.servedSegments() // before the unmounts forget them
 		if c.region != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RPCTimeout)
-			c.mu.Lock()
-			names := make([]string, 0, len(c.local))
-			for n := range c.local {
-				names = append(names, n)
-			}
-			c.mu.Unlock()
-			for _, n := range names {
+			for _, n := range served {
 				if e := c.UnmountSegment(ctx, n, 0); e != nil && !kverr.Is(e, kverr.SegmentNotFound) {
 					err = errors.Join(err, e)
 				}
@@ -609,21 +659,17 @@ func (c *Client) Close() error {
 		lctx, lcancel := context.WithTimeout(context.Background(), min(c.cfg.RPCTimeout, time.Second))
 		_ = c.Leave(lctx)
 		lcancel()
-		err = errors.Join(err, c.release())
+		err = errors.Join(err, c.release(served))
 	})
 	return err
 }
 
-func (c *Client) release() error {
+// release unregisters served (the memory segments this client registered)
+// and frees the client's memory.
+func (c *Client) release(served []string) error {
 	var err error
-	c.mu.Lock()
-	locals := make([]string, 0, len(c.local))
-	for n := range c.local {
-		locals = append(locals, n)
-	}
-	c.mu.Unlock()
 	if c.engine != nil {
-		for _, n := range locals {
+		for _, n := range served {
 			_ = c.engine.UnregisterSegment(n)
 		}
 		if c.localBuffer != nil {
@@ -657,9 +703,8 @@ func (c *Client) isLocal(r *kvtierpb.Replica) bool {
 	if r.Node == c.cfg.ClientID {
 		return true
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.local[r.Segment]
+	_, ok := c.engine.Segment(r.Segment)
+	return ok
 }
 
 // cachedRead counts reads of one key served from the lease cache.

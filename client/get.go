@@ -176,7 +176,8 @@ func (c *Client) speculate(ctx context.Context, h *ReplicaList, dst func(uint64)
 		return nil
 	}
 	s := &speculation{hint: h, r: r, buf: b}
-	req := []transfer.Request{{Op: transfer.Read, Endpoint: r.Endpoint, Segment: r.Segment, Bucket: r.Bucket, Offset: r.Offset, Buf: b, Sum: &s.crc, Grant: r.Grant}}
+	req := []transfer.Request{replicaRequest(transfer.Read, r, 0, b)}
+	req[0].Sum = &s.crc
 	s.batch = c.engine.Submit(ctx, req)
 	return s
 }
@@ -279,7 +280,7 @@ func (c *Client) readReplica(ctx context.Context, r *kvtierpb.Replica, dst []byt
 	switch r.Type {
 	case kvtierpb.ReplicaType_MEMORY, kvtierpb.ReplicaType_LOCAL_DISK:
 		var crc uint32
-		req := [1]transfer.Request{{Op: transfer.Read, Endpoint: r.Endpoint, Segment: r.Segment, Bucket: r.Bucket, Offset: r.Offset, Buf: dst, Grant: r.Grant}}
+		req := [1]transfer.Request{replicaRequest(transfer.Read, r, 0, dst)}
 		if sum {
 			req[0].Sum = &crc
 		}

@@ -147,7 +147,7 @@ func (c *Client) writeReplicas(ctx context.Context, replicas []*kvtierpb.Replica
 	for _, r := range replicas {
 		switch r.Type {
 		case kvtierpb.ReplicaType_MEMORY:
-			reqs = append(reqs, transfer.Request{Op: transfer.Write, Endpoint: r.Endpoint, Segment: r.Segment, Offset: r.Offset, Buf: value, Grant: r.Grant})
+			reqs = append(reqs, replicaRequest(transfer.Write, r, 0, value))
 		case kvtierpb.ReplicaType_NOF:
 			nofs = append(nofs, r)
 		default:

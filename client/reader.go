@@ -104,8 +104,7 @@ func (r *ObjectReader) readRange(ctx context.Context, dst []byte, off uint64) er
 		var err error
 		switch rep.Type {
 		case kvtierpb.ReplicaType_MEMORY, kvtierpb.ReplicaType_LOCAL_DISK:
-			req := [1]transfer.Request{{Op: transfer.Read, Endpoint: rep.Endpoint, Segment: rep.Segment, Bucket: rep.Bucket,
-				Offset: rep.Offset + off, Buf: dst, Grant: rep.Grant}}
+			req := [1]transfer.Request{replicaRequest(transfer.Read, rep, off, dst)}
 			err = r.c.engine.Do(ctx, req[:])[0]
 		case kvtierpb.ReplicaType_NOF:
 			part := proto.Clone(rep).(*kvtierpb.Replica) // just the range: readNOF handles the block tail

@@ -2,7 +2,9 @@
 // storage box before kvtier can deliver its figures (hugepages reserved and
 // free, memlock and open-file limits, transparent hugepages, O_DIRECT and its
 // alignment on the SSD directory, free space, the I/O scheduler, NUMA layout,
-// clock sync, RDMA and NVMe devices).
+// clock sync, RDMA and NVMe devices, and whether the transfer engine uses
+// RDMA: rdma-transport, from the Config.RDMATransport probe cmd/kvtier
+// makes with a transfer engine of the --rdma-device setting).
 //
 // Run returns a Report: one Check per item with a status (ok, warn, fail,
 // skip), what was found, what kvtier wants and the command that fixes it.

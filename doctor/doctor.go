@@ -66,6 +66,11 @@ type Config struct {
 	// Privileged reports whether the process may lock memory beyond
 	// RLIMIT_MEMLOCK (CAP_IPC_LOCK); nil means euid 0.
 	Privileged func() bool
+	// RDMATransport reports whether the transfer engine would use RDMA
+	// with the --rdma-device setting, and why not (transfer.Engine's
+	// RDMAStatus; the caller probes it: doctor imports no mechanism).
+	// nil skips the rdma-transport check.
+	RDMATransport func() (on bool, detail string)
 }
 
 func (c Config) path(p string) string {
@@ -101,7 +106,7 @@ func Run(ctx context.Context, cfg Config) Report {
 	var r Report
 	for _, f := range []func(Config) Check{
 		checkHugepages, checkMemlock, checkTHP, checkODirect, checkFreeSpace, checkScheduler,
-		checkNUMA, checkOpenFiles, checkClock, checkRDMA, checkNVMe,
+		checkNUMA, checkOpenFiles, checkClock, checkRDMA, checkRDMATransport, checkNVMe,
 	} {
 		if ctx.Err() != nil {
 			break
@@ -564,6 +569,34 @@ func checkRDMA(cfg Config) Check {
 	if down {
 		c.Status = StatusWarn
 		c.Fix = "bring the port up (ip link set DEV up; check cabling, PFC/ECN and MTU: firmware-notes/rdma-tcp.md); rdma link show"
+	}
+	return c
+}
+
+// checkRDMATransport says whether kvtier's transfer engine uses RDMA here
+// and why not: a host with RDMA devices whose engine does not use them
+// (built without -tags rdma, --rdma-device off or naming another device,
+// the device failing to open) warns, since its remote reads then go over
+// TCP.
+func checkRDMATransport(cfg Config) Check {
+	c := Check{Name: "rdma-transport", Want: "the transfer engine reads and writes one-sided over RDMA where a device exists (--rdma-device auto)"}
+	if cfg.RDMATransport == nil {
+		c.Status, c.Found = StatusSkip, "not probed"
+		return c
+	}
+	on, detail := cfg.RDMATransport()
+	c.Found = detail
+	devs, _ := filepath.Glob(cfg.path("/sys/class/infiniband/*"))
+	switch {
+	case on:
+		c.Status = StatusOK
+	case len(devs) == 0:
+		c.Status = StatusOK // nothing to use: TCP is the transport
+	case strings.Contains(detail, "--rdma-device off"):
+		c.Status = StatusOK // the operator's choice
+	default:
+		c.Status = StatusWarn
+		c.Fix = "build kvtier with RDMA (apt-get install libibverbs-dev rdma-core; go build -tags rdma ./cmd/kvtier) and give --rdma-device auto or a device listed by rdma link show"
 	}
 	return c
 }

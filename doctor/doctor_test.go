@@ -201,7 +201,7 @@ func TestSysfsDevicesAndModes(t *testing.T) {
 	if c := find(t, r, "numa"); !strings.Contains(c.Found, "2 node(s)") || !strings.Contains(c.Found, "nvme0@node1") {
 		t.Errorf("numa: %+v", c)
 	}
-	if len(r.Checks) != 11 {
-		t.Errorf("%d checks, want 11", len(r.Checks))
+	if len(r.Checks) != 12 {
+		t.Errorf("%d checks, want 12", len(r.Checks))
 	}
 }

@@ -48,6 +48,7 @@ func replicaToPB(r Replica) *kvtierpb.Replica {
 		Type: kvtierpb.ReplicaType(r.Type), State: kvtierpb.ReplicaState(r.State), Segment: r.Segment,
 		Node: r.Node, Endpoint: r.Endpoint, Offset: r.Offset, Length: r.Length, Bucket: r.Bucket,
 		Nqn: r.NQN, Nsid: r.NSID, TargetAddr: r.TargetAddr, Unavailable: r.Unavailable,
+		RdmaAddr: r.Offer.RDMAAddr, RdmaBase: r.Offer.RDMABase, RdmaRkey: r.Offer.RDMAKey,
 	}
 }
 
@@ -285,12 +286,14 @@ func (s *grpcServer) BatchRemove(ctx context.Context, r *kvtierpb.BatchKeysReque
 func segmentFromPB(p *kvtierpb.Segment) Segment {
 	return Segment{Name: p.GetName(), Type: ReplicaType(p.GetType()), Node: p.GetNode(), Endpoint: p.GetEndpoint(),
 		Base: p.GetBase(), Size: p.GetSize(), NQN: p.GetNqn(), NSID: p.GetNsid(), TargetAddr: p.GetTargetAddr(),
-		BlockSize: p.GetBlockSize()}
+		BlockSize: p.GetBlockSize(),
+		Offer:     TransportOffer{RDMAAddr: p.GetRdmaAddr(), RDMABase: p.GetRdmaBase(), RDMAKey: p.GetRdmaRkey()}}
 }
 
 func segmentToPB(s Segment) *kvtierpb.Segment {
 	return &kvtierpb.Segment{Name: s.Name, Type: kvtierpb.ReplicaType(s.Type), Node: s.Node, Endpoint: s.Endpoint,
-		Base: s.Base, Size: s.Size, Nqn: s.NQN, Nsid: s.NSID, TargetAddr: s.TargetAddr, BlockSize: s.BlockSize}
+		Base: s.Base, Size: s.Size, Nqn: s.NQN, Nsid: s.NSID, TargetAddr: s.TargetAddr, BlockSize: s.BlockSize,
+		RdmaAddr: s.Offer.RDMAAddr, RdmaBase: s.Offer.RDMABase, RdmaRkey: s.Offer.RDMAKey}
 }
 
 func (s *grpcServer) MountSegment(ctx context.Context, r *kvtierpb.MountSegmentRequest) (*kvtierpb.Empty, error) {

@@ -19,6 +19,8 @@ func (m *Master) publicReplica(r *replica) Replica {
 		out.Segment, out.Node, out.Endpoint = sp.Name, sp.Node, sp.Endpoint
 		if r.typ == NOF {
 			out.NQN, out.NSID, out.TargetAddr = sp.NQN, sp.NSID, sp.TargetAddr
+		} else {
+			out.Offer = sp.Offer
 		}
 	} else if r.disk != nil {
 		out.Segment, out.Node, out.Endpoint, out.Bucket = r.disk.ssdName, r.disk.id, r.disk.getEndpoint(), r.bucket

@@ -68,6 +68,8 @@ type Replica struct {
 	// Unavailable (object info only): its node is not LIVE, so the replica
 	// is kept but not handed out to readers.
 	Unavailable bool
+	// Offer (MEMORY) is the segment's transport offer, copied through.
+	Offer TransportOffer
 }
 
 // PutConfig is the per-put placement configuration.
@@ -147,6 +149,18 @@ type Segment struct {
 	NSID       uint32
 	TargetAddr string
 	BlockSize  uint32 // NOF allocation unit (0 = 4096)
+	// Offer is what the node offers for the segment beyond TCP, as it
+	// announced it at mount; copied into every replica, never read.
+	Offer TransportOffer
+}
+
+// TransportOffer is a node's offer of transports beyond TCP for one
+// segment (the transfer engine's SegmentOffer, api/kvtierpb Segment.rdma_*).
+// The master stores and copies it; it never interprets it.
+type TransportOffer struct {
+	RDMAAddr string
+	RDMABase uint64
+	RDMAKey  uint32
 }
 
 // SegmentInfo is a segment with its state and usage.

@@ -8,7 +8,10 @@
 // builds everywhere: Available reports false, Reason says why, and every
 // constructor returns ErrUnavailable. The pure-Go parts (the side-channel
 // format and handshake) are built and tested in both modes. Importers: the
-// transfer engine and the appliance; it imports only kverr.
+// transfer engine (internal/transfer's RDMA transport, rdma_on.go: segments
+// as memory regions, one-sided requests, --rdma-device) and, if ever
+// needed, the appliance; nothing else (tests/layering_test.go). It imports
+// only kverr.
 //
 // # API (tag rdma)
 //
@@ -68,4 +71,14 @@
 // skip with that reason; the verbs data path (QP state changes, posting,
 // polling) has NOT been run here. The side-channel format, handshake over
 // real TCP, the stub and the tag-independent validation are tested.
+//
+// 2026-12-02: internal/transfer's RDMA transport adapts this package (the
+// appliance registers its segments at mount and announces them; clients
+// read and write one-sided). Its logic runs here over a fake fabric; the
+// two-engine tests through real verbs (internal/transfer rdma_on_test.go,
+// TestTransportContract/rdma, client TestPutGetOverEveryTransport/rdma)
+// skip on this machine, printing the reason, and run unchanged where a
+// device exists. Listener.Accept now resets a deadline a cancelled Accept
+// left and bounds each handshake by HandshakeTimeout, so one silent peer
+// cannot hold an accept loop.
 package rdma

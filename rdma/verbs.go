@@ -360,6 +360,8 @@ func (l *Listener) Close() error { return l.ln.Close() }
 
 // Accept waits for one peer and connects a QP to it.
 func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
+	// A deadline left by an earlier cancelled Accept must not fail this one.
+	_ = l.ln.(*net.TCPListener).SetDeadline(time.Time{})
 	stop := context.AfterFunc(ctx, func() { l.ln.(*net.TCPListener).SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	tc, err := l.ln.Accept()
@@ -370,8 +372,15 @@ func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 		return nil, kverr.New(kverr.TransferFail, "", "rdma: accept: %v", err)
 	}
 	defer tc.Close()
-	return l.dev.handshake(ctx, tc)
+	// A peer that connects and goes silent holds the caller's accept loop
+	// no longer than this.
+	hctx, cancel := context.WithTimeout(ctx, HandshakeTimeout)
+	defer cancel()
+	return l.dev.handshake(hctx, tc)
 }
+
+// HandshakeTimeout bounds one side-channel handshake in Accept.
+const HandshakeTimeout = 10 * time.Second
 
 // Dial connects a QP to the peer listening at addr.
 func (d *Device) Dial(ctx context.Context, addr string) (*Conn, error) {

@@ -105,7 +105,7 @@ func TestVersionAndDoctorEndpoints(t *testing.T) {
 	c2 := resttest.Start(t, resttest.Options{})
 	var d2 doctor.Report
 	do(t, c2, "GET", "/api/v1/system/doctor", nil).json(t, &d2)
-	if len(d2.Checks) != 11 {
+	if len(d2.Checks) != 12 {
 		t.Errorf("host doctor: %d checks", len(d2.Checks))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -50,7 +51,7 @@ var forbidden = map[string][]string{
 	"github.com/kvtier/kvtier/resp":              {"github.com/kvtier/kvtier/master", "github.com/kvtier/kvtier/appliance", "github.com/kvtier/kvtier/ssd", "github.com/kvtier/kvtier/rest", "github.com/kvtier/kvtier/webui"},
 	"github.com/kvtier/kvtier/kverr":             {"github.com/kvtier/kvtier/master", "github.com/kvtier/kvtier/client"},
 	"github.com/kvtier/kvtier/internal/crc32c":   {"github.com/kvtier/kvtier/master", "github.com/kvtier/kvtier/client", "github.com/kvtier/kvtier/appliance", "github.com/kvtier/kvtier/ssd", "github.com/kvtier/kvtier/internal/transfer", "github.com/kvtier/kvtier/api", "github.com/kvtier/kvtier/kverr"},
-	"github.com/kvtier/kvtier/doctor":            {"github.com/kvtier/kvtier/master", "github.com/kvtier/kvtier/client", "github.com/kvtier/kvtier/appliance", "github.com/kvtier/kvtier/ssd", "github.com/kvtier/kvtier/dram", "github.com/kvtier/kvtier/rest", "github.com/kvtier/kvtier/api"},
+	"github.com/kvtier/kvtier/doctor":            {"github.com/kvtier/kvtier/master", "github.com/kvtier/kvtier/client", "github.com/kvtier/kvtier/appliance", "github.com/kvtier/kvtier/ssd", "github.com/kvtier/kvtier/dram", "github.com/kvtier/kvtier/rest", "github.com/kvtier/kvtier/api", "github.com/kvtier/kvtier/internal/transfer", "github.com/kvtier/kvtier/rdma"},
 	"github.com/kvtier/kvtier/capi":              {"github.com/kvtier/kvtier/master", "github.com/kvtier/kvtier/appliance", "github.com/kvtier/kvtier/ssd", "github.com/kvtier/kvtier/rest"},
 	"github.com/kvtier/kvtier/internal/memcopy":  {"github.com/kvtier/kvtier/master", "github.com/kvtier/kvtier/client", "github.com/kvtier/kvtier/appliance", "github.com/kvtier/kvtier/ssd", "github.com/kvtier/kvtier/internal/transfer", "github.com/kvtier/kvtier/api", "github.com/kvtier/kvtier/kverr"},
 	"github.com/kvtier/kvtier/internal/grant":    {"github.com/kvtier/kvtier/master", "github.com/kvtier/kvtier/client", "github.com/kvtier/kvtier/appliance", "github.com/kvtier/kvtier/ssd", "github.com/kvtier/kvtier/internal/transfer", "github.com/kvtier/kvtier/api", "github.com/kvtier/kvtier/kverr"},
@@ -83,6 +84,45 @@ func TestEveryPackageHasADocComment(t *testing.T) {
 	for _, p := range listPackages(t) {
 		if p.Doc == "" {
 			t.Errorf("package %s has no package doc comment", p.ImportPath)
+		}
+	}
+}
+
+// transportImpls are the packages that implement a transfer-engine
+// transport outside internal/transfer, and who may import each directly:
+// the engine's Transport interface is the only way to them (the appliance
+// may wire one in; everything else asks the engine, e.g. doctor's RDMA
+// probe through transfer.Engine.RDMAStatus).
+var transportImpls = map[string][]string{
+	"github.com/kvtier/kvtier/rdma": {"github.com/kvtier/kvtier/internal/transfer", "github.com/kvtier/kvtier/appliance"},
+}
+
+// TestTransportImplementationsImportedOnlyByTheEngine: nothing outside the
+// transfer engine and the appliance imports a transport implementation, in
+// either build (with and without the rdma tag).
+func TestTransportImplementationsImportedOnlyByTheEngine(t *testing.T) {
+	for _, tags := range []string{"", "rdma"} {
+		out, err := exec.Command("go", "list", "-tags", tags, "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "github.com/kvtier/kvtier/...").Output()
+		if err != nil {
+			t.Fatalf("go list -tags %q: %v", tags, err)
+		}
+		seen := map[string]bool{}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			fields := strings.Fields(line)
+			pkg := fields[0]
+			for _, d := range fields[1:] {
+				allowed, ok := transportImpls[d]
+				if !ok {
+					continue
+				}
+				seen[d+" by "+pkg] = true
+				if !slices.Contains(allowed, pkg) {
+					t.Errorf("-tags %q: %s imports transport implementation %s: only %v may (go through transfer.Engine)", tags, pkg, d, allowed)
+				}
+			}
+		}
+		if !seen["github.com/kvtier/kvtier/rdma by github.com/kvtier/kvtier/internal/transfer"] {
+			t.Errorf("-tags %q: internal/transfer no longer imports rdma: is RDMA still wired in?", tags)
 		}
 	}
 }

@@ -382,7 +382,13 @@ type Replica struct {
 	// until the put's deadline, a read grant (GetReplicaList) until the read
 	// lease ends. Sent with every transfer request; empty when the node holds
 	// no secret yet or the replica is not served by a transfer engine (NOF).
-	Grant         []byte `protobuf:"bytes,250,opt,name=grant,proto3" json:"grant,omitempty"`
+	Grant []byte `protobuf:"bytes,250,opt,name=grant,proto3" json:"grant,omitempty"`
+	// Transports beyond TCP that the node offers for this replica's segment,
+	// copied from the segment's mount (Segment.rdma_*); the master never
+	// reads them. Empty when the node offers no RDMA.
+	RdmaAddr      string `protobuf:"bytes,300,opt,name=rdma_addr,json=rdmaAddr,proto3" json:"rdma_addr,omitempty"`  // RDMA side channel host:port (empty host: endpoint's host)
+	RdmaBase      uint64 `protobuf:"varint,301,opt,name=rdma_base,json=rdmaBase,proto3" json:"rdma_base,omitempty"` // the segment's memory region: base virtual address
+	RdmaRkey      uint32 `protobuf:"varint,302,opt,name=rdma_rkey,json=rdmaRkey,proto3" json:"rdma_rkey,omitempty"` // and its remote key
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -506,6 +512,27 @@ func (x *Replica) GetGrant() []byte {
 		return x.Grant
 	}
 	return nil
+}
+
+func (x *Replica) GetRdmaAddr() string {
+	if x != nil {
+		return x.RdmaAddr
+	}
+	return ""
+}
+
+func (x *Replica) GetRdmaBase() uint64 {
+	if x != nil {
+		return x.RdmaBase
+	}
+	return 0
+}
+
+func (x *Replica) GetRdmaRkey() uint32 {
+	if x != nil {
+		return x.RdmaRkey
+	}
+	return 0
 }
 
 type PutConfig struct {
@@ -1629,17 +1656,23 @@ func (x *BatchExistResponse) GetExists() []bool {
 }
 
 type Segment struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Type          ReplicaType            `protobuf:"varint,2,opt,name=type,proto3,enum=kvtier.v1.ReplicaType" json:"type,omitempty"` // MEMORY or NOF
-	Node          string                 `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`                             // owning client id
-	Endpoint      string                 `protobuf:"bytes,4,opt,name=endpoint,proto3" json:"endpoint,omitempty"`                     // transfer endpoint (MEMORY)
-	Base          uint64                 `protobuf:"varint,5,opt,name=base,proto3" json:"base,omitempty"`
-	Size          uint64                 `protobuf:"varint,6,opt,name=size,proto3" json:"size,omitempty"`
-	Nqn           string                 `protobuf:"bytes,7,opt,name=nqn,proto3" json:"nqn,omitempty"`                                 // NOF
-	Nsid          uint32                 `protobuf:"varint,8,opt,name=nsid,proto3" json:"nsid,omitempty"`                              // NOF
-	TargetAddr    string                 `protobuf:"bytes,9,opt,name=target_addr,json=targetAddr,proto3" json:"target_addr,omitempty"` // NOF
-	BlockSize     uint32                 `protobuf:"varint,10,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`  // NOF: allocation unit
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Name       string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Type       ReplicaType            `protobuf:"varint,2,opt,name=type,proto3,enum=kvtier.v1.ReplicaType" json:"type,omitempty"` // MEMORY or NOF
+	Node       string                 `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`                             // owning client id
+	Endpoint   string                 `protobuf:"bytes,4,opt,name=endpoint,proto3" json:"endpoint,omitempty"`                     // transfer endpoint (MEMORY)
+	Base       uint64                 `protobuf:"varint,5,opt,name=base,proto3" json:"base,omitempty"`
+	Size       uint64                 `protobuf:"varint,6,opt,name=size,proto3" json:"size,omitempty"`
+	Nqn        string                 `protobuf:"bytes,7,opt,name=nqn,proto3" json:"nqn,omitempty"`                                 // NOF
+	Nsid       uint32                 `protobuf:"varint,8,opt,name=nsid,proto3" json:"nsid,omitempty"`                              // NOF
+	TargetAddr string                 `protobuf:"bytes,9,opt,name=target_addr,json=targetAddr,proto3" json:"target_addr,omitempty"` // NOF
+	BlockSize  uint32                 `protobuf:"varint,10,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`  // NOF: allocation unit
+	// MEMORY: the RDMA offer for this segment (internal/transfer
+	// SegmentOffer), announced at mount when the node has RDMA on; the
+	// master copies it into every replica in the segment without reading it.
+	RdmaAddr      string `protobuf:"bytes,300,opt,name=rdma_addr,json=rdmaAddr,proto3" json:"rdma_addr,omitempty"`
+	RdmaBase      uint64 `protobuf:"varint,301,opt,name=rdma_base,json=rdmaBase,proto3" json:"rdma_base,omitempty"`
+	RdmaRkey      uint32 `protobuf:"varint,302,opt,name=rdma_rkey,json=rdmaRkey,proto3" json:"rdma_rkey,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1740,6 +1773,27 @@ func (x *Segment) GetTargetAddr() string {
 func (x *Segment) GetBlockSize() uint32 {
 	if x != nil {
 		return x.BlockSize
+	}
+	return 0
+}
+
+func (x *Segment) GetRdmaAddr() string {
+	if x != nil {
+		return x.RdmaAddr
+	}
+	return ""
+}
+
+func (x *Segment) GetRdmaBase() uint64 {
+	if x != nil {
+		return x.RdmaBase
+	}
+	return 0
+}
+
+func (x *Segment) GetRdmaRkey() uint32 {
+	if x != nil {
+		return x.RdmaRkey
 	}
 	return 0
 }
@@ -4994,7 +5048,7 @@ var File_master_proto protoreflect.FileDescriptor
 
 const file_master_proto_rawDesc = "" +
 	"\n" +
-	"\fmaster.proto\x12\tkvtier.v1\"\xf6\x02\n" +
+	"\fmaster.proto\x12\tkvtier.v1\"\xd0\x03\n" +
 	"\aReplica\x12*\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x16.kvtier.v1.ReplicaTypeR\x04type\x12-\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x17.kvtier.v1.ReplicaStateR\x05state\x12\x18\n" +
@@ -5010,7 +5064,10 @@ const file_master_proto_rawDesc = "" +
 	"\vtarget_addr\x18\v \x01(\tR\n" +
 	"targetAddr\x12 \n" +
 	"\vunavailable\x18x \x01(\bR\vunavailable\x12\x15\n" +
-	"\x05grant\x18\xfa\x01 \x01(\fR\x05grant\"\xde\x01\n" +
+	"\x05grant\x18\xfa\x01 \x01(\fR\x05grant\x12\x1c\n" +
+	"\trdma_addr\x18\xac\x02 \x01(\tR\brdmaAddr\x12\x1c\n" +
+	"\trdma_base\x18\xad\x02 \x01(\x04R\brdmaBase\x12\x1c\n" +
+	"\trdma_rkey\x18\xae\x02 \x01(\rR\brdmaRkey\"\xde\x01\n" +
 	"\tPutConfig\x12\x1f\n" +
 	"\vreplica_num\x18\x01 \x01(\rR\n" +
 	"replicaNum\x12+\n" +
@@ -5085,7 +5142,7 @@ const file_master_proto_rawDesc = "" +
 	"\aresults\x18\x01 \x03(\v2\x1f.kvtier.v1.GetReplicaListResultR\aresults\"\\\n" +
 	"\x12BatchExistResponse\x12.\n" +
 	"\aresults\x18\x01 \x03(\v2\x14.kvtier.v1.KeyResultR\aresults\x12\x16\n" +
-	"\x06exists\x18\x02 \x03(\bR\x06exists\"\x87\x02\n" +
+	"\x06exists\x18\x02 \x03(\bR\x06exists\"\xe1\x02\n" +
 	"\aSegment\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12*\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x16.kvtier.v1.ReplicaTypeR\x04type\x12\x12\n" +
@@ -5099,7 +5156,10 @@ const file_master_proto_rawDesc = "" +
 	"targetAddr\x12\x1d\n" +
 	"\n" +
 	"block_size\x18\n" +
-	" \x01(\rR\tblockSize\"\x9b\x01\n" +
+	" \x01(\rR\tblockSize\x12\x1c\n" +
+	"\trdma_addr\x18\xac\x02 \x01(\tR\brdmaAddr\x12\x1c\n" +
+	"\trdma_base\x18\xad\x02 \x01(\x04R\brdmaBase\x12\x1c\n" +
+	"\trdma_rkey\x18\xae\x02 \x01(\rR\brdmaRkey\"\x9b\x01\n" +
 	"\x13MountSegmentRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12,\n" +
 	"\asegment\x18\x02 \x01(\v2\x12.kvtier.v1.SegmentR\asegment\x12 \n" +

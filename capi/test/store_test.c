@@ -88,8 +88,8 @@ int main(int argc, char **argv) {
     mooncake_store_t store = mooncake_store_create();
     CHECK("create", store != NULL);
     EQ("before_setup", mooncake_store_put(store, "k", "v", 1, NULL), MOONCAKE_ERROR_INVALID_PARAMS);
-    EQ("setup_rdma_refused",
-       mooncake_store_setup(store, "localhost", "P2PHANDSHAKE", 0, 0, "rdma", "mlx5_0", master),
+    EQ("setup_unknown_protocol_refused",
+       mooncake_store_setup(store, "localhost", "P2PHANDSHAKE", 0, 0, "efa", "mlx5_0", master),
        MOONCAKE_ERROR_INVALID_PARAMS);
     EQ("setup", mooncake_store_setup(store, "localhost", "P2PHANDSHAKE", 0, 16 << 20, "tcp", "", master), 0);
     EQ("setup_twice", mooncake_store_setup(store, "localhost", "", 0, 0, "tcp", "", master),

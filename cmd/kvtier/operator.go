@@ -41,9 +41,10 @@ func newDoctorCmd() *cobra.Command {
 	var asJSON bool
 	var cfg doctor.Config
 	var dramSize, ssdCap sizeValue
+	var rdmaDevice string
 	cmd := &cobra.Command{
 		Use:   "doctor",
-		Short: "Check this host for what kvtier needs (hugepages, memlock, THP, O_DIRECT, free space, scheduler, NUMA, limits, clock, RDMA, NVMe) and print what to fix",
+		Short: "Check this host for what kvtier needs (hugepages, memlock, THP, O_DIRECT, free space, scheduler, NUMA, limits, clock, RDMA devices and transport, NVMe) and print what to fix",
 		Long: `Checks this host and prints, for each item, what was found, what kvtier wants and the
 command that fixes it. Exit status: 0 when no check failed (warnings allowed), 8 when one did.
 Give the appliance's own settings (or its --config file) so the checks compare against them:
@@ -58,6 +59,7 @@ Give the appliance's own settings (or its --config file) so the checks compare a
 				return usagef("--hugepages %q: want auto, on or off", cfg.Hugepages)
 			}
 			cfg.DRAM, cfg.SSDCapacity = uint64(dramSize), uint64(ssdCap)
+			cfg.RDMATransport = rdmaProbe(rdmaDevice)
 			if !cmd.Flags().Changed("ssd-capacity") && cfg.SSDDir == "" {
 				cfg.SSDCapacity = 0
 			}
@@ -82,6 +84,7 @@ Give the appliance's own settings (or its --config file) so the checks compare a
 	fs.Var(&dramSize, "dram", "the appliance's --dram (hugepages and memlock are compared with it)")
 	fs.Var(&ssdCap, "ssd-capacity", "the appliance's --ssd-capacity (compared with the free space)")
 	fs.StringVar(&cfg.Hugepages, "hugepages", "auto", "the appliance's --hugepages: auto | on | off")
+	fs.StringVar(&rdmaDevice, "rdma-device", "auto", "the --rdma-device to probe: "+rdmaDeviceHelp)
 	fs.StringVar(&cfg.Root, "root", "/", "read /proc and /sys under this directory (to check a prepared or mounted host tree)")
 	return cmd
 }
@@ -114,6 +117,7 @@ func doctorFor(af *applianceFlags) func(ctx context.Context) doctor.Report {
 		if af != nil {
 			cfg.SSDDir, cfg.SSDCapacity, cfg.DRAM = af.ssdDir, uint64(af.ssdCapacity), uint64(af.dramSize)
 			cfg.Hugepages = strings.ToLower(af.hugepages)
+			cfg.RDMATransport = rdmaProbe(af.rdmaDevice)
 		}
 		return doctor.Run(ctx, cfg)
 	}

@@ -112,6 +112,7 @@ type applianceFlags struct {
 	dataAddr    string
 	drainGrace  time.Duration
 	shm         bool
+	rdmaDevice  string
 	noDramDir   bool // ha.go
 	nvme        nvmeFlags
 	respAddr    string
@@ -156,6 +157,7 @@ func (f *applianceFlags) register(cmd *cobra.Command, standalone bool) {
 	fs.DurationVar(&f.drainGrace, "drain-grace", 0, "on SIGTERM (systemctl stop), keep serving reads this long after marking segments draining, then unmount")
 	registerDramDirFlag(fs, f)
 	fs.BoolVar(&f.shm, "shm", true, "share DRAM segments with clients on this host (same user or root): they copy through shared memory instead of loopback TCP")
+	fs.StringVar(&f.rdmaDevice, "rdma-device", "auto", rdmaDeviceHelp)
 	f.nvme.register(cmd)
 	fs.StringVar(&f.respAddr, "resp-addr", "", "Redis protocol (RESP2/RESP3) listen address, e.g. 127.0.0.1:6379 (empty: off; port 0 picks a free port)")
 	fs.StringVar(&f.respPwFile, "resp-password-file", "", "file holding the password Redis clients must AUTH with (default: none, like redis-server without requirepass)")
@@ -184,7 +186,7 @@ func (f *applianceFlags) config(masterAddr string, log *slog.Logger) (appliance.
 		Name: f.name, MasterAddr: masterAddr, DRAM: uint64(f.dramSize), SegmentSize: uint64(f.segmentSize),
 		Hugepages: hp, DataAddr: f.dataAddr, SSDDir: f.ssdDir, SSDCapacity: uint64(f.ssdCapacity),
 		SSDPolicy: pol, DrainGrace: f.drainGrace, Logger: log,
-		Transfer: transfer.Config{DisableSharedMemory: !f.shm}, NoDramDirectory: f.noDramDir,
+		Transfer: transfer.Config{DisableSharedMemory: !f.shm, RDMADevice: f.rdmaDevice}, NoDramDirectory: f.noDramDir,
 	}, nil
 }
 

@@ -126,6 +126,7 @@ func newBenchCmd() *cobra.Command {
 	var batch, replicas int
 	var duration time.Duration
 	var jsonOut, shm bool
+	var rdmaDevice string
 	var cpuProfile string
 	var tcpSink int
 	var sec clientSecurityFlags
@@ -186,7 +187,7 @@ results of a 'make bench' run into results.md, results.json and throughput.svg.`
 				if err != nil {
 					return err
 				}
-				c, err := client.New(ctx, client.Config{MasterAddr: addr, Transfer: transfer.Config{DisableSharedMemory: !shm}, Token: token, TLS: tc})
+				c, err := client.New(ctx, client.Config{MasterAddr: addr, Transfer: transfer.Config{DisableSharedMemory: !shm, RDMADevice: rdmaDevice}, Token: token, TLS: tc})
 				if err != nil {
 					return err
 				}
@@ -223,6 +224,7 @@ results of a 'make bench' run into results.md, results.json and throughput.svg.`
 	fs.StringVar(&report, "report", "", "write the report of a results directory (make bench)")
 	fs.Var(&dramSize, "dram", "DRAM of the store started without --master")
 	fs.BoolVar(&shm, "shm", true, "map the memory of appliances on this host (false: every transfer over TCP)")
+	fs.StringVar(&rdmaDevice, "rdma-device", "auto", rdmaDeviceHelp)
 	sec.register(cmd)
 	registerCPUProfile(cmd, &cpuProfile)
 	return cmd

@@ -22,6 +22,7 @@ type clientFlags struct {
 	json    bool
 	timeout time.Duration
 	sec     clientSecurityFlags
+	rdma    string
 
 	replicasSet bool // put: --replicas given explicitly
 }
@@ -31,6 +32,7 @@ func (f *clientFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.tenant, "tenant", "default", "tenant")
 	cmd.Flags().BoolVar(&f.json, "json", false, "print JSON")
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 60*time.Second, "give up after this long")
+	cmd.Flags().StringVar(&f.rdma, "rdma-device", "auto", rdmaDeviceHelp)
 	f.sec.register(cmd)
 }
 
@@ -46,7 +48,8 @@ func (f *clientFlags) run(verb func(ctx context.Context, c *client.Client, args 
 		if err != nil {
 			return err
 		}
-		c, err := client.New(ctx, client.Config{MasterAddr: f.master, Tenant: f.tenant, OneShot: true, Token: token, TLS: tc})
+		c, err := client.New(ctx, client.Config{MasterAddr: f.master, Tenant: f.tenant, OneShot: true, Token: token, TLS: tc,
+			Transfer: client.TransferConfig{RDMADevice: f.rdma}})
 		if err != nil {
 			return err
 		}

@@ -54,6 +54,11 @@ type Request struct {
 	// checksums as it copies) instead of in a second pass over Buf. Written only when the request succeeds,
 	// before Wait returns. Ignored for WRITE.
 	Sum *uint32
+	// Offer is what the node at Endpoint offers for Segment beyond TCP, as
+	// the replica descriptor carries it (the node's SegmentOffer): with an
+	// RDMA side channel named and an RDMA device here, the request is read
+	// or written one-sided over RDMA. The zero value offers nothing.
+	Offer SegmentOffer
 	// Grant is the data-plane grant the master signed for this request's
 	// replica extent (internal/grant, grant.Size bytes), sent with every
 	// frame of it. An engine serving with grant keys (SetGrantKeys)
@@ -99,6 +104,21 @@ type Config struct {
 	// master CA, client.Config.TLS); nil: the system's roots. Plain
 	// endpoints never use it.
 	ClientTLS *tls.Config
+	// RDMADevice chooses the RDMA device (build tag rdma): "" or "auto"
+	// takes the first one libibverbs lists, "off" disables RDMA, anything
+	// else names a device. Without a usable device (or the tag) RDMA is
+	// off and RDMAStatus says why; every other transport works as before.
+	RDMADevice string
+	// RDMAListen is the RDMA side channel's listen address when RDMA is on
+	// and the engine serves segments (default: port 0 on the host of the
+	// first Listen, or on every interface before any).
+	RDMAListen string
+	// MemNet, when set, adds the in-memory transport (tests): requests to
+	// "mem://NAME" endpoints go to the engine attached to MemNet as NAME.
+	MemNet *MemNet
+	// FakeRDMA (tests only) runs the RDMA transport over a FAKE fabric
+	// instead of a device, whatever RDMADevice says.
+	FakeRDMA *FakeRDMA
 }
 
 // Defaults.
@@ -176,6 +196,13 @@ type Stats struct {
 	SharedBytes    uint64
 	SharedFailures uint64 // shared-memory discoveries of a peer that failed (TCP used)
 	SharedRefused  uint64 // shared-memory connections refused (peer of another user)
+	RDMARequests   uint64 // successful requests carried by one-sided RDMA
+	RDMABytes      uint64
+	MemRequests    uint64 // successful requests over the in-memory transport (tests)
+	MemBytes       uint64
+	// Fallbacks counts requests a transport could not carry (a
+	// connection-level TRANSFER_FAIL) that the next route then took.
+	Fallbacks uint64
 
 	ServedFrames       uint64 // frames served to peers
 	ServedErrors       uint64 // frames refused with an error response
@@ -207,7 +234,8 @@ type counters struct {
 	servedFrames, servedErrors, servedRead           atomic.Uint64
 	servedWritten, malformed, accepted, dialed       atomic.Uint64
 	shmRequests, shmBytes, shmFailed, shmRefused     atomic.Uint64
-	acceptErrors                                     atomic.Uint64
+	acceptErrors, fallbacks                          atomic.Uint64
+	rdmaRequests, rdmaBytes, memRequests, memBytes   atomic.Uint64
 }
 
 // segment is registered memory; refs counts requests using mem.
@@ -217,24 +245,19 @@ type segment struct {
 	refs    sync.WaitGroup
 	file    *os.File // shared memory backing mem (ShareMemory), else nil
 	fileOff int64    // mem's offset in file
+	rdma    rdmaSeg  // its RDMA memory region (rdma_on.go), when offered
 }
 
-// transport moves the requests of one batch. Implementations: localTransport
-// (memcpy within this Engine) and tcpTransport (framed TCP to a peer).
-type transport interface {
-	start(ctx context.Context, r *reqState)
-}
-
-// Engine is a transfer engine: it serves its registered segments and sources
-// to peers and moves callers' requests to local or remote segments.
+// Engine is a transfer engine: it keeps the registry of local segments and
+// extent sources (registry.go), serves them to peers (server.go, and each
+// transport's serving side), and routes callers' requests to the best
+// Transport both sides share (transport.go), with batching and accounting.
 type Engine struct {
 	cfg     Config
 	stats   counters
-	clisem  *byteSem // client bytes in flight
-	srvsem  *byteSem // server extent buffer bytes
-	bufs    *bufPool // serving side's extent buffers
-	local   *localTransport
-	tcp     *tcpTransport
+	clisem  *byteSem        // client bytes in flight
+	srvsem  *byteSem        // server extent buffer bytes
+	bufs    *bufPool        // serving side's extent buffers
 	ctx     context.Context // cancelled by Close
 	cancel  context.CancelFunc
 	closing chan struct{}
@@ -245,17 +268,24 @@ type Engine struct {
 	lhealth       listenerHealth // accept loops' trouble (server.go)
 	grants        grantCheck     // data-plane grant keys and refusals (grants.go)
 
+	// The transports, each owning its peers, connections and wire state,
+	// and routes: the ones tried for a remote request, best first (local
+	// is not among them: a segment registered here is always local).
+	local *localTransport
+	shm   *shmTransport
+	rdma  *rdmaTransport // nil: built without the rdma tag, or RDMA off
+	// rdmaOff says why rdma is nil
+	rdmaOff string
+	mem     *memTransport // nil unless Config.MemNet
+	tcp     *tcpTransport
+	routes  []Transport
+
 	mu sync.RWMutex
 	// guarded by mu:
 	segments  map[string]*segment
 	sources   map[string]ExtentSource
-	peers     map[string]*peer
 	listeners []net.Listener
 	srvConns  map[net.Conn]struct{}
-	cliConns  map[*clientConn]struct{}
-	shared    []sharedRegion           // memory peers on this host may map
-	shmLis    *net.UnixListener        // shared-memory socket (nil until ShareMemory)
-	shmConns  map[*shmSrvConn]struct{} // peers mapping shared segments
 	closed    bool
 }
 
@@ -276,100 +306,23 @@ func New(cfg Config) (*Engine, error) {
 		closing:  make(chan struct{}),
 		segments: map[string]*segment{},
 		sources:  map[string]ExtentSource{},
-		peers:    map[string]*peer{},
 		srvConns: map[net.Conn]struct{}{},
-		cliConns: map[*clientConn]struct{}{},
-		shmConns: map[*shmSrvConn]struct{}{},
 	}
 	e.local = &localTransport{e: e}
-	e.tcp = &tcpTransport{e: e}
+	e.shm = newShmTransport(e)
+	e.tcp = newTCPTransport(e)
+	e.rdma, e.rdmaOff = newRDMATransport(e) // RDMAStatus says why it is off
+	if cfg.FakeRDMA != nil {                // tests: the FAKE fabric instead of a device
+		if e.rdma != nil {
+			e.rdma.dev.Close()
+		}
+		e.rdma, e.rdmaOff = newRDMAOn(e, &fakeDevice{f: cfg.FakeRDMA}, "fake0"), ""
+	}
+	if cfg.MemNet != nil {
+		e.mem = &memTransport{e: e, net: cfg.MemNet}
+	}
+	e.routes = e.buildRoutes()
 	return e, nil
-}
-
-func validName(name string) error {
-	if len(name) < 1 || len(name) > MaxNameLen {
-		return kverr.New(kverr.InvalidParams, "", "transfer: segment name length %d outside 1..%d", len(name), MaxNameLen)
-	}
-	return nil
-}
-
-// RegisterSegment makes mem reachable as name, to peers and to local callers.
-func (e *Engine) RegisterSegment(name string, mem []byte) error {
-	if err := validName(name); err != nil {
-		return err
-	}
-	if len(mem) == 0 {
-		return kverr.New(kverr.InvalidParams, "", "transfer: segment %q has no memory", name)
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return errClosed()
-	}
-	if _, ok := e.segments[name]; ok {
-		return kverr.New(kverr.SegmentAlreadyExists, "", "transfer: segment %q already registered", name)
-	}
-	if _, ok := e.sources[name]; ok {
-		return kverr.New(kverr.SegmentAlreadyExists, "", "transfer: %q already registered as an extent source", name)
-	}
-	s := &segment{name: name, mem: mem}
-	s.file, s.fileOff = e.sharedFileLocked(mem)
-	e.segments[name] = s
-	e.notifyShmLocked(shmSegment, s)
-	return nil
-}
-
-// UnregisterSegment stops serving name and waits until no request uses its
-// memory any more; afterwards the caller may unmap it. Requests that arrive
-// meanwhile get SEGMENT_NOT_FOUND. Waits are bounded by IOTimeout per frame.
-func (e *Engine) UnregisterSegment(name string) error {
-	e.mu.Lock()
-	s, ok := e.segments[name]
-	if ok {
-		delete(e.segments, name)
-		e.notifyShmLocked(shmGone, s)
-	}
-	e.mu.Unlock()
-	if !ok {
-		return kverr.New(kverr.SegmentNotFound, "", "transfer: segment %q not registered", name)
-	}
-	s.refs.Wait()
-	return nil
-}
-
-// RegisterSource makes src reachable as name for READ requests.
-func (e *Engine) RegisterSource(name string, src ExtentSource) error {
-	if err := validName(name); err != nil {
-		return err
-	}
-	if src == nil {
-		return kverr.New(kverr.InvalidParams, "", "transfer: nil extent source %q", name)
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return errClosed()
-	}
-	if _, ok := e.segments[name]; ok {
-		return kverr.New(kverr.SegmentAlreadyExists, "", "transfer: %q already registered as a segment", name)
-	}
-	if _, ok := e.sources[name]; ok {
-		return kverr.New(kverr.SegmentAlreadyExists, "", "transfer: extent source %q already registered", name)
-	}
-	e.sources[name] = src
-	return nil
-}
-
-// acquire looks name up and pins a segment (release with s.refs.Done()) or
-// returns a source.
-func (e *Engine) acquire(name string) (*segment, ExtentSource) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	if s, ok := e.segments[name]; ok {
-		s.refs.Add(1)
-		return s, nil
-	}
-	return nil, e.sources[name]
 }
 
 // spawn runs f on a goroutine that Close waits for, unless the engine is
@@ -391,26 +344,31 @@ func (e *Engine) spawn(f func()) bool {
 
 func errClosed() error { return kverr.New(kverr.TransferFail, "", "transfer: engine closed") }
 
-// checkRange is the overflow-safe bounds check of [off, off+n) in a segment
-// of size bytes.
-func checkRange(name string, size, off, n uint64) error {
-	if off > size || n > size-off {
-		return kverr.New(kverr.InvalidParams, "", "segment %q: range offset=%d length=%d outside segment of %d bytes", name, off, n, size)
-	}
-	return nil
-}
-
 // Batch is a set of submitted requests completing asynchronously.
 type Batch struct {
 	e       *Engine
 	errs    []error
 	states  []reqState
 	pending atomic.Int64
-	done    chan struct{} // nil when every request completed inside Submit
+	// done is made (by the Submit goroutine, before the first hand-off to
+	// another goroutine: async) only when some request completes after
+	// Submit returns; nil when every request completed inside Submit.
+	done chan struct{}
 
 	// inline storage for the common one-request batch (one allocation)
 	err1 [1]error
 	st1  [1]reqState
+	rs1  [1]*reqState
+}
+
+// async makes b.done before a request is handed to another goroutine. It
+// runs on the Submit goroutine, or on a goroutine started after b.done
+// exists (a fallback from an asynchronous transport), so it never races
+// with itself.
+func (b *Batch) async() {
+	if b.done == nil {
+		b.done = make(chan struct{})
+	}
 }
 
 // reqState tracks one request of a batch across its slices.
@@ -418,9 +376,13 @@ type reqState struct {
 	b     *Batch
 	idx   int
 	req   Request
-	via   path         // how the request travelled (for Stats)
-	seg   *segment     // local segment, pinned by classify
-	src   ExtentSource // local extent source
+	ctx   context.Context // the Submit's, for a fallback to the next route
+	via   path            // the transport carrying it now
+	route int             // index in Engine.routes of that transport (-1: local)
+	seg   *segment        // local segment, pinned by classify
+	src   ExtentSource    // local extent source
+	shm   *shmSeg         // same-host peer's mapped segment (shm transport)
+	shmp  *shmPeer        // the mapping shm belongs to
 	left  atomic.Int32
 	first atomic.Pointer[error]
 	// checksum of a READ with req.Sum set: crc for one slice (or the local
@@ -455,6 +417,9 @@ func (r *reqState) sliceDone(err error) {
 		var final error
 		if p := r.first.Load(); p != nil {
 			final = *p
+			if r.b.e.fallback(r, final) {
+				return // carried on by the next transport
+			}
 		} else if r.wantSum() {
 			*r.req.Sum = r.sum()
 		}
@@ -462,13 +427,15 @@ func (r *reqState) sliceDone(err error) {
 	}
 }
 
-// path is how a request travelled.
+// path is how a request travelled (which transport's counters it adds to).
 type path uint8
 
 const (
 	viaLocal  path = iota // memcpy within this Engine
 	viaTCP                // framed TCP
 	viaShared             // memcpy through a same-host peer's shared memory
+	viaRDMA               // one-sided RDMA verbs
+	viaMem                // in-memory transport (tests)
 )
 
 func (b *Batch) finish(i int, req Request, via path, err error) {
@@ -490,6 +457,12 @@ func (b *Batch) finish(i int, req Request, via path, err error) {
 		case viaShared:
 			c.shmRequests.Add(1)
 			c.shmBytes.Add(n)
+		case viaRDMA:
+			c.rdmaRequests.Add(1)
+			c.rdmaBytes.Add(n)
+		case viaMem:
+			c.memRequests.Add(1)
+			c.memBytes.Add(n)
 		default:
 			c.localRequests.Add(1)
 			c.localBytes.Add(n)
@@ -521,9 +494,14 @@ func (b *Batch) Wait() []error {
 	return b.errs
 }
 
-// Submit starts reqs and returns at once (requests to local segments are
-// copied before it returns). ctx bounds waiting for dispatch; a frame already
-// on the wire completes or fails within IOTimeout.
+// Submit starts reqs and returns at once (requests to local segments, and
+// through same-host shared memory, are copied before it returns). ctx
+// bounds waiting for dispatch; a frame already on the wire completes or
+// fails within IOTimeout.
+//
+// Each request goes to the first route (transport.go) that reaches its
+// segment; the requests of one route are handed to it together, so TCP
+// can pack them into batch frames.
 func (e *Engine) Submit(ctx context.Context, reqs []Request) *Batch {
 	b := &Batch{e: e}
 	if len(reqs) == 1 {
@@ -531,12 +509,13 @@ func (e *Engine) Submit(ctx context.Context, reqs []Request) *Batch {
 	} else {
 		b.errs, b.states = make([]error, len(reqs)), make([]reqState, len(reqs))
 	}
-	b.pending.Store(int64(len(reqs)))
-	var remote []*slice
-	var batch []*reqState // TCP requests that may share batch frames
+	// One more than the requests, held until every route has its
+	// requests: no completion can close done before Submit made it.
+	b.pending.Store(int64(len(reqs)) + 1)
+	var groups [maxRoutes][]*reqState
 	for i := range reqs {
 		r := &b.states[i]
-		r.b, r.idx, r.req = b, i, reqs[i]
+		r.b, r.idx, r.req, r.ctx, r.route = b, i, reqs[i], ctx, -1
 		r.left.Store(1)
 		err := e.classify(ctx, r)
 		switch {
@@ -548,35 +527,29 @@ func (e *Engine) Submit(ctx context.Context, reqs []Request) *Batch {
 			}
 			r.sliceDone(nil)
 		case r.seg != nil || r.src != nil:
-			e.local.start(ctx, r)
+			e.local.do1(ctx, r)
 		default:
-			if sp, s := e.sharedSegment(r); s != nil {
-				if ok, err := e.local.copyShared(r, sp, s); ok {
-					r.via = viaShared
-					r.sliceDone(err)
-					continue
-				}
-			}
-			r.via = viaTCP
-			if e.batchable(r) {
-				batch = append(batch, r)
+			k := e.routeFrom(r, 0)
+			if k < 0 {
+				r.sliceDone(noRoute(r))
 				continue
 			}
-			remote = e.tcp.slices(r, remote)
+			r.route = k
+			if len(reqs) == 1 {
+				b.rs1[0] = r
+				groups[k] = b.rs1[:]
+			} else {
+				groups[k] = append(groups[k], r)
+			}
 		}
 	}
-	if len(batch) > 0 {
-		remote = e.tcp.batches(batch, remote)
-	}
-	if len(remote) > 0 {
-		// Slices may complete (and the batch with them) as soon as they are
-		// handed over, so done must exist first.
-		b.done = make(chan struct{})
-		b.pending.Add(1) // held until dispatch is set up
-		e.tcp.dispatchFast(ctx, remote)
-		if b.pending.Add(-1) == 0 {
-			close(b.done)
+	for k, rs := range groups {
+		if len(rs) > 0 {
+			e.routes[k].submit(ctx, rs)
 		}
+	}
+	if b.pending.Add(-1) == 0 && b.done != nil {
+		close(b.done)
 	}
 	return b
 }
@@ -614,19 +587,6 @@ func (e *Engine) classify(ctx context.Context, rs *reqState) error {
 	return nil
 }
 
-// sharedSegment returns r's segment mapped from a same-host peer (and the
-// mapping it belongs to), if any.
-func (e *Engine) sharedSegment(r *reqState) (*shmPeer, *shmSeg) {
-	if e.cfg.DisableSharedMemory || r.req.Bucket != 0 {
-		return nil, nil
-	}
-	p, err := e.peerFor(r.req.Endpoint)
-	if err != nil {
-		return nil, nil
-	}
-	return e.shmFor(p, r.req.Segment)
-}
-
 // Do submits reqs and waits for them.
 func (e *Engine) Do(ctx context.Context, reqs []Request) []error {
 	return e.Submit(ctx, reqs).Wait()
@@ -635,9 +595,7 @@ func (e *Engine) Do(ctx context.Context, reqs []Request) []error {
 // Stats returns the counters.
 func (e *Engine) Stats() Stats {
 	c := &e.stats
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	return Stats{
+	st := Stats{
 		Requests: c.requests.Load(), Errors: c.errors.Load(),
 		BytesRead: c.bytesRead.Load(), BytesWritten: c.bytesWritten.Load(),
 		LocalRequests: c.localRequests.Load(), LocalBytes: c.localBytes.Load(),
@@ -647,10 +605,17 @@ func (e *Engine) Stats() Stats {
 		MalformedFrames: c.malformed.Load(), ConnsAccepted: c.accepted.Load(), ConnsDialed: c.dialed.Load(),
 		SharedRequests: c.shmRequests.Load(), SharedBytes: c.shmBytes.Load(),
 		SharedFailures: c.shmFailed.Load(), SharedRefused: c.shmRefused.Load(),
-		ClientConns: len(e.cliConns), ServerConns: len(e.srvConns), SharedPeers: len(e.shmConns),
+		RDMARequests: c.rdmaRequests.Load(), RDMABytes: c.rdmaBytes.Load(),
+		MemRequests: c.memRequests.Load(), MemBytes: c.memBytes.Load(),
+		Fallbacks:     c.fallbacks.Load(),
 		AcceptErrors:  c.acceptErrors.Load(),
 		GrantRefusals: e.grants.refusalCounts(), GrantKeys: len(e.grants.keys.IDs()),
+		ClientConns: e.tcp.connCount(), SharedPeers: e.shm.peerCount(),
 	}
+	e.mu.RLock()
+	st.ServerConns = len(e.srvConns)
+	e.mu.RUnlock()
+	return st
 }
 
 // Close stops serving, fails queued requests, closes every connection and
@@ -669,24 +634,13 @@ func (e *Engine) Close() error {
 	for c := range e.srvConns {
 		conns = append(conns, c)
 	}
-	clis := make([]*clientConn, 0, len(e.cliConns))
-	for c := range e.cliConns {
-		clis = append(clis, c)
-	}
-	shmLis := e.shmLis
-	shms := make([]*shmSrvConn, 0, len(e.shmConns))
-	for c := range e.shmConns {
-		shms = append(shms, c)
-	}
 	e.mu.Unlock()
-	if shmLis != nil {
-		shmLis.Close()
-	}
-	for _, c := range shms {
-		c.close()
-	}
-	for _, c := range clis {
-		c.fail(errClosed())
+	// Each transport stops accepting work and closes its connections
+	// before the wait below (their goroutines are in e.wg).
+	e.shm.close()
+	e.tcp.close()
+	if e.rdma != nil {
+		e.rdma.close()
 	}
 
 	close(e.closing)
@@ -698,6 +652,9 @@ func (e *Engine) Close() error {
 		c.Close()
 	}
 	e.wg.Wait()
+	if e.rdma != nil {
+		e.rdma.release() // memory regions, once nothing can post any more
+	}
 	return nil
 }
 

@@ -12,15 +12,22 @@ import (
 
 // localTransport serves requests whose segment is registered in the same
 // Engine with one copy() (or one ReadExtent straight into Buf), whatever the
-// request's Endpoint says.
+// request's Endpoint says. Submit pins the segment while classifying, so
+// it never sits in the routes: a registered segment is always local.
 type localTransport struct{ e *Engine }
 
-var _ transport = (*localTransport)(nil)
+func (t *localTransport) Name() string { return "local" }
 
-func (t *localTransport) start(ctx context.Context, r *reqState) {
-	if r.seg == nil && r.src == nil { // not classified: look it up
-		r.seg, r.src = t.e.acquire(r.req.Segment)
+func (t *localTransport) reaches(r *reqState) bool { return r.seg != nil || r.src != nil }
+
+func (t *localTransport) submit(ctx context.Context, rs []*reqState) {
+	for _, r := range rs {
+		t.do1(ctx, r)
 	}
+}
+
+// do1 moves r (classified: r.seg pinned or r.src set) and completes it.
+func (t *localTransport) do1(ctx context.Context, r *reqState) {
 	r.sliceDone(t.do(ctx, r, r.seg, r.src))
 }
 

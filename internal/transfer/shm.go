@@ -52,6 +52,117 @@ type sharedRegion struct {
 	file *os.File
 }
 
+// shmTransport is same-host shared memory: the serving side (a Unix
+// socket handing memfds of shared segments to peers of this user) and the
+// client side (per peer endpoint, a discovery and the mapping of the
+// peer's segments). A request reaches it when its segment is mapped.
+type shmTransport struct {
+	e *Engine
+
+	// Serving side, guarded by e.mu (registrations are announced in order
+	// with the segment list a new peer gets):
+	shared []sharedRegion           // memory peers on this host may map
+	lis    *net.UnixListener        // shared-memory socket (nil until ShareMemory)
+	conns  map[*shmSrvConn]struct{} // peers mapping shared segments
+
+	mu sync.RWMutex
+	// guarded by mu:
+	peers  map[string]*shmPeerState // by endpoint
+	closed bool
+}
+
+// shmPeerState is the client side's state for one peer endpoint.
+type shmPeerState struct {
+	addr     string
+	sameHost bool     // addr is this host: its segments may be mapped
+	shm      shmState // shared-memory mapping of its segments
+}
+
+func newShmTransport(e *Engine) *shmTransport {
+	return &shmTransport{e: e, conns: map[*shmSrvConn]struct{}{}, peers: map[string]*shmPeerState{}}
+}
+
+func (t *shmTransport) Name() string { return "shm" }
+
+// reaches finds r's segment mapped from a same-host peer (stashing it in r),
+// starting the peer's discovery when there is none yet.
+func (t *shmTransport) reaches(r *reqState) bool {
+	if t.e.cfg.DisableSharedMemory || r.req.Bucket != 0 {
+		return false
+	}
+	p := t.peer(r.req.Endpoint)
+	if p == nil {
+		return false
+	}
+	r.shmp, r.shm = t.e.shmFor(p, r.req.Segment)
+	return r.shm != nil
+}
+
+// submit copies each request through its mapped segment. A mapping gone
+// meanwhile fails it with TRANSFER_FAIL, so the next route takes it.
+func (t *shmTransport) submit(ctx context.Context, rs []*reqState) {
+	for _, r := range rs {
+		r.via = viaShared
+		sp, s := r.shmp, r.shm
+		r.shmp, r.shm = nil, nil
+		ok, err := t.e.local.copyShared(r, sp, s)
+		if !ok {
+			err = kverr.New(kverr.TransferFail, "", "transfer: %s segment %q on %s: shared mapping gone", r.req.Op, r.req.Segment, r.req.Endpoint)
+		}
+		r.sliceDone(err)
+	}
+}
+
+// peer returns the state of endpoint ep (nil after close or for "").
+func (t *shmTransport) peer(ep string) *shmPeerState {
+	t.mu.RLock()
+	p, ok := t.peers[ep]
+	closed := t.closed
+	t.mu.RUnlock()
+	if ok || closed || ep == "" {
+		return p
+	}
+	same := sameHostAddr(ep) // outside the lock: lists interfaces
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil
+	}
+	if p, ok := t.peers[ep]; ok {
+		return p
+	}
+	p = &shmPeerState{addr: ep, sameHost: same}
+	t.peers[ep] = p
+	return p
+}
+
+// peerCount is how many processes map this engine's shared segments.
+func (t *shmTransport) peerCount() int {
+	t.e.mu.RLock()
+	defer t.e.mu.RUnlock()
+	return len(t.conns)
+}
+
+// close stops the serving side (discoveries end with the engine's ctx).
+func (t *shmTransport) close() {
+	t.mu.Lock()
+	t.closed = true
+	t.mu.Unlock()
+	t.e.mu.Lock()
+	lis := t.lis
+	shms := make([]*shmSrvConn, 0, len(t.conns))
+	for c := range t.conns {
+		shms = append(shms, c)
+	}
+	t.e.mu.Unlock()
+	if lis != nil {
+		lis.Close()
+	}
+	for _, c := range shms {
+		c.close()
+	}
+}
+
 // ShareMemory declares that mem is the MAP_SHARED mapping of f from offset 0
 // (a dram.MapShared region), so segments registered inside it can be mapped
 // by peers on the same host instead of travelling over TCP. The first call
@@ -74,7 +185,8 @@ func (e *Engine) ShareMemory(mem []byte, f *os.File) error {
 	if e.closed {
 		return errClosed()
 	}
-	for _, r := range e.shared {
+	t := e.shm
+	for _, r := range t.shared {
 		if overlaps(r.mem, mem) {
 			return kverr.New(kverr.InvalidParams, "", "transfer: ShareMemory: memory overlaps a region already shared")
 		}
@@ -84,7 +196,7 @@ func (e *Engine) ShareMemory(mem []byte, f *os.File) error {
 			return kverr.New(kverr.InvalidParams, "", "transfer: ShareMemory: segment %q was registered before its memory was shared", name)
 		}
 	}
-	if e.shmLis == nil {
+	if t.lis == nil {
 		var id [8]byte
 		_, _ = rand.Read(id[:])
 		addr := &net.UnixAddr{Name: "@kvtier-shm-" + hex.EncodeToString(id[:]), Net: "unixpacket"}
@@ -92,11 +204,11 @@ func (e *Engine) ShareMemory(mem []byte, f *os.File) error {
 		if err != nil {
 			return kverr.New(kverr.TransferFail, "", "transfer: shared-memory socket: %v", err)
 		}
-		e.shmLis = l
+		t.lis = l
 		e.wg.Add(1) // under mu: ordered before Close's Wait
 		go e.acceptShm(l)
 	}
-	e.shared = append(e.shared, sharedRegion{mem: mem, file: f})
+	t.shared = append(t.shared, sharedRegion{mem: mem, file: f})
 	return nil
 }
 
@@ -105,19 +217,19 @@ func (e *Engine) ShareMemory(mem []byte, f *os.File) error {
 func (e *Engine) SharedAddr() string {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
-	if e.shmLis == nil {
+	if e.shm.lis == nil {
 		return ""
 	}
-	return e.shmLis.Addr().String()
+	return e.shm.lis.Addr().String()
 }
 
 // SharedPending reports whether a discovery of some peer's shared memory
 // is still running (requests to that peer go over TCP until it ends), so
 // a caller that wants to measure the steady state can wait for it.
 func (e *Engine) SharedPending() bool {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	for _, p := range e.peers {
+	e.shm.mu.RLock()
+	defer e.shm.mu.RUnlock()
+	for _, p := range e.shm.peers {
 		if p.shm.running.Load() && p.shm.active.Load() == nil {
 			return true // discovering, not mapped yet
 		}
@@ -132,9 +244,9 @@ func overlaps(a, b []byte) bool {
 
 // sharedFileLocked finds the shared region holding mem: its file and mem's
 // offset in it.
-func (e *Engine) sharedFileLocked(mem []byte) (*os.File, int64) {
+func (t *shmTransport) sharedFileLocked(mem []byte) (*os.File, int64) {
 	p := uintptr(unsafe.Pointer(unsafe.SliceData(mem)))
-	for _, r := range e.shared {
+	for _, r := range t.shared {
 		r0 := uintptr(unsafe.Pointer(unsafe.SliceData(r.mem)))
 		if p >= r0 && p+uintptr(len(mem)) <= r0+uintptr(len(r.mem)) {
 			return r.file, int64(p - r0)
@@ -203,7 +315,7 @@ func (e *Engine) acceptShm(l *net.UnixListener) {
 			}
 		}
 		c.out <- shmMsg{kind: shmSynced}
-		e.shmConns[c] = struct{}{}
+		e.shm.conns[c] = struct{}{}
 		e.wg.Add(2)
 		e.mu.Unlock()
 		go e.writeShm(c)
@@ -274,17 +386,17 @@ func (e *Engine) watchShm(c *shmSrvConn) {
 	_, _ = c.uc.Read(b[:]) // returns at EOF, on error, or at Close
 	c.close()
 	e.mu.Lock()
-	delete(e.shmConns, c)
+	delete(e.shm.conns, c)
 	e.mu.Unlock()
 }
 
-// notifyShmLocked tells every shared-memory peer about s (kind shmSegment
+// notifyLocked tells every shared-memory peer about s (kind shmSegment
 // or shmGone). e.mu is held, which orders it against acceptShm's list.
-func (e *Engine) notifyShmLocked(kind uint8, s *segment) {
+func (t *shmTransport) notifyLocked(kind uint8, s *segment) {
 	if s.file == nil {
 		return
 	}
-	for c := range e.shmConns {
+	for c := range t.conns {
 		c.enqueue(shmMsg{kind: kind, seg: s})
 	}
 }
@@ -358,7 +470,7 @@ func (s *shmState) failed() {
 // shmFor returns p's mapped segment name, and the mapping it belongs to,
 // when p shares memory with this process, starting (or restarting, at most
 // once per shmRetry) the discovery otherwise.
-func (e *Engine) shmFor(p *peer, name string) (*shmPeer, *shmSeg) {
+func (e *Engine) shmFor(p *shmPeerState, name string) (*shmPeer, *shmSeg) {
 	if e.cfg.DisableSharedMemory || !p.sameHost {
 		return nil, nil
 	}
@@ -386,7 +498,7 @@ func (e *Engine) shmFor(p *peer, name string) (*shmPeer, *shmSeg) {
 
 // runShm discovers p's shared-memory socket, maps what it announces, keeps
 // the mapping current until the peer hangs up, then unmaps everything.
-func (e *Engine) runShm(p *peer) {
+func (e *Engine) runShm(p *shmPeerState) {
 	defer p.shm.running.Store(false)
 	uc, err := e.dialShm(p.addr)
 	if err != nil {

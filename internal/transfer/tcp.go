@@ -22,9 +22,70 @@ import (
 // to PipelineDepth frames are outstanding per connection; one receive
 // goroutine per connection reads the responses in order, straight into the
 // callers' buffers.
-type tcpTransport struct{ e *Engine }
+type tcpTransport struct {
+	e *Engine
 
-var _ transport = (*tcpTransport)(nil)
+	mu sync.RWMutex
+	// guarded by mu:
+	peers  map[string]*peer
+	conns  map[*clientConn]struct{}
+	closed bool
+}
+
+func newTCPTransport(e *Engine) *tcpTransport {
+	return &tcpTransport{e: e, peers: map[string]*peer{}, conns: map[*clientConn]struct{}{}}
+}
+
+func (t *tcpTransport) Name() string { return "tcp" }
+
+// reaches: every endpoint but the in-memory network's (an empty one fails
+// in peer with INVALID_PARAMS).
+func (t *tcpTransport) reaches(r *reqState) bool { return !isMemEndpoint(r.req.Endpoint) }
+
+// submit cuts rs into frames (batch frames for a Submit's small requests
+// to one peer, tcpbatch.go) and sends them.
+func (t *tcpTransport) submit(ctx context.Context, rs []*reqState) {
+	var remote []*slice
+	var batch []*reqState // requests that may share batch frames
+	for _, r := range rs {
+		r.via = viaTCP
+		if t.e.batchable(r) {
+			batch = append(batch, r)
+			continue
+		}
+		remote = t.slices(r, remote)
+	}
+	if len(batch) > 0 {
+		remote = t.batches(batch, remote)
+	}
+	if len(remote) > 0 {
+		// Slices may complete as soon as they are handed over.
+		rs[0].b.async()
+		t.dispatchFast(ctx, remote)
+	}
+}
+
+// connCount is the open connections to peers.
+func (t *tcpTransport) connCount() int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return len(t.conns)
+}
+
+// close fails every connection (their queued frames fail with "engine
+// closed"); lanes end with the engine's closing channel.
+func (t *tcpTransport) close() {
+	t.mu.Lock()
+	t.closed = true
+	clis := make([]*clientConn, 0, len(t.conns))
+	for c := range t.conns {
+		clis = append(clis, c)
+	}
+	t.mu.Unlock()
+	for _, c := range clis {
+		c.fail(errClosed())
+	}
+}
 
 // slice is one frame's worth of a request.
 type slice struct {
@@ -71,10 +132,6 @@ func (s *slice) finish(e *Engine, err error) {
 	s.r.sliceDone(err)
 }
 
-func (t *tcpTransport) start(ctx context.Context, r *reqState) {
-	t.dispatchFast(ctx, t.slices(r, nil))
-}
-
 // dispatchFast sends slices from the calling goroutine, or hands them to
 // idle lanes, while that needs no waiting (the common case: it saves
 // goroutine hand-offs per request); the rest goes to a dispatch goroutine.
@@ -94,7 +151,7 @@ func (t *tcpTransport) dispatchFast(ctx context.Context, ss []*slice) {
 func (t *tcpTransport) dispatchFrom(ctx context.Context, ss []*slice, bigInline bool) {
 	e := t.e
 	for i, s := range ss {
-		p, err := e.peerFor(s.r.req.Endpoint)
+		p, err := t.peer(s.r.req.Endpoint)
 		if err != nil {
 			s.finish(e, err)
 			continue
@@ -158,7 +215,7 @@ func (t *tcpTransport) dispatchAsync(ctx context.Context, ss []*slice) {
 func (t *tcpTransport) dispatch(ctx context.Context, ss []*slice) {
 	e := t.e
 	for i, s := range ss {
-		p, err := e.peerFor(s.r.req.Endpoint)
+		p, err := t.peer(s.r.req.Endpoint)
 		if err != nil && kverr.Is(err, kverr.InvalidParams) {
 			s.finish(e, err) // this slice's endpoint is bad, not the others'
 			continue
@@ -213,9 +270,6 @@ type peer struct {
 	// guarded by mu:
 	conns []*clientConn // live connections, oldest first
 
-	sameHost bool     // addr is this host: its segments may be mapped
-	shm      shmState // shared-memory mapping of its segments
-
 	batchOK      atomic.Bool  // the peer has answered a batch frame
 	noBatchUntil atomic.Int64 // unix ns: until then, no batch frames (peer predates them)
 }
@@ -269,29 +323,31 @@ func (p *peer) trySend(s *slice, big bool, maxConns int) bool {
 	return true
 }
 
-func (e *Engine) peerFor(addr string) (*peer, error) {
-	e.mu.RLock()
-	p, ok := e.peers[addr]
-	closed := e.closed
-	e.mu.RUnlock()
+// peer returns the lanes to addr, starting them on first use.
+func (t *tcpTransport) peer(addr string) (*peer, error) {
+	e := t.e
+	t.mu.RLock()
+	p, ok := t.peers[addr]
+	closed := t.closed
+	t.mu.RUnlock()
 	if ok && !closed {
 		return p, nil
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
 		return nil, errClosed()
 	}
-	if p, ok := e.peers[addr]; ok {
+	if p, ok := t.peers[addr]; ok {
 		return p, nil
 	}
 	if addr == "" {
 		return nil, kverr.New(kverr.InvalidParams, "", "transfer: empty endpoint for a segment not registered here")
 	}
-	p = &peer{addr: addr, work: make(chan *slice), sameHost: sameHostAddr(addr)}
-	e.peers[addr] = p
+	p = &peer{addr: addr, work: make(chan *slice)}
+	t.peers[addr] = p
 	for range e.cfg.ConnsPerPeer {
-		e.wg.Add(1)
+		e.wg.Add(1) // under t.mu, before close: ordered before Close's Wait
 		go e.lane(p)
 	}
 	return p, nil
@@ -343,15 +399,16 @@ func (e *Engine) dial(p *peer) (*clientConn, error) {
 		slots:  make(chan struct{}, e.cfg.PipelineDepth),
 		doneCh: make(chan struct{}),
 	}
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
+	t := e.tcp
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
 		nc.Close()
 		return nil, errClosed()
 	}
-	e.cliConns[c] = struct{}{}
-	e.wg.Add(1) // under mu: ordered before Close's Wait
-	e.mu.Unlock()
+	t.conns[c] = struct{}{}
+	e.wg.Add(1) // under t.mu, before close: ordered before Close's Wait
+	t.mu.Unlock()
 	p.mu.Lock()
 	p.conns = append(p.conns, c)
 	p.mu.Unlock()
@@ -418,9 +475,9 @@ func (c *clientConn) fail(err error) {
 		c.err = err
 		c.nc.Close()
 		close(c.doneCh)
-		c.e.mu.Lock()
-		delete(c.e.cliConns, c)
-		c.e.mu.Unlock()
+		c.e.tcp.mu.Lock()
+		delete(c.e.tcp.conns, c)
+		c.e.tcp.mu.Unlock()
 		c.p.mu.Lock()
 		for i, x := range c.p.conns {
 			if x == c {

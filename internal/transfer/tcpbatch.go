@@ -74,7 +74,7 @@ func (t *tcpTransport) batches(rs []*reqState, out []*slice) []*slice {
 	}
 	now := time.Now().UnixNano()
 	for _, g := range groups {
-		p, err := t.e.peerFor(g.endpoint)
+		p, err := t.peer(g.endpoint)
 		if len(g.rs) < 2 || err != nil || now < p.noBatchUntil.Load() {
 			for _, r := range g.rs {
 				out = t.slices(r, out)

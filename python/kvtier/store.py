@@ -191,9 +191,11 @@ class MooncakeDistributedStore:
         {"local_hostname", "metadata_server", "global_segment_size",
         "local_buffer_size", "protocol", "rdma_devices" (or "device_name"),
         "master_server_addr" (or "master_server_address"), "tenant_id"}; sizes
-        may be strings such as "4GB". metadata_server, rdma_devices and engine
-        are accepted and ignored (kvtier's master is its only metadata
-        service); protocol must be "tcp". tenant_id selects the kvtier tenant.
+        may be strings such as "4GB". metadata_server and engine are
+        accepted and ignored (kvtier's master is its only metadata service);
+        protocol is "tcp" (no RDMA) or "rdma" (rdma_devices' first device,
+        where the library was built with RDMA and the host has it; else TCP,
+        the reason on stderr). tenant_id selects the kvtier tenant.
         The HTTP-server and SSD-offload arguments of newer Mooncake releases
         are accepted and ignored: the kvtier appliance owns its SSD tier."""
         if isinstance(local_hostname, dict):

@@ -379,7 +379,7 @@ class StoreTest(unittest.TestCase):
     def test_close_and_errors_without_setup(self):
         s = MooncakeDistributedStore()
         self.assertEqual(s.put("k", b"v"), INVALID_PARAMS)  # not set up
-        self.assertEqual(s.setup("localhost", "", 0, 0, "rdma", "mlx5_0", MASTER), INVALID_PARAMS)
+        self.assertEqual(s.setup("localhost", "", 0, 0, "efa", "mlx5_0", MASTER), INVALID_PARAMS)
         self.assertEqual(s.setup("localhost", "", 0, 0, "tcp", "", MASTER), 0)
         self.assertEqual(s.setup("localhost", "", 0, 0, "tcp", "", MASTER), INVALID_PARAMS)
         self.assertEqual(s.close(), 0)

@@ -1,0 +1,61 @@
+package master
+
+import (
+	"testing"
+
+	"github.com/kvtier/kvtier/api/kvtierpb"
+)
+
+// TestTransportOfferPassedThrough: what a node offers for a segment beyond
+// TCP (its RDMA side channel, region base and rkey), announced at mount, is
+// copied untouched into every replica the master hands out for that
+// segment (PutStart, GetReplicaList, the batch forms); the master reads
+// none of it.
+func TestTransportOfferPassedThrough(t *testing.T) {
+	m, _ := newTest(t, Config{})
+	c, _ := serve(t, m)
+	seg := &kvtierpb.Segment{Name: "A/0", Size: 1 << 20, Endpoint: "127.0.0.1:9", Node: "A",
+		RdmaAddr: ":4791", RdmaBase: 0x7f0000001000, RdmaRkey: 0x1234}
+	if _, err := c.MountSegment(ctx, &kvtierpb.MountSegmentRequest{ClientId: "A", Segment: seg}); err != nil {
+		t.Fatal(err)
+	}
+	check := func(where string, rs []*kvtierpb.Replica) {
+		t.Helper()
+		if len(rs) != 1 {
+			t.Fatalf("%s: %d replicas", where, len(rs))
+		}
+		r := rs[0]
+		if r.RdmaAddr != seg.RdmaAddr || r.RdmaBase != seg.RdmaBase || r.RdmaRkey != seg.RdmaRkey || r.Endpoint != seg.Endpoint {
+			t.Fatalf("%s: replica %v does not carry the segment's offer %v", where, r, seg)
+		}
+	}
+	ps, err := c.PutStart(ctx, &kvtierpb.PutStartRequest{ClientId: "w", Key: []byte("k"), Size: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("PutStart", ps.Replicas)
+	if _, err := c.PutEnd(ctx, &kvtierpb.KeyRequest{ClientId: "w", Key: []byte("k")}); err != nil {
+		t.Fatal(err)
+	}
+	gl, err := c.GetReplicaList(ctx, &kvtierpb.KeyRequest{ClientId: "r", Key: []byte("k")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("GetReplicaList", gl.Replicas)
+	bs, err := c.BatchPutStart(ctx, &kvtierpb.BatchPutStartRequest{ClientId: "w", Items: []*kvtierpb.PutStartRequest{{Key: []byte("b"), Size: 64}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("BatchPutStart", bs.Results[0].Replicas)
+	// A segment mounted without an offer hands out replicas without one.
+	if _, err := c.MountSegment(ctx, &kvtierpb.MountSegmentRequest{ClientId: "B", Segment: &kvtierpb.Segment{Name: "B/0", Size: 1 << 20, Endpoint: "127.0.0.1:8", Node: "B"}}); err != nil {
+		t.Fatal(err)
+	}
+	ps, err = c.PutStart(ctx, &kvtierpb.PutStartRequest{ClientId: "w", Key: []byte("k2"), Size: 100, Config: &kvtierpb.PutConfig{PreferredSegment: "B/0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := ps.Replicas[0]; r.Segment != "B/0" || r.RdmaAddr != "" || r.RdmaBase != 0 || r.RdmaRkey != 0 {
+		t.Fatalf("replica of a segment without an offer: %v", r)
+	}
+}
