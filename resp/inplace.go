@@ -36,13 +36,24 @@ func (c *conn) getInPlace(key []byte) (handled, quit bool) {
 	// frees the extent meanwhile (keyLock).
 	l := s.keyLock(k)
 	l.RLock()
-	res, n, rest := c.answerInPlace(k)
+	res, n, rest, err := c.answerInPlace(k)
 	l.RUnlock()
+	// Replies that may flush the buffer (and so wait for the client) are
+	// written here, after the lock.
 	switch res {
 	case inPlaceNot:
 		return false, false
-	case inPlaceAnswered:
+	case inPlaceMiss:
+		s.misses.Add(1)
+		c.w.null()
 		return true, false
+	case inPlaceErr:
+		c.storeErr(err)
+		return true, false
+	case inPlaceFailed:
+		return true, false
+	case inPlaceBuffered:
+		c.w.grown()
 	case inPlaceBad:
 		s.pool.put(rest)
 		s.store.DropLease(k)
@@ -71,7 +82,9 @@ func (c *conn) getInPlace(key []byte) (handled, quit bool) {
 // What answerInPlace did.
 const (
 	inPlaceNot      = iota // nothing: read the value with the copying Get
-	inPlaceAnswered        // answered with a miss or an error
+	inPlaceMiss            // no such key: answer nil
+	inPlaceErr             // the store refused: answer the error
+	inPlaceFailed          // the connection failed (c.w.err); its loop ends at the flush
 	inPlaceBuffered        // the value is in the reply buffer, complete
 	inPlaceSentOpen        // the value was sent (rest: what remains to send) and checked; the CRLF is due
 	inPlaceBad             // the value was sent in part and failed its check
@@ -80,20 +93,18 @@ const (
 // answerInPlace is getInPlace's part under the key's lock: it takes the
 // view and either copies a short value into the reply buffer or sends a
 // long one from segment memory, and checks the bytes. n is the value's
-// size.
-func (c *conn) answerInPlace(k string) (res, n int, rest *buffer) {
+// size. It never waits for the client (nothing here flushes the reply
+// buffer).
+func (c *conn) answerInPlace(k string) (res, n int, rest *buffer, err error) {
 	s := c.s
 	v, ok, err := s.store.View(s.ctx, k, s.cfg.Segments)
 	switch {
 	case err != nil && missing(err):
-		s.misses.Add(1)
-		c.w.null()
-		return inPlaceAnswered, 0, nil
+		return inPlaceMiss, 0, nil, nil
 	case err != nil:
-		c.storeErr(err)
-		return inPlaceAnswered, 0, nil
+		return inPlaceErr, 0, nil, err
 	case !ok:
-		return inPlaceNot, 0, nil
+		return inPlaceNot, 0, nil, nil
 	}
 	n = len(v.Bytes)
 	if n < bigBulk {
@@ -106,14 +117,13 @@ func (c *conn) answerInPlace(k string) (res, n int, rest *buffer) {
 		if !v.Valid(crc32c.CopyUpdate(0, c.w.buf[start:], v.Bytes)) {
 			c.w.buf = c.w.buf[:mark]
 			s.store.DropLease(k)
-			return inPlaceNot, n, nil
+			return inPlaceNot, n, nil, nil
 		}
 		c.w.buf = append(c.w.buf, '\r', '\n')
-		c.w.grown()
-		return inPlaceBuffered, n, nil
+		return inPlaceBuffered, n, nil, nil
 	}
 	if c.raw == nil {
-		return inPlaceNot, n, nil
+		return inPlaceNot, n, nil, nil
 	}
 	// Send from segment memory, then check what was sent: the bytes must
 	// not have changed while the kernel copied them (the lease still ran,
@@ -128,11 +138,11 @@ func (c *conn) answerInPlace(k string) (res, n int, rest *buffer) {
 	switch {
 	case !sent:
 		s.pool.put(rest)
-		return inPlaceAnswered, n, nil // the connection failed; its loop ends at the flush
+		return inPlaceFailed, n, nil, nil
 	case !v.Valid(crc32c.Checksum(v.Bytes)):
-		return inPlaceBad, n, rest
+		return inPlaceBad, n, rest, nil
 	}
-	return inPlaceSentOpen, n, rest
+	return inPlaceSentOpen, n, rest, nil
 }
 
 // sendNow writes the buffered replies, b's bulk-string header and as much

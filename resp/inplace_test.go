@@ -143,25 +143,34 @@ func TestSetInPlaceComparesBytes(t *testing.T) {
 	}
 }
 
-// TestGetInPlaceSlowReader: a client that pipelines long GETs and does not
+// TestGetInPlaceSlowReader: a client that pipelines GETs and does not
 // read its replies fills its socket; the front end copies what the socket
 // does not take and waits for the client outside the key's lock, so a SET
 // of the same key from another connection completes meanwhile. Every
-// reply, read afterwards, is one whole value.
+// reply, read afterwards, is one whole value. Long values (sent from
+// segment memory) and short ones (through the reply buffer, flushed every
+// 64 KiB) both.
 func TestGetInPlaceSlowReader(t *testing.T) {
+	for _, tc := range []struct {
+		size, gets int
+	}{{1 << 20, 24}, {4 << 10, 8000}} { // 24 and 32 MiB: more than the socket buffers hold
+		t.Run(fmt.Sprint(tc.size), func(t *testing.T) { testSlowReader(t, tc.size, tc.gets) })
+	}
+}
+
+func testSlowReader(t *testing.T, size, gets int) {
 	_, addr, _ := startServerOn(t, Config{}, true)
-	old := bytes.Repeat([]byte("o"), 1<<20)
-	nu := bytes.Repeat([]byte("n"), 1<<20)
+	old := bytes.Repeat([]byte("o"), size)
+	nu := bytes.Repeat([]byte("n"), size)
 	w := dial(t, addr)
 	defer w.nc.Close()
-	if got := w.do("SET", "big", string(old)); got != "+OK" {
+	if got := w.do("SET", "k", string(old)); got != "+OK" {
 		t.Fatal(got)
 	}
 	slow := dial(t, addr)
 	defer slow.nc.Close()
-	const gets = 24 // 24 MiB: more than the socket buffers hold
 	for range gets {
-		slow.send("GET", "big")
+		slow.send("GET", "k")
 	}
 	if err := slow.bw.Flush(); err != nil {
 		t.Fatal(err)
@@ -171,7 +180,7 @@ func TestGetInPlaceSlowReader(t *testing.T) {
 	go func() {
 		c := dial(t, addr)
 		defer c.nc.Close()
-		c.send("SET", "big", string(nu))
+		c.send("SET", "k", string(nu))
 		_ = c.bw.Flush()
 		r, err := c.read()
 		if err != nil {
