@@ -449,21 +449,6 @@ func (w *writer) bulk(b []byte) {
 	w.buf = w.buf[:0]
 }
 
-// bulkOpen writes a long bulk string's header and bytes at once, in one
-// writev with the replies buffered before it, but not its final CRLF: the
-// caller appends that to the buffer once it has checked the bytes it sent
-// (the reply is not complete, so not taken by the client, until then).
-func (w *writer) bulkOpen(b []byte) {
-	w.prefixed('$', int64(len(b)))
-	if w.err == nil {
-		w.vec = [3][]byte{w.buf, b}
-		bufs := net.Buffers(w.vec[:2])
-		_, w.err = bufs.WriteTo(w.vectored())
-		w.vec = [3][]byte{}
-	}
-	w.buf = w.buf[:0]
-}
-
 func (w *writer) bulkString(s string) {
 	w.prefixed('$', int64(len(s)))
 	w.buf = append(w.buf, s...)
