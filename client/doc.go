@@ -32,6 +32,12 @@
 // them for its eviction policies a beat late; a beat that fails loses
 // them.
 //
+// View (view.go) is a read in place for front ends that run in the
+// process serving the segments: it takes (or reuses) the read lease as Get
+// does and returns the extent's bytes in segment memory without copying or
+// checking them; the caller checks the CRC32C after using them and drops
+// what it made from them when the check or the lease fails.
+//
 // Replica hints (Config.ReplicaHints, on by default) overlap the two round
 // trips of a Get instead: for a key read before, the client starts reading
 // the replica the previous answer named and asks the master at the same

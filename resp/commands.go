@@ -164,6 +164,11 @@ func (c *conn) get(key []byte) (*buffer, error) {
 		return b.b, nil
 	}
 	k := string(key)
+	// Shared: a read's replica list must not outlive a removal of the
+	// key by this front end in the lease cache (keyLock).
+	l := s.keyLock(k)
+	l.RLock()
+	defer l.RUnlock()
 	for attempt := 1; ; attempt++ {
 		n, err := s.store.GetWith(s.ctx, k, alloc)
 		if err == nil {
@@ -182,6 +187,11 @@ func (c *conn) get(key []byte) (*buffer, error) {
 }
 
 func cmdGet(c *conn, args [][]byte) bool {
+	if c.s.cfg.Segments != nil {
+		if handled, quit := c.getInPlace(args[1]); handled {
+			return quit
+		}
+	}
 	b, err := c.get(args[1])
 	switch {
 	case err != nil:
@@ -258,6 +268,7 @@ func cmdSet(c *conn, args [][]byte) bool {
 	case err != nil:
 		c.storeErr(err)
 	case ok:
+		c.s.suspects.drop(string(args[1]))
 		c.w.simple("OK")
 	default:
 		c.w.null()
@@ -281,7 +292,11 @@ func (c *conn) set(key string, val []byte, o setOptions) (bool, error) {
 		}
 	}
 	if !o.nx && o.ttl == 0 {
-		if n, ok := s.recent.get(key); ok && n == len(val) && c.holds(key, val) {
+		if same, known := c.receivedSame(key, val); known {
+			if same {
+				return true, nil
+			}
+		} else if n, ok := s.recent.get(key); ok && n == len(val) && c.holds(key, val) {
 			return true, nil
 		}
 	}
@@ -309,7 +324,7 @@ func (c *conn) set(key string, val []byte, o setOptions) (bool, error) {
 			}
 			// Replace: remove the old object (force: a reader's lease
 			// must not make SET fail), then put again.
-			if rerr := s.store.Remove(s.ctx, key, true); rerr != nil &&
+			if rerr := c.forceRemove(key); rerr != nil &&
 				!kverr.Is(rerr, kverr.ObjectNotFound) && !kverr.Is(rerr, kverr.ReplicaIsNotReady) {
 				return false, rerr
 			}
@@ -333,7 +348,7 @@ func (c *conn) remove(key string) error {
 	s.recent.drop(key)
 	backoff := 50 * time.Microsecond
 	for attempt := 1; ; attempt++ {
-		err := s.store.Remove(s.ctx, key, true)
+		err := c.forceRemove(key)
 		if !kverr.Is(err, kverr.ReplicaIsNotReady) || attempt == setAttempts {
 			return err
 		}
@@ -344,9 +359,23 @@ func (c *conn) remove(key string) error {
 	}
 }
 
+// forceRemove removes key past read leases, once no in-place GET of this
+// front end reads it (keyLock).
+func (c *conn) forceRemove(key string) error {
+	l := c.s.keyLock(key)
+	l.Lock()
+	defer l.Unlock()
+	return c.s.store.Remove(c.s.ctx, key, true)
+}
+
 // holds reports whether key's stored value is val (false also when the
 // read fails: the caller then takes the slow path, which reports errors).
 func (c *conn) holds(key string, val []byte) bool {
+	if c.s.cfg.Segments != nil {
+		if same, ok := c.holdsInPlace(key, val); ok {
+			return same
+		}
+	}
 	b, err := c.get([]byte(key))
 	if err != nil || b == nil {
 		return false

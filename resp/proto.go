@@ -2,6 +2,7 @@ package resp
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -44,6 +45,14 @@ type reader struct {
 	args  [][]byte  // the current command; valid until the next call to next
 	arena []byte    // backing store of short arguments
 	bigs  []*buffer // pooled buffers of long arguments, given back by release
+
+	// watch, when set, is asked before a long argument is read, with the
+	// arguments read so far, the array's length and the argument's size,
+	// for bytes to compare it with as it arrives (nil: none). compared
+	// and same are the outcome, for the current command.
+	watch    func(args [][]byte, nargs int64, size int) []byte
+	compared bool
+	same     bool
 }
 
 func newReader(r io.Reader, size, maxBulk int, pool *bufPool) *reader {
@@ -65,6 +74,7 @@ func (r *reader) release() {
 func (r *reader) next() ([][]byte, error) {
 	r.release()
 	r.args = r.args[:0]
+	r.compared, r.same = false, false
 	if cap(r.arena) > maxArena {
 		r.arena = nil
 	}
@@ -97,7 +107,11 @@ func (r *reader) next() ([][]byte, error) {
 			return nil, protoErr("invalid bulk length")
 		}
 		dst := r.alloc(int(l))
-		if _, err := io.ReadFull(r.br, dst); err != nil {
+		var cmp []byte
+		if r.watch != nil && len(dst) >= bigArg {
+			cmp = r.watch(r.args, n, len(dst))
+		}
+		if err := r.readArg(dst, cmp); err != nil {
 			return nil, eof(err)
 		}
 		var crlf [2]byte
@@ -110,6 +124,31 @@ func (r *reader) next() ([][]byte, error) {
 		r.args = append(r.args, dst)
 	}
 	return r.args, nil
+}
+
+// cmpChunk is how much of a watched argument is read before it is
+// compared: small enough that the bytes are still in cache.
+const cmpChunk = 128 << 10
+
+// readArg reads len(dst) bytes of an argument. With cmp (len(dst) bytes)
+// it compares them as they arrive and records whether all were equal
+// (compared, same).
+func (r *reader) readArg(dst, cmp []byte) error {
+	if cmp == nil {
+		_, err := io.ReadFull(r.br, dst)
+		return err
+	}
+	same := true
+	for off := 0; off < len(dst); {
+		end := min(off+cmpChunk, len(dst))
+		if _, err := io.ReadFull(r.br, dst[off:end]); err != nil {
+			return err
+		}
+		same = same && bytes.Equal(dst[off:end], cmp[off:end])
+		off = end
+	}
+	r.compared, r.same = true, same
+	return nil
 }
 
 // alloc returns room for an argument of n bytes: a pooled buffer for long
@@ -325,7 +364,8 @@ var crlf = []byte("\r\n")
 // connection. A write error is kept: later replies are dropped and the
 // connection's loop ends at its next flush.
 type writer struct {
-	nc    io.Writer
+	nc    io.Writer // buffered replies
+	vc    io.Writer // long bulk strings, by writev (net.Buffers); nil: nc
 	buf   []byte
 	proto int // 2 or 3
 	err   error
@@ -342,6 +382,13 @@ func (w *writer) flush() error {
 	}
 	w.buf = w.buf[:0]
 	return w.err
+}
+
+func (w *writer) vectored() io.Writer {
+	if w.vc != nil {
+		return w.vc
+	}
+	return w.nc
 }
 
 func (w *writer) grown() {
@@ -396,7 +443,7 @@ func (w *writer) bulk(b []byte) {
 	if w.err == nil {
 		w.vec = [3][]byte{w.buf, b, crlf}
 		bufs := net.Buffers(w.vec[:])
-		_, w.err = bufs.WriteTo(w.nc)
+		_, w.err = bufs.WriteTo(w.vectored())
 		w.vec = [3][]byte{}
 	}
 	w.buf = w.buf[:0]

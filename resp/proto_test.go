@@ -174,3 +174,47 @@ func FuzzReader(f *testing.F) {
 		}
 	})
 }
+
+// TestReaderWatchCompares: a watched long argument is compared while it is
+// read, chunk by chunk, and the outcome is reported for that command only.
+func TestReaderWatchCompares(t *testing.T) {
+	val := bytes.Repeat([]byte("0123456789"), 40000) // 400,000 bytes: several chunks
+	for _, tc := range []struct {
+		name    string
+		cmp     func() []byte
+		watched bool
+		same    bool
+	}{
+		{"equal", func() []byte { return bytes.Clone(val) }, true, true},
+		{"first byte differs", func() []byte { c := bytes.Clone(val); c[0] = 'x'; return c }, true, false},
+		{"last byte differs", func() []byte { c := bytes.Clone(val); c[len(c)-1] = 'x'; return c }, true, false},
+		{"not watched", func() []byte { return nil }, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var pool bufPool
+			raw := append(encode([][]byte{[]byte("SET"), []byte("k"), val}), encode([][]byte{[]byte("GET"), []byte("k")})...)
+			r := newReader(bytes.NewReader(raw), 64, 1<<20, &pool)
+			var asked []string
+			r.watch = func(args [][]byte, nargs int64, size int) []byte {
+				asked = append(asked, fmt.Sprintf("%s/%d/%d", args[0], nargs, size))
+				return tc.cmp()
+			}
+			args, err := r.next()
+			if err != nil || !bytes.Equal(args[2], val) {
+				t.Fatalf("SET: %v", err)
+			}
+			if r.compared != tc.watched || r.same != tc.same {
+				t.Fatalf("compared %v same %v, want %v %v", r.compared, r.same, tc.watched, tc.same)
+			}
+			if fmt.Sprint(asked) != "[SET/3/400000]" {
+				t.Fatalf("watch asked for %v", asked)
+			}
+			if _, err := r.next(); err != nil {
+				t.Fatal(err)
+			}
+			if r.compared || r.same {
+				t.Fatal("the outcome outlived its command")
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"log/slog"
 	"net"
@@ -34,6 +35,11 @@ type Config struct {
 	MaxValueSize int    // largest bulk string accepted in a request
 	Version      string // kvtier's version, reported by INFO server
 	Logger       *slog.Logger
+	// Segments, when set, is the memory of the DRAM segments this process
+	// serves (an appliance's): GET answers from it and SET compares with
+	// it in place, under the read lease, instead of copying each value
+	// (see the package doc, "Copies"). Nil: every value is copied.
+	Segments client.SegmentMemory
 }
 
 // Validate reports a setting out of range.
@@ -63,9 +69,12 @@ type Server struct {
 	conns  map[*conn]struct{}
 	closed bool
 
-	cursors cursorTable
-	recent  *recentTable
-	wg      sync.WaitGroup // connection goroutines
+	cursors  cursorTable
+	recent   *recentTable
+	suspects suspectSet // keys read through the copying path for a while (inplace.go)
+	keyLocks [256]sync.RWMutex
+	lockSeed maphash.Seed   // of keyLock's hash
+	wg       sync.WaitGroup // connection goroutines
 
 	nextID     atomic.Int64
 	nConns     atomic.Int64
@@ -98,7 +107,7 @@ func New(c *client.Client, cfg Config) (*Server, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Server{store: c, cfg: cfg, log: cfg.Logger, start: time.Now(), ctx: ctx, cancel: cancel,
-		conns: map[*conn]struct{}{}, cursors: newCursorTable(cursorTableSize), recent: newRecentTable()}, nil
+		conns: map[*conn]struct{}{}, lockSeed: maphash.MakeSeed(), cursors: newCursorTable(cursorTableSize), recent: newRecentTable()}, nil
 }
 
 // Serve accepts connections on lis until Close; it returns nil after
@@ -185,6 +194,7 @@ func (s *Server) Close() error {
 type conn struct {
 	s     *Server
 	nc    net.Conn
+	raw   *rawIO // nil when nc is not a TCP connection
 	r     *reader
 	w     writer
 	id    int64
@@ -196,13 +206,23 @@ type conn struct {
 	libName string
 	libVer  string
 	lower   [24]byte // the command name, lower-cased
+
+	watched    client.View // what watchSet compared the value being read with (inplace.go)
+	watchedKey string      // its key
 }
 
 func (s *Server) newConn(nc net.Conn) *conn {
 	c := &conn{s: s, nc: nc, id: s.nextID.Add(1), addr: nc.RemoteAddr().String(), since: time.Now(),
 		authed: s.cfg.Password == ""}
-	c.r = newReader(nc, connBufferSize, s.cfg.MaxValueSize, &s.pool)
-	c.w = writer{nc: nc, buf: make([]byte, 0, 4096), proto: 2}
+	var rw io.ReadWriter = nc
+	if c.raw = newRawIO(nc); c.raw != nil {
+		rw = c.raw
+	}
+	c.r = newReader(rw, connBufferSize, s.cfg.MaxValueSize, &s.pool)
+	if s.cfg.Segments != nil {
+		c.r.watch = c.watchSet
+	}
+	c.w = writer{nc: rw, vc: nc, buf: make([]byte, 0, 4096), proto: 2}
 	return c
 }
 

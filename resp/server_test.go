@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -24,10 +25,23 @@ import (
 
 // startServer runs a master, an appliance and the front end over the
 // appliance's client in this process (so -race sees all of it) and
-// returns the front end's address.
-func startServer(t *testing.T) (*Server, string) { return startServerWith(t, Config{}) }
+// returns the front end's address. Values are read in place from the
+// appliance's segments (Config.Segments), as `kvtier standalone` does.
+func startServer(t *testing.T) (*Server, string) {
+	s, addr, _ := startServerOn(t, Config{}, true)
+	return s, addr
+}
 
+// startServerWith is startServer with cfg as given: without
+// Config.Segments every value is copied.
 func startServerWith(t *testing.T, cfg Config) (*Server, string) {
+	s, addr, _ := startServerOn(t, cfg, false)
+	return s, addr
+}
+
+// startServerOn is startServerWith that also returns the appliance and,
+// with inPlace, sets Config.Segments to its segment memory.
+func startServerOn(t *testing.T, cfg Config, inPlace bool) (*Server, string, *appliance.Appliance) {
 	t.Helper()
 	m, err := master.New(master.Config{})
 	if err != nil {
@@ -50,6 +64,12 @@ func startServerWith(t *testing.T, cfg Config) (*Server, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if inPlace {
+		cfg.Segments = a.SegmentMemory
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
 	s, err := New(a.Client(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +91,15 @@ func startServerWith(t *testing.T, cfg Config) (*Server, string) {
 		cancel()
 		<-done
 	})
-	return s, lis.Addr().String()
+	return s, lis.Addr().String(), a
+}
+
+// testWriter sends the server's log lines to the test's log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
 }
 
 // client is a minimal RESP client: pipelined sends, replies read in order.
@@ -148,7 +176,13 @@ func (c *tclient) do(args ...string) string {
 // Every GET returns nil or exactly one of the values ever written under
 // its key, never a mix; then Close ends connections left open.
 func TestServerConcurrent(t *testing.T) {
-	s, addr := startServer(t)
+	for _, inPlace := range []bool{true, false} {
+		t.Run(fmt.Sprintf("inPlace=%v", inPlace), func(t *testing.T) { testServerConcurrent(t, inPlace) })
+	}
+}
+
+func testServerConcurrent(t *testing.T, inPlace bool) {
+	s, addr, _ := startServerOn(t, Config{}, inPlace)
 	const conns, rounds, keys = 16, 30, 8
 	value := func(k, w int) string {
 		size := 100
@@ -241,7 +275,13 @@ func TestServerConcurrent(t *testing.T) {
 // TestServerLargeValueRoundTrip: a 3 MiB value, binary, through the
 // pooled-buffer path both ways, and a pipelined MGET of it.
 func TestServerLargeValueRoundTrip(t *testing.T) {
-	_, addr := startServer(t)
+	for _, inPlace := range []bool{true, false} {
+		t.Run(fmt.Sprintf("inPlace=%v", inPlace), func(t *testing.T) { testLargeValueRoundTrip(t, inPlace) })
+	}
+}
+
+func testLargeValueRoundTrip(t *testing.T, inPlace bool) {
+	_, addr, _ := startServerOn(t, Config{}, inPlace)
 	c := dial(t, addr)
 	defer c.nc.Close()
 	v := bytes.Repeat([]byte{0, '\r', '\n', 0xff, 'x'}, 3<<20/5)

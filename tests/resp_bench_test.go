@@ -1,8 +1,11 @@
 package tests
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/csv"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -17,50 +20,220 @@ import (
 // (`kvtier standalone --resp-addr`, offload off) and against redis-server
 // started with the same flags in the same run (no persistence), round by
 // round in turn, and reports each server's requests per second (median of
-// the rounds) and their ratio:
+// the rounds), their ratio, and each server's CPU time per request (user +
+// system, from /proc: steadier than throughput on a shared machine):
 //
 //	go test -run '^$' -bench RESP -benchtime 1x ./tests/
 //
-// KVTIER_RESP_ROUNDS sets the rounds (default 3).
+// For 1 MiB values a third server runs beside them: a ceiling that answers
+// GET with a constant value from memory and drops what SET sends (see
+// serveCeiling), the most any server can get out of redis-benchmark on
+// this machine; ceiling_x_redis is its ratio to redis-server.
+//
+// KVTIER_RESP_ROUNDS sets the rounds (default 5). KVTIER_RESP_SERVER_CPUS
+// and KVTIER_RESP_CLIENT_CPUS (taskset lists, e.g. 1 and 0) pin both
+// servers and redis-benchmark, so that each server gets the same CPUs.
 func BenchmarkRESP(b *testing.B) {
 	for _, tool := range []string{"redis-benchmark", "redis-server", "redis-cli"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			b.Skipf("%s not installed (apt-get install redis-tools redis-server): %v", tool, err)
 		}
 	}
-	kv := startProcB(b, "standalone", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--resp-addr", "127.0.0.1:0",
-		"--name", "bench-box", "--dram", "256MiB", "--ssd-dir", "", "--offload", "off", "--cpuprofile", os.Getenv("KVTIER_BENCH_PROFILE"))
-	redis := startRedisServer(b)
-	rounds := 3
+	srvCPUs, cliCPUs := os.Getenv("KVTIER_RESP_SERVER_CPUS"), os.Getenv("KVTIER_RESP_CLIENT_CPUS")
+	if srvCPUs != "" || cliCPUs != "" {
+		if _, err := exec.LookPath("taskset"); err != nil {
+			b.Skipf("KVTIER_RESP_*_CPUS set but taskset is not installed: %v", err)
+		}
+	}
+	kvAddr, kvPid := startRESPServer(b, srvCPUs, kvtierBin, "standalone", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
+		"--resp-addr", "127.0.0.1:0", "--name", "bench-box", "--dram", "256MiB", "--ssd-dir", "", "--offload", "off",
+		"--cpuprofile", os.Getenv("KVTIER_BENCH_PROFILE"))
+	redis, redisPid := startRedisServer(b, srvCPUs)
+	ceiling := serveCeiling(b, 1<<20)
+	rounds := 5
 	if v, err := strconv.Atoi(os.Getenv("KVTIER_RESP_ROUNDS")); err == nil && v > 0 {
 		rounds = v
+	}
+	type server struct {
+		name, addr string
+		pid        int // 0: in this process (CPU not measured)
 	}
 	for _, size := range []int{4 << 10, 1 << 20} {
 		for _, clients := range []int{1, 4, 50} {
 			n := 20000
+			servers := []server{{"kvtier", kvAddr, kvPid}, {"redis", redis, redisPid}}
 			if size >= 1<<20 {
 				n = 1000
+				servers = append(servers, server{"ceiling", ceiling, 0})
 			}
 			name := fmt.Sprintf("%dKiB/c%d", size>>10, clients)
 			b.Run(name, func(b *testing.B) {
 				res := map[string][]float64{}
 				for range rounds {
-					for _, srv := range []struct{ name, addr string }{{"kvtier", kv["resp"]}, {"redis", redis}} {
-						for op, rps := range runRedisBenchmark(b, srv.addr, size, clients, n) {
+					for _, srv := range servers {
+						for _, op := range []string{"set", "get"} {
+							before := cpuTime(srv.pid)
+							rps := runRedisBenchmark(b, cliCPUs, srv.addr, op, size, clients, n)
+							if srv.pid != 0 {
+								res[op+"_cpu_"+srv.name] = append(res[op+"_cpu_"+srv.name], float64((cpuTime(srv.pid)-before).Microseconds())/float64(n))
+							}
 							res[op+"_"+srv.name] = append(res[op+"_"+srv.name], rps)
 						}
 					}
 				}
-				for _, op := range []string{"SET", "GET"} {
+				for _, op := range []string{"set", "get"} {
 					k, r := median(res[op+"_kvtier"]), median(res[op+"_redis"])
-					b.ReportMetric(k, strings.ToLower(op)+"_kvtier_rps")
-					b.ReportMetric(r, strings.ToLower(op)+"_redis_rps")
-					b.ReportMetric(k/r, strings.ToLower(op)+"_x_redis")
-					b.Logf("%s %s: kvtier %v, redis-server %v req/s", op, name, res[op+"_kvtier"], res[op+"_redis"])
+					b.ReportMetric(k, op+"_kvtier_rps")
+					b.ReportMetric(r, op+"_redis_rps")
+					b.ReportMetric(k/r, op+"_x_redis")
+					b.ReportMetric(median(res[op+"_cpu_kvtier"]), op+"_kvtier_cpu_us/req")
+					b.ReportMetric(median(res[op+"_cpu_redis"]), op+"_redis_cpu_us/req")
+					if c := res[op+"_ceiling"]; len(c) > 0 {
+						b.ReportMetric(median(c)/r, op+"_ceiling_x_redis")
+					}
+					b.Logf("%s %s: kvtier %v, redis-server %v, ceiling %v req/s; CPU per request kvtier %v, redis-server %v us",
+						op, name, res[op+"_kvtier"], res[op+"_redis"], res[op+"_ceiling"], res[op+"_cpu_kvtier"], res[op+"_cpu_redis"])
 				}
 			})
 		}
 	}
+}
+
+// taskset prefixes args with taskset when cpus is set.
+func taskset(cpus string, args ...string) *exec.Cmd {
+	if cpus == "" {
+		return exec.Command(args[0], args[1:]...)
+	}
+	return exec.Command("taskset", append([]string{"-c", cpus}, args...)...)
+}
+
+// startRESPServer runs a kvtier process (pinned to cpus when set) and
+// returns its RESP address and process id.
+func startRESPServer(b *testing.B, cpus string, args ...string) (string, int) {
+	b.Helper()
+	cmd := taskset(cpus, args...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { stopGracefully(cmd) })
+	deadline := time.AfterFunc(60*time.Second, func() { _ = cmd.Process.Kill() })
+	defer deadline.Stop()
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if m := benchListen.FindStringSubmatch(sc.Text()); m != nil {
+			go func() { _, _ = bufio.NewReader(out).WriteTo(discard{}) }()
+			for _, kv := range regexpFields(m[1]) {
+				if kv[0] == "resp" {
+					return kv[1], cmd.Process.Pid // taskset execs the command: same pid
+				}
+			}
+			b.Fatalf("%v: no resp= in %q", args, sc.Text())
+		}
+	}
+	b.Fatalf("%v: no listening line", args)
+	return "", 0
+}
+
+// cpuTime is the user + system CPU time process pid has used (0 for pid 0
+// or when /proc cannot tell).
+func cpuTime(pid int) time.Duration {
+	if pid == 0 {
+		return 0
+	}
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name (which may hold spaces), from ") ":
+	// state is field 3, utime 14, stime 15, in clock ticks (100 per second).
+	f := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	s, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+s) * 10 * time.Millisecond
+}
+
+// serveCeiling serves the least RESP work there is, in this process, and
+// returns its address: GET answers one constant value of size bytes from
+// memory (no lookup, no check), SET reads its value and drops it, anything
+// else is +OK. Its throughput bounds what any server can show through
+// redis-benchmark on this machine.
+func serveCeiling(b *testing.B, size int) string {
+	b.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { lis.Close() })
+	reply := fmt.Appendf(nil, "$%d\r\n%s\r\n", size, bytes.Repeat([]byte{'x'}, size))
+	go func() {
+		for {
+			nc, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer nc.Close()
+				br := bufio.NewReaderSize(nc, 64<<10)
+				for {
+					cmd, err := readCeilingRequest(br)
+					if err != nil {
+						return
+					}
+					out := []byte("+OK\r\n")
+					if strings.EqualFold(cmd, "get") {
+						out = reply
+					}
+					if _, err := nc.Write(out); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return lis.Addr().String()
+}
+
+// readCeilingRequest reads one RESP array of bulk strings and returns its
+// first element; the others are read and dropped.
+func readCeilingRequest(br *bufio.Reader) (string, error) {
+	line, err := br.ReadSlice('\n')
+	if err != nil {
+		return "", err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(line[1:])))
+	if err != nil || line[0] != '*' {
+		return "", fmt.Errorf("ceiling: bad request %q", line)
+	}
+	var cmd string
+	for i := range n {
+		h, err := br.ReadSlice('\n')
+		if err != nil {
+			return "", err
+		}
+		l, err := strconv.Atoi(strings.TrimSpace(string(h[1:])))
+		if err != nil {
+			return "", err
+		}
+		if i == 0 && l < 64 {
+			b := make([]byte, l+2)
+			if _, err := io.ReadFull(br, b); err != nil {
+				return "", err
+			}
+			cmd = string(b[:l])
+			continue
+		}
+		if _, err := br.Discard(l + 2); err != nil {
+			return "", err
+		}
+	}
+	return cmd, nil
 }
 
 func median(v []float64) float64 {
@@ -72,13 +245,14 @@ func median(v []float64) float64 {
 	return s[len(s)/2]
 }
 
-// runRedisBenchmark runs `redis-benchmark -t set,get -d size -c clients -n n`
-// against addr and returns requests per second by test name.
-func runRedisBenchmark(b *testing.B, addr string, size, clients, n int) map[string]float64 {
+// runRedisBenchmark runs `redis-benchmark -t op -d size -c clients -n n
+// -P 1` against addr (pinned to cpus when set) and returns its requests
+// per second.
+func runRedisBenchmark(b *testing.B, cpus, addr, op string, size, clients, n int) float64 {
 	b.Helper()
 	host, port, _ := net.SplitHostPort(addr)
-	out, err := exec.Command("redis-benchmark", "-h", host, "-p", port, "-t", "set,get", "-d", strconv.Itoa(size),
-		"-c", strconv.Itoa(clients), "-n", strconv.Itoa(n), "--csv").Output()
+	out, err := taskset(cpus, "redis-benchmark", "-h", host, "-p", port, "-t", op, "-d", strconv.Itoa(size),
+		"-c", strconv.Itoa(clients), "-n", strconv.Itoa(n), "-P", "1", "--csv").Output()
 	if err != nil {
 		b.Fatalf("redis-benchmark against %s: %v\n%s", addr, err, out)
 	}
@@ -86,21 +260,21 @@ func runRedisBenchmark(b *testing.B, addr string, size, clients, n int) map[stri
 	if err != nil {
 		b.Fatalf("redis-benchmark --csv output: %v\n%s", err, out)
 	}
-	got := map[string]float64{}
 	for _, r := range recs[1:] { // "test","rps",...
-		if v, err := strconv.ParseFloat(r[1], 64); err == nil {
-			got[r[0]] = v
+		if strings.EqualFold(r[0], op) {
+			if v, err := strconv.ParseFloat(r[1], 64); err == nil && v > 0 {
+				return v
+			}
 		}
 	}
-	if got["SET"] == 0 || got["GET"] == 0 {
-		b.Fatalf("redis-benchmark against %s: no SET/GET figures:\n%s", addr, out)
-	}
-	return got
+	b.Fatalf("redis-benchmark against %s: no %s figure:\n%s", addr, op, out)
+	return 0
 }
 
-// startRedisServer runs redis-server on a free loopback port without
-// persistence and returns its address.
-func startRedisServer(b *testing.B) string {
+// startRedisServer runs redis-server (pinned to cpus when set) on a free
+// loopback port without persistence and returns its address and process
+// id.
+func startRedisServer(b *testing.B, cpus string) (string, int) {
 	b.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -109,7 +283,7 @@ func startRedisServer(b *testing.B) string {
 	addr := l.Addr().String()
 	l.Close()
 	_, port, _ := net.SplitHostPort(addr)
-	cmd := exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	cmd := taskset(cpus, "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
@@ -117,7 +291,7 @@ func startRedisServer(b *testing.B) string {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if out, err := exec.Command("redis-cli", "-p", port, "PING").Output(); err == nil && strings.TrimSpace(string(out)) == "PONG" {
-			return addr
+			return addr, cmd.Process.Pid
 		}
 		if time.Now().After(deadline) {
 			b.Fatalf("redis-server on %s did not answer PING", addr)

@@ -24,7 +24,8 @@ func startRESP(addr, passwordFile string, a *appliance.Appliance, log *slog.Logg
 		}
 		return "", func() {}, nil
 	}
-	cfg := resp.Config{Logger: log}
+	// Segments: GET and SET read this box's segment memory in place.
+	cfg := resp.Config{Logger: log, Segments: a.SegmentMemory}
 	if passwordFile != "" {
 		b, err := os.ReadFile(passwordFile)
 		if err != nil {

@@ -1,0 +1,139 @@
+package resp
+
+import (
+	"io"
+	"net"
+	"syscall"
+	"unsafe"
+)
+
+// rawIO reads and writes a TCP connection's non-blocking socket with raw
+// system calls, waiting in Go's network poller (syscall.RawConn) only when
+// the socket has nothing to read or no room to write.
+//
+// Why: net.Conn's Read and Write enter the system call through the
+// scheduler (entersyscall/exitsyscall). With one short request after
+// another (4 KiB GETs) that hand-off is most of the cost: the runtime's
+// monitor thread, woken by the system calls, runs every 20 us and hands
+// the P of a goroutine it finds in a system call to another thread (a
+// futex wake-up, on a VM a virtual-CPU wake-up). A read or write of a
+// non-blocking socket never blocks, so a raw call is safe; it keeps its P
+// for the few microseconds it takes. Writes of bigWrite bytes or more go
+// through the scheduler as before: the kernel copies them for longer than
+// a P should be held without the runtime knowing.
+type rawIO struct {
+	nc net.Conn
+	rc syscall.RawConn
+}
+
+// bigWrite: writes at least this long use net.Conn's Write.
+const bigWrite = 64 << 10
+
+// newRawIO returns nc's raw reader and writer, or nil when nc has no
+// file descriptor to use (not a TCP connection).
+func newRawIO(nc net.Conn) *rawIO {
+	tc, ok := nc.(*net.TCPConn)
+	if !ok {
+		return nil
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return &rawIO{nc: nc, rc: rc}
+}
+
+func (r *rawIO) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	var n uintptr
+	var errno syscall.Errno
+	err := r.rc.Read(func(fd uintptr) bool {
+		for {
+			n, _, errno = syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+			if errno != syscall.EINTR {
+				return errno != syscall.EAGAIN
+			}
+		}
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case errno != 0:
+		return 0, &net.OpError{Op: "read", Net: "tcp", Err: errno}
+	case n == 0:
+		return 0, io.EOF
+	}
+	return int(n), nil
+}
+
+func (r *rawIO) Write(p []byte) (int, error) {
+	if len(p) >= bigWrite {
+		return r.nc.Write(p)
+	}
+	done := 0
+	var errno syscall.Errno
+	err := r.rc.Write(func(fd uintptr) bool {
+		for done < len(p) {
+			n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[done])), uintptr(len(p)-done))
+			switch e {
+			case 0:
+				done += int(n)
+			case syscall.EINTR:
+			case syscall.EAGAIN:
+				return false // wait until the socket takes more
+			default:
+				errno = e
+				return true
+			}
+		}
+		return true
+	})
+	if err == nil && errno != 0 {
+		err = &net.OpError{Op: "write", Net: "tcp", Err: errno}
+	}
+	return done, err
+}
+
+// writevNow writes as much of bufs as the socket takes without waiting
+// (one writev; none when the socket is full) and returns how many bytes
+// it wrote.
+func (r *rawIO) writevNow(bufs [][]byte) (int, error) {
+	var iov [4]syscall.Iovec
+	n := 0
+	for _, b := range bufs {
+		if len(b) == 0 {
+			continue
+		}
+		if n == len(iov) {
+			break
+		}
+		iov[n].Base = &b[0]
+		iov[n].SetLen(len(b))
+		n++
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	var done uintptr
+	var errno syscall.Errno
+	err := r.rc.Write(func(fd uintptr) bool {
+		for {
+			// Through the scheduler: a long writev copies for a while.
+			done, _, errno = syscall.Syscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(n))
+			if errno != syscall.EINTR {
+				return true
+			}
+		}
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case errno == syscall.EAGAIN:
+		return 0, nil
+	case errno != 0:
+		return 0, &net.OpError{Op: "writev", Net: "tcp", Err: errno}
+	}
+	return int(done), nil
+}
