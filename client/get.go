@@ -72,8 +72,20 @@ func (c *Client) GetInto(ctx context.Context, key string, buf []byte) (int, erro
 }
 
 // get asks the master for key's replicas (or reuses a running lease, see
-// Config.LeaseCacheKeys) and reads the object into dst(size).
+// Config.LeaseCacheKeys) and reads the object into dst(size). A read lease
+// that ended during the transfer (a large object on a slow or loaded path:
+// the replicas' grants expire with the lease) is asked for again once, with
+// a fresh lease, before LEASE_EXPIRED reaches the caller.
 func (c *Client) get(ctx context.Context, key string, dst func(size uint64) ([]byte, error)) (int, error) {
+	n, err := c.getOnce(ctx, key, dst)
+	if err != nil && kverr.Is(err, kverr.LeaseExpired) && ctx.Err() == nil {
+		c.leases.drop(key)
+		n, err = c.getOnce(ctx, key, dst)
+	}
+	return n, err
+}
+
+func (c *Client) getOnce(ctx context.Context, key string, dst func(size uint64) ([]byte, error)) (int, error) {
 	c.activeGets.Add(1)
 	defer c.activeGets.Add(-1)
 	if rl := c.leases.get(key); rl != nil {
@@ -264,8 +276,14 @@ func (c *Client) read(ctx context.Context, key string, rl *ReplicaList, dst []by
 		}
 	}
 	code := kverr.TransferFail
-	if kverr.Is(errs, kverr.ChecksumMismatch) {
+	switch {
+	case kverr.Is(errs, kverr.ChecksumMismatch):
 		code = kverr.ChecksumMismatch
+	case kverr.Is(errs, kverr.PermissionDenied) && time.Now().After(rl.LeaseDeadline):
+		// The replicas' read grants end with the lease: a refusal once it
+		// ended is the lease running out during the transfer, not a
+		// missing right.
+		return kverr.New(kverr.LeaseExpired, key, "read lease ended at %s during the transfer; query again: %v", rl.LeaseDeadline.Format(time.RFC3339Nano), errs)
 	}
 	return kverr.New(code, key, "every replica failed: %v", errs)
 }
