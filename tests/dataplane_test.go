@@ -44,9 +44,10 @@ func TestTwoReplicasOnTwoAppliancesSurviveSIGKILL(t *testing.T) {
 }
 
 func twoReplicasSurviveSIGKILL(t *testing.T, shm bool) {
-	// A 64 MiB put on a loaded 2-vCPU host can outlast the fast 1 s discard
-	// timeout; this test is about SIGKILL, not about stalled writers.
-	c := startCluster(t, "--put-discard-timeout", "20s", "--put-release-timeout", "40s")
+	// A 64 MiB put or get on a loaded 2-vCPU host (under -race) can outlast
+	// the fast 1 s discard timeout and read lease; this test is about
+	// SIGKILL, not about stalled writers or leases ending mid-read.
+	c := startCluster(t, "--put-discard-timeout", "20s", "--put-release-timeout", "40s", "--lease-ttl", "20s")
 	flag := "--shm=" + strconv.FormatBool(shm)
 	a1 := c.appliance("box-a", flag)
 	c.appliance("box-b", flag)
