@@ -60,7 +60,9 @@ func TestPutGetOverEveryTransport(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			addr, _ := startMaster(t, master.Config{})
+			// Trusted: the master withholds RDMA offers from replicas while
+			// grants are enforced (master.Config.RDMATrustedFabric).
+			addr, _ := startMaster(t, master.Config{RDMATrustedFabric: true})
 			r := tc.setup(t, addr)
 			ctx := context.Background()
 			before := tc.via(r.Engine().Stats())

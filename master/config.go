@@ -131,6 +131,14 @@ type Config struct {
 	// appliances' data ports stay open (benchmarks measure the grants'
 	// cost against it).
 	DisableGrants bool
+	// RDMATrustedFabric hands out the RDMA offers nodes announce at mount.
+	// An RDMA offer is a segment-wide rkey: whoever is handed a replica in
+	// the segment can read and write all of it, past data-plane grants and
+	// TLS. So while grants are enforced (DisableGrants false) the master
+	// withholds the offers (clients use TCP, with grants) unless the
+	// operator declares the RDMA fabric trusted (kvtier master
+	// --rdma-trusted-fabric).
+	RDMATrustedFabric bool
 
 	MaxObjects  int               // object-count limit (like capacity)
 	MaxKeyLen   int               // maximum key length in bytes (>= 4096)

@@ -12,7 +12,7 @@ import (
 // segment (PutStart, GetReplicaList, the batch forms); the master reads
 // none of it.
 func TestTransportOfferPassedThrough(t *testing.T) {
-	m, _ := newTest(t, Config{})
+	m, _ := newTest(t, Config{RDMATrustedFabric: true})
 	c, _ := serve(t, m)
 	seg := &kvtierpb.Segment{Name: "A/0", Size: 1 << 20, Endpoint: "127.0.0.1:9", Node: "A",
 		RdmaAddr: ":4791", RdmaBase: 0x7f0000001000, RdmaRkey: 0x1234}
@@ -57,5 +57,42 @@ func TestTransportOfferPassedThrough(t *testing.T) {
 	}
 	if r := ps.Replicas[0]; r.Segment != "B/0" || r.RdmaAddr != "" || r.RdmaBase != 0 || r.RdmaRkey != 0 {
 		t.Fatalf("replica of a segment without an offer: %v", r)
+	}
+}
+
+// TestRDMAOfferWithheldUnderGrants: an RDMA offer (a segment-wide rkey,
+// past data-plane grants) is not handed out while grants are enforced,
+// unless the fabric is declared trusted; with grants off (an open data
+// port) it is.
+func TestRDMAOfferWithheldUnderGrants(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want bool
+	}{
+		{"grants", Config{}, false},
+		{"grants+trusted", Config{RDMATrustedFabric: true}, true},
+		{"no-grants", Config{DisableGrants: true}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, _ := newTest(t, tc.cfg)
+			c, _ := serve(t, m)
+			seg := &kvtierpb.Segment{Name: "A/0", Size: 1 << 20, Endpoint: "127.0.0.1:9", Node: "A",
+				RdmaAddr: ":4791", RdmaBase: 0x7f0000001000, RdmaRkey: 0x1234}
+			if _, err := c.MountSegment(ctx, &kvtierpb.MountSegmentRequest{ClientId: "A", Segment: seg}); err != nil {
+				t.Fatal(err)
+			}
+			ps, err := c.PutStart(ctx, &kvtierpb.PutStartRequest{ClientId: "w", Key: []byte("k"), Size: 100})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := ps.Replicas[0]
+			if got := r.RdmaAddr != "" || r.RdmaRkey != 0 || r.RdmaBase != 0; got != tc.want {
+				t.Fatalf("replica %v: RDMA offer handed out = %v, want %v", r, got, tc.want)
+			}
+			if r.Endpoint != seg.Endpoint {
+				t.Fatalf("replica %v lost its TCP endpoint", r)
+			}
+		})
 	}
 }

@@ -130,6 +130,11 @@ func (m *Master) mount(clientID string, seg Segment, explicit bool) error {
 	case seg.Base+seg.Size < seg.Base:
 		return kverr.New(kverr.InvalidParams, "", "mount %s: base+size overflows", seg.Name)
 	}
+	if seg.Offer.RDMAAddr != "" && !m.cfg.DisableGrants && !m.cfg.RDMATrustedFabric {
+		seg.Offer = TransportOffer{}
+		m.publish(Event{Kind: "client", Node: clientID, Message: "RDMA offer for " + seg.Name +
+			" withheld: an rkey opens the whole segment past data-plane grants (--rdma-trusted-fabric hands it out)"})
+	}
 	for {
 		old := m.segs.get(seg.Name)
 		if old == nil {

@@ -197,8 +197,10 @@
 // RDMA, like shared memory, bypasses data-plane grants and the data port's
 // TLS: the NIC serves one-sided requests without this process, so an rkey
 // is a capability for its whole segment for as long as the segment is
-// registered, held by whoever the master handed a replica in it. Run RDMA
-// only on a fabric whose peers are trusted (--rdma-device off otherwise).
+// registered, held by whoever the master handed a replica in it. So the
+// master hands offers out only with grants off or when the operator
+// declares the fabric trusted (master.Config.RDMATrustedFabric,
+// --rdma-trusted-fabric); otherwise replicas carry none and clients use TCP.
 //
 // # Wire protocol (versions 1 and 2)
 //
