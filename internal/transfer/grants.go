@@ -14,7 +14,27 @@ import (
 // before grants existed.
 type grantCheck struct {
 	keys     grant.Keyring
-	refusals [grant.OutOfExtent + 1]atomic.Uint64 // by grant.Reason
+	rev      atomic.Pointer[grant.Revocations] // what Revocations made (read on the data path)
+	refusals [grant.Revoked + 1]atomic.Uint64  // by grant.Reason
+}
+
+// RevocationWait bounds how long a request waits for the DRAM directory
+// records its grant names (grant.Revocations.Check) before it is refused.
+const RevocationWait = 2 * time.Second
+
+// Revocations returns this engine's table of grants revoked early (made
+// on first use). The node that keeps a DRAM directory feeds it from the
+// master's records; one that never does (Follow never called) checks
+// nothing there.
+func (e *Engine) Revocations() *grant.Revocations {
+	if r := e.grants.rev.Load(); r != nil {
+		return r
+	}
+	r := grant.NewRevocations(0)
+	if e.grants.rev.CompareAndSwap(nil, r) {
+		return r
+	}
+	return e.grants.rev.Load()
 }
 
 // SetGrantKeys installs the data-plane grant keys this engine accepts (the
@@ -52,9 +72,16 @@ func (e *Engine) checkGrant(tok []byte, name []byte, bucket, off, n uint64, op O
 	if len(tok) > 0 && tok[0] == 0 { // a batch frame's placeholder for a request without a grant
 		tok = nil
 	}
-	err := e.grants.keys.Verify(tok, string(name), bucket, off, n, gop, time.Now())
+	seg := string(name)
+	g, err := e.grants.keys.VerifyGrant(tok, seg, bucket, off, n, gop, time.Now())
 	if err == nil {
-		return nil
+		rev := e.grants.rev.Load()
+		if rev == nil || g.Outbox == 0 {
+			return nil
+		}
+		if err = rev.Check(&g, seg, RevocationWait); err == nil {
+			return nil
+		}
 	}
 	r := grant.ReasonOf(err)
 	if int(r) < len(e.grants.refusals) {
