@@ -309,7 +309,7 @@ func FuzzServeGranted(f *testing.F) {
 // after the free, is served; one placed after records not yet applied
 // waits for them.
 func TestGrantsRevoked(t *testing.T) {
-	srv, mem, addr := serverEngine(t, "seg", 64<<10)
+	srv, _, addr := serverEngine(t, "seg", 64<<10)
 	k := grant.NewKey(3)
 	srv.SetGrantKeys(k)
 	var ring grant.Keyring
@@ -334,7 +334,18 @@ func TestGrantsRevoked(t *testing.T) {
 	rev.Revoke("seg", 0, 7, until, time.Now().UnixNano())
 	rev.Revoke("seg", 4096, 8, until, time.Now().UnixNano())
 	rev.Applied(8)
-	before := bytes.Clone(mem)
+	// The segment is compared through the data port (a read grant of an
+	// unplaced extent), not its memory: the server writes that memory
+	// concurrently with this goroutine, which only TCP orders.
+	snapshot := func() []byte {
+		b := make([]byte, 8192)
+		if err := do1(t, cli, Request{Op: Read, Endpoint: addr, Segment: "seg", Buf: b,
+			Grant: ring.Sign("seg", 0, 0, 8192, grant.Read, grant.Session{}, exp, grant.Mark{})}); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	before := snapshot()
 	junk := bytes.Repeat([]byte{0xEE}, 4096)
 	wantCode(t, do1(t, cli, Request{Op: Write, Endpoint: addr, Segment: "seg", Buf: junk, Grant: stale}), kverr.PermissionDenied, "revoked")
 	errs := cli.Do(context.Background(), []Request{
@@ -344,7 +355,7 @@ func TestGrantsRevoked(t *testing.T) {
 	for _, err := range errs {
 		wantCode(t, err, kverr.PermissionDenied, "revoked")
 	}
-	if !bytes.Equal(mem, before) {
+	if !bytes.Equal(snapshot(), before) {
 		t.Fatal("a revoked grant wrote")
 	}
 	// One per refused frame: the single write, the batch frame, then each
