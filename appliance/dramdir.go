@@ -166,6 +166,9 @@ func (a *Appliance) dramStream(ctx context.Context, outbox, ack *uint64) error {
 			}
 			*outbox, *ack = resp.Outbox, 0
 		}
+		// Grants are revoked in this master's seqs from now on (a no-op
+		// for the outbox followed already).
+		a.engine.Revocations().Follow(resp.Outbox)
 		if resp.Reset_ {
 			a.log.Warn("master dropped DRAM directory records this appliance missed: directory cleared")
 			a.dir.clear()
@@ -180,16 +183,26 @@ func (a *Appliance) dramStream(ctx context.Context, outbox, ack *uint64) error {
 	}
 }
 
-// applyDramRecords applies records in order. A commit without the
+// applyDramRecords applies records in order; a free also revokes the
+// freed replica's data-plane grants in the transfer engine
+// (grant.Revocations), before the acknowledgement that lets the master
+// give the space to another put, and the engine learns that every record
+// up to the last is applied (grants placed after them are served from
+// then on). A commit without the
 // client's checksum gets one computed here (the bytes are final: such a
 // commit is queued at PutEnd, after the client wrote them), so the report
 // can prove them intact. A commit with the client's checksum may arrive
 // before its bytes (it is queued at PutStart); nothing reads them until
 // the report checks them.
 func (a *Appliance) applyDramRecords(rs []*kvtierpb.DramRecord) {
+	rev, now := a.engine.Revocations(), time.Now().UnixNano()
+	if len(rs) > 0 {
+		defer rev.Applied(rs[len(rs)-1].Seq)
+	}
 	for _, r := range rs {
 		if r.Free {
 			a.dir.free(r.Segment, r.Offset)
+			rev.Revoke(r.Segment, r.Offset, r.Seq, r.GrantsExpire, now)
 			continue
 		}
 		e := dramEntry{off: r.Offset, size: r.Size, tenant: r.Tenant, key: string(r.Key), crc: r.Crc32C,

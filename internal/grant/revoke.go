@@ -95,6 +95,18 @@ func (r *Revocations) Follow(outbox uint64) {
 	r.signalLocked()
 }
 
+// Clear forgets every entry (not the stream followed, nor what was
+// applied): the verifier's keys were all replaced, so every grant an entry
+// could void fails on its key, and entries would only refuse the grants
+// of segments the master mounted anew (their seqs start again from the
+// segment's first free).
+func (r *Revocations) Clear() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	clear(r.segs)
+	r.fifo, r.head, r.floor = nil, 0, 0
+}
+
 // Revoke voids the grants for the extent at (segment, offset) placed
 // before seq, until until (unix ns, the latest expiry of any of them);
 // entries past their until are dropped (at now).

@@ -1,6 +1,7 @@
 package transfer
 
 import (
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -44,7 +45,24 @@ func (e *Engine) Revocations() *grant.Revocations {
 // The in-process local path is not checked (the caller is this process),
 // nor shared memory, which maps whole segments and is offered only to
 // peers running as this engine's user or root: it trusts the host.
-func (e *Engine) SetGrantKeys(keys ...grant.Key) { e.grants.keys.Set(keys...) }
+//
+// A set that shares no key with the one held (the master made this node
+// new keys: a new master, or one that had declared the node gone) clears
+// the revocation table: every grant it could void fails on its key now.
+func (e *Engine) SetGrantKeys(keys ...grant.Key) {
+	old := e.grants.keys.IDs()
+	e.grants.keys.Set(keys...)
+	rev := e.grants.rev.Load()
+	if rev == nil || len(old) == 0 {
+		return
+	}
+	for _, k := range keys {
+		if slices.Contains(old, k.ID) {
+			return
+		}
+	}
+	rev.Clear()
+}
 
 // GrantKeyIDs returns the IDs of the grant keys held.
 func (e *Engine) GrantKeyIDs() []uint32 { return e.grants.keys.IDs() }

@@ -382,4 +382,16 @@ func TestGrantsRevoked(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+	// A rotation keeps the table; keys all replaced (the master made this
+	// node new ones) clear it: every grant it could void fails on its key.
+	k2 := grant.NewKey(4)
+	srv.SetGrantKeys(k2, k)
+	if rev.Len() != 2 {
+		t.Fatalf("rotation changed the table: %s", rev)
+	}
+	srv.SetGrantKeys(grant.NewKey(5))
+	if rev.Len() != 0 {
+		t.Fatalf("new keys kept the table: %s", rev)
+	}
+	wantCode(t, do1(t, cli, Request{Op: Write, Endpoint: addr, Segment: "seg", Buf: junk, Grant: stale}), kverr.PermissionDenied, "unknown_key")
 }
