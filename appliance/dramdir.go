@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
 	"github.com/kvtier/kvtier/internal/crc32c"
+	"github.com/kvtier/kvtier/internal/grant"
 	"github.com/kvtier/kvtier/kverr"
 )
 
@@ -168,7 +169,9 @@ func (a *Appliance) dramStream(ctx context.Context, outbox, ack *uint64) error {
 		}
 		// Grants are revoked in this master's seqs from now on (a no-op
 		// for the outbox followed already).
-		a.engine.Revocations().Follow(resp.Outbox)
+		if !a.cfg.NoGrantRevocation {
+			a.engine.Revocations().Follow(resp.Outbox)
+		}
 		if resp.Reset_ {
 			a.log.Warn("master dropped DRAM directory records this appliance missed: directory cleared")
 			a.dir.clear()
@@ -195,14 +198,20 @@ func (a *Appliance) dramStream(ctx context.Context, outbox, ack *uint64) error {
 // before its bytes (it is queued at PutStart); nothing reads them until
 // the report checks them.
 func (a *Appliance) applyDramRecords(rs []*kvtierpb.DramRecord) {
-	rev, now := a.engine.Revocations(), time.Now().UnixNano()
-	if len(rs) > 0 {
+	var rev *grant.Revocations
+	now := time.Now().UnixNano()
+	if !a.cfg.NoGrantRevocation {
+		rev = a.engine.Revocations()
+	}
+	if rev != nil && len(rs) > 0 {
 		defer rev.Applied(rs[len(rs)-1].Seq)
 	}
 	for _, r := range rs {
 		if r.Free {
 			a.dir.free(r.Segment, r.Offset)
-			rev.Revoke(r.Segment, r.Offset, r.Seq, r.GrantsExpire, now)
+			if rev != nil {
+				rev.Revoke(r.Segment, r.Offset, r.Seq, r.GrantsExpire, now)
+			}
 			continue
 		}
 		e := dramEntry{off: r.Offset, size: r.Size, tenant: r.Tenant, key: string(r.Key), crc: r.Crc32C,
