@@ -189,46 +189,54 @@ func (r *Revocations) Check(g *Grant, segment string, wait time.Duration) error 
 	if g.Outbox == 0 {
 		return nil
 	}
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
+	if ok, err := r.check(g, segment); ok {
+		return err
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
 	for {
 		r.mu.RLock()
-		if r.outbox == 0 {
-			r.mu.RUnlock()
-			return nil // this node follows no records: grants live until their expiry
-		}
-		if g.Outbox == r.outbox && g.Seq <= r.applied {
-			e, ok := r.segs[segment][g.Offset]
-			floor := r.floor
-			r.mu.RUnlock()
-			if ok && e.seq > g.Seq {
-				return refuse(Revoked, "extent %d of segment %q freed by the master (record %d) after the grant was signed (record %d)",
-					g.Offset, segment, e.seq, g.Seq)
-			}
-			if g.Seq < floor {
-				return refuse(Revoked, "grant signed at record %d, before record %d (revocations that old are no longer kept)", g.Seq, floor)
-			}
-			return nil
-		}
 		ch, outbox, applied := r.changed, r.outbox, r.applied
 		r.mu.RUnlock()
-		if timer == nil {
-			timer = time.NewTimer(wait)
+		if ok, err := r.check(g, segment); ok {
+			return err
 		}
 		select {
 		case <-ch:
 			continue
 		case <-timer.C:
 		}
+		if ok, err := r.check(g, segment); ok {
+			return err
+		}
 		if g.Outbox != outbox {
 			return refuse(Revoked, "grant placed in outbox %x of a master this node does not follow (it follows %x)", g.Outbox, outbox)
 		}
 		return refuse(Revoked, "grant needs the master's records up to %d, this node applied %d within %v", g.Seq, applied, wait)
 	}
+}
+
+// check is Check without waiting: ok false when g's records are not
+// applied yet (or its outbox not followed).
+func (r *Revocations) check(g *Grant, segment string) (ok bool, err error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.outbox == 0 {
+		return true, nil // this node follows no records: grants live until their expiry
+	}
+	if g.Outbox != r.outbox || g.Seq > r.applied {
+		return false, nil
+	}
+	if m := r.segs[segment]; m != nil {
+		if e, found := m[g.Offset]; found && e.seq > g.Seq {
+			return true, refuse(Revoked, "extent %d of segment %q freed by the master (record %d) after the grant was signed (record %d)",
+				g.Offset, segment, e.seq, g.Seq)
+		}
+	}
+	if g.Seq < r.floor {
+		return true, refuse(Revoked, "grant signed at record %d, before record %d (revocations that old are no longer kept)", g.Seq, r.floor)
+	}
+	return true, nil
 }
 
 // String describes the table (for logs).
