@@ -77,6 +77,11 @@
 // whose keys are all replaced clears its table. Records an appliance
 // missed because its queue overflowed (the master tells it to reset its
 // directory) revoke nothing: their grants live until expiry.
+// Revocation is checked when a frame's header is verified: a write
+// verified just before its grant was revoked still lands, within the
+// data port's per-frame I/O timeout (transfer.Config.IOTimeout). Closing
+// that needs the server to count frames in flight so that the node can
+// drain them before acknowledging a free; not built.
 //
 // # Token layout (version 2, 104 bytes, big-endian)
 //
