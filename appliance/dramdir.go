@@ -12,6 +12,7 @@ import (
 	"github.com/kvtier/kvtier/api/kvtierpb"
 	"github.com/kvtier/kvtier/internal/crc32c"
 	"github.com/kvtier/kvtier/internal/grant"
+	"github.com/kvtier/kvtier/internal/transfer"
 	"github.com/kvtier/kvtier/kverr"
 )
 
@@ -203,14 +204,25 @@ func (a *Appliance) applyDramRecords(rs []*kvtierpb.DramRecord) {
 	if !a.cfg.NoGrantRevocation {
 		rev = a.engine.Revocations()
 	}
+	freed := false
 	if rev != nil && len(rs) > 0 {
-		defer rev.Applied(rs[len(rs)-1].Seq)
+		defer func() {
+			// Frames whose grant was checked before these revocations
+			// finish before the frees are acknowledged (and before grants
+			// placed after them are served); a frame still running after
+			// RevocationWait is not waited for.
+			if freed && !rev.Drain(transfer.RevocationWait) {
+				a.log.Warn("data-port frames checked before a revocation still running; acknowledging the free anyway", "wait", transfer.RevocationWait)
+			}
+			rev.Applied(rs[len(rs)-1].Seq)
+		}()
 	}
 	for _, r := range rs {
 		if r.Free {
 			a.dir.free(r.Segment, r.Offset)
 			if rev != nil {
 				rev.Revoke(r.Segment, r.Offset, r.Seq, r.GrantsExpire, now)
+				freed = true
 			}
 			continue
 		}

@@ -167,7 +167,7 @@ func TestGrantRevokedByFree(t *testing.T) {
 		if g.Outbox != outbox {
 			t.Fatalf("grant placed in outbox %x, master's is %x", g.Outbox, outbox)
 		}
-		return rev.Check(&g, "box/mem0", 10*time.Millisecond)
+		return rev.Check(&g, "box/mem0", 10*time.Millisecond, nil)
 	}
 	put := func(key string) []byte {
 		t.Helper()

@@ -3,6 +3,7 @@ package grant
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -49,6 +50,15 @@ type Revocations struct {
 	head    int           // guarded by mu: fifo[:head] are dropped
 	changed chan struct{} // guarded by mu: closed and replaced when outbox or applied moves
 	max     int
+
+	// Frames in flight (Enter/Exit), by epoch: Drain flips the epoch and
+	// waits for the frames of the old one, so a frame verified before a
+	// revocation has finished moving bytes before the free is
+	// acknowledged.
+	epoch     atomic.Uint32
+	inflight  [2]atomic.Int64
+	drainMu   sync.Mutex
+	drainLate bool // guarded by drainMu: the last Drain timed out
 }
 
 type revoked struct {
@@ -185,7 +195,12 @@ func (r *Revocations) Len() int {
 // since it was signed voids it. A grant placed after records not yet
 // applied (or in an outbox not yet followed) waits for them up to wait,
 // then is refused.
-func (r *Revocations) Check(g *Grant, segment string, wait time.Duration) error {
+//
+// held, if not nil, is the caller's Enter: a frame waiting here has not
+// been allowed yet, so it exits while it waits (a Drain that the records
+// it waits for are behind does not wait for it) and enters again, *held
+// updated, before it is checked again.
+func (r *Revocations) Check(g *Grant, segment string, wait time.Duration, held *uint32) error {
 	if g.Outbox == 0 {
 		return nil
 	}
@@ -201,10 +216,20 @@ func (r *Revocations) Check(g *Grant, segment string, wait time.Duration) error 
 		if ok, err := r.check(g, segment); ok {
 			return err
 		}
+		if held != nil {
+			r.Exit(*held)
+		}
+		expired := false
 		select {
 		case <-ch:
-			continue
 		case <-timer.C:
+			expired = true
+		}
+		if held != nil {
+			*held = r.Enter()
+		}
+		if !expired {
+			continue
 		}
 		if ok, err := r.check(g, segment); ok {
 			return err
@@ -237,6 +262,45 @@ func (r *Revocations) check(g *Grant, segment string) (ok bool, err error) {
 		return true, refuse(Revoked, "grant signed at record %d, before record %d (revocations that old are no longer kept)", g.Seq, r.floor)
 	}
 	return true, nil
+}
+
+// Enter counts a data-port frame in flight, before its grant is checked;
+// Exit(the value returned) when it has moved its bytes.
+func (r *Revocations) Enter() uint32 {
+	e := r.epoch.Load() & 1
+	r.inflight[e].Add(1)
+	return e
+}
+
+// Exit ends a frame counted by Enter.
+func (r *Revocations) Exit(e uint32) { r.inflight[e&1].Add(-1) }
+
+// Drain waits until every frame that entered before it was called has
+// exited, up to timeout (false: some had not). Called after Revoke and
+// before the free is acknowledged: a frame whose grant was checked before
+// the revocation (it entered before) cannot still be writing into, or
+// reading from, the space when the master gives it to another put. A
+// frame entering after Drain started is checked against the revocation.
+func (r *Revocations) Drain(timeout time.Duration) bool {
+	r.drainMu.Lock()
+	defer r.drainMu.Unlock()
+	old := r.epoch.Add(1) - 1
+	// Frames of the epoch before old were drained by the previous call.
+	// If it timed out, some may still run, counted with the frames that
+	// enter from now on: wait for those too (bounded by timeout).
+	busy := func() bool {
+		return r.inflight[old&1].Load() > 0 || (r.drainLate && r.inflight[(old+1)&1].Load() > 0)
+	}
+	deadline := time.Now().Add(timeout)
+	for d := 20 * time.Microsecond; busy(); d = min(2*d, time.Millisecond) {
+		if time.Now().After(deadline) {
+			r.drainLate = true
+			return false
+		}
+		time.Sleep(d)
+	}
+	r.drainLate = false
+	return true
 }
 
 // String describes the table (for logs).

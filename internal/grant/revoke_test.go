@@ -13,7 +13,7 @@ func TestRevocations(t *testing.T) {
 	r := NewRevocations(0)
 	want := func(what string, gr *Grant, seg string, reason Reason) {
 		t.Helper()
-		if got := ReasonOf(r.Check(gr, seg, 20*time.Millisecond)); got != reason {
+		if got := ReasonOf(r.Check(gr, seg, 20*time.Millisecond, nil)); got != reason {
 			t.Fatalf("%s: got reason %v, want %v", what, got, reason)
 		}
 	}
@@ -25,7 +25,7 @@ func TestRevocations(t *testing.T) {
 	r.Applied(4)
 	// A grant waiting for its records is served once they are applied.
 	done := make(chan error, 1)
-	go func() { done <- r.Check(g(ob, 5, 0), "seg", 5*time.Second) }()
+	go func() { done <- r.Check(g(ob, 5, 0), "seg", 5*time.Second, nil) }()
 	time.Sleep(10 * time.Millisecond)
 	r.Revoke("seg", 4096, 5, until, now) // another extent's free
 	r.Applied(5)
@@ -116,7 +116,7 @@ func FuzzRevocations(f *testing.F) {
 			case 4: // check a grant
 				g := &Grant{Outbox: outbox, Seq: arg % (seq + 1), Offset: arg % 4 * 64, Length: 64}
 				seg := segs[arg/4%2]
-				err := r.Check(g, seg, 0)
+				err := r.Check(g, seg, 0, nil)
 				if outbox == 0 {
 					if err != nil {
 						t.Fatalf("no stream followed, refused: %v", err)
@@ -176,11 +176,61 @@ func BenchmarkVerifyRevocable(b *testing.B) {
 		for b.Loop() {
 			g, err := ring.VerifyGrant(tok, "box/mem0", 0, 0, 1<<20, Read, now)
 			if err == nil {
-				err = r.Check(&g, "box/mem0", time.Second)
+				err = r.Check(&g, "box/mem0", time.Second, nil)
 			}
 			if err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
+}
+
+// TestRevocationsDrain: Drain waits for the frames that entered before it
+// (their grant was checked before the revocation) and not for those that
+// enter after, nor for a frame waiting in Check for the records the
+// drain is ahead of (no deadlock between a new put's early write and the
+// free it waits for).
+func TestRevocationsDrain(t *testing.T) {
+	r := NewRevocations(0)
+	r.Follow(1)
+	e := r.Enter()
+	drained := make(chan bool, 1)
+	go func() { drained <- r.Drain(5 * time.Second) }()
+	time.Sleep(20 * time.Millisecond)
+	late := r.Enter() // after the flip: not waited for
+	select {
+	case <-drained:
+		t.Fatal("Drain returned with a frame of its epoch in flight")
+	default:
+	}
+	r.Exit(e)
+	if !<-drained {
+		t.Fatal("Drain timed out after the frame exited")
+	}
+	r.Exit(late)
+	if !r.Drain(time.Second) {
+		t.Fatal("Drain with nothing in flight")
+	}
+	// A frame still running makes Drain give up after its timeout.
+	stuck := r.Enter()
+	if r.Drain(30 * time.Millisecond) {
+		t.Fatal("Drain ignored a frame in flight")
+	}
+	r.Exit(stuck)
+	// A frame waiting for records in Check has exited while it waits.
+	held := r.Enter()
+	done := make(chan error, 1)
+	go func() { done <- r.Check(&Grant{Outbox: 1, Seq: 3, Length: 1}, "seg", 5*time.Second, &held) }()
+	time.Sleep(20 * time.Millisecond)
+	if !r.Drain(time.Second) {
+		t.Fatal("Drain waited for a frame waiting in Check")
+	}
+	r.Applied(3)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	r.Exit(held)
+	if !r.Drain(time.Second) {
+		t.Fatal("the frame's hold was not returned")
+	}
 }

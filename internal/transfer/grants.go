@@ -38,6 +38,23 @@ func (e *Engine) Revocations() *grant.Revocations {
 	return e.grants.rev.Load()
 }
 
+// holdFrame counts a frame in flight for the revocation table's Drain
+// (grant.Revocations.Enter), before its grant is checked; releaseFrame
+// with the value returned when it has moved its bytes. -1: no table.
+func (e *Engine) holdFrame() int {
+	r := e.grants.rev.Load()
+	if r == nil {
+		return -1
+	}
+	return int(r.Enter())
+}
+
+func (e *Engine) releaseFrame(h *int) {
+	if *h >= 0 {
+		e.grants.rev.Load().Exit(uint32(*h))
+	}
+}
+
 // SetGrantKeys installs the data-plane grant keys this engine accepts (the
 // first signs, none clears them; see internal/grant). From the first key on,
 // every request served over TCP must carry a valid grant for its segment,
@@ -79,7 +96,10 @@ func (g *grantCheck) refusalCounts() map[string]uint64 {
 // [off, off+n) of name (bucket for an extent source). It returns nil when
 // grants are not enforced or tok allows the request, else a
 // PERMISSION_DENIED error naming the reason, counted and reported.
-func (e *Engine) checkGrant(tok []byte, name []byte, bucket, off, n uint64, op Op) error {
+//
+// hold is the frame's holdFrame: a frame that waits for records exits
+// the count while it waits (grant.Revocations.Check).
+func (e *Engine) checkGrant(hold *int, tok []byte, name []byte, bucket, off, n uint64, op Op) error {
 	if !e.grants.keys.Enforced() {
 		return nil
 	}
@@ -97,7 +117,17 @@ func (e *Engine) checkGrant(tok []byte, name []byte, bucket, off, n uint64, op O
 		if rev == nil || g.Outbox == 0 {
 			return nil
 		}
-		if err = rev.Check(&g, seg, RevocationWait); err == nil {
+		var held *uint32
+		var ep uint32
+		if hold != nil && *hold >= 0 {
+			ep = uint32(*hold)
+			held = &ep
+		}
+		err = rev.Check(&g, seg, RevocationWait, held)
+		if held != nil {
+			*hold = int(ep)
+		}
+		if err == nil {
 			return nil
 		}
 	}
