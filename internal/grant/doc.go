@@ -77,11 +77,15 @@
 // whose keys are all replaced clears its table. Records an appliance
 // missed because its queue overflowed (the master tells it to reset its
 // directory) revoke nothing: their grants live until expiry.
-// Revocation is checked when a frame's header is verified: a write
-// verified just before its grant was revoked still lands, within the
-// data port's per-frame I/O timeout (transfer.Config.IOTimeout). Closing
-// that needs the server to count frames in flight so that the node can
-// drain them before acknowledging a free; not built.
+// Revocation is checked when a frame's header is verified, so a frame
+// verified just before may still be moving bytes: the data port counts
+// frames in flight (Revocations.Enter/Exit) and the appliance, after
+// applying a batch with frees, waits for the frames that entered before
+// (Drain) before it acknowledges the batch and serves grants placed after
+// it. The wait is bounded (transfer.RevocationWait, 2 s): a peer that
+// trickles one frame's bytes longer is not waited for, and can land them
+// until the data port's per-frame I/O timeout (transfer.Config.IOTimeout,
+// 30 s); the appliance logs it.
 //
 // # Token layout (version 2, 104 bytes, big-endian)
 //
