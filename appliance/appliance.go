@@ -46,6 +46,10 @@ type Config struct {
 	// restart or failover then loses the objects only in this box's DRAM;
 	// for benchmark baselines.
 	NoDramDirectory bool
+	// NoGrantRevocation: the DRAM directory's free records do not revoke
+	// the freed replicas' data-plane grants (grant.Revocations), which
+	// then work until their expiry; for benchmark baselines.
+	NoGrantRevocation bool
 
 	Transfer transfer.Config
 	Logger   *slog.Logger

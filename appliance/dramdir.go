@@ -11,6 +11,8 @@ import (
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
 	"github.com/kvtier/kvtier/internal/crc32c"
+	"github.com/kvtier/kvtier/internal/grant"
+	"github.com/kvtier/kvtier/internal/transfer"
 	"github.com/kvtier/kvtier/kverr"
 )
 
@@ -166,6 +168,11 @@ func (a *Appliance) dramStream(ctx context.Context, outbox, ack *uint64) error {
 			}
 			*outbox, *ack = resp.Outbox, 0
 		}
+		// Grants are revoked in this master's seqs from now on (a no-op
+		// for the outbox followed already).
+		if !a.cfg.NoGrantRevocation {
+			a.engine.Revocations().Follow(resp.Outbox)
+		}
 		if resp.Reset_ {
 			a.log.Warn("master dropped DRAM directory records this appliance missed: directory cleared")
 			a.dir.clear()
@@ -180,16 +187,43 @@ func (a *Appliance) dramStream(ctx context.Context, outbox, ack *uint64) error {
 	}
 }
 
-// applyDramRecords applies records in order. A commit without the
+// applyDramRecords applies records in order; a free also revokes the
+// freed replica's data-plane grants in the transfer engine
+// (grant.Revocations), before the acknowledgement that lets the master
+// give the space to another put, and the engine learns that every record
+// up to the last is applied (grants placed after them are served from
+// then on). A commit without the
 // client's checksum gets one computed here (the bytes are final: such a
 // commit is queued at PutEnd, after the client wrote them), so the report
 // can prove them intact. A commit with the client's checksum may arrive
 // before its bytes (it is queued at PutStart); nothing reads them until
 // the report checks them.
 func (a *Appliance) applyDramRecords(rs []*kvtierpb.DramRecord) {
+	var rev *grant.Revocations
+	now := time.Now().UnixNano()
+	if !a.cfg.NoGrantRevocation {
+		rev = a.engine.Revocations()
+	}
+	freed := false
+	if rev != nil && len(rs) > 0 {
+		defer func() {
+			// Frames whose grant was checked before these revocations
+			// finish before the frees are acknowledged (and before grants
+			// placed after them are served); a frame still running after
+			// RevocationWait is not waited for.
+			if freed && !rev.Drain(transfer.RevocationWait) {
+				a.log.Warn("data-port frames checked before a revocation still running; acknowledging the free anyway", "wait", transfer.RevocationWait)
+			}
+			rev.Applied(rs[len(rs)-1].Seq)
+		}()
+	}
 	for _, r := range rs {
 		if r.Free {
 			a.dir.free(r.Segment, r.Offset)
+			if rev != nil {
+				rev.Revoke(r.Segment, r.Offset, r.Seq, r.GrantsExpire, now)
+				freed = true
+			}
 			continue
 		}
 		e := dramEntry{off: r.Offset, size: r.Size, tenant: r.Tenant, key: string(r.Key), crc: r.Crc32C,

@@ -332,6 +332,10 @@ func (m *Master) clientGone(c *client) {
 	c.state.Store(int32(ClientGone))
 	c.hasSSD.Store(false)
 	m.dram.forget(c.id)
+	// Its grants die with its keys (the frees of its dropped replicas
+	// reach no directory, so they revoke nothing): a node that comes back
+	// gets new keys and clears its revocation table (grants.go).
+	m.grantKeys.byNode.Delete(c.id)
 	for _, s := range m.segs.all() {
 		if s.owner == c {
 			m.unmountNow(s, "owner gone")

@@ -27,6 +27,9 @@ type DramRecord struct {
 	CRC32C      uint32
 	HasChecksum bool
 	Version     int64 // the put's PutStart time (unix ns) at the master that placed it: the same for every replica of one put
+	// GrantsExpire (a free) is the latest expiry of any data-plane grant
+	// signed for the freed replica: the appliance voids them until then.
+	GrantsExpire int64
 }
 
 // DramObject is one committed object an appliance reports from its DRAM
@@ -244,13 +247,28 @@ func dramWaitsLocked(o *object, seq uint64) []dramWait {
 // released. It is queued before the space returns to the allocator, so
 // the owner applies it before the commit of any later put there. It
 // returns the record's seq (0: the owner keeps no directory).
+//
+// The record also revokes the replica's data-plane grants at the owner
+// (internal/grant, Revocations): every grant signed for it carries the
+// seq of the last free queued for its segment before (segment.freeSeq,
+// read with the replica's shard locked, as this is called), so this
+// record's seq is higher and voids them, while the grants of the next
+// put placed there carry this seq or a later one. The grants voided
+// expire at the latest after the longest lifetime a grant is signed for
+// (a put's deadline, a read lease, an offload task).
 func (m *Master) queueFreeLocked(r *replica) uint64 {
 	if r.typ != Memory || r.seg == nil {
 		return 0
 	}
+	life := max(m.cfg.PutDiscardTimeout, m.cfg.LeaseTTL, m.cfg.OffloadTimeout)
 	m.dram.mu.Lock()
 	defer m.dram.mu.Unlock()
-	return m.dram.addLocked(r.seg.owner.id, DramRecord{Free: true, Segment: r.seg.spec.Name, Offset: r.offset})
+	seq := m.dram.addLocked(r.seg.owner.id, DramRecord{Free: true, Segment: r.seg.spec.Name, Offset: r.offset,
+		Size: r.length, GrantsExpire: m.now().Add(life).UnixNano()})
+	if seq != 0 {
+		r.seg.freeSeq.Store(seq) // under dram.mu: never goes back
+	}
+	return seq
 }
 
 // dramBarrier waits until every appliance taking records acknowledged all

@@ -188,7 +188,10 @@ func (m *Master) EnsureGrantKeys(node, incarnation string) {
 
 // SignGrant returns the grant for op on replica r for the client session,
 // valid until expiry; nil for a replica no transfer engine serves (NOF) or
-// a node without keys.
+// a node without keys. A MEMORY replica's grant is placed in its owner's
+// DRAM record stream (this master's outbox, r.FreeSeq), so the free
+// record of the replica revokes it at the owner (dramdir.go
+// queueFreeLocked); a node that takes no records ignores the mark.
 func (m *Master) SignGrant(r Replica, session grant.Session, op grant.Op, expiry time.Time) []byte {
 	if r.Type == NOF || r.Length == 0 {
 		return nil
@@ -197,5 +200,9 @@ func (m *Master) SignGrant(r Replica, session grant.Session, op grant.Op, expiry
 	if !ok {
 		return nil
 	}
-	return v.(*nodeKeys).signer.Sign(r.Segment, r.Bucket, r.Offset, r.Length, op, session, expiry)
+	var at grant.Mark
+	if r.Type == Memory {
+		at = grant.Mark{Outbox: m.dram.id, Seq: r.FreeSeq}
+	}
+	return v.(*nodeKeys).signer.Sign(r.Segment, r.Bucket, r.Offset, r.Length, op, session, expiry, at)
 }

@@ -121,3 +121,87 @@ func TestGrantKeyRotation(t *testing.T) {
 		t.Fatal("signed a NOF replica or a node without keys")
 	}
 }
+
+// TestGrantRevokedByFree: a grant carries its place in the owner's DRAM
+// record stream; the free record of its replica (a removal, then the
+// extent reused by another put) comes after it and, applied to a
+// grant.Revocations as the appliance does, voids it, while the new put's
+// grant for the same extent is placed after the free and verifies.
+func TestGrantRevokedByFree(t *testing.T) {
+	// The records are applied by hand between calls: PutEnd and Remove do
+	// not wait for their acknowledgement.
+	m, fc := newTest(t, Config{PutDiscardTimeout: 10 * time.Second, LeaseTTL: 2 * time.Second, DramSyncTimeout: -1, RemoveSyncTimeout: -1})
+	s := &grpcServer{m: m}
+	mountMem(t, m, "box", "box/mem0", 4096)
+	m.EnsureGrantKeys("box", "inc-1")
+	var node grant.Keyring
+	node.Set(m.GrantKeysForBeat("box", "inc-1", true, nil, nil)...)
+	rev := grant.NewRevocations(0)
+	var outbox, ack uint64
+	apply := func() { // one TakeDramRecords round, as appliance/dramdir.go applies it
+		t.Helper()
+		ob, _, rs, err := m.TakeDramRecords(ctx, "box", outbox, ack, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		outbox = ob
+		rev.Follow(ob)
+		for _, r := range rs {
+			if r.Free {
+				if r.Size != 4096 || r.GrantsExpire < fc.Now().Add(10*time.Second).UnixNano() {
+					t.Fatalf("free record %+v: size or grant expiry", r)
+				}
+				rev.Revoke(r.Segment, r.Offset, r.Seq, r.GrantsExpire, fc.Now().UnixNano())
+			}
+			ack = r.Seq
+		}
+		rev.Applied(ack)
+	}
+	apply()
+	check := func(tok []byte, op grant.Op) error {
+		t.Helper()
+		g, err := node.VerifyGrant(tok, "box/mem0", 0, 0, 4096, op, fc.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Outbox != outbox {
+			t.Fatalf("grant placed in outbox %x, master's is %x", g.Outbox, outbox)
+		}
+		return rev.Check(&g, "box/mem0", 10*time.Millisecond, nil)
+	}
+	put := func(key string) []byte {
+		t.Helper()
+		ps, err := s.PutStart(ctx, &kvtierpb.PutStartRequest{ClientId: "gpu1", Key: []byte(key), Size: 4096})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.PutEnd(ctx, &kvtierpb.KeyRequest{ClientId: "gpu1", Key: []byte(key)}); err != nil {
+			t.Fatal(err)
+		}
+		return ps.Replicas[0].Grant
+	}
+	w1 := put("a")
+	rl, err := s.GetReplicaList(ctx, &kvtierpb.KeyRequest{ClientId: "gpu2", Key: []byte("a")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1 := rl.Replicas[0].Grant
+	apply()
+	if err := check(w1, grant.Write); err != nil {
+		t.Fatalf("live write grant: %v", err)
+	}
+	if _, err := s.Remove(ctx, &kvtierpb.KeyRequest{ClientId: "gpu1", Key: []byte("a"), Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	w2 := put("b") // the only 4 KiB: the same extent
+	apply()
+	if err := check(w1, grant.Write); grant.ReasonOf(err) != grant.Revoked {
+		t.Fatalf("write grant of the removed object: %v", err)
+	}
+	if err := check(r1, grant.Read); grant.ReasonOf(err) != grant.Revoked {
+		t.Fatalf("read grant of the removed object: %v", err)
+	}
+	if err := check(w2, grant.Write); err != nil {
+		t.Fatalf("the new put's grant: %v", err)
+	}
+}

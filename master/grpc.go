@@ -676,6 +676,7 @@ func (s *grpcServer) TakeDramRecords(stream grpc.BidiStreamingServer[kvtierpb.Ta
 			r := &recs[i]
 			r.Seq, r.Free, r.Tenant, r.Key, r.Segment = d.Seq, d.Free, d.Tenant, keys[k:len(keys):len(keys)], d.Segment
 			r.Offset, r.Size, r.Crc32C, r.HasChecksum, r.Version = d.Offset, d.Size, d.CRC32C, d.HasChecksum, d.Version
+			r.GrantsExpire = d.GrantsExpire
 			out.Records = append(out.Records, r)
 		}
 		if err := stream.Send(&out); err != nil {

@@ -208,11 +208,10 @@ func (m *Master) takeOverLocked(sh *shard, k string, o *object) {
 	m.abandonedMu.Lock()
 	for i := range o.replicas {
 		r := &o.replicas[i]
-		if o.lastRead != 0 {
-			// Its commit record may be in the directory: drop it before
-			// the space can go to another put.
-			m.queueFreeLocked(r)
-		}
+		// Its commit record may be in the directory: drop it before the
+		// space can go to another put. Queued even when there is none:
+		// the free revokes the abandoned writer's grants at the owner.
+		m.queueFreeLocked(r)
 		if r.seg != nil {
 			m.abandoned = append(m.abandoned, reservation{seg: r.seg, off: r.offset, n: r.allocLen(), releaseAt: release})
 		}

@@ -20,7 +20,7 @@ func (m *Master) publicReplica(r *replica) Replica {
 		if r.typ == NOF {
 			out.NQN, out.NSID, out.TargetAddr = sp.NQN, sp.NSID, sp.TargetAddr
 		} else {
-			out.Offer = sp.Offer
+			out.Offer, out.FreeSeq = sp.Offer, r.seg.freeSeq.Load()
 		}
 	} else if r.disk != nil {
 		out.Segment, out.Node, out.Endpoint, out.Bucket = r.disk.ssdName, r.disk.id, r.disk.getEndpoint(), r.bucket

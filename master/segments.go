@@ -30,6 +30,10 @@ type segment struct {
 	replicas atomic.Int64
 	used     atomic.Uint64 // mirror of alloc.used()
 	free     atomic.Uint64 // mirror of alloc.free
+	// freeSeq is the seq of the last DRAM-directory free record queued for
+	// a replica here (dramdir.go queueFreeLocked): the grants signed now
+	// carry it (grant.Mark).
+	freeSeq atomic.Uint64
 
 	mu            sync.Mutex
 	alloc         *allocator // guarded by mu

@@ -70,6 +70,10 @@ type Replica struct {
 	Unavailable bool
 	// Offer (MEMORY) is the segment's transport offer, copied through.
 	Offer TransportOffer
+	// FreeSeq (MEMORY) is the seq of the last DRAM-directory free record
+	// queued for its segment when the replica was read: the place its
+	// grants carry in the owner's record stream (grant.Mark).
+	FreeSeq uint64
 }
 
 // PutConfig is the per-put placement configuration.

@@ -25,7 +25,9 @@ import (
 // no object's bytes change (every checksum compared before and after), and
 // /metrics counts each refusal by reason.
 func TestGrantAbuse(t *testing.T) {
-	c := startCluster(t) // lease 1 s, put deadline (discard) 1 s
+	// Lease 1 s; put deadline 3 s: long enough to remove an object and
+	// reuse its space while its writer's grant is still unexpired (7.).
+	c := startCluster(t, "--put-discard-timeout", "3s", "--put-release-timeout", "4s")
 	c.appliance("box-a", "--shm=false")
 	victim := c.client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -136,7 +138,8 @@ func TestGrantAbuse(t *testing.T) {
 	if _, err := ms.PutEnd(ctx, &kvtierpb.KeyRequest{ClientId: "attacker", Key: []byte("attacker/1")}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1200 * time.Millisecond) // past the 1 s lease and put deadline
+	gaw, _ := grant.Decode(aw.Grant)
+	time.Sleep(time.Until(time.Unix(0, gaw.Expiry)) + 200*time.Millisecond) // past the 1 s lease and the put deadline
 	attack("read grant after its lease", "expired", v0, transfer.Read, v0.Offset, v0.Grant)
 	attack("write grant after its put deadline", "expired", aw, transfer.Write, aw.Offset, aw.Grant)
 	want["expired"] += 2
@@ -177,29 +180,54 @@ func TestGrantAbuse(t *testing.T) {
 		grant.Sign(guess, v1.Segment, 0, v1.Offset, v1.Length, grant.Write, grant.SessionOf("attacker"), time.Now().Add(time.Minute)))
 	want["forged"]++
 
-	// 7. A stale grant after its object was removed and its space reused:
-	// the attacker's write grant for attacker/1 (already past its
-	// deadline) after attacker/1 is removed and a victim object takes the
-	// same extent.
+	// 7. A stale grant after its object was removed and its space reused
+	// by another client's put, used BEFORE its expiry: the attacker's
+	// write grant for attacker/3 (valid until its put deadline) after
+	// attacker/3 is written, committed, removed, and a victim object
+	// takes the same extent. The removal's free record revoked it at the
+	// appliance before the space could go to the victim's put.
+	reuse := func(stale *kvtierpb.Replica, n int) string {
+		t.Helper()
+		for i := range 40 {
+			key := fmt.Sprintf("victim/reuse-%d-%d", n, i)
+			v := randomBytes(uint64(200+100*n+i), size)
+			if err := victim.Put(ctx, key, v); err != nil {
+				t.Fatal(err)
+			}
+			sums[key] = sha256.Sum256(v)
+			if r := replicaOf("victim-peer", key); r.Segment == stale.Segment && r.Offset == stale.Offset {
+				return key
+			}
+		}
+		t.Fatal("no victim object took the removed object's extent")
+		return ""
+	}
+	ps, err = ms.PutStart(ctx, &kvtierpb.PutStartRequest{ClientId: "attacker", Key: []byte("attacker/3"), Size: size})
+	if err != nil {
+		t.Fatal(err)
+	}
+	aw3 := ps.Replicas[0]
+	if err := att.Do(ctx, []transfer.Request{{Op: transfer.Write, Endpoint: aw3.Endpoint, Segment: aw3.Segment, Offset: aw3.Offset, Buf: junk, Grant: aw3.Grant}})[0]; err != nil {
+		t.Fatalf("the attacker's own granted put: %v", err)
+	}
+	if _, err := ms.PutEnd(ctx, &kvtierpb.KeyRequest{ClientId: "attacker", Key: []byte("attacker/3")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ms.Remove(ctx, &kvtierpb.KeyRequest{ClientId: "attacker", Key: []byte("attacker/3"), Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	reused := reuse(aw3, 3)
+	if g3, _ := grant.Decode(aw3.Grant); time.Now().UnixNano() >= g3.Expiry-int64(100*time.Millisecond) {
+		t.Fatalf("the stale grant expired before the attack (%v late): the test is too slow to prove revocation", time.Since(time.Unix(0, g3.Expiry)))
+	}
+	attack("unexpired stale write grant on the reused extent ("+reused+")", "revoked", aw3, transfer.Write, aw3.Offset, aw3.Grant)
+	want["revoked"]++
+	// ... and the same after its expiry, for attacker/1 (expired first).
 	if _, err := ms.Remove(ctx, &kvtierpb.KeyRequest{ClientId: "attacker", Key: []byte("attacker/1"), Force: true}); err != nil {
 		t.Fatal(err)
 	}
-	reused := ""
-	for i := 0; i < 40 && reused == ""; i++ {
-		key := fmt.Sprintf("victim/reuse-%d", i)
-		v := randomBytes(uint64(200+i), size)
-		if err := victim.Put(ctx, key, v); err != nil {
-			t.Fatal(err)
-		}
-		sums[key] = sha256.Sum256(v)
-		if r := replicaOf("victim-peer", key); r.Segment == aw.Segment && r.Offset == aw.Offset {
-			reused = key
-		}
-	}
-	if reused == "" {
-		t.Fatal("no victim object took the removed object's extent")
-	}
-	attack("stale write grant on the reused extent ("+reused+")", "expired", aw, transfer.Write, aw.Offset, aw.Grant)
+	reused = reuse(aw, 1)
+	attack("expired stale write grant on the reused extent ("+reused+")", "expired", aw, transfer.Write, aw.Offset, aw.Grant)
 	want["expired"]++
 
 	check("after the attacks")

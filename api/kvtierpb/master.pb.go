@@ -4698,17 +4698,21 @@ func (x *TakeDramRecordsRequest) GetWaitMs() uint32 {
 
 // One change to an appliance's DRAM directory.
 type DramRecord struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
-	Free          bool                   `protobuf:"varint,2,opt,name=free,proto3" json:"free,omitempty"` // the replica at (segment, offset) was freed; else committed
-	Tenant        string                 `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	Key           []byte                 `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
-	Segment       string                 `protobuf:"bytes,5,opt,name=segment,proto3" json:"segment,omitempty"`
-	Offset        uint64                 `protobuf:"varint,6,opt,name=offset,proto3" json:"offset,omitempty"`
-	Size          uint64                 `protobuf:"varint,7,opt,name=size,proto3" json:"size,omitempty"`     // object bytes (commit)
-	Crc32C        uint32                 `protobuf:"varint,8,opt,name=crc32c,proto3" json:"crc32c,omitempty"` // commit, when has_checksum
-	HasChecksum   bool                   `protobuf:"varint,9,opt,name=has_checksum,json=hasChecksum,proto3" json:"has_checksum,omitempty"`
-	Version       int64                  `protobuf:"varint,10,opt,name=version,proto3" json:"version,omitempty"` // the put's identity: PutEnd time in unix ns at its master
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Seq         uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Free        bool                   `protobuf:"varint,2,opt,name=free,proto3" json:"free,omitempty"` // the replica at (segment, offset) was freed; else committed
+	Tenant      string                 `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Key         []byte                 `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	Segment     string                 `protobuf:"bytes,5,opt,name=segment,proto3" json:"segment,omitempty"`
+	Offset      uint64                 `protobuf:"varint,6,opt,name=offset,proto3" json:"offset,omitempty"`
+	Size        uint64                 `protobuf:"varint,7,opt,name=size,proto3" json:"size,omitempty"`     // object bytes (commit)
+	Crc32C      uint32                 `protobuf:"varint,8,opt,name=crc32c,proto3" json:"crc32c,omitempty"` // commit, when has_checksum
+	HasChecksum bool                   `protobuf:"varint,9,opt,name=has_checksum,json=hasChecksum,proto3" json:"has_checksum,omitempty"`
+	Version     int64                  `protobuf:"varint,10,opt,name=version,proto3" json:"version,omitempty"` // the put's identity: PutEnd time in unix ns at its master
+	// free: the latest expiry (unix ns) of any data-plane grant signed for
+	// the freed replica; the appliance voids those grants until then
+	// (internal/grant Revocations). size is the replica's length.
+	GrantsExpire  int64 `protobuf:"varint,380,opt,name=grants_expire,json=grantsExpire,proto3" json:"grants_expire,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4809,6 +4813,13 @@ func (x *DramRecord) GetHasChecksum() bool {
 func (x *DramRecord) GetVersion() int64 {
 	if x != nil {
 		return x.Version
+	}
+	return 0
+}
+
+func (x *DramRecord) GetGrantsExpire() int64 {
+	if x != nil {
+		return x.GrantsExpire
 	}
 	return 0
 }
@@ -5433,7 +5444,7 @@ const file_master_proto_rawDesc = "" +
 	"\x06outbox\x18\x02 \x01(\x04R\x06outbox\x12\x1f\n" +
 	"\vack_through\x18\x03 \x01(\x04R\n" +
 	"ackThrough\x12\x17\n" +
-	"\await_ms\x18\x04 \x01(\rR\x06waitMs\"\xf7\x01\n" +
+	"\await_ms\x18\x04 \x01(\rR\x06waitMs\"\x9d\x02\n" +
 	"\n" +
 	"DramRecord\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
@@ -5446,7 +5457,8 @@ const file_master_proto_rawDesc = "" +
 	"\x06crc32c\x18\b \x01(\rR\x06crc32c\x12!\n" +
 	"\fhas_checksum\x18\t \x01(\bR\vhasChecksum\x12\x18\n" +
 	"\aversion\x18\n" +
-	" \x01(\x03R\aversion\"x\n" +
+	" \x01(\x03R\aversion\x12$\n" +
+	"\rgrants_expire\x18\xfc\x02 \x01(\x03R\fgrantsExpire\"x\n" +
 	"\x17TakeDramRecordsResponse\x12\x16\n" +
 	"\x06outbox\x18\x01 \x01(\x04R\x06outbox\x12/\n" +
 	"\arecords\x18\x02 \x03(\v2\x15.kvtier.v1.DramRecordR\arecords\x12\x14\n" +

@@ -61,4 +61,6 @@ func registerHAFlags(fs *pflag.FlagSet, f *masterFlags) {
 func registerDramDirFlag(fs *pflag.FlagSet, f *applianceFlags) {
 	fs.BoolVar(&f.noDramDir, "no-dram-directory", false, "keep no DRAM directory (benchmark baseline: DRAM-only objects are lost when the master restarts)")
 	_ = fs.MarkHidden("no-dram-directory")
+	fs.BoolVar(&f.noRevoke, "no-grant-revocation", false, "serve grants until their expiry even after their extent is freed (benchmark baseline of BenchmarkGrantRevocationCost; a stale grant can then overwrite reused space)")
+	_ = fs.MarkHidden("no-grant-revocation")
 }

@@ -116,6 +116,7 @@ type applianceFlags struct {
 	shm         bool
 	rdmaDevice  string
 	noDramDir   bool // ha.go
+	noRevoke    bool // ha.go
 	nvme        nvmeFlags
 	respAddr    string
 	respPwFile  string
@@ -189,6 +190,7 @@ func (f *applianceFlags) config(masterAddr string, log *slog.Logger) (appliance.
 		Hugepages: hp, DataAddr: f.dataAddr, SSDDir: f.ssdDir, SSDCapacity: uint64(f.ssdCapacity),
 		SSDPolicy: pol, DrainGrace: f.drainGrace, Logger: log,
 		Transfer: transfer.Config{DisableSharedMemory: !f.shm, RDMADevice: f.rdmaDevice}, NoDramDirectory: f.noDramDir,
+		NoGrantRevocation: f.noRevoke,
 	}, nil
 }
 

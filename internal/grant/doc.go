@@ -40,10 +40,57 @@
 // appliance, which derives the same key from its own secret. That is a
 // wire change (a proto field and a transfer handshake) not made yet.
 //
-// # Token layout (version 1, 88 bytes, big-endian)
+// # Early revocation
+//
+// A grant's expiry alone would let a stale grant work after the master
+// freed its extent (a removal, an eviction, a taken-over put) and gave the
+// space to another put: its holder could overwrite someone else's object
+// (or read it) until the expiry. So a grant of a MEMORY replica also
+// carries its place in the master's stream of DRAM directory records to
+// the node (Mark: the master's outbox ID and the seq of the last free
+// record queued for the segment when it was signed, read under the lock
+// that orders it against the replica's own free), and the node's transfer
+// engine keeps a Revocations table fed from the free records it applies:
+// a free (segment, offset) at seq F voids every grant for that extent
+// placed before F. The master queues the free before the space returns to
+// its allocator and the node applies records in order, so the stale grant
+// is void before the space's next put is even placed; that put's grants
+// are placed at or after F, and the node serves a grant only once it has
+// applied the records up to its place (waiting up to
+// transfer.RevocationWait for them, then refusing), which covers the race
+// of a new put's bytes arriving before the free record (the data path and
+// the records stream are separate connections). Refusals say "revoked".
+// A free record carries the latest expiry of any grant signed for it
+// (now + the longest grant lifetime: put deadline, lease, offload task),
+// after which its entry is dropped; past DefaultMaxRevocations entries
+// the oldest is dropped and every grant placed before it refused.
+//
+// Limits: nodes that take no records (a GPU client's own segments, or an
+// appliance started with --no-dram-directory) keep the expiry-only
+// behaviour, and so do extent sources (SSD buckets, served for READ
+// only: a stale read grant there can read a reused bucket until its
+// lease ends, but nothing can be overwritten). A write grant is
+// not revoked at PutEnd: until the put's deadline its holder can still
+// rewrite its own committed object (readers then see a CRC32C mismatch;
+// no one else's space is at stake). A node declared gone gets new keys
+// (the frees of its dropped replicas reach no directory), and an engine
+// whose keys are all replaced clears its table. Records an appliance
+// missed because its queue overflowed (the master tells it to reset its
+// directory) revoke nothing: their grants live until expiry.
+// Revocation is checked when a frame's header is verified, so a frame
+// verified just before may still be moving bytes: the data port counts
+// frames in flight (Revocations.Enter/Exit) and the appliance, after
+// applying a batch with frees, waits for the frames that entered before
+// (Drain) before it acknowledges the batch and serves grants placed after
+// it. The wait is bounded (transfer.RevocationWait, 2 s): a peer that
+// trickles one frame's bytes longer is not waited for, and can land them
+// until the data port's per-frame I/O timeout (transfer.Config.IOTimeout,
+// 30 s); the appliance logs it.
+//
+// # Token layout (version 2, 104 bytes, big-endian)
 //
 //	offset size field
-//	0      1    version = 1
+//	0      1    version = 2
 //	1      1    op: 1 = READ, 2 = WRITE
 //	2      2    reserved, 0
 //	4      4    key ID (which appliance secret signed it)
@@ -52,8 +99,14 @@
 //	24     8    length of the extent, >= 1
 //	32     8    expiry, unix nanoseconds
 //	40     16   client session
-//	56     32   HMAC-SHA256 over "kvtier-grant-v1", bytes 0..55, a 1-byte
+//	56     8    outbox: the signing master's DRAM record outbox, 0: none
+//	64     8    seq of the last free record queued for the segment
+//	72     32   HMAC-SHA256 over "kvtier-grant-v2", bytes 0..71, a 1-byte
 //	            segment-name length and the segment name
+//
+// Version 1 (88 bytes, no outbox and seq) is no longer accepted: the
+// frame formats carry Size bytes, so both ends of a data connection
+// must be of one version anyway.
 //
 // # Imports
 //

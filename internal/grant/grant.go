@@ -13,12 +13,12 @@ import (
 )
 
 // Size is the length of an encoded grant.
-const Size = 88
+const Size = 104
 
 const (
-	version  = 1
-	macStart = 56
-	domain   = "kvtier-grant-v1"
+	version  = 2
+	macStart = 72
+	domain   = "kvtier-grant-v2"
 )
 
 // Op is what a grant allows.
@@ -87,7 +87,14 @@ type Grant struct {
 	Length  uint64
 	Expiry  int64 // unix nanoseconds
 	Session Session
-	MAC     [32]byte
+	// Outbox and Seq place the grant in its master's stream of DRAM
+	// directory records to this node (see Revocations): the master's
+	// outbox ID and the seq of the last free record queued for the
+	// extent's segment when the grant was signed. Outbox 0: not placed
+	// (an extent source, or a master that keeps no records), never
+	// revoked early.
+	Outbox, Seq uint64
+	MAC         [32]byte
 }
 
 // Reason says why a grant was refused.
@@ -102,10 +109,11 @@ const (
 	Expired
 	WrongOp
 	OutOfExtent
+	Revoked
 )
 
 // Reasons lists every reason, for counters.
-var Reasons = []Reason{Missing, Malformed, UnknownKey, Forged, Expired, WrongOp, OutOfExtent}
+var Reasons = []Reason{Missing, Malformed, UnknownKey, Forged, Expired, WrongOp, OutOfExtent, Revoked}
 
 func (r Reason) String() string {
 	switch r {
@@ -123,6 +131,8 @@ func (r Reason) String() string {
 		return "wrong_op"
 	case OutOfExtent:
 		return "out_of_extent"
+	case Revoked:
+		return "revoked"
 	}
 	return "unknown"
 }
@@ -165,6 +175,8 @@ func (g *Grant) header(b *[Size]byte) {
 	binary.BigEndian.PutUint64(b[24:], g.Length)
 	binary.BigEndian.PutUint64(b[32:], uint64(g.Expiry))
 	copy(b[40:56], g.Session[:])
+	binary.BigEndian.PutUint64(b[56:], g.Outbox)
+	binary.BigEndian.PutUint64(b[64:], g.Seq)
 }
 
 // Decode parses a token; it checks the layout, not the MAC.
@@ -192,6 +204,8 @@ func Decode(tok []byte) (Grant, error) {
 	g.Length = binary.BigEndian.Uint64(tok[24:])
 	g.Expiry = int64(binary.BigEndian.Uint64(tok[32:]))
 	copy(g.Session[:], tok[40:56])
+	g.Outbox = binary.BigEndian.Uint64(tok[56:])
+	g.Seq = binary.BigEndian.Uint64(tok[64:])
 	copy(g.MAC[:], tok[macStart:])
 	if g.Length == 0 || g.Offset+g.Length < g.Offset {
 		return g, refuse(Malformed, "grant extent offset %d length %d", g.Offset, g.Length)
@@ -241,13 +255,18 @@ func (p *macPool) sum(g *Grant, segment string, out *[32]byte) {
 
 // Sign returns the token of a grant for op on segment's extent
 // [offset, offset+length) (of bucket, for an extent source) for session
-// until expiry, keyed by k.
+// until expiry, keyed by k, placed in no record stream (Mark{}).
 func Sign(k Key, segment string, bucket, offset, length uint64, op Op, s Session, expiry time.Time) []byte {
-	return newMacPool(k).sign(segment, bucket, offset, length, op, s, expiry)
+	return newMacPool(k).sign(segment, bucket, offset, length, op, s, expiry, Mark{})
 }
 
-func (p *macPool) sign(segment string, bucket, offset, length uint64, op Op, s Session, expiry time.Time) []byte {
-	g := Grant{Op: op, KeyID: p.key.ID, Bucket: bucket, Offset: offset, Length: length, Expiry: expiry.UnixNano(), Session: s}
+// Mark places a grant in its master's stream of DRAM directory records to
+// the node (Grant.Outbox, Grant.Seq).
+type Mark struct{ Outbox, Seq uint64 }
+
+func (p *macPool) sign(segment string, bucket, offset, length uint64, op Op, s Session, expiry time.Time, at Mark) []byte {
+	g := Grant{Op: op, KeyID: p.key.ID, Bucket: bucket, Offset: offset, Length: length, Expiry: expiry.UnixNano(), Session: s,
+		Outbox: at.Outbox, Seq: at.Seq}
 	p.sum(&g, segment, &g.MAC)
 	return g.Encode(make([]byte, 0, Size))
 }

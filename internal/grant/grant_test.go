@@ -78,9 +78,14 @@ func TestVerify(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad(OutOfExtent, tb, "box/ssd", 8, 0, 100, Read, now)
-	if got := r.Sign("x", 0, 0, 1, Read, s, now); len(got) != Size {
-		t.Fatal("keyring sign")
+	got := r.Sign("x", 0, 0, 1, Read, s, now.Add(time.Second), Mark{Outbox: 0xAB, Seq: 42})
+	g, err := r.VerifyGrant(got, "x", 0, 0, 1, Read, now)
+	if err != nil || g.Outbox != 0xAB || g.Seq != 42 {
+		t.Fatalf("keyring sign with a mark: %+v %v", g, err)
 	}
+	// The mark is covered by the MAC: a grant moved to a later record is forged.
+	g.Seq = 43
+	bad(Forged, g.Encode(nil), "x", 0, 0, 1, Read, now)
 }
 
 func TestSessionOf(t *testing.T) {
@@ -100,7 +105,7 @@ func TestConcurrentVerifyAndRotate(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 2000; i++ {
-				tok := r.Sign("s", 0, 0, 64, Read, Session{}, now.Add(time.Hour))
+				tok := r.Sign("s", 0, 0, 64, Read, Session{}, now.Add(time.Hour), Mark{})
 				if err := r.Verify(tok, "s", 0, 0, 64, Read, now); err != nil && ReasonOf(err) != UnknownKey {
 					t.Error(err)
 					return

@@ -49,26 +49,33 @@ func (r *Keyring) IDs() []uint32 {
 	return out
 }
 
-// Sign signs with the first key; nil when the ring has none.
-func (r *Keyring) Sign(segment string, bucket, offset, length uint64, op Op, s Session, expiry time.Time) []byte {
+// Sign signs with the first key, placed at at in the node's record stream
+// (Mark{}: nowhere); nil when the ring has none.
+func (r *Keyring) Sign(segment string, bucket, offset, length uint64, op Op, s Session, expiry time.Time, at Mark) []byte {
 	ps := r.keys.Load()
 	if ps == nil {
 		return nil
 	}
-	return (*ps)[0].sign(segment, bucket, offset, length, op, s, expiry)
+	return (*ps)[0].sign(segment, bucket, offset, length, op, s, expiry, at)
 }
 
 // Verify checks that tok allows op on [offset, offset+length) of segment
 // (bucket for an extent source) at now. The MAC is compared in constant
 // time, before any other field is trusted.
 func (r *Keyring) Verify(tok []byte, segment string, bucket, offset, length uint64, op Op, now time.Time) error {
+	_, err := r.VerifyGrant(tok, segment, bucket, offset, length, op, now)
+	return err
+}
+
+// VerifyGrant is Verify returning the decoded grant (for Revocations.Check).
+func (r *Keyring) VerifyGrant(tok []byte, segment string, bucket, offset, length uint64, op Op, now time.Time) (Grant, error) {
 	g, err := Decode(tok)
 	if err != nil {
-		return err
+		return g, err
 	}
 	ps := r.keys.Load()
 	if ps == nil {
-		return refuse(UnknownKey, "this node holds no grant key")
+		return g, refuse(UnknownKey, "this node holds no grant key")
 	}
 	var p *macPool
 	for _, x := range *ps {
@@ -78,23 +85,23 @@ func (r *Keyring) Verify(tok []byte, segment string, bucket, offset, length uint
 		}
 	}
 	if p == nil {
-		return refuse(UnknownKey, "grant key %d is not one this node holds", g.KeyID)
+		return g, refuse(UnknownKey, "grant key %d is not one this node holds", g.KeyID)
 	}
 	var want [32]byte
 	p.sum(&g, segment, &want)
 	if !hmac.Equal(want[:], g.MAC[:]) {
-		return refuse(Forged, "grant signature does not match segment %q extent %d+%d", segment, g.Offset, g.Length)
+		return g, refuse(Forged, "grant signature does not match segment %q extent %d+%d", segment, g.Offset, g.Length)
 	}
 	if now.UnixNano() >= g.Expiry {
-		return refuse(Expired, "grant expired %v ago", now.Sub(time.Unix(0, g.Expiry)).Round(time.Millisecond))
+		return g, refuse(Expired, "grant expired %v ago", now.Sub(time.Unix(0, g.Expiry)).Round(time.Millisecond))
 	}
 	if g.Op != op {
-		return refuse(WrongOp, "%s grant used to %s", g.Op, op)
+		return g, refuse(WrongOp, "%s grant used to %s", g.Op, op)
 	}
 	end := offset + length
 	if length == 0 || end < offset || g.Bucket != bucket || offset < g.Offset || end > g.Offset+g.Length {
-		return refuse(OutOfExtent, "range %d+%d (bucket %d) outside granted extent %d+%d (bucket %d)",
+		return g, refuse(OutOfExtent, "range %d+%d (bucket %d) outside granted extent %d+%d (bucket %d)",
 			offset, length, bucket, g.Offset, g.Length, g.Bucket)
 	}
-	return nil
+	return g, nil
 }

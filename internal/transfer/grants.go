@@ -1,6 +1,7 @@
 package transfer
 
 import (
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -14,7 +15,44 @@ import (
 // before grants existed.
 type grantCheck struct {
 	keys     grant.Keyring
-	refusals [grant.OutOfExtent + 1]atomic.Uint64 // by grant.Reason
+	rev      atomic.Pointer[grant.Revocations] // what Revocations made (read on the data path)
+	refusals [grant.Revoked + 1]atomic.Uint64  // by grant.Reason
+}
+
+// RevocationWait bounds how long a request waits for the DRAM directory
+// records its grant names (grant.Revocations.Check) before it is refused.
+const RevocationWait = 2 * time.Second
+
+// Revocations returns this engine's table of grants revoked early (made
+// on first use). The node that keeps a DRAM directory feeds it from the
+// master's records; one that never does (Follow never called) checks
+// nothing there.
+func (e *Engine) Revocations() *grant.Revocations {
+	if r := e.grants.rev.Load(); r != nil {
+		return r
+	}
+	r := grant.NewRevocations(0)
+	if e.grants.rev.CompareAndSwap(nil, r) {
+		return r
+	}
+	return e.grants.rev.Load()
+}
+
+// holdFrame counts a frame in flight for the revocation table's Drain
+// (grant.Revocations.Enter), before its grant is checked; releaseFrame
+// with the value returned when it has moved its bytes. -1: no table.
+func (e *Engine) holdFrame() int {
+	r := e.grants.rev.Load()
+	if r == nil {
+		return -1
+	}
+	return int(r.Enter())
+}
+
+func (e *Engine) releaseFrame(h *int) {
+	if *h >= 0 {
+		e.grants.rev.Load().Exit(uint32(*h))
+	}
 }
 
 // SetGrantKeys installs the data-plane grant keys this engine accepts (the
@@ -24,7 +62,24 @@ type grantCheck struct {
 // The in-process local path is not checked (the caller is this process),
 // nor shared memory, which maps whole segments and is offered only to
 // peers running as this engine's user or root: it trusts the host.
-func (e *Engine) SetGrantKeys(keys ...grant.Key) { e.grants.keys.Set(keys...) }
+//
+// A set that shares no key with the one held (the master made this node
+// new keys: a new master, or one that had declared the node gone) clears
+// the revocation table: every grant it could void fails on its key now.
+func (e *Engine) SetGrantKeys(keys ...grant.Key) {
+	old := e.grants.keys.IDs()
+	e.grants.keys.Set(keys...)
+	rev := e.grants.rev.Load()
+	if rev == nil || len(old) == 0 {
+		return
+	}
+	for _, k := range keys {
+		if slices.Contains(old, k.ID) {
+			return
+		}
+	}
+	rev.Clear()
+}
 
 // GrantKeyIDs returns the IDs of the grant keys held.
 func (e *Engine) GrantKeyIDs() []uint32 { return e.grants.keys.IDs() }
@@ -41,7 +96,10 @@ func (g *grantCheck) refusalCounts() map[string]uint64 {
 // [off, off+n) of name (bucket for an extent source). It returns nil when
 // grants are not enforced or tok allows the request, else a
 // PERMISSION_DENIED error naming the reason, counted and reported.
-func (e *Engine) checkGrant(tok []byte, name []byte, bucket, off, n uint64, op Op) error {
+//
+// hold is the frame's holdFrame: a frame that waits for records exits
+// the count while it waits (grant.Revocations.Check).
+func (e *Engine) checkGrant(hold *int, tok []byte, name []byte, bucket, off, n uint64, op Op) error {
 	if !e.grants.keys.Enforced() {
 		return nil
 	}
@@ -52,9 +110,26 @@ func (e *Engine) checkGrant(tok []byte, name []byte, bucket, off, n uint64, op O
 	if len(tok) > 0 && tok[0] == 0 { // a batch frame's placeholder for a request without a grant
 		tok = nil
 	}
-	err := e.grants.keys.Verify(tok, string(name), bucket, off, n, gop, time.Now())
+	seg := string(name)
+	g, err := e.grants.keys.VerifyGrant(tok, seg, bucket, off, n, gop, time.Now())
 	if err == nil {
-		return nil
+		rev := e.grants.rev.Load()
+		if rev == nil || g.Outbox == 0 {
+			return nil
+		}
+		var held *uint32
+		var ep uint32
+		if hold != nil && *hold >= 0 {
+			ep = uint32(*hold)
+			held = &ep
+		}
+		err = rev.Check(&g, seg, RevocationWait, held)
+		if held != nil {
+			*hold = int(ep)
+		}
+		if err == nil {
+			return nil
+		}
 	}
 	r := grant.ReasonOf(err)
 	if int(r) < len(e.grants.refusals) {

@@ -87,7 +87,9 @@ func (t *memTransport) do(ctx context.Context, r *reqState) error {
 		return kverr.New(kverr.TransferFail, "", "transfer: %s segment %q: mem endpoint %s unreachable", req.Op, req.Segment, req.Endpoint)
 	}
 	n := uint64(len(req.Buf))
-	if err := srv.checkGrant(req.Grant, []byte(req.Segment), req.Bucket, req.Offset, n, req.Op); err != nil {
+	hold := srv.holdFrame()
+	defer srv.releaseFrame(&hold)
+	if err := srv.checkGrant(&hold, req.Grant, []byte(req.Segment), req.Bucket, req.Offset, n, req.Op); err != nil {
 		srv.stats.servedFrames.Add(1)
 		srv.stats.servedErrors.Add(1)
 		return err

@@ -256,9 +256,11 @@ func (c *srvConn) serveFrame(h reqHeader, name, tok []byte) error {
 	if h.op == opShm {
 		return c.serveShm(h)
 	}
+	hold := e.holdFrame() // a revocation waits for the frame (grants.go)
+	defer e.releaseFrame(&hold)
 	// The grant is checked before the segment is even looked up: a refused
 	// frame learns nothing about what this node serves.
-	if err := e.checkGrant(tok, name, h.bucket, h.offset, h.length, h.op); err != nil {
+	if err := e.checkGrant(&hold, tok, name, h.bucket, h.offset, h.length, h.op); err != nil {
 		e.stats.servedFrames.Add(1)
 		return c.refuse(h, err)
 	}

@@ -63,6 +63,8 @@ func (c *srvConn) serveBatch(h reqHeader) error {
 	if err != nil {
 		return c.refuse(h, kverr.New(kverr.InvalidParams, "", "%v", err))
 	}
+	hold := e.holdFrame() // a revocation waits for the frame (grants.go)
+	defer e.releaseFrame(&hold)
 	if e.grants.keys.Enforced() {
 		// Every extent's grant before any segment is looked up; the client
 		// resends a refused frame's requests one frame each, so each gets
@@ -76,7 +78,7 @@ func (c *srvConn) serveBatch(h reqHeader) error {
 			if h.op == opBatchWrite {
 				op = Write
 			}
-			if err := e.checkGrant(tok, b.names[x.name], 0, x.offset, x.length, op); err != nil {
+			if err := e.checkGrant(&hold, tok, b.names[x.name], 0, x.offset, x.length, op); err != nil {
 				return c.refuse(h, kverr.New(kverr.PermissionDenied, "", "batch extent %d of %d: %s", i, len(b.exts), err.(*kverr.Error).Msg))
 			}
 		}
