@@ -58,8 +58,9 @@ func appendRequest(dst []byte, method string, timeoutMs uint32, payload []byte) 
 }
 
 // readRequest reads one request frame. buf is reused for the payload when
-// large enough; the returned payload aliases it.
-func readRequest(r *bufio.Reader, buf []byte) (request, []byte, error) {
+// large enough; the returned payload aliases it. A method name found in
+// known is taken from it (no allocation per call); known may be nil.
+func readRequest(r *bufio.Reader, buf []byte, known map[string]string) (request, []byte, error) {
 	var h [reqHeaderLen]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
 		return request{}, buf, err
@@ -73,7 +74,11 @@ func readRequest(r *bufio.Reader, buf []byte) (request, []byte, error) {
 	if _, err := io.ReadFull(r, name[:mlen]); err != nil {
 		return request{}, buf, err
 	}
-	q.method = string(name[:mlen])
+	if m, ok := known[string(name[:mlen])]; ok {
+		q.method = m
+	} else {
+		q.method = string(name[:mlen])
+	}
 	if cap(buf) < plen {
 		buf = make([]byte, plen)
 	}
