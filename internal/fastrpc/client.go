@@ -10,6 +10,7 @@ import (
 	"math"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	spb "google.golang.org/genproto/googleapis/rpc/status"
@@ -288,6 +289,10 @@ type fconn struct {
 	rbuf    []byte
 	armed   bool // a deadline (a context's end) is set on nc
 	scratch [1]byte
+	// alive's, made at its first use:
+	rc     syscall.RawConn
+	peekFn func(fd uintptr) bool
+	quiet  bool
 }
 
 // aLongTimeAgo is a deadline in the past: it wakes blocked I/O at once.

@@ -169,9 +169,10 @@ func (s *Server) serveConn(c net.Conn, md metadata.MD) {
 	var answered time.Time
 	var q decoder
 	dec := q.decode // bound once: a closure per call would allocate
+	pc := s.poll.conn(c)
 	for {
 		if r.Buffered() == 0 {
-			s.poll.waitFor(c, g.window(time.Duration(s.poll.d.Load())))
+			pc.wait(g.window(time.Duration(s.poll.d.Load())))
 		}
 		var err error
 		var buf []byte
