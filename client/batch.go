@@ -1,21 +1,31 @@
 package client
 
 import (
-	"time"
-
 	"context"
+	"time"
+	"unsafe"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
 	"github.com/kvtier/kvtier/internal/transfer"
 	"github.com/kvtier/kvtier/kverr"
 )
 
+// keyBytes is keys as the wire's bytes fields. They alias the strings (no
+// copy per key): a request is only ever marshalled, never written to.
 func (c *Client) keyBytes(keys []string) [][]byte {
 	out := make([][]byte, len(keys))
 	for i, k := range keys {
-		out[i] = []byte(k)
+		out[i] = aliasBytes(k)
 	}
 	return out
+}
+
+// aliasBytes returns s's bytes without copying them; the caller must never
+// write to them.
+func aliasBytes(s string) []byte {
+	return unsafe.Slice(unsafe.StringData(s), len(s))
 }
 
 func resultErr(key string, code kvtierpb.ErrorCode, msg string) error {
@@ -48,9 +58,19 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte, o
 	for _, f := range opts {
 		f(&o)
 	}
-	req := &kvtierpb.BatchPutStartRequest{ClientId: c.cfg.ClientID, Tenant: c.cfg.Tenant}
+	// The items carry neither client nor tenant (the master takes the
+	// batch's) and share one configuration, absent when all defaults: per
+	// key only its key, size and checksum are encoded and decoded.
+	req := &kvtierpb.BatchPutStartRequest{ClientId: c.cfg.ClientID, Tenant: c.cfg.Tenant, Items: make([]*kvtierpb.PutStartRequest, len(keys))}
+	items := make([]kvtierpb.PutStartRequest, len(keys))
+	cfg := o.proto()
+	if proto.Size(cfg) == 0 {
+		cfg = nil // replica_num 0 means 1, as an absent configuration does
+	}
 	for i, k := range keys {
-		req.Items = append(req.Items, c.putStartReq(k, values[i], o))
+		it := &items[i]
+		it.Key, it.Size, it.Crc32C, it.HasChecksum, it.Config = aliasBytes(k), uint64(len(values[i])), Checksum(values[i]), true, cfg
+		req.Items[i] = it
 	}
 	rctx, cancel := c.rpcCtx(ctx)
 	resp, err := c.master.BatchPutStart(rctx, req)

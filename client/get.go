@@ -31,7 +31,7 @@ func (c *Client) Query(ctx context.Context, key string) (*ReplicaList, error) {
 		rctx, cancel := c.rpcCtx(ctx)
 		defer cancel()
 		var err error
-		resp, err = c.master.GetReplicaList(rctx, &kvtierpb.KeyRequest{ClientId: c.cfg.ClientID, Tenant: c.cfg.Tenant, Key: []byte(key)})
+		resp, err = c.master.GetReplicaList(rctx, &kvtierpb.KeyRequest{ClientId: c.cfg.ClientID, Tenant: c.cfg.Tenant, Key: aliasBytes(key)})
 		return kverr.FromGRPC(err)
 	})
 	if err != nil {

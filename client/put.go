@@ -90,7 +90,7 @@ func (c *Client) PutWithResult(ctx context.Context, key string, value []byte, op
 		return PutResult{}, err
 	}
 	rctx, cancel := c.rpcCtx(ctx)
-	_, err = c.master.PutEnd(rctx, &kvtierpb.KeyRequest{ClientId: c.cfg.ClientID, Tenant: c.cfg.Tenant, Key: []byte(key)})
+	_, err = c.master.PutEnd(rctx, &kvtierpb.KeyRequest{ClientId: c.cfg.ClientID, Tenant: c.cfg.Tenant, Key: aliasBytes(key)})
 	cancel()
 	if err != nil {
 		err = kverr.FromGRPC(err)
@@ -102,7 +102,7 @@ func (c *Client) PutWithResult(ctx context.Context, key string, value []byte, op
 
 func (c *Client) putStartReq(key string, value []byte, o PutOptions) *kvtierpb.PutStartRequest {
 	return &kvtierpb.PutStartRequest{
-		ClientId: c.cfg.ClientID, Tenant: c.cfg.Tenant, Key: []byte(key),
+		ClientId: c.cfg.ClientID, Tenant: c.cfg.Tenant, Key: aliasBytes(key),
 		Size: uint64(len(value)), Crc32C: Checksum(value), HasChecksum: true, Config: o.proto(),
 	}
 }

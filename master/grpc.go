@@ -3,7 +3,9 @@ package master
 import (
 	"bytes"
 	"context"
+	"hash/maphash"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -15,11 +17,28 @@ import (
 )
 
 // grpcServer translates the wire contract to Master calls. It holds no
-// state of its own; every refusal leaves as kverr.ToGRPC.
+// state of its own but a memo of grant sessions; every refusal leaves as
+// kverr.ToGRPC.
 type grpcServer struct {
 	kvtierpb.UnimplementedMasterServer
 	m *Master
+	// sessions memoizes grantSession's digest (a SHA-256, ~0.5 µs) for
+	// recent callers: every put and get signs grants for its caller's
+	// session. A slot per hash of the caller; a miss recomputes.
+	sessions [sessionSlots]atomic.Pointer[sessionMemo]
 }
+
+const sessionSlots = 16
+
+// sessionMemo is one caller's session: of a principal (credentials) or of
+// a client ID (open mode), the two domains grantSession keeps apart.
+type sessionMemo struct {
+	principal bool
+	id        string
+	s         grant.Session
+}
+
+var sessionSeed = maphash.MakeSeed()
 
 var _ kvtierpb.MasterServer = (*grpcServer)(nil)
 
@@ -44,12 +63,18 @@ func msDur(v uint64) time.Duration {
 }
 
 func replicaToPB(r Replica) *kvtierpb.Replica {
-	return &kvtierpb.Replica{
-		Type: kvtierpb.ReplicaType(r.Type), State: kvtierpb.ReplicaState(r.State), Segment: r.Segment,
-		Node: r.Node, Endpoint: r.Endpoint, Offset: r.Offset, Length: r.Length, Bucket: r.Bucket,
-		Nqn: r.NQN, Nsid: r.NSID, TargetAddr: r.TargetAddr, Unavailable: r.Unavailable,
-		RdmaAddr: r.Offer.RDMAAddr, RdmaBase: r.Offer.RDMABase, RdmaRkey: r.Offer.RDMAKey,
-	}
+	p := new(kvtierpb.Replica)
+	fillReplicaPB(p, r)
+	return p
+}
+
+// fillReplicaPB sets the fields of a zero p from r (batch answers allocate
+// their replicas together).
+func fillReplicaPB(p *kvtierpb.Replica, r Replica) {
+	p.Type, p.State, p.Segment = kvtierpb.ReplicaType(r.Type), kvtierpb.ReplicaState(r.State), r.Segment
+	p.Node, p.Endpoint, p.Offset, p.Length, p.Bucket = r.Node, r.Endpoint, r.Offset, r.Length, r.Bucket
+	p.Nqn, p.Nsid, p.TargetAddr, p.Unavailable = r.NQN, r.NSID, r.TargetAddr, r.Unavailable
+	p.RdmaAddr, p.RdmaBase, p.RdmaRkey = r.Offer.RDMAAddr, r.Offer.RDMABase, r.Offer.RDMAKey
 }
 
 func replicasToPB(rs []Replica) []*kvtierpb.Replica {
@@ -83,8 +108,12 @@ func keyResult(err error) *kvtierpb.KeyResult {
 
 func keyResults(errs []error) *kvtierpb.BatchResponse {
 	out := &kvtierpb.BatchResponse{Results: make([]*kvtierpb.KeyResult, len(errs))}
+	slab := make([]kvtierpb.KeyResult, len(errs)) // one allocation, not one per key
 	for i, e := range errs {
-		out.Results[i] = keyResult(e)
+		if e != nil {
+			slab[i].Code, slab[i].Message = kvtierpb.ErrorCode(kverr.CodeOf(e)), e.Error()
+		}
+		out.Results[i] = &slab[i]
 	}
 	return out
 }
@@ -114,6 +143,21 @@ func grantSession(ctx context.Context, clientID string) grant.Session {
 	return grant.SessionOf(clientID)
 }
 
+// session is grantSession, memoized per caller.
+func (s *grpcServer) session(ctx context.Context, clientID string) grant.Session {
+	principal, id := false, clientID
+	if p, ok := auth.FromContext(ctx); ok {
+		principal, id = true, p.ID
+	}
+	slot := &s.sessions[maphash.String(sessionSeed, id)%sessionSlots]
+	if m := slot.Load(); m != nil && m.principal == principal && m.id == id {
+		return m.s
+	}
+	g := grantSession(ctx, clientID)
+	slot.Store(&sessionMemo{principal: principal, id: id, s: g})
+	return g
+}
+
 // nodeGrantSession is grantSession for a grant signed outside the node's
 // call (an offload task's source, handed out by TakeOffload's stream): the
 // principal bound to the node's client ID, if any. Not on the put/get path:
@@ -128,17 +172,19 @@ func (m *Master) nodeGrantSession(node string) grant.Session {
 // signWrites attaches to each replica of a put its write grant: exactly
 // the extent allocated, until the put may be taken over by another writer
 // (PutDiscardTimeout).
-func (s *grpcServer) signWrites(ctx context.Context, client string, reps []Replica, out []*kvtierpb.Replica) {
-	sess, exp := grantSession(ctx, client), s.m.now().Add(s.m.cfg.PutDiscardTimeout)
+func (s *grpcServer) signWrites(sess grant.Session, exp time.Time, reps []Replica, out []*kvtierpb.Replica) {
 	for i := range reps {
 		out[i].Grant = s.m.SignGrant(reps[i], sess, grant.Write, exp)
 	}
 }
 
+// writeExpiry is when the write grants of a put signed now end.
+func (s *grpcServer) writeExpiry() time.Time { return s.m.now().Add(s.m.cfg.PutDiscardTimeout) }
+
 // signReads attaches to each replica of a read its read grant, until the
 // read lease ends.
-func (s *grpcServer) signReads(ctx context.Context, client string, l ReplicaList, out *kvtierpb.GetReplicaListResponse) {
-	sess, exp := grantSession(ctx, client), l.LeaseDeadline
+func (s *grpcServer) signReads(sess grant.Session, l ReplicaList, out *kvtierpb.GetReplicaListResponse) {
+	exp := l.LeaseDeadline
 	if exp.IsZero() {
 		exp = s.m.now().Add(s.m.cfg.LeaseTTL)
 	}
@@ -156,7 +202,7 @@ func (s *grpcServer) PutStart(ctx context.Context, r *kvtierpb.PutStartRequest) 
 		return nil, toGRPC(err)
 	}
 	out := &kvtierpb.PutStartResponse{Replicas: replicasToPB(reps)}
-	s.signWrites(ctx, r.GetClientId(), reps, out.Replicas)
+	s.signWrites(s.session(ctx, r.GetClientId()), s.writeExpiry(), reps, out.Replicas)
 	return out, nil
 }
 
@@ -181,7 +227,7 @@ func (s *grpcServer) GetReplicaList(ctx context.Context, r *kvtierpb.KeyRequest)
 		return nil, toGRPC(err)
 	}
 	out := listToPB(l)
-	s.signReads(ctx, r.GetClientId(), l, out)
+	s.signReads(s.session(ctx, r.GetClientId()), l, out)
 	return out, nil
 }
 
@@ -231,11 +277,31 @@ func (s *grpcServer) BatchPutStart(ctx context.Context, r *kvtierpb.BatchPutStar
 		reqs[i] = putFromPB(it)
 	}
 	res := s.m.BatchPutStart(ctx, r.GetClientId(), r.GetTenant(), reqs)
+	// One session and expiry for the batch, and its messages allocated
+	// together: per key, only what differs.
+	sess, exp := s.session(ctx, r.GetClientId()), s.writeExpiry()
+	n := 0
+	for _, x := range res {
+		n += len(x.Replicas)
+	}
+	slab := make([]kvtierpb.PutStartResult, len(res))
+	reps := make([]kvtierpb.Replica, n)
+	ptrs := make([]*kvtierpb.Replica, n)
 	out := &kvtierpb.BatchPutStartResponse{Results: make([]*kvtierpb.PutStartResult, len(res))}
 	for i, x := range res {
-		kr := keyResult(x.Err)
-		out.Results[i] = &kvtierpb.PutStartResult{Code: kr.Code, Message: kr.Message, Replicas: replicasToPB(x.Replicas)}
-		s.signWrites(ctx, r.GetClientId(), x.Replicas, out.Results[i].Replicas)
+		g := &slab[i]
+		if x.Err != nil {
+			g.Code, g.Message = kvtierpb.ErrorCode(kverr.CodeOf(x.Err)), x.Err.Error()
+		}
+		k := len(x.Replicas)
+		g.Replicas = ptrs[:k:k]
+		for j, rp := range x.Replicas {
+			fillReplicaPB(&reps[j], rp)
+			g.Replicas[j] = &reps[j]
+		}
+		reps, ptrs = reps[k:], ptrs[k:]
+		s.signWrites(sess, exp, x.Replicas, g.Replicas)
+		out.Results[i] = g
 	}
 	return out, nil
 }
@@ -258,13 +324,32 @@ func (s *grpcServer) BatchPutRevoke(ctx context.Context, r *kvtierpb.BatchKeysRe
 
 func (s *grpcServer) BatchGetReplicaList(ctx context.Context, r *kvtierpb.BatchKeysRequest) (*kvtierpb.BatchGetReplicaListResponse, error) {
 	res := s.m.BatchGetReplicaList(ctx, r.GetClientId(), r.GetTenant(), keysOf(r.GetKeys()))
+	sess := s.session(ctx, r.GetClientId())
+	n := 0
+	for _, x := range res {
+		n += len(x.List.Replicas)
+	}
+	slab := make([]kvtierpb.GetReplicaListResult, len(res))
+	lists := make([]kvtierpb.GetReplicaListResponse, len(res))
+	reps := make([]kvtierpb.Replica, n)
+	ptrs := make([]*kvtierpb.Replica, n)
 	out := &kvtierpb.BatchGetReplicaListResponse{Results: make([]*kvtierpb.GetReplicaListResult, len(res))}
 	for i, x := range res {
-		kr := keyResult(x.Err)
-		g := &kvtierpb.GetReplicaListResult{Code: kr.Code, Message: kr.Message}
-		if x.Err == nil {
-			g.Value = listToPB(x.List)
-			s.signReads(ctx, r.GetClientId(), x.List, g.Value)
+		g := &slab[i]
+		if x.Err != nil {
+			g.Code, g.Message = kvtierpb.ErrorCode(kverr.CodeOf(x.Err)), x.Err.Error()
+		} else {
+			l, v := x.List, &lists[i]
+			v.Size, v.Crc32C, v.HasChecksum, v.LeaseDeadlineMs = l.Size, l.CRC32C, l.HasChecksum, ms(l.LeaseDeadline)
+			k := len(l.Replicas)
+			v.Replicas = ptrs[:k:k]
+			for j, rp := range l.Replicas {
+				fillReplicaPB(&reps[j], rp)
+				v.Replicas[j] = &reps[j]
+			}
+			reps, ptrs = reps[k:], ptrs[k:]
+			g.Value = v
+			s.signReads(sess, l, v)
 		}
 		out.Results[i] = g
 	}

@@ -60,6 +60,34 @@ import (
 //     64 KiB of the payload behind it, copied again), 9 % CRC32C fused
 //     with the read; the standalone spends 85 % in writev from segment
 //     memory.
+//
+// CPU per key after the per-call and per-key cuts (branch cpu, session 7:
+// a response header before a large READ is read alone, so the payload
+// lands in the caller's buffer; batch answers allocated together and one
+// grant session per call; no socket deadline and 13 fewer allocations per
+// fast-path call; batch put items without client, tenant or default
+// configuration). utime+stime of each process (/proc/PID/stat of the
+// standalone, getrusage of kvtier bench) over 3 s, divided by keys; main
+// and the branch alternated 8 times, 4 callers, `--shm=false`,
+// 03:28-03:36 UTC, load average 2-6:
+//   - put 64 KiB x 16: standalone 40.1-46.4 µs a key (median 44.7) ->
+//     40.6-44.8 (43.4), client 31.4-33.6 (33.2) -> 31.9-33.9 (32.8):
+//     -3 % / -1 %. The rest is the kernel's (writev 50-60 % of the
+//     client, socket reads 25 % of the standalone) and the wake-ups of
+//     three round trips; the master handlers' Go work is ~4 µs a key
+//     (BenchmarkHandlerBatchPut16 in master: 539 -> 385 allocations per
+//     batch of 16 through BatchPutStart, BatchPutEnd and
+//     BatchGetReplicaList).
+//   - get 64 KiB x 16: standalone 19.7-23.4 (21.2) -> 19.6-21.7 (20.5),
+//     client 18.7-21.2 (20.2) -> 17.3-20.9 (18.1): -10 % in the client,
+//     where the bufio copy fell from 16 % of its CPU to 1 % (profile,
+//     runtime.memmove under bufio.(*Reader).Read 0.69 s -> 0.04 s in 6 s).
+//     The price is a read of its own for such a header: strace -c -f of
+//     kvtier bench, gets of 64 KiB x 16, 4 callers: 20.7 -> 22.6 reads
+//     and 36 -> 40 syscalls per batch in the client (futex 3.1 -> 3.3).
+//   - In the same run of this benchmark (3 rounds alternated, 03:30 UTC,
+//     before the last fastrpc allocation cut): put 64 KiB x 16 0.37-0.54 x
+//     raw TCP -> 0.44-0.56, get 0.33-0.78 -> 0.78-0.85.
 func BenchmarkBatchPutGet(b *testing.B) {
 	if testing.Short() {
 		b.Skip("multi-process benchmark skipped under -short")

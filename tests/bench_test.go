@@ -268,6 +268,24 @@ func (l *latencies) report(b *testing.B) {
 // a caller preempted by other processes waits a scheduler slice (GOGC=800
 // in the standalone changed neither p99 nor throughput beyond noise).
 //
+// After the per-call cuts (branch cpu, session 7: the fast path sets no
+// socket deadline per call, the context's end wakes the I/O through
+// context.AfterFunc alone; 36 -> 23 allocations per call with a deadline,
+// internal/fastrpc BenchmarkCall; the master's grant session memoized per
+// caller): single 64 KiB puts over TCP, 4 callers, main and the branch
+// alternated 14 times (03:28-03:37 UTC, load average 2-11), CPU per put
+// 99-138 µs in the standalone (median 120) -> 91-128 (115), 75-104 in
+// the client (90) -> 69-103 (92): within this VM's noise; single 64 KiB
+// gets (8 rounds) 28-32 -> 26-32 µs in each process (medians -3 %). What is left
+// per put is syscalls and wake-ups (36 % of the client's CPU in syscalls,
+// 9 % futex, 21 % the scheduler); the liveness peek of a pooled fast-path
+// connection (one recvfrom a call, ~5 % of the client) is kept: skipping
+// it for recently used connections would fail a call after a master
+// restart instead of redialling. In this benchmark, 3 rounds alternated
+// (03:30 UTC), x raw TCP old -> new: put 64 KiB c4 0.14-0.18 -> 0.17-0.25,
+// 1 MiB c4 0.45-0.51 -> 0.53-0.55, get 1 MiB c4 0.49-0.74 -> 0.71-0.79;
+// the other rows overlap.
+//
 //	go test -run '^$' -bench BenchmarkClientPutGet -benchtime 2s ./tests/
 func BenchmarkClientPutGet(b *testing.B) {
 	if testing.Short() {

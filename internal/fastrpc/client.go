@@ -10,6 +10,7 @@ import (
 	"math"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	spb "google.golang.org/genproto/googleapis/rpc/status"
@@ -286,8 +287,12 @@ type fconn struct {
 	r       *bufio.Reader
 	wbuf    []byte
 	rbuf    []byte
-	armed   bool // a deadline is set on nc
+	armed   bool // a deadline (a context's end) is set on nc
 	scratch [1]byte
+	// alive's, made at its first use:
+	rc     syscall.RawConn
+	peekFn func(fd uintptr) bool
+	quiet  bool
 }
 
 // aLongTimeAgo is a deadline in the past: it wakes blocked I/O at once.
@@ -298,28 +303,24 @@ var aLongTimeAgo = time.Unix(1, 0)
 // context's).
 func (fc *fconn) call(ctx context.Context, method string, in, out proto.Message) (err error, broken bool) {
 	var timeoutMs uint32
-	dl, hasDL := ctx.Deadline()
-	if hasDL {
+	if dl, ok := ctx.Deadline(); ok {
 		rem := time.Until(dl)
 		if rem <= 0 {
 			return status.Error(codes.DeadlineExceeded, "context deadline exceeded"), false
 		}
 		timeoutMs = uint32(min(rem.Milliseconds()+1, math.MaxUint32))
-		_ = fc.nc.SetDeadline(dl)
-		fc.armed = true
-	} else if fc.armed {
+	}
+	if fc.armed {
 		_ = fc.nc.SetDeadline(time.Time{})
 		fc.armed = false
 	}
+	// The context's end, by its deadline or a cancel, wakes the I/O: its
+	// own timer fires at the deadline, so the socket needs no deadline of
+	// its own (setting one per call armed two more runtime timers a call).
 	stop := context.AfterFunc(ctx, func() { _ = fc.nc.SetDeadline(aLongTimeAgo) })
 	defer func() {
 		if !stop() {
 			fc.armed = true // the cancel poisoned the deadline: reset it next call
-		}
-		if err != nil && broken && ctx.Err() == nil && hasDL && !time.Now().Before(dl) {
-			// The socket deadline (the context's) woke the I/O a moment
-			// before the context's own timer fired.
-			err = status.Error(codes.DeadlineExceeded, context.DeadlineExceeded.Error())
 		}
 		if err != nil && ctx.Err() != nil {
 			// Failed because the context ended (the socket deadline or the

@@ -39,7 +39,12 @@
 //     request may have been executed).
 //   - Deadlines: the caller's context deadline bounds the socket I/O and
 //     travels in the request (timeout field) to bound the handler's context;
-//     a cancelled context fails the call and drops its connection.
+//     a cancelled context fails the call and drops its connection. The
+//     context's end reaches the socket through context.AfterFunc alone (a
+//     socket deadline set per call as well cost two more runtime timers a
+//     call), and a call allocates nothing of its own on either side but
+//     the messages and the contexts (BenchmarkCall: 23 allocations a call
+//     with a deadline, 36 before).
 //   - Authentication: a client's hello may carry a token (flag helloToken:
 //     2-byte length, then the token, ClientConfig.Token). A server with
 //     SetAuthenticate closes a connection whose token (or TLS client

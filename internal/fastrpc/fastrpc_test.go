@@ -34,7 +34,7 @@ type cluster struct {
 	ms    kvtierpb.MasterServer
 }
 
-func startCluster(t *testing.T, withFast bool, addr string) *cluster {
+func startCluster(t testing.TB, withFast bool, addr string) *cluster {
 	t.Helper()
 	m, err := master.New(master.Config{})
 	if err != nil {
@@ -43,7 +43,7 @@ func startCluster(t *testing.T, withFast bool, addr string) *cluster {
 	return serveMaster(t, master.NewGRPCServer(m), withFast, addr)
 }
 
-func serveMaster(t *testing.T, ms kvtierpb.MasterServer, withFast bool, addr string) *cluster {
+func serveMaster(t testing.TB, ms kvtierpb.MasterServer, withFast bool, addr string) *cluster {
 	t.Helper()
 	c := &cluster{ms: ms}
 	icpt := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
@@ -75,7 +75,7 @@ func (c *cluster) stop() {
 }
 
 // dialBoth returns a plain gRPC client and a fast-path client of addr.
-func dialBoth(t *testing.T, addr string) (kvtierpb.MasterClient, kvtierpb.MasterClient, *Conn) {
+func dialBoth(t testing.TB, addr string) (kvtierpb.MasterClient, kvtierpb.MasterClient, *Conn) {
 	t.Helper()
 	gc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

@@ -20,7 +20,7 @@ func FuzzRequestFrame(f *testing.F) {
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r := bufio.NewReader(bytes.NewReader(b))
-		q, _, err := readRequest(r, nil)
+		q, _, err := readRequest(r, nil, nil)
 		if err != nil {
 			return
 		}
@@ -66,7 +66,8 @@ func FuzzServerCall(f *testing.F) {
 	f.Add("/kvtier.v1.Master/PutStart", []byte{0x1a, 0x80})
 	f.Add("nope", []byte(nil))
 	f.Fuzz(func(t *testing.T, method string, payload []byte) {
-		out := s.call(s.ctx, request{method: method, payload: payload}, nil, nil)
+		d := &decoder{request{method: method, payload: payload}}
+		out := s.call(s.ctx, d.request, d.decode, nil, nil)
 		st, n, err := parseResponseHeader(out)
 		if err != nil || n != len(out)-respHeaderLen {
 			t.Fatalf("answer %x: status %d length %d: %v", out[:min(len(out), 16)], st, n, err)

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -45,36 +46,63 @@ type poller struct {
 // non-blocking MSG_PEEK recv, then sched_yield(2) and runtime.Gosched: any
 // runnable thread of any process, and any runnable goroutine of this one,
 // takes the CPU before the next round.
-func (p *poller) waitFor(c net.Conn, d time.Duration) {
-	if d <= 0 || p.calls.Load() > 0 || !p.polling.CompareAndSwap(false, true) {
+func (p *poller) waitFor(c net.Conn, d time.Duration) { p.conn(c).wait(d) }
+
+// pollConn is one connection's polling state, made once per connection so
+// that a poll allocates nothing (a raw connection and a closure per poll
+// were two allocations a call).
+type pollConn struct {
+	p     *poller
+	rc    syscall.RawConn // nil: the connection cannot be polled
+	round func(fd uintptr) bool
+	end   time.Time
+	b     [1]byte
+}
+
+func (p *poller) conn(c net.Conn) *pollConn {
+	pc := &pollConn{p: p}
+	if sc, ok := c.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			pc.rc = rc
+		}
+	}
+	pc.round = pc.spin
+	return pc
+}
+
+// wait is waitFor on pc's connection.
+func (pc *pollConn) wait(d time.Duration) {
+	p := pc.p
+	if d <= 0 || pc.rc == nil || p.calls.Load() > 0 || !p.polling.CompareAndSwap(false, true) {
 		return
 	}
 	defer p.polling.Store(false)
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return
-	}
-	var b [1]byte
-	end := time.Now().Add(d)
-	_ = rc.Read(func(fd uintptr) bool {
-		for i := 1; ; i++ {
-			_, _, e := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-			if e != unix.EAGAIN && e != unix.EINTR {
-				p.caught.Add(1) // bytes, end of stream or an error: the read reports it
-				return true
-			}
-			if p.calls.Load() > 0 || i%8 == 0 && !time.Now().Before(end) {
-				p.missed.Add(1)
-				return true
-			}
-			_, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
-			runtime.Gosched()
+	pc.end = time.Now().Add(d)
+	_ = pc.rc.Read(pc.round)
+}
+
+func (pc *pollConn) spin(fd uintptr) bool {
+	p := pc.p
+	for i := 1; ; i++ {
+		if e := peek(fd, &pc.b[0]); e != unix.EAGAIN && e != unix.EINTR {
+			p.caught.Add(1) // bytes, end of stream or an error: the read reports it
+			return true
 		}
-	})
+		if p.calls.Load() > 0 || i%8 == 0 && !time.Now().Before(pc.end) {
+			p.missed.Add(1)
+			return true
+		}
+		_, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		runtime.Gosched()
+	}
+}
+
+// peek is a non-blocking MSG_PEEK recv of one byte into b: 0 when bytes or
+// the end of the stream wait, EAGAIN when nothing does, else the error.
+// (unix.Recvfrom allocates the sender's address on every call.)
+func peek(fd uintptr, b *byte) unix.Errno {
+	_, _, e := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(b)), 1, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+	return e
 }
 
 // gaps remembers how far apart a connection's recent requests came (from

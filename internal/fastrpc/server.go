@@ -28,6 +28,7 @@ const keepBuffer = 1 << 20
 // Server answers fast-path calls with a gRPC service's unary handlers.
 type Server struct {
 	methods     map[string]grpc.MethodDesc // by full method name
+	names       map[string]string          // the keys of methods, to intern a request's
 	impl        any
 	interceptor grpc.UnaryServerInterceptor
 	ctx         context.Context
@@ -53,9 +54,11 @@ type Server struct {
 // NewServer serves desc's unary methods, implemented by impl, through
 // interceptor (may be nil), exactly as grpc.Server would call them.
 func NewServer(desc *grpc.ServiceDesc, impl any, interceptor grpc.UnaryServerInterceptor) *Server {
-	s := &Server{methods: map[string]grpc.MethodDesc{}, impl: impl, interceptor: interceptor, conns: map[net.Conn]struct{}{}}
+	s := &Server{methods: map[string]grpc.MethodDesc{}, names: map[string]string{}, impl: impl, interceptor: interceptor, conns: map[net.Conn]struct{}{}}
 	for _, m := range desc.Methods {
-		s.methods["/"+desc.ServiceName+"/"+m.MethodName] = m
+		name := "/" + desc.ServiceName + "/" + m.MethodName
+		s.methods[name] = m
+		s.names[name] = name
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.poll.polling = &serverPolling
@@ -164,11 +167,16 @@ func (s *Server) serveConn(c net.Conn, md metadata.MD) {
 	var in, out []byte
 	var g gaps
 	var answered time.Time
+	var q decoder
+	dec := q.decode // bound once: a closure per call would allocate
+	pc := s.poll.conn(c)
 	for {
 		if r.Buffered() == 0 {
-			s.poll.waitFor(c, g.window(time.Duration(s.poll.d.Load())))
+			pc.wait(g.window(time.Duration(s.poll.d.Load())))
 		}
-		q, buf, err := readRequest(r, in)
+		var err error
+		var buf []byte
+		q.request, buf, err = readRequest(r, in, s.names)
 		if err != nil {
 			return
 		}
@@ -177,7 +185,7 @@ func (s *Server) serveConn(c net.Conn, md metadata.MD) {
 		}
 		in = buf
 		s.poll.calls.Add(1)
-		out = s.call(base, q, out[:0], md)
+		out = s.call(base, q.request, dec, out[:0], md)
 		s.poll.calls.Add(-1)
 		if _, err := c.Write(out); err != nil {
 			return
@@ -192,8 +200,24 @@ func (s *Server) serveConn(c net.Conn, md metadata.MD) {
 	}
 }
 
-// call runs one request and appends its response frame to out.
-func (s *Server) call(base context.Context, q request, out []byte, cmd metadata.MD) []byte {
+// decoder decodes the payload of the request it holds into a handler's
+// message.
+type decoder struct{ request }
+
+func (d *decoder) decode(m any) error {
+	pm, ok := m.(proto.Message)
+	if !ok {
+		return status.Errorf(codes.Internal, "fastrpc: %T is not a protobuf message", m)
+	}
+	if err := proto.Unmarshal(d.payload, pm); err != nil {
+		return status.Errorf(codes.InvalidArgument, "fastrpc: decode %s request: %v", d.method, err)
+	}
+	return nil
+}
+
+// call runs one request and appends its response frame to out; dec decodes
+// q's payload.
+func (s *Server) call(base context.Context, q request, dec func(any) error, out []byte, cmd metadata.MD) []byte {
 	md, ok := s.methods[q.method]
 	if !ok {
 		return errorFrame(out, status.Errorf(codes.Unimplemented, "fastrpc: unknown method %q", q.method))
@@ -205,16 +229,6 @@ func (s *Server) call(base context.Context, q request, out []byte, cmd metadata.
 	defer cancel()
 	if cmd != nil {
 		ctx = metadata.NewIncomingContext(ctx, cmd)
-	}
-	dec := func(m any) error {
-		pm, ok := m.(proto.Message)
-		if !ok {
-			return status.Errorf(codes.Internal, "fastrpc: %T is not a protobuf message", m)
-		}
-		if err := proto.Unmarshal(q.payload, pm); err != nil {
-			return status.Errorf(codes.InvalidArgument, "fastrpc: decode %s request: %v", q.method, err)
-		}
-		return nil
 	}
 	resp, err := md.Handler(s.impl, ctx, dec, s.interceptor)
 	if err != nil {

@@ -57,23 +57,33 @@ func appendRequest(dst []byte, method string, timeoutMs uint32, payload []byte) 
 	return append(dst, payload...), nil
 }
 
-// readRequest reads one request frame. buf is reused for the payload when
-// large enough; the returned payload aliases it.
-func readRequest(r *bufio.Reader, buf []byte) (request, []byte, error) {
-	var h [reqHeaderLen]byte
-	if _, err := io.ReadFull(r, h[:]); err != nil {
+// readRequest reads one request frame. buf is reused for the header, the
+// method name and the payload when large enough; the returned payload
+// aliases it. A method name found in known is taken from it (no allocation
+// per call); known may be nil.
+func readRequest(r *bufio.Reader, buf []byte, known map[string]string) (request, []byte, error) {
+	if cap(buf) < reqHeaderLen+maxMethodLen {
+		buf = make([]byte, reqHeaderLen+maxMethodLen)
+	}
+	buf = buf[:cap(buf)]
+	h := buf[:reqHeaderLen]
+	if _, err := io.ReadFull(r, h); err != nil {
 		return request{}, buf, err
 	}
-	q, plen, err := parseRequestHeader(h[:])
+	q, plen, err := parseRequestHeader(h)
 	if err != nil {
 		return request{}, buf, err
 	}
 	mlen := int(binary.BigEndian.Uint16(h[4:6]))
-	var name [maxMethodLen]byte
-	if _, err := io.ReadFull(r, name[:mlen]); err != nil {
+	name := buf[reqHeaderLen : reqHeaderLen+mlen]
+	if _, err := io.ReadFull(r, name); err != nil {
 		return request{}, buf, err
 	}
-	q.method = string(name[:mlen])
+	if m, ok := known[string(name)]; ok {
+		q.method = m
+	} else {
+		q.method = string(name)
+	}
 	if cap(buf) < plen {
 		buf = make([]byte, plen)
 	}

@@ -395,10 +395,12 @@ func (e *Engine) dial(p *peer) (*clientConn, error) {
 	}
 	e.stats.dialed.Add(1)
 	c := &clientConn{
-		e: e, p: p, nc: nc, rd: bufio.NewReaderSize(nc, receiveBufSize),
+		e: e, p: p, nc: nc,
 		slots:  make(chan struct{}, e.cfg.PipelineDepth),
 		doneCh: make(chan struct{}),
 	}
+	c.cr.r = nc
+	c.rd = bufio.NewReaderSize(&c.cr, receiveBufSize)
 	t := e.tcp
 	t.mu.Lock()
 	if t.closed {
@@ -437,6 +439,7 @@ type clientConn struct {
 	p        *peer
 	nc       net.Conn
 	rd       *bufio.Reader // the receiver's: a read takes every response that has arrived
+	cr       capReader     // under rd: bounds what a header read takes (headerCap)
 	slots    chan struct{} // pipeline depth: a token per queued slice
 	doneCh   chan struct{} // closed by fail
 	failOnce sync.Once
@@ -589,7 +592,12 @@ func (c *clientConn) enqueue(s *slice) bool {
 func (c *clientConn) receive() {
 	defer c.e.wg.Done()
 	for {
-		if _, err := io.ReadFull(c.rd, c.rhdr[:]); err != nil {
+		if c.rd.Buffered() == 0 {
+			c.cr.max = c.headerCap()
+		}
+		_, rerr := io.ReadFull(c.rd, c.rhdr[:])
+		c.cr.max = 0
+		if err := rerr; err != nil {
 			c.fail(kverr.New(kverr.TransferFail, "", "transfer: connection to %s: receive: %v", c.p.addr, err))
 			c.drain(nil)
 			return
@@ -626,6 +634,50 @@ func (c *clientConn) receive() {
 		c.mu.Unlock()
 		<-c.slots
 	}
+}
+
+// headerCapUnknown bounds the read of a response header when no request is
+// outstanding yet (the receiver waits ahead of the lane): a run of small
+// answers still comes in one read, a large READ payload costs at most this
+// much copying through the read buffer.
+const headerCapUnknown = 4 << 10
+
+// capReader is the connection under the receiver's read buffer; a read
+// takes at most max bytes (0: no bound).
+type capReader struct {
+	r   io.Reader
+	max int
+}
+
+func (c *capReader) Read(p []byte) (int, error) {
+	if c.max > 0 && len(p) > c.max {
+		p = p[:c.max]
+	}
+	return c.r.Read(p)
+}
+
+// headerCap is how much the read of the next response header may take from
+// the socket into the read buffer. Before a READ whose payload is read
+// straight into the caller's buffer (receiveDirectMin or more) only the
+// header: the buffer would otherwise take up to receiveBufSize of that
+// payload, to be copied out again (13 % of a client's CPU on batches of
+// 64 KiB gets). Before anything else, no bound: the answers that have
+// arrived come in one read.
+func (c *clientConn) headerCap() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.queue) == 0 {
+		return headerCapUnknown
+	}
+	s := c.queue[0]
+	first := len(s.buf)
+	if s.ext != nil {
+		first = len(s.ext[0].buf)
+	}
+	if (s.op == Read || s.op == opBatchRead) && first >= receiveDirectMin {
+		return responseHeaderLen
+	}
+	return 0
 }
 
 // drain fails first (if any) and every queued slice of a dead connection.
