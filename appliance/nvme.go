@@ -169,26 +169,32 @@ func (a *Appliance) startNVMe(ctx context.Context, cfg NVMeConfig) (err error) {
 
 // NVMeAddr is the NVMe/TCP listener address ("" when not exporting).
 func (a *Appliance) NVMeAddr() string {
-	if a.nvme == nil {
+	ex := a.nvmeLive.Load()
+	if ex == nil {
 		return ""
 	}
-	return a.nvme.addr
+	return ex.addr
 }
 
 // NVMeNQN is the exported subsystem NQN ("" when not exporting).
 func (a *Appliance) NVMeNQN() string {
-	if a.nvme == nil {
+	ex := a.nvmeLive.Load()
+	if ex == nil {
 		return ""
 	}
-	return a.nvme.nqn
+	return ex.nqn
 }
 
 // NVMeStats returns the target's per-namespace and per-host figures.
+// The heartbeat loop calls it (and NVMeAddr) while Start may still be in
+// startNVMe: the NOF segments are mounted, so beats carry them, before the
+// export is published whole.
 func (a *Appliance) NVMeStats() (target.Stats, bool) {
-	if a.nvme == nil || a.nvme.target == nil {
+	ex := a.nvmeLive.Load()
+	if ex == nil || ex.target == nil {
 		return target.Stats{}, false
 	}
-	return a.nvme.target.Stats(), true
+	return ex.target.Stats(), true
 }
 
 // NVMeHealth returns nil while the NVMe/TCP export serves, else why it
