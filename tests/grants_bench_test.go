@@ -55,57 +55,64 @@ func BenchmarkGrantCost(b *testing.B) {
 			b.Fatalf("a read without a grant: %v, want %v", err, c.want)
 		}
 	}
-	for _, size := range []int{64 << 10, 1 << 20} {
-		val := randomBytes(7, size)
-		getKey := fmt.Sprintf("bench/get/%d", size)
-		for _, op := range []string{"put", "get"} {
-			b.Run(fmt.Sprintf("%s/%dKiB", op, size>>10), func(b *testing.B) {
-				var tg, to []time.Duration
-				for _, cl := range []*client.Client{withGrants, open} {
-					if err := cl.Put(ctx, getKey, val); err != nil && op == "get" {
-						b.Fatal(err)
-					}
-				}
-				one := func(cl *client.Client, i int) time.Duration {
-					t0 := time.Now()
-					if op == "put" {
-						key := fmt.Sprintf("bench/put/%d", i)
-						if err := cl.Put(ctx, key, val); err != nil {
-							b.Fatal(err)
-						}
-						d := time.Since(t0)
-						_ = cl.Remove(ctx, key, true)
-						return d
-					}
-					if _, err := cl.Get(ctx, getKey); err != nil {
-						b.Fatal(err)
-					}
-					return time.Since(t0)
-				}
-				i := 0
-				for b.Loop() {
-					if i%2 == 0 {
-						tg = append(tg, one(withGrants, i))
-						to = append(to, one(open, i))
-					} else {
-						to = append(to, one(open, i))
-						tg = append(tg, one(withGrants, i))
-					}
-					i++
-				}
-				// Medians: on a shared machine a few descheduled
-				// operations would dominate sums.
-				mg, mo := medianDur(tg), medianDur(to)
-				b.ReportMetric(float64(size)/1e6/mg.Seconds(), "grants-MB/s")
-				b.ReportMetric(float64(size)/1e6/mo.Seconds(), "open-MB/s")
-				b.ReportMetric(mo.Seconds()/mg.Seconds(), "x-open")
-			})
-		}
-	}
+	alternateMedians(b, "bench", 7, [2]string{"grants", "open"}, [2]*client.Client{withGrants, open}, func(cl *client.Client, key string) {
+		_ = cl.Remove(ctx, key, true)
+	})
 }
 
 // medianDur is the median of d (sorted in place).
 func medianDur(d []time.Duration) time.Duration {
 	slices.Sort(d)
 	return d[len(d)/2]
+}
+
+// alternateMedians puts or gets one object of 64 KiB and of 1 MiB at a time
+// through each of two clients in turn (alternating which goes first, so
+// both see the same machine load) and reports both rates from medians (on
+// a shared machine a few descheduled operations would dominate sums) and
+// their ratio x-NAMES[1] (names[0] / names[1]). afterPut runs, untimed,
+// after each put (e.g. removing it).
+func alternateMedians(b *testing.B, prefix string, seed uint64, names [2]string, cls [2]*client.Client, afterPut func(cl *client.Client, key string)) {
+	ctx := context.Background()
+	for _, size := range []int{64 << 10, 1 << 20} {
+		val := randomBytes(seed, size)
+		getKey := fmt.Sprintf("%s/get/%d", prefix, size)
+		for _, op := range []string{"put", "get"} {
+			b.Run(fmt.Sprintf("%s/%dKiB", op, size>>10), func(b *testing.B) {
+				var ts [2][]time.Duration
+				for _, cl := range cls {
+					if err := cl.Put(ctx, getKey, val); err != nil && op == "get" {
+						b.Fatal(err)
+					}
+				}
+				one := func(k, i int) {
+					cl := cls[k]
+					t0 := time.Now()
+					if op == "put" {
+						key := fmt.Sprintf("%s/put/%d", prefix, i)
+						if err := cl.Put(ctx, key, val); err != nil {
+							b.Fatal(err)
+						}
+						ts[k] = append(ts[k], time.Since(t0))
+						afterPut(cl, key)
+						return
+					}
+					if _, err := cl.Get(ctx, getKey); err != nil {
+						b.Fatal(err)
+					}
+					ts[k] = append(ts[k], time.Since(t0))
+				}
+				i := 0
+				for b.Loop() {
+					one(i%2, i)
+					one(1-i%2, i)
+					i++
+				}
+				m0, m1 := medianDur(ts[0]), medianDur(ts[1])
+				b.ReportMetric(float64(size)/1e6/m0.Seconds(), names[0]+"-MB/s")
+				b.ReportMetric(float64(size)/1e6/m1.Seconds(), names[1]+"-MB/s")
+				b.ReportMetric(m1.Seconds()/m0.Seconds(), "x-"+names[1])
+			})
+		}
+	}
 }

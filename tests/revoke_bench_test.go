@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -53,53 +52,11 @@ func BenchmarkGrantRevocationCost(b *testing.B) {
 		return cl
 	}
 	revoking, base := mk(true), mk(false)
-	for _, size := range []int{64 << 10, 1 << 20} {
-		val := randomBytes(11, size)
-		getKey := fmt.Sprintf("revoke/get/%d", size)
-		for _, op := range []string{"put", "get"} {
-			b.Run(fmt.Sprintf("%s/%dKiB", op, size>>10), func(b *testing.B) {
-				var tr, tb []time.Duration
-				for _, cl := range []*client.Client{revoking, base} {
-					if err := cl.Put(ctx, getKey, val); err != nil && op == "get" {
-						b.Fatal(err)
-					}
-				}
-				one := func(cl *client.Client, i int) time.Duration {
-					t0 := time.Now()
-					if op == "put" {
-						key := fmt.Sprintf("revoke/put/%d", i)
-						if err := cl.Put(ctx, key, val); err != nil {
-							b.Fatal(err)
-						}
-						d := time.Since(t0)
-						if err := cl.Remove(ctx, key, true); err != nil {
-							b.Fatal(err)
-						}
-						return d
-					}
-					if _, err := cl.Get(ctx, getKey); err != nil {
-						b.Fatal(err)
-					}
-					return time.Since(t0)
-				}
-				i := 0
-				for b.Loop() {
-					if i%2 == 0 {
-						tr = append(tr, one(revoking, i))
-						tb = append(tb, one(base, i))
-					} else {
-						tb = append(tb, one(base, i))
-						tr = append(tr, one(revoking, i))
-					}
-					i++
-				}
-				mr, mb := medianDur(tr), medianDur(tb)
-				b.ReportMetric(float64(size)/1e6/mr.Seconds(), "revoke-MB/s")
-				b.ReportMetric(float64(size)/1e6/mb.Seconds(), "norevoke-MB/s")
-				b.ReportMetric(mb.Seconds()/mr.Seconds(), "x-norevoke")
-			})
+	alternateMedians(b, "revoke", 11, [2]string{"revoke", "norevoke"}, [2]*client.Client{revoking, base}, func(cl *client.Client, key string) {
+		if err := cl.Remove(ctx, key, true); err != nil {
+			b.Fatal(err)
 		}
-	}
+	})
 }
 
 // probeRevocation checks that the box at addr is what the benchmark says:
