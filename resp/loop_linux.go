@@ -6,8 +6,11 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"sync"
+	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -26,7 +29,9 @@ import (
 type eventLoop struct {
 	s    *Server
 	epfd int
-	wake int // eventfd: stop wakes the loop
+	ep   *os.File        // epfd, non-blocking, in Go's network poller
+	rc   syscall.RawConn // of ep: the loop waits there for events
+	wake int             // eventfd: stop wakes the loop
 
 	mu     sync.Mutex // guards the fields below
 	slots  []*conn    // the connections the loop serves, by epoll token
@@ -72,7 +77,46 @@ func newEventLoop(s *Server) (*eventLoop, error) {
 		unix.Close(wake)
 		return nil, fmt.Errorf("resp: event loop: epoll_ctl: %w", err)
 	}
-	return &eventLoop{s: s, epfd: epfd, wake: wake}, nil
+	// The loop waits for events in Go's network poller (the epoll
+	// descriptor is readable while events are ready), not in a blocking
+	// epoll_wait: a goroutine blocked in a system call costs its P a
+	// hand-off to another thread by the runtime's monitor, per round.
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		unix.Close(wake)
+		return nil, fmt.Errorf("resp: event loop: %w", err)
+	}
+	ep := os.NewFile(uintptr(epfd), "resp-epoll")
+	rc, err := ep.SyscallConn()
+	if err != nil {
+		ep.Close()
+		unix.Close(wake)
+		return nil, fmt.Errorf("resp: event loop: %w", err)
+	}
+	return &eventLoop{s: s, epfd: epfd, ep: ep, rc: rc, wake: wake}, nil
+}
+
+// wait returns the ready events, waiting in Go's poller while there are
+// none.
+func (l *eventLoop) wait(events []unix.EpollEvent) (int, error) {
+	var n uintptr
+	var errno syscall.Errno
+	err := l.rc.Read(func(fd uintptr) bool {
+		for {
+			// epoll_pwait, timeout 0: never blocks, so a raw call.
+			n, _, errno = syscall.RawSyscall6(unix.SYS_EPOLL_PWAIT, fd, uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), 0, 0, 0)
+			if errno != syscall.EINTR {
+				return errno != 0 || n > 0
+			}
+		}
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case errno != 0:
+		return 0, errno
+	}
+	return int(n), nil
 }
 
 // stop makes the loop close its connections and end (Server.Close).
@@ -162,11 +206,8 @@ func (l *eventLoop) run() {
 	events := make([]unix.EpollEvent, 256)
 	ready := make([]*conn, 0, len(events))
 	for {
-		n, err := unix.EpollWait(l.epfd, events, -1)
+		n, err := l.wait(events)
 		if err != nil {
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
 			l.s.log.Error("resp: event loop: epoll_wait", "err", err)
 			l.mu.Lock()
 			l.closed = true
@@ -207,7 +248,7 @@ func (l *eventLoop) shutdown() {
 	for _, c := range cs {
 		l.drop(c)
 	}
-	unix.Close(l.epfd)
+	l.ep.Close()
 	unix.Close(l.wake)
 }
 
