@@ -102,12 +102,13 @@ func newEventLoop(s *Server) (*eventLoop, error) {
 	return &eventLoop{s: s, epfd: epfd, ep: ep, rc: rc, wake: wake}, nil
 }
 
-// loopSpin: after a round that served several connections, the loop
+// loopSpin: after a round that ran several commands itself, the loop
 // polls for this long before it parks in Go's poller. With several
 // clients the next request is usually that close; parking costs a
-// thread's sleep and wake-up. After a round of one connection (one
-// client: it has to receive the reply and send the next request, tens of
-// microseconds) the loop parks at once: spinning there only burned CPU.
+// thread's sleep and wake-up. After a round of one command (one client:
+// it has to receive the reply and send the next request, tens of
+// microseconds) or of hand-offs (long values: their goroutines do the
+// work) the loop parks at once: spinning there only burned CPU.
 const loopSpin = 20 * time.Microsecond
 
 // wait returns the ready events, waiting in Go's poller while there are
@@ -230,8 +231,9 @@ func (l *eventLoop) run() {
 	defer l.s.wg.Done()
 	events := make([]unix.EpollEvent, 256)
 	ready := make([]*conn, 0, len(events))
+	ran := 0 // commands the last round ran itself
 	for {
-		n, err := l.wait(events, len(ready) > 1)
+		n, err := l.wait(events, ran > 1)
 		if err != nil {
 			l.s.log.Error("resp: event loop: epoll_wait", "err", err)
 			l.mu.Lock()
@@ -253,8 +255,9 @@ func (l *eventLoop) run() {
 			l.shutdown()
 			return
 		}
+		ran = 0
 		for _, c := range ready {
-			l.serve(c)
+			ran += l.serve(c)
 		}
 	}
 }
@@ -278,8 +281,9 @@ func (l *eventLoop) shutdown() {
 }
 
 // serve is one round for a ready connection: one read (as much as the
-// read buffer takes), every whole command buffered, one write.
-func (l *eventLoop) serve(c *conn) {
+// read buffer takes), every whole command buffered, one write. It
+// returns how many commands it ran.
+func (l *eventLoop) serve(c *conn) (ran int) {
 	s := l.s
 	br := c.r.br
 	_, rerr := br.Peek(br.Buffered() + 1) // one read, when the buffer has room
@@ -300,10 +304,10 @@ cmds:
 				break cmds // the rest arrives later
 			}
 			l.handoff(c, nil, false) // a command longer than the buffer
-			return
+			return ran
 		case scanBig:
 			l.handoff(c, nil, false)
-			return
+			return ran
 		}
 		args, err := c.r.next()
 		if err != nil {
@@ -320,7 +324,7 @@ cmds:
 		}
 		if cmd := c.lookup(args[0]); cmd != nil && !cmd.inline {
 			l.handoff(c, args, false)
-			return
+			return ran
 		}
 		c.yield = false
 		quit = c.exec(args)
@@ -329,17 +333,18 @@ cmds:
 			// its goroutine runs it again from the start.
 			c.yield = false
 			l.handoff(c, args, false)
-			return
+			return ran
 		}
 		s.commands.Add(1)
 		s.loopRuns.Add(1)
+		ran++
 		if len(c.raw.pending) > 0 {
 			break cmds // the client does not read: its goroutine waits for it
 		}
 	}
 	if err := c.w.flush(); err != nil {
 		l.drop(c)
-		return
+		return ran
 	}
 	switch {
 	case len(c.raw.pending) > 0:
@@ -347,4 +352,5 @@ cmds:
 	case quit || rerr != nil:
 		l.drop(c)
 	}
+	return ran
 }
