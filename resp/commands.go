@@ -275,6 +275,7 @@ func cmdSet(c *conn, args [][]byte) bool {
 	switch {
 	case c.yield:
 		// An event loop's connection: its goroutine runs SET again.
+		return false
 	case err != nil:
 		c.storeErr(err)
 	case ok:
@@ -332,6 +333,14 @@ func (c *conn) set(key string, val []byte, o setOptions) (bool, error) {
 				s.recent.put(key, len(val))
 				return true, nil
 			}
+			if c.raw != nil && c.raw.nowait {
+				// An event loop does not replace: removing and putting
+				// again may wait (retries while another writer's put is
+				// in flight). Nothing changed yet, nothing was answered:
+				// the connection's goroutine runs this SET again.
+				c.yield = true
+				return false, nil
+			}
 			// Replace: remove the old object (force: a reader's lease
 			// must not make SET fail), then put again.
 			if rerr := c.forceRemove(key); rerr != nil &&
@@ -343,12 +352,6 @@ func (c *conn) set(key string, val []byte, o setOptions) (bool, error) {
 		}
 		if attempt == setAttempts {
 			return false, kverr.New(kverr.ReplicaIsNotReady, key, "another writer keeps storing this key; try again")
-		}
-		if c.raw != nil && c.raw.nowait {
-			// An event loop must not wait: the connection's goroutine
-			// runs this SET again from the start (nothing was answered).
-			c.yield = true
-			return false, nil
 		}
 		if err := sleep(s.ctx, backoff); err != nil {
 			return false, err

@@ -69,6 +69,22 @@ func TestEventLoopHandsOver(t *testing.T) {
 			t.Fatalf("reply %d: %.40q %v, want %.40q", i, got, err, want)
 		}
 	}
+	// Replacements, one request at a time (the loop serves each): the
+	// goroutine runs them again from the start.
+	for i, tc := range []struct {
+		req  []string
+		want string
+	}{
+		{[]string{"SET", "a", "one", "XX"}, "+OK"},
+		{[]string{"GET", "a"}, "one"},
+		{[]string{"SET", "a", "two"}, "+OK"},
+		{[]string{"SET", "a", "x", "NX"}, "(nil)"},
+		{[]string{"GET", "a"}, "two"},
+	} {
+		if got := c.do(tc.req...); got != tc.want {
+			t.Fatalf("request %d %q: %q, want %q", i, tc.req, got, tc.want)
+		}
+	}
 	// A command that arrives in pieces is run once it is whole.
 	req := "*2\r\n$3\r\nGET\r\n$1\r\nb\r\n"
 	for i := range req {
