@@ -281,9 +281,14 @@ func (s *Server) serveConn(c *conn, args [][]byte, quit bool) {
 			return
 		}
 	}
+	long := false // the last command had an argument of bigArg bytes or more
 	for {
 		if args == nil {
-			if c.loop != nil && c.r.br.Buffered() == 0 && c.w.err == nil && len(c.w.buf) == 0 && c.loop.register(c) {
+			// Back to the loop once nothing is left to read, unless the
+			// last command was long: the next is likely long too (a
+			// client storing 1 MiB values), and staying saves the loop's
+			// hand-over and epoll registration per request.
+			if c.loop != nil && !long && c.r.br.Buffered() == 0 && c.w.err == nil && len(c.w.buf) == 0 && c.loop.register(c) {
 				back = true
 				return
 			}
@@ -299,6 +304,7 @@ func (s *Server) serveConn(c *conn, args [][]byte, quit bool) {
 			}
 		}
 		quit := false
+		long = len(c.r.bigs) > 0
 		if len(args) > 0 {
 			s.commands.Add(1)
 			quit = c.exec(args)
