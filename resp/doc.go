@@ -189,22 +189,27 @@
 // # Event loop
 //
 // With Config.EventLoop (`--resp-event-loop`, Linux, off by default)
-// connections are served as redis-server serves them: GOMAXPROCS event
-// loops, each a goroutine owning an epoll instance (level-triggered),
+// connections are served as redis-server serves them: event loops (one
+// per 4 CPUs, at least one), each a goroutine owning an epoll instance
+// (level-triggered) and waiting for it in Go's network poller,
 // connections spread over them. Each round a loop reads every ready
 // connection once (as much as its 16 KiB read buffer takes), runs the
 // whole commands that arrived (scan checks a command is complete before
 // the parser sees it, so the loop never waits for the socket) and writes
 // their replies with one write. No goroutine parks or wakes per request,
-// and no read finds the socket empty: the next epoll_wait says which
-// connection has bytes. What could wait goes to a goroutine of the
-// connection's own (today's path), which gives it back to the loop once
-// its read buffer is empty: an argument of 16 KiB or more (a long SET is
-// read and compared as it arrives), a command longer than the read
+// and no read finds the socket empty: the next epoll_pwait says which
+// connection has bytes (after a round that ran several commands the loop
+// polls for 20 us before it parks). What could wait goes to a goroutine
+// of the connection's own (today's path), which gives it back to the loop
+// once its read buffer is empty (after a short command: while long ones
+// follow each other it keeps the connection): an argument of 16 KiB or
+// more (a long SET is read and compared as it arrives), a command longer than the read
 // buffer, a command outside the loop's set (command.inline: DEL, MSET,
 // MGET, SCAN, EXPIRE, PERSIST, INFO, DBSIZE, CONFIG, COMMAND, ... which
-// list, remove or retry), a SET that would wait behind another writer's
-// put (run again from the start by the goroutine), and replies the socket
+// list, remove or retry), a SET that replaces a different value (removal
+// and put may retry while another writer's put is in flight; nothing is
+// changed before the hand-over, the goroutine runs it from the start),
+// and replies the socket
 // did not take at once (kept in order, sent by the goroutine: a slow
 // client never stalls a loop). Still run inline: one master round trip
 // when a GET or SET misses the SDK's lease cache, and a GET of a value

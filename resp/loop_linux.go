@@ -24,7 +24,7 @@ import (
 // its own (serveConn) whenever serving it could wait: an argument of
 // bigArg bytes or more, a command still incomplete when the read buffer
 // is full, a command outside the loop's set (command.inline), a SET that
-// would wait for another writer's put, or replies the socket did not take
+// replaces a value (it may wait for another writer's put), or replies the socket did not take
 // at once. The goroutine returns it to the loop when its read buffer is
 // empty again.
 type eventLoop struct {
@@ -43,7 +43,7 @@ type eventLoop struct {
 // wakeToken is the epoll token of the eventfd.
 const wakeToken = -1
 
-// startLoops starts GOMAXPROCS event loops.
+// startLoops starts the event loops.
 func (s *Server) startLoops() error {
 	// One loop per 4 CPUs: a loop runs the short commands of all its
 	// connections (as redis-server's one thread does); the other CPUs run
@@ -329,8 +329,8 @@ cmds:
 		c.yield = false
 		quit = c.exec(args)
 		if c.yield {
-			// The command would wait (a SET behind another writer's put):
-			// its goroutine runs it again from the start.
+			// The command could wait (a SET that replaces a value): its
+			// goroutine runs it again from the start.
 			c.yield = false
 			l.handoff(c, args, false)
 			return ran

@@ -40,8 +40,8 @@ type Config struct {
 	// it in place, under the read lease, instead of copying each value
 	// (see the package doc, "Copies"). Nil: every value is copied.
 	Segments client.SegmentMemory
-	// EventLoop serves connections from GOMAXPROCS event loops (epoll,
-	// Linux only) instead of a goroutine each: short requests are read,
+	// EventLoop serves connections from event loops (epoll, one per 4
+	// CPUs, Linux only) instead of a goroutine each: short requests are read,
 	// run and answered without a goroutine wake-up each (see the package
 	// doc, "Event loop"). Off by default (--resp-event-loop).
 	EventLoop bool
