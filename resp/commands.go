@@ -23,6 +23,10 @@ type command struct {
 	last   int
 	step   int
 	noAuth bool // allowed before AUTH
+	// inline: an event loop runs it itself (it never waits long: no
+	// listing, no removal); other commands are run by the connection's
+	// goroutine (loop_linux.go).
+	inline bool
 	run    func(c *conn, args [][]byte) (quit bool)
 }
 
@@ -32,30 +36,30 @@ var commands map[string]*command
 
 func init() {
 	list := []*command{
-		{name: "get", arity: 2, flags: []string{"readonly", "fast"}, first: 1, last: 1, step: 1, run: cmdGet},
-		{name: "set", arity: -3, flags: []string{"write", "denyoom"}, first: 1, last: 1, step: 1, run: cmdSet},
-		{name: "exists", arity: -2, flags: []string{"readonly", "fast"}, first: 1, last: -1, step: 1, run: cmdExists},
+		{name: "get", inline: true, arity: 2, flags: []string{"readonly", "fast"}, first: 1, last: 1, step: 1, run: cmdGet},
+		{name: "set", inline: true, arity: -3, flags: []string{"write", "denyoom"}, first: 1, last: 1, step: 1, run: cmdSet},
+		{name: "exists", inline: true, arity: -2, flags: []string{"readonly", "fast"}, first: 1, last: -1, step: 1, run: cmdExists},
 		{name: "del", arity: -2, flags: []string{"write"}, first: 1, last: -1, step: 1, run: cmdDel},
 		{name: "unlink", arity: -2, flags: []string{"write", "fast"}, first: 1, last: -1, step: 1, run: cmdDel},
 		{name: "mget", arity: -2, flags: []string{"readonly", "fast"}, first: 1, last: -1, step: 1, run: cmdMGet},
 		{name: "mset", arity: -3, flags: []string{"write", "denyoom"}, first: 1, last: -1, step: 2, run: cmdMSet},
-		{name: "ping", arity: -1, flags: []string{"fast"}, run: cmdPing},
-		{name: "echo", arity: 2, flags: []string{"fast"}, run: cmdEcho},
-		{name: "quit", arity: -1, flags: []string{"fast"}, noAuth: true, run: cmdQuit},
-		{name: "auth", arity: -2, flags: []string{"noscript", "loading", "stale", "fast"}, noAuth: true, run: cmdAuth},
-		{name: "hello", arity: -1, flags: []string{"noscript", "loading", "stale", "fast"}, noAuth: true, run: cmdHello},
-		{name: "select", arity: 2, flags: []string{"loading", "stale", "fast"}, run: cmdSelect},
-		{name: "client", arity: -2, flags: []string{"noscript", "loading", "stale"}, run: cmdClient},
+		{name: "ping", inline: true, arity: -1, flags: []string{"fast"}, run: cmdPing},
+		{name: "echo", inline: true, arity: 2, flags: []string{"fast"}, run: cmdEcho},
+		{name: "quit", inline: true, arity: -1, flags: []string{"fast"}, noAuth: true, run: cmdQuit},
+		{name: "auth", inline: true, arity: -2, flags: []string{"noscript", "loading", "stale", "fast"}, noAuth: true, run: cmdAuth},
+		{name: "hello", inline: true, arity: -1, flags: []string{"noscript", "loading", "stale", "fast"}, noAuth: true, run: cmdHello},
+		{name: "select", inline: true, arity: 2, flags: []string{"loading", "stale", "fast"}, run: cmdSelect},
+		{name: "client", inline: true, arity: -2, flags: []string{"noscript", "loading", "stale"}, run: cmdClient},
 		{name: "info", arity: -1, flags: []string{"loading", "stale"}, run: cmdInfo},
 		{name: "dbsize", arity: 1, flags: []string{"readonly", "fast"}, run: cmdDBSize},
 		{name: "scan", arity: -2, flags: []string{"readonly"}, run: cmdScan},
-		{name: "ttl", arity: 2, flags: []string{"readonly", "fast"}, first: 1, last: 1, step: 1, run: cmdTTL},
-		{name: "pttl", arity: 2, flags: []string{"readonly", "fast"}, first: 1, last: 1, step: 1, run: cmdTTL},
+		{name: "ttl", inline: true, arity: 2, flags: []string{"readonly", "fast"}, first: 1, last: 1, step: 1, run: cmdTTL},
+		{name: "pttl", inline: true, arity: 2, flags: []string{"readonly", "fast"}, first: 1, last: 1, step: 1, run: cmdTTL},
 		{name: "expire", arity: -3, flags: []string{"write", "fast"}, first: 1, last: 1, step: 1, run: cmdExpire},
 		{name: "pexpire", arity: -3, flags: []string{"write", "fast"}, first: 1, last: 1, step: 1, run: cmdExpire},
 		{name: "persist", arity: 2, flags: []string{"write", "fast"}, first: 1, last: 1, step: 1, run: cmdPersist},
-		{name: "type", arity: 2, flags: []string{"readonly", "fast"}, first: 1, last: 1, step: 1, run: cmdType},
-		{name: "strlen", arity: 2, flags: []string{"readonly", "fast"}, first: 1, last: 1, step: 1, run: cmdStrlen},
+		{name: "type", inline: true, arity: 2, flags: []string{"readonly", "fast"}, first: 1, last: 1, step: 1, run: cmdType},
+		{name: "strlen", inline: true, arity: 2, flags: []string{"readonly", "fast"}, first: 1, last: 1, step: 1, run: cmdStrlen},
 		{name: "command", arity: -1, flags: []string{"loading", "stale"}, run: cmdCommand},
 		{name: "config", arity: -2, flags: []string{"admin", "noscript", "loading", "stale"}, run: cmdConfig},
 	}
@@ -65,19 +69,23 @@ func init() {
 	}
 }
 
+// lookup finds a command by its name, in any case; nil for none.
+func (c *conn) lookup(name []byte) *command {
+	if len(name) > len(c.lower) {
+		return nil
+	}
+	n := copy(c.lower[:], name)
+	for i := range n {
+		if b := c.lower[i]; b >= 'A' && b <= 'Z' {
+			c.lower[i] = b + 'a' - 'A'
+		}
+	}
+	return commands[string(c.lower[:n])] // no allocation: the compiler looks up by the bytes
+}
+
 // exec runs one command and reports whether the connection should close.
 func (c *conn) exec(args [][]byte) bool {
-	name := args[0]
-	var cmd *command
-	if len(name) <= len(c.lower) {
-		n := copy(c.lower[:], name)
-		for i := range n {
-			if b := c.lower[i]; b >= 'A' && b <= 'Z' {
-				c.lower[i] = b + 'a' - 'A'
-			}
-		}
-		cmd = commands[string(c.lower[:n])] // no allocation: the compiler looks up by the bytes
-	}
+	cmd := c.lookup(args[0])
 	if cmd == nil {
 		c.unknown(args)
 		return false
@@ -265,6 +273,9 @@ func cmdSet(c *conn, args [][]byte) bool {
 	}
 	ok, err := c.set(string(args[1]), args[2], o)
 	switch {
+	case c.yield:
+		// An event loop's connection: its goroutine runs SET again.
+		return false
 	case err != nil:
 		c.storeErr(err)
 	case ok:
@@ -321,6 +332,14 @@ func (c *conn) set(key string, val []byte, o setOptions) (bool, error) {
 			if err == nil && o.ttl == 0 && c.holds(key, val) {
 				s.recent.put(key, len(val))
 				return true, nil
+			}
+			if c.raw != nil && c.raw.nowait {
+				// An event loop does not replace: removing and putting
+				// again may wait (retries while another writer's put is
+				// in flight). Nothing changed yet, nothing was answered:
+				// the connection's goroutine runs this SET again.
+				c.yield = true
+				return false, nil
 			}
 			// Replace: remove the old object (force: a reader's lease
 			// must not make SET fail), then put again.

@@ -19,7 +19,9 @@
 // connection to RESP3 (null "_", maps "%"). Requests are pipelined: the
 // replies to everything already received are written together, when no
 // further request is waiting in the read buffer (or 64 KiB of replies
-// accumulated). One goroutine serves each connection; Config.MaxClients
+// accumulated). One goroutine serves each connection (with
+// Config.EventLoop, an event loop serves the short requests; see "Event
+// loop"); Config.MaxClients
 // (default 10,000) bounds them, and the listener survives running out of
 // file descriptors (it waits and retries).
 //
@@ -184,6 +186,37 @@
 // which cost 4 KiB requests half of their CPU time. One goroutine serves
 // each connection and runs its commands itself (no hand-off per request).
 //
+// # Event loop
+//
+// With Config.EventLoop (`--resp-event-loop`, Linux, off by default)
+// connections are served as redis-server serves them: event loops (one
+// per 4 CPUs, at least one), each a goroutine owning an epoll instance
+// (level-triggered) and waiting for it in Go's network poller,
+// connections spread over them. Each round a loop reads every ready
+// connection once (as much as its 16 KiB read buffer takes), runs the
+// whole commands that arrived (scan checks a command is complete before
+// the parser sees it, so the loop never waits for the socket) and writes
+// their replies with one write. No goroutine parks or wakes per request,
+// and no read finds the socket empty: the next epoll_pwait says which
+// connection has bytes (after a round that ran several commands the loop
+// polls for 20 us before it parks). What could wait goes to a goroutine
+// of the connection's own (today's path), which gives it back to the loop
+// once its read buffer is empty (after a short command: while long ones
+// follow each other it keeps the connection): an argument of 16 KiB or
+// more (a long SET is read and compared as it arrives), a command longer than the read
+// buffer, a command outside the loop's set (command.inline: DEL, MSET,
+// MGET, SCAN, EXPIRE, PERSIST, INFO, DBSIZE, CONFIG, COMMAND, ... which
+// list, remove or retry), a SET that replaces a different value (removal
+// and put may retry while another writer's put is in flight; nothing is
+// changed before the hand-over, the goroutine runs it from the start),
+// and replies the socket
+// did not take at once (kept in order, sent by the goroutine: a slow
+// client never stalls a loop). Still run inline: one master round trip
+// when a GET or SET misses the SDK's lease cache, and a GET of a value
+// not in this process's segments (read through the SDK); a loop's other
+// connections wait for those. An in-place GET of a long value writes what
+// the socket takes and queues the rest as above.
+//
 // # Performance
 //
 // tests/resp_bench_test.go (BenchmarkRESP) runs redis-benchmark (-t set or
@@ -215,4 +248,27 @@
 //     the same requests per second as this front end beside redis-server
 //     at 50 clients. Spinning on the socket after an answer was tried and
 //     cost CPU without gain.
+//   - 4 KiB with the event loop (Config.EventLoop; BenchmarkRESP runs a
+//     second kvtier with --resp-event-loop in the same rounds, kvloop_*):
+//     two runs of 5 rounds (2026-12-02 03:52-03:56 UTC), against the
+//     goroutine mode: GET / SET at 1 client 0.89-0.98 / 0.98-1.49 x, at
+//     4 clients 1.21-1.49 / 1.27-1.40 x, at 50 clients 1.06 / 1.00-1.07
+//     x; CPU per request 14-15.5 / 10-17 us against 12.5-13 / 10-16.5 at
+//     1 client, 9-10 / 8-10 against 12-13.5 / 12-13 at 4, 5.5-7 against
+//     6.5-8 at 50 (redis-server 3.5-5.5). Against redis-server at 50
+//     clients: 0.82-0.96 x (the goroutine mode 0.77-0.92 x). At 1 client
+//     each request still costs the loop a poll that finds nothing before
+//     it parks (epoll_pwait instead of the goroutine's empty read: the
+//     same count of system calls) and a wake-up; the loop gains where a
+//     round serves several connections. Measured on the way: a loop
+//     blocked in epoll_wait (a system call: the runtime's monitor hands
+//     its P to another thread each round) cost 30 us per request at 1
+//     client; two loops on 2 vCPUs woke more per request than one; a
+//     1 MiB SET handed to the goroutine and back each time cost 15-45%
+//     more CPU (the connection now stays with its goroutine while long
+//     arguments follow each other: 1 MiB is 0.96-1.17 x the goroutine
+//     mode, CPU alike). Not yet tried: taking the sockets out of Go's
+//     poller (it registers EPOLLOUT too, and wakes as ACKs free send
+//     space) and parking without the empty poll. So the event loop stays
+//     off by default: it is not faster at 1 client.
 package resp

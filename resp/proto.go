@@ -476,3 +476,59 @@ func (w *writer) mapOf(n int) {
 	}
 	w.array(2 * n)
 }
+
+// What scan found at the start of the read buffer.
+const (
+	scanPartial = iota // the command is not complete yet
+	scanReady          // a whole command, or a malformed one next reports without reading further
+	scanBig            // a command with an argument of bigArg bytes or more
+)
+
+// scan tells the event loop (loop_linux.go) whether b, the unread bytes
+// of the read buffer, begins with a command next can parse without
+// reading the socket (it must never wait there). It follows next's
+// grammar: an inline line, or an array header and its bulk strings.
+func scan(b []byte, maxBulk int) int {
+	i := bytes.IndexByte(b, '\n')
+	if i < 0 {
+		return scanPartial
+	}
+	if b[0] != '*' {
+		return scanReady
+	}
+	n, ok := parseInt(trimCR(b[1:i]))
+	if !ok || n > maxArgs {
+		return scanReady
+	}
+	off := i + 1
+	for k := int64(0); k < n; k++ {
+		j := bytes.IndexByte(b[off:], '\n')
+		if j < 0 {
+			return scanPartial
+		}
+		line := trimCR(b[off : off+j])
+		if len(line) == 0 || line[0] != '$' {
+			return scanReady
+		}
+		l, ok := parseInt(line[1:])
+		if !ok || l < 0 || l > int64(maxBulk) {
+			return scanReady
+		}
+		if l >= bigArg {
+			return scanBig
+		}
+		off += j + 1
+		if int64(len(b)-off) < l+2 {
+			return scanPartial
+		}
+		off += int(l) + 2
+	}
+	return scanReady
+}
+
+func trimCR(b []byte) []byte {
+	if len(b) > 0 && b[len(b)-1] == '\r' {
+		return b[:len(b)-1]
+	}
+	return b
+}

@@ -1,6 +1,7 @@
 package resp
 
 import (
+	"errors"
 	"io"
 	"net"
 	"syscall"
@@ -24,7 +25,18 @@ import (
 type rawIO struct {
 	nc net.Conn
 	rc syscall.RawConn
+
+	// nowait is set while an event loop serves the connection (loop.go):
+	// Read returns errWouldBlock instead of waiting, and Write never
+	// waits either: what the socket does not take is kept in pending, in
+	// order, for the connection's goroutine to send (the loop hands the
+	// connection over as soon as pending is not empty).
+	nowait  bool
+	pending []byte
 }
+
+// errWouldBlock: a read in event-loop mode found the socket empty.
+var errWouldBlock = errors.New("resp: socket has nothing to read")
 
 // bigWrite: writes at least this long use net.Conn's Write.
 const bigWrite = 64 << 10
@@ -47,6 +59,9 @@ func (r *rawIO) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
+	if r.nowait {
+		return r.readNow(p)
+	}
 	var n uintptr
 	var errno syscall.Errno
 	err := r.rc.Read(func(fd uintptr) bool {
@@ -68,7 +83,91 @@ func (r *rawIO) Read(p []byte) (int, error) {
 	return int(n), nil
 }
 
+// readNow is one read of the socket, never waiting: errWouldBlock when
+// it has nothing.
+func (r *rawIO) readNow(p []byte) (int, error) {
+	var n uintptr
+	var errno syscall.Errno
+	err := r.rc.Read(func(fd uintptr) bool {
+		for {
+			n, _, errno = syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+			if errno != syscall.EINTR {
+				return true
+			}
+		}
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case errno == syscall.EAGAIN:
+		return 0, errWouldBlock
+	case errno != 0:
+		return 0, &net.OpError{Op: "read", Net: "tcp", Err: errno}
+	case n == 0:
+		return 0, io.EOF
+	}
+	return int(n), nil
+}
+
+// writeNow writes as much of p as the socket takes without waiting.
+func (r *rawIO) writeNow(p []byte) (int, error) {
+	done := 0
+	var errno syscall.Errno
+	err := r.rc.Write(func(fd uintptr) bool {
+		for done < len(p) {
+			var n uintptr
+			var e syscall.Errno
+			if len(p)-done >= bigWrite {
+				// Through the scheduler: a long write copies for a while.
+				n, _, e = syscall.Syscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[done])), uintptr(len(p)-done))
+			} else {
+				n, _, e = syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[done])), uintptr(len(p)-done))
+			}
+			switch e {
+			case 0:
+				done += int(n)
+			case syscall.EINTR:
+			case syscall.EAGAIN:
+				return true
+			default:
+				errno = e
+				return true
+			}
+		}
+		return true
+	})
+	if err == nil && errno != 0 {
+		err = &net.OpError{Op: "write", Net: "tcp", Err: errno}
+	}
+	return done, err
+}
+
+// drain leaves event-loop mode: it clears nowait and sends pending,
+// waiting for the socket as long as it takes.
+func (r *rawIO) drain() error {
+	r.nowait = false
+	if len(r.pending) == 0 {
+		return nil
+	}
+	p := r.pending
+	r.pending = nil
+	_, err := r.Write(p)
+	return err
+}
+
 func (r *rawIO) Write(p []byte) (int, error) {
+	if r.nowait {
+		all := len(p)
+		if len(r.pending) == 0 {
+			n, err := r.writeNow(p)
+			if err != nil {
+				return n, err
+			}
+			p = p[n:]
+		}
+		r.pending = append(r.pending, p...)
+		return all, nil
+	}
 	if len(p) >= bigWrite {
 		return r.nc.Write(p)
 	}
@@ -113,7 +212,7 @@ func (r *rawIO) writevNow(bufs [][]byte) (int, error) {
 		iov[n].SetLen(len(b))
 		n++
 	}
-	if n == 0 {
+	if n == 0 || r.nowait && len(r.pending) > 0 {
 		return 0, nil
 	}
 	var done uintptr

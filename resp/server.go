@@ -40,6 +40,11 @@ type Config struct {
 	// it in place, under the read lease, instead of copying each value
 	// (see the package doc, "Copies"). Nil: every value is copied.
 	Segments client.SegmentMemory
+	// EventLoop serves connections from event loops (epoll, one per 4
+	// CPUs, Linux only) instead of a goroutine each: short requests are read,
+	// run and answered without a goroutine wake-up each (see the package
+	// doc, "Event loop"). Off by default (--resp-event-loop).
+	EventLoop bool
 }
 
 // Validate reports a setting out of range.
@@ -74,13 +79,15 @@ type Server struct {
 	suspects suspectSet // keys read through the copying path for a while (inplace.go)
 	keyLocks [256]sync.RWMutex
 	lockSeed maphash.Seed   // of keyLock's hash
-	wg       sync.WaitGroup // connection goroutines
+	wg       sync.WaitGroup // connections and event loops
+	loops    []*eventLoop   // Config.EventLoop; fixed after New
 
 	nextID     atomic.Int64
 	nConns     atomic.Int64
 	connsTotal atomic.Uint64
 	rejected   atomic.Uint64
 	commands   atomic.Uint64
+	loopRuns   atomic.Uint64 // commands run by an event loop (tests)
 	hits       atomic.Uint64
 	misses     atomic.Uint64
 	port       atomic.Int64
@@ -106,8 +113,15 @@ func New(c *client.Client, cfg Config) (*Server, error) {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{store: c, cfg: cfg, log: cfg.Logger, start: time.Now(), ctx: ctx, cancel: cancel,
-		conns: map[*conn]struct{}{}, lockSeed: maphash.MakeSeed(), cursors: newCursorTable(cursorTableSize), recent: newRecentTable()}, nil
+	s := &Server{store: c, cfg: cfg, log: cfg.Logger, start: time.Now(), ctx: ctx, cancel: cancel,
+		conns: map[*conn]struct{}{}, lockSeed: maphash.MakeSeed(), cursors: newCursorTable(cursorTableSize), recent: newRecentTable()}
+	if cfg.EventLoop {
+		if err := s.startLoops(); err != nil {
+			cancel()
+			return nil, err
+		}
+	}
+	return s, nil
 }
 
 // Serve accepts connections on lis until Close; it returns nil after
@@ -164,7 +178,9 @@ func (s *Server) Serve(lis net.Listener) error {
 		s.nConns.Add(1)
 		s.wg.Add(1)
 		s.mu.Unlock()
-		go s.serveConn(c)
+		if c.loop = s.loopFor(c); c.loop == nil || !c.loop.register(c) {
+			go s.serveConn(c, nil, false)
+		}
 	}
 }
 
@@ -184,6 +200,9 @@ func (s *Server) Close() error {
 		c.nc.Close()
 	}
 	s.mu.Unlock()
+	for _, l := range s.loops {
+		l.stop()
+	}
 	s.cancel()
 	s.wg.Wait()
 	return nil
@@ -209,6 +228,13 @@ type conn struct {
 
 	watched    client.View // what watchSet compared the value being read with (inplace.go)
 	watchedKey string      // its key
+
+	// Event-loop mode (loop_linux.go). The connection is served either by
+	// its loop (raw.nowait set) or by a goroutine of its own, never both.
+	loop  *eventLoop // nil: goroutine mode only
+	slot  int32      // its epoll token while the loop serves it
+	gen   int32      // counts registrations: an event of an earlier one is ignored
+	yield bool       // the command asks to be run again by the goroutine
 }
 
 func (s *Server) newConn(nc net.Conn) *conn {
@@ -226,27 +252,59 @@ func (s *Server) newConn(nc net.Conn) *conn {
 	return c
 }
 
-func (s *Server) serveConn(c *conn) {
+// finish closes c and forgets it.
+func (s *Server) finish(c *conn) {
+	c.r.release()
+	c.nc.Close()
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	s.nConns.Add(-1)
+	s.wg.Done()
+}
+
+// serveConn serves c from a goroutine of its own until it closes, or
+// until it can go back to its event loop (c.loop) with nothing left to
+// read or write. From an event loop, it first sends the replies the
+// socket did not take, closes c when quit, and runs args (a command
+// already parsed) when set.
+func (s *Server) serveConn(c *conn, args [][]byte, quit bool) {
+	back := false
 	defer func() {
-		c.r.release()
-		c.nc.Close()
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.mu.Unlock()
-		s.nConns.Add(-1)
-		s.wg.Done()
+		if !back {
+			s.finish(c)
+		}
 	}()
-	for {
-		args, err := c.r.next()
-		if err != nil {
-			var pe *errProtocol
-			if errors.As(err, &pe) {
-				c.w.error("ERR " + pe.Error())
-				_ = c.w.flush()
-			}
+	if c.raw != nil {
+		c.w.vc = c.nc
+		if err := c.raw.drain(); err != nil || quit {
 			return
 		}
+	}
+	long := false // the last command had an argument of bigArg bytes or more
+	for {
+		if args == nil {
+			// Back to the loop once nothing is left to read, unless the
+			// last command was long: the next is likely long too (a
+			// client storing 1 MiB values), and staying saves the loop's
+			// hand-over and epoll registration per request.
+			if c.loop != nil && !long && c.r.br.Buffered() == 0 && c.w.err == nil && len(c.w.buf) == 0 && c.loop.register(c) {
+				back = true
+				return
+			}
+			var err error
+			args, err = c.r.next()
+			if err != nil {
+				var pe *errProtocol
+				if errors.As(err, &pe) {
+					c.w.error("ERR " + pe.Error())
+					_ = c.w.flush()
+				}
+				return
+			}
+		}
 		quit := false
+		long = len(c.r.bigs) > 0
 		if len(args) > 0 {
 			s.commands.Add(1)
 			quit = c.exec(args)
@@ -261,5 +319,6 @@ func (s *Server) serveConn(c *conn) {
 		if quit {
 			return
 		}
+		args = nil
 	}
 }

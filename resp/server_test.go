@@ -67,6 +67,7 @@ func startServerOn(t *testing.T, cfg Config, inPlace bool) (*Server, string, *ap
 	if inPlace {
 		cfg.Segments = a.SegmentMemory
 	}
+	cfg.EventLoop = cfg.EventLoop || testEventLoop
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}

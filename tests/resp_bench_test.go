@@ -28,7 +28,10 @@ import (
 // For 1 MiB values a third server runs beside them: a ceiling that answers
 // GET with a constant value from memory and drops what SET sends (see
 // serveCeiling), the most any server can get out of redis-benchmark on
-// this machine; ceiling_x_redis is its ratio to redis-server.
+// this machine; ceiling_x_redis is its ratio to redis-server. A second
+// kvtier process serves with --resp-event-loop in the same rounds
+// (kvloop_x_redis, kvloop_x_kvtier: its ratios to redis-server and to
+// the default goroutine-per-connection mode).
 //
 // KVTIER_RESP_ROUNDS sets the rounds (default 5). KVTIER_RESP_SERVER_CPUS
 // and KVTIER_RESP_CLIENT_CPUS (taskset lists, e.g. 1 and 0) pin both
@@ -48,6 +51,10 @@ func BenchmarkRESP(b *testing.B) {
 	kvAddr, kvPid := startRESPServer(b, srvCPUs, kvtierBin, "standalone", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
 		"--resp-addr", "127.0.0.1:0", "--name", "bench-box", "--dram", "256MiB", "--ssd-dir", "", "--offload", "off",
 		"--cpuprofile", os.Getenv("KVTIER_BENCH_PROFILE"))
+	// The same with the event loop (--resp-event-loop), in the same run.
+	loopAddr, loopPid := startRESPServer(b, srvCPUs, kvtierBin, "standalone", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
+		"--resp-addr", "127.0.0.1:0", "--name", "bench-loop", "--dram", "256MiB", "--ssd-dir", "", "--offload", "off",
+		"--resp-event-loop")
 	redis, redisPid := startRedisServer(b, srvCPUs)
 	ceiling := serveCeiling(b, 1<<20)
 	rounds := 5
@@ -61,7 +68,7 @@ func BenchmarkRESP(b *testing.B) {
 	for _, size := range []int{4 << 10, 1 << 20} {
 		for _, clients := range []int{1, 4, 50} {
 			n := 20000
-			servers := []server{{"kvtier", kvAddr, kvPid}, {"redis", redis, redisPid}}
+			servers := []server{{"kvtier", kvAddr, kvPid}, {"kvloop", loopAddr, loopPid}, {"redis", redis, redisPid}}
 			if size >= 1<<20 {
 				n = 1000
 				servers = append(servers, server{"ceiling", ceiling, 0})
@@ -88,11 +95,15 @@ func BenchmarkRESP(b *testing.B) {
 					b.ReportMetric(k/r, op+"_x_redis")
 					b.ReportMetric(median(res[op+"_cpu_kvtier"]), op+"_kvtier_cpu_us/req")
 					b.ReportMetric(median(res[op+"_cpu_redis"]), op+"_redis_cpu_us/req")
+					l := median(res[op+"_kvloop"])
+					b.ReportMetric(l/r, op+"_kvloop_x_redis")
+					b.ReportMetric(l/k, op+"_kvloop_x_kvtier")
+					b.ReportMetric(median(res[op+"_cpu_kvloop"]), op+"_kvloop_cpu_us/req")
 					if c := res[op+"_ceiling"]; len(c) > 0 {
 						b.ReportMetric(median(c)/r, op+"_ceiling_x_redis")
 					}
-					b.Logf("%s %s: kvtier %v, redis-server %v, ceiling %v req/s; CPU per request kvtier %v, redis-server %v us",
-						op, name, res[op+"_kvtier"], res[op+"_redis"], res[op+"_ceiling"], res[op+"_cpu_kvtier"], res[op+"_cpu_redis"])
+					b.Logf("%s %s: kvtier %v, event loop %v, redis-server %v, ceiling %v req/s; CPU per request kvtier %v, event loop %v, redis-server %v us",
+						op, name, res[op+"_kvtier"], res[op+"_kvloop"], res[op+"_redis"], res[op+"_ceiling"], res[op+"_cpu_kvtier"], res[op+"_cpu_kvloop"], res[op+"_cpu_redis"])
 				}
 			})
 		}

@@ -26,6 +26,9 @@ func startRESP(t *testing.T, extra ...string) (*proc, string) {
 	t.Helper()
 	args := append([]string{"standalone", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
 		"--resp-addr", "127.0.0.1:0", "--ssd-dir", "", "--dram", "256MiB"}, extra...)
+	if respEventLoop {
+		args = append(args, "--resp-event-loop")
+	}
 	p := start(t, "standalone", args...)
 	addr := p.addrs["resp"]
 	if addr == "" || strings.HasSuffix(addr, ":0") {
@@ -598,5 +601,31 @@ func TestRESPBadAddress(t *testing.T) {
 		"--ssd-dir", "", "--dram", "16MiB", "--resp-addr", "127.0.0.1:notaport")
 	if code == 0 || !strings.Contains(errOut, "--resp-addr 127.0.0.1:notaport") {
 		t.Fatalf("exit %d, stderr:\n%s", code, errOut)
+	}
+}
+
+// respEventLoop makes startRESP serve with --resp-event-loop (set by
+// TestRESPEventLoop around the tests it runs again).
+var respEventLoop bool
+
+// TestRESPEventLoop runs the RESP tests again against `kvtier standalone
+// --resp-event-loop`: every behaviour must hold in both serving modes.
+func TestRESPEventLoop(t *testing.T) {
+	respEventLoop = true
+	defer func() { respEventLoop = false }()
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"RedisCLI", TestRESPRedisCLI},
+		{"PipeAndScan", TestRESPPipeAndScan},
+		{"PythonRedis", TestRESPPythonRedis},
+		{"ProtocolAndBadInput", TestRESPProtocolAndBadInput},
+		{"NoSpace", TestRESPNoSpace},
+		{"ThousandConnections", TestRESPThousandConnections},
+		{"ExistsImpliesGet", TestRESPExistsImpliesGet},
+		{"Auth", TestRESPAuth},
+	} {
+		t.Run(tc.name, tc.test)
 	}
 }

@@ -12,12 +12,13 @@ import (
 )
 
 // startRESP serves the Redis protocol on addr (--resp-addr; clients AUTH
-// with the password in passwordFile when given) through the
+// with the password in passwordFile when given; eventLoop:
+// --resp-event-loop) through the
 // appliance's own client, so values move by memcpy to and from the box's
 // segments. An empty addr serves nothing. It returns the " resp=ADDR" part
 // of the listening line and the function that stops the server (before
 // the appliance closes).
-func startRESP(addr, passwordFile string, a *appliance.Appliance, log *slog.Logger) (desc string, stop func(), err error) {
+func startRESP(addr, passwordFile string, eventLoop bool, a *appliance.Appliance, log *slog.Logger) (desc string, stop func(), err error) {
 	if addr == "" {
 		if passwordFile != "" {
 			return "", nil, fmt.Errorf("--resp-password-file needs --resp-addr")
@@ -25,7 +26,7 @@ func startRESP(addr, passwordFile string, a *appliance.Appliance, log *slog.Logg
 		return "", func() {}, nil
 	}
 	// Segments: GET and SET read this box's segment memory in place.
-	cfg := resp.Config{Logger: log, Segments: a.SegmentMemory}
+	cfg := resp.Config{Logger: log, Segments: a.SegmentMemory, EventLoop: eventLoop}
 	if passwordFile != "" {
 		b, err := os.ReadFile(passwordFile)
 		if err != nil {

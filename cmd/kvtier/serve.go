@@ -120,6 +120,7 @@ type applianceFlags struct {
 	nvme        nvmeFlags
 	respAddr    string
 	respPwFile  string
+	respLoop    bool
 	clientSec   clientSecurityFlags // appliance command: its token and the master's CA
 	dataTLS     dataTLSFlags        // appliance command: TLS on the data port
 }
@@ -164,6 +165,7 @@ func (f *applianceFlags) register(cmd *cobra.Command, standalone bool) {
 	f.nvme.register(cmd)
 	fs.StringVar(&f.respAddr, "resp-addr", "", "Redis protocol (RESP2/RESP3) listen address, e.g. 127.0.0.1:6379 (empty: off; port 0 picks a free port)")
 	fs.StringVar(&f.respPwFile, "resp-password-file", "", "file holding the password Redis clients must AUTH with (default: none, like redis-server without requirepass)")
+	fs.BoolVar(&f.respLoop, "resp-event-loop", false, "serve Redis connections from epoll event loops (one per CPU) instead of a goroutine each (Linux)")
 }
 
 func (f *applianceFlags) config(masterAddr string, log *slog.Logger) (appliance.Config, error) {
@@ -436,7 +438,7 @@ func newApplianceCmd() *cobra.Command {
 				return err
 			}
 			reportTierConflicts(ctx, cmd, &f, a, log)
-			respDesc, stopRESP, err := startRESP(f.respAddr, f.respPwFile, a, log)
+			respDesc, stopRESP, err := startRESP(f.respAddr, f.respPwFile, f.respLoop, a, log)
 			if err != nil {
 				_ = a.Close(context.Background())
 				return err
@@ -508,7 +510,7 @@ func newStandaloneCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			respDesc, stopRESP, err := startRESP(af.respAddr, af.respPwFile, a, log)
+			respDesc, stopRESP, err := startRESP(af.respAddr, af.respPwFile, af.respLoop, a, log)
 			if err != nil {
 				_ = a.Close(context.Background())
 				return err
