@@ -27,6 +27,11 @@ type Config struct {
 	AdminDepth   int      // admin queue entries [32]
 	HeaderDigest bool
 	DataDigest   bool
+	// PollSpin, when positive, makes each queue's reader poll an empty
+	// socket this long before it sleeps (spin.go): lower latency and fewer
+	// wake-ups for the CPU spent spinning, as a polling driver such as
+	// spdk_nvme_perf trades [0: sleep at once].
+	PollSpin time.Duration
 	// KeepAlive is the KATO asked for; Keep Alive commands are sent every
 	// KeepAlive/2. Negative disables keep-alive [10s].
 	KeepAlive time.Duration
@@ -203,7 +208,7 @@ func (c *Controller) openQueue(ctx context.Context, qid uint16, depth int, cntli
 		stop()
 		return fail(kverr.New(kverr.TransferFail, c.addr, "send ICReq: %v", err))
 	}
-	q.r = pdu.NewReader(nc, pdu.ReaderConfig{Side: pdu.HostSide, MaxC2HData: 16 << 20, BufferSize: 64 << 10})
+	q.r = pdu.NewReader(newSpinReader(nc, c.cfg.PollSpin), pdu.ReaderConfig{Side: pdu.HostSide, MaxC2HData: 16 << 20, BufferSize: 64 << 10})
 	f, err := q.r.Next()
 	if !stop() {
 		return fail(ctx.Err())
