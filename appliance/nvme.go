@@ -7,6 +7,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
 	"github.com/kvtier/kvtier/kverr"
@@ -32,6 +33,9 @@ type NVMeConfig struct {
 	CtrlSecrets map[string]*auth.Secret
 	Backend     string     // "" or "builtin": built-in target; "spdk": drive SPDK (see SPDKConfig)
 	SPDK        SPDKConfig // used when Backend is "spdk"
+	// PollSpin: the built-in target's connections poll an empty socket
+	// this long before sleeping (target.Config.PollSpin), as SPDK polls.
+	PollSpin time.Duration
 }
 
 // NVMeNamespace is one exported namespace.
@@ -138,7 +142,7 @@ func (a *Appliance) startNVMe(ctx context.Context, cfg NVMeConfig) (err error) {
 		ex.files = append(ex.files, f)
 		nss = append(nss, f)
 	}
-	ex.target, err = target.New(target.Config{Logger: a.log})
+	ex.target, err = target.New(target.Config{Logger: a.log, PollSpin: cfg.PollSpin})
 	if err != nil {
 		return err
 	}

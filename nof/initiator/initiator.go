@@ -14,6 +14,7 @@ import (
 	"github.com/kvtier/kvtier/nof/auth"
 	"github.com/kvtier/kvtier/nof/nvme"
 	"github.com/kvtier/kvtier/nof/pdu"
+	"github.com/kvtier/kvtier/nof/sockpoll"
 )
 
 // Config describes the controller to connect to. Zero values mean the
@@ -28,7 +29,7 @@ type Config struct {
 	HeaderDigest bool
 	DataDigest   bool
 	// PollSpin, when positive, makes each queue's reader poll an empty
-	// socket this long before it sleeps (spin.go): lower latency and fewer
+	// socket this long before it sleeps (nof/sockpoll): lower latency and fewer
 	// wake-ups for the CPU spent spinning, as a polling driver such as
 	// spdk_nvme_perf trades [0: sleep at once].
 	PollSpin time.Duration
@@ -208,7 +209,7 @@ func (c *Controller) openQueue(ctx context.Context, qid uint16, depth int, cntli
 		stop()
 		return fail(kverr.New(kverr.TransferFail, c.addr, "send ICReq: %v", err))
 	}
-	q.r = pdu.NewReader(newSpinReader(nc, c.cfg.PollSpin), pdu.ReaderConfig{Side: pdu.HostSide, MaxC2HData: 16 << 20, BufferSize: 64 << 10})
+	q.r = pdu.NewReader(sockpoll.NewReader(nc, c.cfg.PollSpin), pdu.ReaderConfig{Side: pdu.HostSide, MaxC2HData: 16 << 20, BufferSize: 64 << 10})
 	f, err := q.r.Next()
 	if !stop() {
 		return fail(ctx.Err())

@@ -128,7 +128,7 @@ start_spdk() {
 start_kvtier() {
 	local ns=(-mem 256MiB)
 	[[ $1 == file ]] && ns=(-file "$FILE_DIR/spdkcompare-kvtier.img" -size 1GiB)
-	"${PRIO[@]}" taskset -c "$TGT_CORE" "$OUT/ktgt" -addr 127.0.0.1:"$PORT" -nqn $NQN "${ns[@]}" > "$2" 2>&1 &
+	"${PRIO[@]}" taskset -c "$TGT_CORE" "$OUT/ktgt" -addr 127.0.0.1:"$PORT" -nqn $NQN ${KTGT_ARGS:-} "${ns[@]}" > "$2" 2>&1 &
 	TPID=$!
 	for _ in $(seq 100); do grep -qs "^ready" "$2" && return; sleep 0.1; done
 	echo "run.sh: kvtier target did not start: $(cat "$2")" >&2

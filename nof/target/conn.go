@@ -15,6 +15,7 @@ import (
 	"github.com/kvtier/kvtier/nof/namespace"
 	"github.com/kvtier/kvtier/nof/nvme"
 	"github.com/kvtier/kvtier/nof/pdu"
+	"github.com/kvtier/kvtier/nof/sockpoll"
 )
 
 // r2tState is one outstanding R2T: the reader goroutine fills buf from
@@ -88,6 +89,9 @@ func (t *Target) newConn(nc net.Conn) *conn {
 	ctx, cancel := context.WithCancel(t.ctx)
 	c := &conn{t: t, nc: nc, ctx: ctx, cancel: cancel, remote: nc.RemoteAddr().String(), r2ts: map[uint16]*r2tState{}, turn: newAnswerTurn()}
 	c.dr = &deadlineReader{c: c, nc: nc, idle: true}
+	if t.cfg.PollSpin > 0 {
+		c.dr.src = sockpoll.NewReader(nc, t.cfg.PollSpin)
+	}
 	c.r = pdu.NewReader(c.dr, pdu.ReaderConfig{Side: pdu.ControllerSide, MaxCapsuleData: max(8192, t.cfg.InCapsuleDataSize),
 		MaxH2CData: t.cfg.MaxH2CData, BufferSize: 64 << 10})
 	c.w = pdu.NewWriter(nc)

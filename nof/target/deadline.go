@@ -1,6 +1,7 @@
 package target
 
 import (
+	"io"
 	"net"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,7 @@ type deadlineReader struct {
 	armed   time.Time     // the deadline set on nc (zero: none)
 	armedHd bool          // armed is a header deadline
 	reads   atomic.Uint64 // Read calls (Stats.Transport)
+	src     io.Reader     // nc through a polling reader (Config.PollSpin), or nil
 }
 
 func (d *deadlineReader) Read(p []byte) (int, error) {
@@ -47,6 +49,9 @@ func (d *deadlineReader) Read(p []byte) (int, error) {
 		}
 	}
 	d.reads.Add(1)
+	if d.src != nil {
+		return d.src.Read(p)
+	}
 	return d.nc.Read(p)
 }
 

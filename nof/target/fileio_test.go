@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/kvtier/kvtier/nof/initiator"
 	"github.com/kvtier/kvtier/nof/namespace"
@@ -20,15 +21,19 @@ import (
 // and reads of both, from 16 goroutines each owning its own region, then
 // checks every byte, with and without digests, and the namespace counters.
 func TestConcurrentFileIO(t *testing.T) {
-	for _, dd := range []bool{false, true} {
-		t.Run(fmt.Sprintf("ddgst=%v", dd), func(t *testing.T) {
+	for _, tc := range []struct {
+		dd   bool
+		spin time.Duration // target and initiator both poll (nof/sockpoll)
+	}{{false, 0}, {true, 0}, {false, 50 * time.Microsecond}, {true, 50 * time.Microsecond}} {
+		dd := tc.dd
+		t.Run(fmt.Sprintf("ddgst=%v/poll-spin=%v", dd, tc.spin), func(t *testing.T) {
 			f, err := namespace.OpenFile(filepath.Join(t.TempDir(), "ns.img"), namespace.FileConfig{Size: 16 << 20})
 			if err != nil {
 				t.Skipf("O_DIRECT not available here: %v", err)
 			}
 			defer f.Close()
-			tg, addr := newTarget(t, target.Config{}, target.Subsystem{Namespaces: []namespace.Namespace{f}})
-			c := dial(t, addr, initiator.Config{QueueDepth: 64, HeaderDigest: dd, DataDigest: dd})
+			tg, addr := newTarget(t, target.Config{PollSpin: tc.spin}, target.Subsystem{Namespaces: []namespace.Namespace{f}})
+			c := dial(t, addr, initiator.Config{QueueDepth: 64, HeaderDigest: dd, DataDigest: dd, PollSpin: tc.spin})
 			ctx := context.Background()
 			const workers, rounds, region = 16, 6, 1 << 20
 			var wg sync.WaitGroup

@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/kvtier/kvtier/nof/auth"
 	"github.com/kvtier/kvtier/nof/namespace"
@@ -34,6 +35,7 @@ func main() {
 	buffered := flag.Bool("buffered", false, "with -file: no O_DIRECT")
 	bs := flag.Int("bs", 4096, "LBA size (512 or 4096; run.sh gives SPDK's bdevs the same)")
 	c2h := flag.Bool("c2h-success", true, "complete reads with C2HData SUCCESS (as SPDK's target does)")
+	flag.DurationVar(&pollSpin, "poll-spin", 0, "poll an empty socket this long before sleeping (target.Config.PollSpin)")
 	prof := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.StringVar(&hostKey, "host-key", "", "DH-HMAC-CHAP: HOSTNQN=DHHC-1:... or HOSTNQN=@FILE: only that host, authenticated")
 	flag.StringVar(&ctrlKey, "ctrl-key", "", "DH-HMAC-CHAP controller secret for -host-key's host (bidirectional): DHHC-1:... or @FILE")
@@ -55,6 +57,8 @@ func main() {
 }
 
 var hostKey, ctrlKey string
+
+var pollSpin time.Duration
 
 func parseSize(s string) (int64, error) {
 	mult := int64(1)
@@ -107,7 +111,7 @@ func run(addr, nqn, mem, file, size string, buffered bool, bs int, c2h bool) err
 		return fmt.Errorf("give -mem SIZE or -file PATH")
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	tg, err := target.New(target.Config{C2HSuccess: c2h, Logger: log})
+	tg, err := target.New(target.Config{C2HSuccess: c2h, Logger: log, PollSpin: pollSpin})
 	if err != nil {
 		return err
 	}

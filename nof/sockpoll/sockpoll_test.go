@@ -1,4 +1,4 @@
-package initiator
+package sockpoll
 
 import (
 	"bytes"
@@ -13,7 +13,7 @@ import (
 // TestSpinReader: the spinning reader returns exactly the bytes sent,
 // across writes that arrive while it spins and after it parked, reports
 // EOF when the peer closes, and honours a read deadline while parked.
-func TestSpinReader(t *testing.T) {
+func TestReader(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -27,7 +27,7 @@ func TestSpinReader(t *testing.T) {
 	}
 	defer nc.Close()
 	peer := <-srv
-	r := newSpinReader(nc, 200*time.Microsecond)
+	r := NewReader(nc, 200*time.Microsecond)
 	if _, ok := r.(*spinReader); !ok {
 		t.Fatalf("a TCP connection got %T, want *spinReader", r)
 	}
@@ -53,7 +53,7 @@ func TestSpinReader(t *testing.T) {
 	if n, err := r.Read(got); n != 0 || err != io.EOF {
 		t.Fatalf("read after the peer closed: %d, %v", n, err)
 	}
-	if _, ok := newSpinReader(nc, 0).(*spinReader); ok {
+	if _, ok := NewReader(nc, 0).(*spinReader); ok {
 		t.Fatal("spin 0 still spins")
 	}
 }

@@ -1,4 +1,8 @@
-package initiator
+// Package sockpoll owns polling reads of a TCP socket for the NVMe/TCP
+// initiator and target: a reader that, finding the socket empty, retries
+// for a bounded time before Go's poller parks the goroutine, trading that
+// CPU for the park and wake-up a polling driver (SPDK) never pays.
+package sockpoll
 
 import (
 	"errors"
@@ -18,9 +22,9 @@ type spinReader struct {
 	spin time.Duration
 }
 
-// newSpinReader returns nc itself when spin <= 0 or nc exposes no raw
+// NewReader returns nc itself when spin <= 0 or nc exposes no raw
 // descriptor (a TLS or test connection).
-func newSpinReader(nc net.Conn, spin time.Duration) io.Reader {
+func NewReader(nc net.Conn, spin time.Duration) io.Reader {
 	sc, ok := nc.(syscall.Conn)
 	if spin <= 0 || !ok {
 		return nc
