@@ -35,7 +35,7 @@ func main() {
 	buffered := flag.Bool("buffered", false, "with -file: no O_DIRECT")
 	bs := flag.Int("bs", 4096, "LBA size (512 or 4096; run.sh gives SPDK's bdevs the same)")
 	c2h := flag.Bool("c2h-success", true, "complete reads with C2HData SUCCESS (as SPDK's target does)")
-	flag.DurationVar(&pollSpin, "poll-spin", 0, "poll an empty socket this long before sleeping (target.Config.PollSpin)")
+	flag.DurationVar(&pollSpin, "poll-spin", 50*time.Microsecond, "poll an empty socket this long before sleeping (target.Config.PollSpin; the appliance's --nvme-poll-spin default)")
 	prof := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.StringVar(&hostKey, "host-key", "", "DH-HMAC-CHAP: HOSTNQN=DHHC-1:... or HOSTNQN=@FILE: only that host, authenticated")
 	flag.StringVar(&ctrlKey, "ctrl-key", "", "DH-HMAC-CHAP controller secret for -host-key's host (bidirectional): DHHC-1:... or @FILE")
