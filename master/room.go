@@ -60,6 +60,15 @@ func (m *Master) evictableNowLocked(o *object, st *settings, now int64) bool {
 // only free space and objects evictable now. It reports whether it found
 // one. evictMu must be held.
 func (m *Master) makeRoom(size uint64, rep *EvictionReport, st *settings, now int64) bool {
+	// Without one object evictable now no range can be emptied: every run
+	// would be free space alone, which holeFits already ruled out. This is
+	// the common case when DRAM is full of objects waiting for their
+	// offload (--offload immediate at the watermark), where each put would
+	// otherwise collect and sort every replica of every segment for nothing
+	// (22 % of a standalone's CPU in one profile of 4 KiB puts there).
+	if !m.anyEvictableNow(st, now) {
+		return false
+	}
 	items := map[*segment][]roomItem{}
 	m.forEachShard(func(sh *shard) {
 		for _, e := range sh.mem {
@@ -101,6 +110,24 @@ func (m *Master) makeRoom(size uint64, rep *EvictionReport, st *settings, now in
 	for _, it := range best {
 		m.evictOne(it.ref, rep, st, now, false)
 	}
+	return found
+}
+
+// anyEvictableNow reports whether some object with a MEMORY replica could
+// be evicted now (evictableNowLocked), stopping at the first.
+func (m *Master) anyEvictableNow(st *settings, now int64) bool {
+	found := false
+	m.forEachShard(func(sh *shard) {
+		if found {
+			return
+		}
+		for _, e := range sh.mem {
+			if m.evictableNowLocked(e.o, st, now) {
+				found = true
+				return
+			}
+		}
+	})
 	return found
 }
 
