@@ -21,11 +21,18 @@ const (
 )
 
 func startTarget(t testing.TB) string {
+	_, addr := startTargetSized(t, 8<<20)
+	return addr
+}
+
+// startTargetSized runs a target with one memory namespace of size bytes
+// under sub, closed when the test ends (or earlier by the test).
+func startTargetSized(t testing.TB, size int) (*target.Target, string) {
 	tg, err := target.New(target.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mem, _ := namespace.NewMemory(make([]byte, 8<<20), 4096)
+	mem, _ := namespace.NewMemory(make([]byte, size), 4096)
 	if err := tg.AddSubsystem(target.Subsystem{NQN: sub, Namespaces: []namespace.Namespace{mem}}); err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +41,7 @@ func startTarget(t testing.TB) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tg.Close() })
-	return addr.String()
+	return tg, addr.String()
 }
 
 func TestConfigValidate(t *testing.T) {

@@ -71,19 +71,8 @@ func TestPerfWritesLand(t *testing.T) {
 // waiting for completions that never come, when the target goes away
 // during the run.
 func TestPerfQueueDies(t *testing.T) {
-	tg, err := target.New(target.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mem, _ := namespace.NewMemory(make([]byte, 1<<20), 4096)
-	if err := tg.AddSubsystem(target.Subsystem{NQN: sub, Namespaces: []namespace.Namespace{mem}}); err != nil {
-		t.Fatal(err)
-	}
-	addr, err := tg.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := initiator.Dial(context.Background(), addr.String(), initiator.Config{SubNQN: sub, HostNQN: host, KeepAlive: -1})
+	tg, addr := startTargetSized(t, 1<<20)
+	c, err := initiator.Dial(context.Background(), addr, initiator.Config{SubNQN: sub, HostNQN: host, KeepAlive: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,19 +94,8 @@ func TestPerfQueueDies(t *testing.T) {
 // receiver noticed the close is wrapped the same way in submitAsync; that
 // window is too narrow to hit on purpose.)
 func TestPerfTargetGoneBeforeStart(t *testing.T) {
-	tg, err := target.New(target.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mem, _ := namespace.NewMemory(make([]byte, 1<<20), 4096)
-	if err := tg.AddSubsystem(target.Subsystem{NQN: sub, Namespaces: []namespace.Namespace{mem}}); err != nil {
-		t.Fatal(err)
-	}
-	addr, err := tg.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := initiator.Dial(context.Background(), addr.String(), initiator.Config{SubNQN: sub, HostNQN: host, KeepAlive: -1})
+	tg, addr := startTargetSized(t, 1<<20)
+	c, err := initiator.Dial(context.Background(), addr, initiator.Config{SubNQN: sub, HostNQN: host, KeepAlive: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
