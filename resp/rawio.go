@@ -59,40 +59,20 @@ func (r *rawIO) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	if r.nowait {
-		return r.readNow(p)
-	}
-	var n uintptr
-	var errno syscall.Errno
-	err := r.rc.Read(func(fd uintptr) bool {
-		for {
-			n, _, errno = syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-			if errno != syscall.EINTR {
-				return errno != syscall.EAGAIN
-			}
-		}
-	})
-	switch {
-	case err != nil:
-		return 0, err
-	case errno != 0:
-		return 0, &net.OpError{Op: "read", Net: "tcp", Err: errno}
-	case n == 0:
-		return 0, io.EOF
-	}
-	return int(n), nil
+	return r.read(p, !r.nowait)
 }
 
-// readNow is one read of the socket, never waiting: errWouldBlock when
-// it has nothing.
-func (r *rawIO) readNow(p []byte) (int, error) {
+// read is one read of the socket. With wait an empty socket parks the
+// goroutine in Go's poller until data comes; without it the answer is
+// errWouldBlock at once.
+func (r *rawIO) read(p []byte, wait bool) (int, error) {
 	var n uintptr
 	var errno syscall.Errno
 	err := r.rc.Read(func(fd uintptr) bool {
 		for {
 			n, _, errno = syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
 			if errno != syscall.EINTR {
-				return true
+				return !wait || errno != syscall.EAGAIN
 			}
 		}
 	})
