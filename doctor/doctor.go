@@ -596,7 +596,7 @@ func checkRDMATransport(cfg Config) Check {
 		c.Status = StatusOK // the operator's choice
 	default:
 		c.Status = StatusWarn
-		c.Fix = "build kvtier with RDMA (apt-get install libibverbs-dev rdma-core; go build -tags rdma ./cmd/kvtier) and give --rdma-device auto or a device listed by rdma link show"
+		c.Fix = "build kvtier with RDMA (apt-get install libibverbs-dev rdma-core; make build adds -tags rdma then) and give --rdma-device auto or a device listed by rdma link show"
 	}
 	return c
 }
