@@ -90,7 +90,7 @@ func putFromPB(p *kvtierpb.PutStartRequest) PutRequest {
 	pc := PutConfig{
 		Replicas: int(c.GetReplicaNum()), NOFReplicas: int(c.GetNofReplicaNum()),
 		PreferredSegment: c.GetPreferredSegment(), SoftPin: c.GetSoftPin(), HardPin: c.GetHardPin(),
-		SoftPinTTL: msDur(c.GetSoftPinTtlMs()),
+		SoftPinTTL: msDur(c.GetSoftPinTtlMs()), OnlyNode: c.GetOnlyNode(),
 	}
 	if pc.Replicas == 0 && pc.NOFReplicas == 0 {
 		pc.Replicas = 1 // wire: replica_num 0 means 1
@@ -197,18 +197,33 @@ func (s *grpcServer) PutStart(ctx context.Context, r *kvtierpb.PutStartRequest) 
 	if err := s.m.fenceErr(); err != nil { // deposed: another master may lead
 		return nil, toGRPC(err)
 	}
-	reps, err := s.m.PutStart(ctx, putFromPB(r))
+	req := putFromPB(r)
+	if tok := r.GetPutTicket(); len(tok) > 0 { // a direct put, placed on the node that has the bytes
+		node, err := s.m.CheckPutTicket(ctx, tok, r.GetTenant(), r.GetClientId())
+		if err != nil {
+			return nil, toGRPC(err)
+		}
+		req.Config.OnlyNode = node
+	}
+	reps, err := s.m.PutStart(ctx, req)
 	if err != nil {
 		return nil, toGRPC(err)
 	}
 	out := &kvtierpb.PutStartResponse{Replicas: replicasToPB(reps)}
-	s.signWrites(s.session(ctx, r.GetClientId()), s.writeExpiry(), reps, out.Replicas)
+	if len(r.GetPutTicket()) == 0 { // the node writes its own memory: no grant
+		s.signWrites(s.session(ctx, r.GetClientId()), s.writeExpiry(), reps, out.Replicas)
+	}
 	return out, nil
 }
 
 func (s *grpcServer) PutEnd(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtierpb.Empty, error) {
 	if err := s.m.fenceErr(); err != nil {
 		return nil, toGRPC(err)
+	}
+	if tok := r.GetPutTicket(); len(tok) > 0 {
+		if _, err := s.m.CheckPutTicket(ctx, tok, r.GetTenant(), r.GetClientId()); err != nil {
+			return nil, toGRPC(err)
+		}
 	}
 	err := s.m.PutEnd(ctx, r.GetClientId(), r.GetTenant(), string(r.GetKey()))
 	if err == nil {
@@ -218,6 +233,11 @@ func (s *grpcServer) PutEnd(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtie
 }
 
 func (s *grpcServer) PutRevoke(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtierpb.Empty, error) {
+	if tok := r.GetPutTicket(); len(tok) > 0 {
+		if _, err := s.m.CheckPutTicket(ctx, tok, r.GetTenant(), r.GetClientId()); err != nil {
+			return nil, toGRPC(err)
+		}
+	}
 	return &kvtierpb.Empty{}, toGRPC(s.m.PutRevoke(ctx, r.GetClientId(), r.GetTenant(), string(r.GetKey())))
 }
 
@@ -272,9 +292,19 @@ func (s *grpcServer) BatchPutStart(ctx context.Context, r *kvtierpb.BatchPutStar
 	if err := s.m.fenceErr(); err != nil { // deposed: another master may lead
 		return nil, toGRPC(err)
 	}
+	var node string
+	if tok := r.GetPutTicket(); len(tok) > 0 { // a direct batch put (see PutStart)
+		var err error
+		if node, err = s.m.CheckPutTicket(ctx, tok, r.GetTenant(), r.GetClientId()); err != nil {
+			return nil, toGRPC(err)
+		}
+	}
 	reqs := make([]PutRequest, len(r.GetItems()))
 	for i, it := range r.GetItems() {
 		reqs[i] = putFromPB(it)
+		if node != "" {
+			reqs[i].Config.OnlyNode = node
+		}
 	}
 	res := s.m.BatchPutStart(ctx, r.GetClientId(), r.GetTenant(), reqs)
 	// One session and expiry for the batch, and its messages allocated
@@ -300,7 +330,9 @@ func (s *grpcServer) BatchPutStart(ctx context.Context, r *kvtierpb.BatchPutStar
 			g.Replicas[j] = &reps[j]
 		}
 		reps, ptrs = reps[k:], ptrs[k:]
-		s.signWrites(sess, exp, x.Replicas, g.Replicas)
+		if node == "" {
+			s.signWrites(sess, exp, x.Replicas, g.Replicas)
+		}
 		out.Results[i] = g
 	}
 	return out, nil
@@ -309,6 +341,11 @@ func (s *grpcServer) BatchPutStart(ctx context.Context, r *kvtierpb.BatchPutStar
 func (s *grpcServer) BatchPutEnd(ctx context.Context, r *kvtierpb.BatchKeysRequest) (*kvtierpb.BatchResponse, error) {
 	if err := s.m.fenceErr(); err != nil {
 		return nil, toGRPC(err)
+	}
+	if tok := r.GetPutTicket(); len(tok) > 0 {
+		if _, err := s.m.CheckPutTicket(ctx, tok, r.GetTenant(), r.GetClientId()); err != nil {
+			return nil, toGRPC(err)
+		}
 	}
 	out := keyResults(s.m.BatchPutEnd(ctx, r.GetClientId(), r.GetTenant(), keysOf(r.GetKeys())))
 	if err := s.m.fenceErr(); err != nil {
@@ -319,6 +356,11 @@ func (s *grpcServer) BatchPutEnd(ctx context.Context, r *kvtierpb.BatchKeysReque
 }
 
 func (s *grpcServer) BatchPutRevoke(ctx context.Context, r *kvtierpb.BatchKeysRequest) (*kvtierpb.BatchResponse, error) {
+	if tok := r.GetPutTicket(); len(tok) > 0 {
+		if _, err := s.m.CheckPutTicket(ctx, tok, r.GetTenant(), r.GetClientId()); err != nil {
+			return nil, toGRPC(err)
+		}
+	}
 	return keyResults(s.m.BatchPutRevoke(ctx, r.GetClientId(), r.GetTenant(), keysOf(r.GetKeys()))), nil
 }
 
@@ -372,13 +414,14 @@ func segmentFromPB(p *kvtierpb.Segment) Segment {
 	return Segment{Name: p.GetName(), Type: ReplicaType(p.GetType()), Node: p.GetNode(), Endpoint: p.GetEndpoint(),
 		Base: p.GetBase(), Size: p.GetSize(), NQN: p.GetNqn(), NSID: p.GetNsid(), TargetAddr: p.GetTargetAddr(),
 		BlockSize: p.GetBlockSize(),
-		Offer:     TransportOffer{RDMAAddr: p.GetRdmaAddr(), RDMABase: p.GetRdmaBase(), RDMAKey: p.GetRdmaRkey()}}
+		Offer:     TransportOffer{RDMAAddr: p.GetRdmaAddr(), RDMABase: p.GetRdmaBase(), RDMAKey: p.GetRdmaRkey()},
+		DirectPut: p.GetDirectPut()}
 }
 
 func segmentToPB(s Segment) *kvtierpb.Segment {
 	return &kvtierpb.Segment{Name: s.Name, Type: kvtierpb.ReplicaType(s.Type), Node: s.Node, Endpoint: s.Endpoint,
 		Base: s.Base, Size: s.Size, Nqn: s.NQN, Nsid: s.NSID, TargetAddr: s.TargetAddr, BlockSize: s.BlockSize,
-		RdmaAddr: s.Offer.RDMAAddr, RdmaBase: s.Offer.RDMABase, RdmaRkey: s.Offer.RDMAKey}
+		RdmaAddr: s.Offer.RDMAAddr, RdmaBase: s.Offer.RDMABase, RdmaRkey: s.Offer.RDMAKey, DirectPut: s.DirectPut}
 }
 
 func (s *grpcServer) MountSegment(ctx context.Context, r *kvtierpb.MountSegmentRequest) (*kvtierpb.Empty, error) {

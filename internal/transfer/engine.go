@@ -265,8 +265,10 @@ type Engine struct {
 	// predatesBatch (tests only) makes the serving side close a connection
 	// on a batch frame, as an engine from before batch frames does.
 	predatesBatch atomic.Bool
-	lhealth       listenerHealth // accept loops' trouble (server.go)
-	grants        grantCheck     // data-plane grant keys and refusals (grants.go)
+	lhealth       listenerHealth             // accept loops' trouble (server.go)
+	grants        grantCheck                 // data-plane grant keys and refusals (grants.go)
+	putH          atomic.Pointer[putHandler] // direct puts' handler (srvput.go); nil: refused
+	dput          putConns                   // direct puts' client connections (putclient.go)
 
 	// The transports, each owning its peers, connections and wire state,
 	// and routes: the ones tried for a remote request, best first (local
@@ -639,6 +641,7 @@ func (e *Engine) Close() error {
 	// before the wait below (their goroutines are in e.wg).
 	e.shm.close()
 	e.tcp.close()
+	e.dput.close()
 	if e.rdma != nil {
 		e.rdma.close()
 	}

@@ -1,0 +1,234 @@
+package transfer
+
+import (
+	"context"
+	"io"
+	"net"
+	"time"
+
+	"github.com/kvtier/kvtier/internal/crc32c"
+	"github.com/kvtier/kvtier/internal/grant"
+	"github.com/kvtier/kvtier/internal/memcopy"
+	"github.com/kvtier/kvtier/kverr"
+)
+
+// PutIdentity is whom a direct-put frame puts for: the tenant and client
+// of its ticket, and the ticket itself when signed (passed on to the
+// master, which checks it again); Ticket is nil for an unsigned ticket
+// (the master runs without grants).
+type PutIdentity struct {
+	Tenant, Client string
+	Ticket         []byte
+}
+
+// PutPlacement is where a direct put was placed: a memory segment
+// registered in this engine and an offset, or why it was not.
+type PutPlacement struct {
+	Segment string
+	Offset  uint64
+	Err     error
+}
+
+// PutHandler places the puts of direct-put frames for the serving side
+// (the appliance asks its master). The engine calls StartPuts once per
+// frame, before it reads the frame's bytes, then moves each placed put's
+// bytes into its extent and checks its CRC32C, then calls EndPuts once
+// with the outcome per put (nil: bytes in place and checksum right), which
+// commits those and revokes the others. Both run on the connection's
+// goroutine and may block on the master.
+type PutHandler interface {
+	StartPuts(ctx context.Context, id PutIdentity, puts []DirectPut) []PutPlacement
+	EndPuts(ctx context.Context, id PutIdentity, puts []DirectPut, errs []error) []error
+}
+
+// putHandler is what SetPutHandler installed.
+type putHandler struct {
+	h    PutHandler
+	node string
+}
+
+// SetPutHandler makes the data port take direct-put frames for node (the
+// node name put tickets must name), placed by h; nil stops taking them
+// (frames are then refused with UNAVAILABLE_IN_CURRENT_STATUS, which a
+// client takes as "use the classic path").
+func (e *Engine) SetPutHandler(node string, h PutHandler) {
+	if h == nil {
+		e.putH.Store(nil)
+		return
+	}
+	e.putH.Store(&putHandler{h: h, node: node})
+}
+
+// TakesDirectPuts reports whether a PutHandler is installed.
+func (e *Engine) TakesDirectPuts() bool { return e.putH.Load() != nil }
+
+// putState is a served connection's reused direct-put buffers.
+type putState struct {
+	buf  []byte
+	puts []DirectPut
+	errs []error
+	res  []byte
+}
+
+// checkTicket verifies a frame's put ticket for node: with grant keys
+// held, a signed ticket of this node, unexpired (refusals counted by
+// reason, as grants); without, any well-formed ticket naming this node,
+// whose identity is taken as declared.
+func (e *Engine) checkTicket(node string, tok []byte) (PutIdentity, error) {
+	if e.grants.keys.Enforced() {
+		t, err := e.grants.keys.VerifyTicket(tok, node, time.Now())
+		if err != nil {
+			r := grant.ReasonOf(err)
+			if int(r) < len(e.grants.refusals) {
+				e.grants.refusals[r].Add(1)
+			}
+			ke := kverr.New(kverr.PermissionDenied, "", "direct put to node %q: %v", node, err)
+			if f := e.cfg.OnGrantRefused; f != nil {
+				f(r.String(), ke.Msg)
+			}
+			return PutIdentity{}, ke
+		}
+		return PutIdentity{Tenant: t.Tenant, Client: t.Client, Ticket: append([]byte(nil), tok...)}, nil
+	}
+	t, err := grant.DecodeTicket(tok)
+	if err != nil {
+		return PutIdentity{}, kverr.New(kverr.PermissionDenied, "", "direct put to node %q: %v", node, err)
+	}
+	if t.Node != node {
+		return PutIdentity{}, kverr.New(kverr.PermissionDenied, "", "direct put: ticket names node %q, this is %q", t.Node, node)
+	}
+	id := PutIdentity{Tenant: t.Tenant, Client: t.Client}
+	if t.Signed() { // the master has keys this node does not hold yet: it checks
+		id.Ticket = append([]byte(nil), tok...)
+	}
+	return id, nil
+}
+
+// servePut answers one direct-put frame (header already parsed). A
+// returned error is a connection failure; refusals are answered.
+func (c *srvConn) servePut(h reqHeader) error {
+	e := c.e
+	if c.put == nil {
+		c.put = &putState{}
+	}
+	ps := c.put
+	tl, d := h.nameLen, int(h.offset)
+	if cap(ps.buf) < tl+d {
+		ps.buf = make([]byte, tl+d)
+	}
+	buf := ps.buf[:tl+d]
+	if _, err := io.ReadFull(c.nc, buf); err != nil {
+		return err
+	}
+	e.stats.servedFrames.Add(1)
+	ph := e.putH.Load()
+	if ph == nil {
+		return c.refuse(h, kverr.New(kverr.UnavailableInCurrentStatus, "", "this node takes no direct puts"))
+	}
+	// The ticket is checked before the descriptors are even parsed.
+	id, err := e.checkTicket(ph.node, buf[:tl])
+	if err != nil {
+		return c.refuse(h, err)
+	}
+	puts, err := parsePutDescs(buf[tl:], int(h.bucket), h.length, ps.puts)
+	ps.puts = puts[:0]
+	if err != nil {
+		return c.refuse(h, kverr.New(kverr.InvalidParams, "", "direct put: %v", err))
+	}
+	places := ph.h.StartPuts(e.ctx, id, puts)
+	errs := ps.errs[:0]
+	for i := range puts {
+		var pl PutPlacement
+		if i < len(places) {
+			pl = places[i]
+		} else {
+			pl.Err = kverr.New(kverr.InternalError, puts[i].Key, "direct put: no placement")
+		}
+		if pl.Err != nil {
+			if _, err := io.CopyN(io.Discard, c.nc, int64(puts[i].Size)); err != nil {
+				return c.abandonPuts(ph, id, puts, errs, i, err)
+			}
+			errs = append(errs, pl.Err)
+			continue
+		}
+		perr, err := c.readPut(pl, &puts[i])
+		if err != nil {
+			errs = append(errs, kverr.New(kverr.TransferFail, puts[i].Key, "direct put: connection: %v", err))
+			return c.abandonPuts(ph, id, puts, errs, i+1, err)
+		}
+		errs = append(errs, perr)
+	}
+	ps.errs = errs[:0]
+	final := ph.h.EndPuts(e.ctx, id, puts, errs)
+	ps.res = appendPutResults(ps.res[:0], final)
+	putResponseHeader(c.rh[:], respHeader{op: opPut, id: h.id, payloadLen: uint64(len(ps.res))})
+	bufs := net.Buffers{c.rh[:], ps.res}
+	_, err = bufs.WriteTo(c.nc)
+	return err
+}
+
+// abandonPuts revokes a frame's puts when its connection failed at put
+// i (those before it have their outcome in errs), and returns cause.
+func (c *srvConn) abandonPuts(ph *putHandler, id PutIdentity, puts []DirectPut, errs []error, i int, cause error) error {
+	for j := len(errs); j < len(puts); j++ {
+		errs = append(errs, kverr.New(kverr.TransferFail, puts[j].Key, "direct put: connection failed before its bytes"))
+	}
+	for j := range errs[:i] {
+		if errs[j] == nil {
+			errs[j] = kverr.New(kverr.TransferFail, puts[j].Key, "direct put: connection failed before the answer")
+		}
+	}
+	ph.h.EndPuts(c.e.ctx, id, puts, errs)
+	return cause
+}
+
+// readPut moves put p's bytes from the connection into its placement and
+// checks them. perr is the put's outcome; err a connection failure.
+func (c *srvConn) readPut(pl PutPlacement, p *DirectPut) (perr, err error) {
+	e := c.e
+	seg, _ := e.acquire(pl.Segment)
+	if seg == nil {
+		_, err = io.CopyN(io.Discard, c.nc, int64(p.Size))
+		return kverr.New(kverr.SegmentNotFound, p.Key, "direct put: segment %q not registered on this node", pl.Segment), err
+	}
+	defer seg.refs.Done()
+	if rerr := checkRange(seg.name, uint64(len(seg.mem)), pl.Offset, p.Size); rerr != nil {
+		_, err = io.CopyN(io.Discard, c.nc, int64(p.Size))
+		return rerr, err
+	}
+	sum, err := c.readSum(seg.mem[pl.Offset : pl.Offset+p.Size])
+	if err != nil {
+		return nil, err
+	}
+	if sum != p.CRC32C {
+		return kverr.New(kverr.ChecksumMismatch, p.Key, "direct put: bytes received have CRC32C %08x, the put declared %08x", sum, p.CRC32C), nil
+	}
+	e.stats.servedWritten.Add(p.Size)
+	return nil, nil
+}
+
+// readSum is readInto computing the CRC32C of the bytes as they land: a
+// small payload straight into mem (then summed while still in cache), a
+// large one a chunk at a time through the bounce buffer.
+func (c *srvConn) readSum(mem []byte) (uint32, error) {
+	if len(mem) < 2*bounceSize {
+		if _, err := io.ReadFull(c.nc, mem); err != nil {
+			return 0, err
+		}
+		return crc32c.Checksum(mem), nil
+	}
+	if c.bounce == nil {
+		c.bounce = make([]byte, bounceSize)
+	}
+	var sum uint32
+	for len(mem) > 0 {
+		n := min(len(mem), bounceSize)
+		if _, err := io.ReadFull(c.nc, c.bounce[:n]); err != nil {
+			return 0, err
+		}
+		sum = crc32c.Update(sum, c.bounce[:n])
+		memcopy.NonTemporal(mem[:n], c.bounce[:n])
+		mem = mem[n:]
+	}
+	return sum, nil
+}

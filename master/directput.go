@@ -1,0 +1,132 @@
+package master
+
+import (
+	"context"
+
+	"time"
+
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/internal/auth"
+	"github.com/kvtier/kvtier/internal/grant"
+	"github.com/kvtier/kvtier/kverr"
+)
+
+// Direct puts (internal/transfer doc.go, "Direct puts"): a client sends
+// key, checksum and bytes to an appliance's data port in one frame, and
+// the appliance makes the PutStart and PutEnd for it, placed on its own
+// segments (PutConfig.OnlyNode). The master still decides placement and
+// never carries bytes. What it adds is the put ticket (internal/grant,
+// "Put tickets"): PutTicket signs one for a client it authorized as
+// PutStart would, and every call an appliance makes for a client carries
+// it (put_ticket), checked here again with the node's keys. The object's
+// tenant and writer are the ticket's; the writer rules (only it ends or
+// revokes the put) hold as for any put.
+
+// PutTicketLife is how long a put ticket lasts; clients renew theirs at
+// half of it, off the put's path.
+const PutTicketLife = 5 * time.Minute
+
+// tenantOrDefault is the tenant a call naming none means.
+func tenantOrDefault(t string) string {
+	if t == "" {
+		return "default"
+	}
+	return t
+}
+
+// nodeTicketKeys returns the keys node's data port accepts (current, next,
+// previous), and whether the master knows the node.
+func (m *Master) nodeTicketKeys(node string) ([]grant.Key, bool) {
+	v, ok := m.grantKeys.byNode.Load(node)
+	if !ok {
+		return nil, false
+	}
+	k := v.(*nodeKeys)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := []grant.Key{k.cur}
+	if k.next != nil {
+		out = append(out, *k.next)
+	}
+	if k.prev != nil {
+		out = append(out, *k.prev)
+	}
+	return out, true
+}
+
+// SignPutTicket returns node's put ticket for (tenant, client) and its
+// expiry. With grants off it returns no ticket (the frames then declare
+// their identity, unsigned).
+func (m *Master) SignPutTicket(node, tenant, client string) ([]byte, time.Time, error) {
+	if m.cfg.DisableGrants {
+		return nil, time.Time{}, nil
+	}
+	if node == "" || client == "" {
+		return nil, time.Time{}, kverr.New(kverr.InvalidParams, "", "put ticket: node and client ID are required")
+	}
+	v, ok := m.grantKeys.byNode.Load(node)
+	if !ok {
+		return nil, time.Time{}, kverr.New(kverr.SegmentNotFound, "", "put ticket: node %q holds no grant key (not a storage node of this master)", node)
+	}
+	k := v.(*nodeKeys)
+	k.mu.Lock()
+	key := k.cur
+	k.mu.Unlock()
+	exp := m.now().Add(PutTicketLife)
+	tok := grant.SignTicket(key, node, tenantOrDefault(tenant), client, exp)
+	if tok == nil {
+		return nil, time.Time{}, kverr.New(kverr.InvalidParams, "", "put ticket: node, tenant and client ID must be 1..255 bytes")
+	}
+	return tok, exp, nil
+}
+
+// CheckPutTicket verifies tok, carried by a call an appliance makes for a
+// client, against the keys of the node it names, and that it names the
+// call's tenant and client ID. With credentials, the caller must be the
+// node itself (the credential its client ID is bound to). It returns the
+// node.
+func (m *Master) CheckPutTicket(ctx context.Context, tok []byte, tenant, client string) (string, error) {
+	t, err := grant.DecodeTicket(tok)
+	if err == nil {
+		keys, ok := m.nodeTicketKeys(t.Node)
+		if !ok {
+			return "", kverr.New(kverr.PermissionDenied, "", "put ticket refused: node %q holds no grant key", t.Node)
+		}
+		t, err = grant.VerifyTicket(keys, tok, t.Node, m.now())
+	}
+	if err != nil {
+		return "", kverr.New(kverr.PermissionDenied, "", "put ticket refused: %v", err)
+	}
+	if t.Tenant != tenantOrDefault(tenant) || t.Client != client {
+		return "", kverr.New(kverr.PermissionDenied, "", "put ticket is for client %q of tenant %q, not %q of %q", t.Client, t.Tenant, client, tenantOrDefault(tenant))
+	}
+	if p, ok := auth.FromContext(ctx); ok {
+		if bound, ok := m.Session(t.Node); !ok || bound.ID != p.ID {
+			return "", kverr.New(kverr.PermissionDenied, "", "put ticket of node %q presented by another credential", t.Node)
+		}
+	}
+	return t.Node, nil
+}
+
+// hasPutTicket reports whether req carries a put ticket (the authorizer
+// then leaves the client ID unbound: the handler checks the ticket).
+func hasPutTicket(req any) bool {
+	q, ok := req.(interface{ GetPutTicket() []byte })
+	return ok && len(q.GetPutTicket()) > 0
+}
+
+func (s *grpcServer) PutTicket(ctx context.Context, r *kvtierpb.PutTicketRequest) (*kvtierpb.PutTicketResponse, error) {
+	if s.m.cfg.DisableGrants {
+		if _, ok := auth.FromContext(ctx); ok {
+			// The appliance would name the client's ID under its own
+			// credential, which the session binding refuses.
+			return nil, toGRPC(kverr.New(kverr.UnavailableInCurrentStatus, "", "direct puts need data-plane grants on a master with credentials"))
+		}
+		return &kvtierpb.PutTicketResponse{Open: true}, nil
+	}
+	tok, exp, err := s.m.SignPutTicket(r.GetNode(), r.GetTenant(), r.GetClientId())
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	return &kvtierpb.PutTicketResponse{Ticket: tok, ExpiryMs: exp.UnixMilli()}, nil
+}
