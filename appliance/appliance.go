@@ -51,6 +51,13 @@ type Config struct {
 	// then work until their expiry; for benchmark baselines.
 	NoGrantRevocation bool
 
+	// PutMaster is the master a standalone's box places direct puts with
+	// in-process (its master's kvtierpb.MasterServer); nil: through the
+	// box's client connection (directput.go). NoDirectPut: the data port
+	// takes no direct puts (clients use the three-trip path).
+	PutMaster   PutMaster
+	NoDirectPut bool
+
 	Transfer transfer.Config
 	Logger   *slog.Logger
 }
@@ -252,6 +259,15 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 		return nil, err
 	}
 	a.client.SetEndpoint(a.endpoint())
+	if !cfg.NoDirectPut {
+		// Before the mounts: they announce that the data port takes
+		// direct puts (Segment.direct_put).
+		pm := cfg.PutMaster
+		if pm == nil {
+			pm = masterPuts{a.client.Master()}
+		}
+		a.engine.SetPutHandler(cfg.Name, &putHandler{a: a, pm: pm})
+	}
 	for i, mem := range dram.Split(a.region.Bytes(), cfg.SegmentSize) {
 		name := fmt.Sprintf("%s/mem%d", cfg.Name, i)
 		if err := a.mountSegment(ctx, name, mem); err != nil {
@@ -365,6 +381,9 @@ func (a *Appliance) registerDisk(ctx context.Context) error {
 func (a *Appliance) Close(ctx context.Context) error {
 	if !a.closed.CompareAndSwap(false, true) {
 		return nil
+	}
+	if a.engine != nil {
+		a.engine.SetPutHandler("", nil) // direct puts now go the classic way
 	}
 	var err error
 	if a.client != nil {

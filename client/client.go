@@ -105,6 +105,12 @@ type Config struct {
 	// messages and errors) when the master offers it, and gRPC otherwise.
 	GRPCOnly bool
 
+	// DisableDirectPut keeps every put on the classic path (PutStart, the
+	// write, PutEnd). By default a put of one MEMORY replica whose bytes
+	// would cross TCP goes to an appliance's data port in one frame
+	// (directput.go).
+	DisableDirectPut bool
+
 	// Token is the credential sent with every master call (gRPC
 	// `authorization: Bearer` metadata and the fast path's hello) when the
 	// master has --credentials. Command-line tools read it from
@@ -221,6 +227,8 @@ type Client struct {
 	hintHits, hintMisses atomic.Uint64 // speculative reads kept / read again
 	sinceYield           atomic.Int64  // bytes of non-blocking Gets since the last yield
 	activeGets           atomic.Int32  // Gets running now
+
+	direct directState // where direct puts go (directput.go)
 
 	cachedMu sync.Mutex
 	cached   map[string]*cachedRead // guarded by cachedMu: lease-cache reads not yet reported
@@ -478,6 +486,7 @@ func (c *Client) MemorySegment(name string) (*kvtierpb.Segment, error) {
 		Name: name, Type: kvtierpb.ReplicaType_MEMORY, Node: c.cfg.ClientID,
 		Endpoint: c.endpoint, Size: uint64(len(mem)),
 		RdmaAddr: off.RDMAAddr, RdmaBase: off.RDMABase, RdmaRkey: off.RDMAKey,
+		DirectPut: c.engine.TakesDirectPuts(),
 	}, nil
 }
 

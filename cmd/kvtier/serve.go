@@ -501,6 +501,9 @@ func newStandaloneCmd() *cobra.Command {
 				return err
 			}
 			cfg.Token, cfg.MasterTLS = rm.sec.internalToken(), rm.sec.selfTLS()
+			// Direct puts are placed with the master in-process: no
+			// socket, no encoding between the box and its master.
+			cfg.PutMaster = rm.ms
 			if rm.sec.tls != nil {
 				// --tls-cert covers the data port too (tls:// endpoints);
 				// SIGHUP's reload reaches it through the same material.

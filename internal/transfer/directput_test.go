@@ -49,7 +49,7 @@ func (p *placer) StartPuts(_ context.Context, id PutIdentity, puts []DirectPut) 
 	return out
 }
 
-func (p *placer) EndPuts(_ context.Context, _ PutIdentity, puts []DirectPut, errs []error) []error {
+func (p *placer) EndPuts(_ context.Context, _ PutIdentity, puts []DirectPut, _ []PutPlacement, errs []error) []error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i, q := range puts {

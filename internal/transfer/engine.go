@@ -226,6 +226,11 @@ type Stats struct {
 	// refused one counts again.
 	GrantRefusals map[string]uint64
 	GrantKeys     int // grant keys held (0: grants not enforced)
+
+	// DirectPuts are puts this engine sent in direct-put frames that the
+	// node committed (also counted in TCPRequests and TCPBytes);
+	// ServedDirectPuts the puts of such frames this engine committed.
+	DirectPuts, ServedDirectPuts uint64
 }
 
 type counters struct {
@@ -236,6 +241,7 @@ type counters struct {
 	shmRequests, shmBytes, shmFailed, shmRefused     atomic.Uint64
 	acceptErrors, fallbacks                          atomic.Uint64
 	rdmaRequests, rdmaBytes, memRequests, memBytes   atomic.Uint64
+	directPuts, servedDirectPuts                     atomic.Uint64
 }
 
 // segment is registered memory; refs counts requests using mem.
@@ -613,6 +619,7 @@ func (e *Engine) Stats() Stats {
 		AcceptErrors:  c.acceptErrors.Load(),
 		GrantRefusals: e.grants.refusalCounts(), GrantKeys: len(e.grants.keys.IDs()),
 		ClientConns: e.tcp.connCount(), SharedPeers: e.shm.peerCount(),
+		DirectPuts: c.directPuts.Load(), ServedDirectPuts: c.servedDirectPuts.Load(),
 	}
 	e.mu.RLock()
 	st.ServerConns = len(e.srvConns)

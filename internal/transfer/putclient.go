@@ -104,6 +104,13 @@ func (e *Engine) PutDirect(ctx context.Context, endpoint string, ticket []byte, 
 		errs, sent, err := c.do(ctx, e, ticket, puts, values, total)
 		if err == nil {
 			e.dput.give(endpoint, c)
+			for i, pe := range errs {
+				if pe == nil {
+					e.stats.directPuts.Add(1)
+					e.stats.tcpRequests.Add(1)
+					e.stats.tcpBytes.Add(puts[i].Size)
+				}
+			}
 			return errs, nil
 		}
 		var ke *kverr.Error
@@ -202,4 +209,23 @@ func (c *putConn) do(ctx context.Context, e *Engine, ticket []byte, puts []Direc
 	}
 	_ = c.nc.SetDeadline(time.Time{})
 	return errs, true, nil
+}
+
+// Route names the transport a request for segment at endpoint (offering
+// offer) would take now: "local", "shm", "rdma", "mem" or "tcp" ("" when
+// none reaches it). A caller picks direct puts only where it says "tcp":
+// elsewhere the bytes do not cross a socket and the classic path costs no
+// round trip per byte. Asking may start a shared-memory discovery of the
+// peer in the background, as a request would.
+func (e *Engine) Route(endpoint, segment string, offer SegmentOffer) string {
+	if _, ok := e.Segment(segment); ok {
+		return "local"
+	}
+	r := &reqState{req: Request{Endpoint: endpoint, Segment: segment, Offer: offer}}
+	for _, t := range e.routes {
+		if t.reaches(r) {
+			return t.Name()
+		}
+	}
+	return ""
 }

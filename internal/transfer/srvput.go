@@ -33,12 +33,14 @@ type PutPlacement struct {
 // (the appliance asks its master). The engine calls StartPuts once per
 // frame, before it reads the frame's bytes, then moves each placed put's
 // bytes into its extent and checks its CRC32C, then calls EndPuts once
-// with the outcome per put (nil: bytes in place and checksum right), which
-// commits those and revokes the others. Both run on the connection's
-// goroutine and may block on the master.
+// with StartPuts' placements and the outcome per put (nil: bytes in place
+// and checksum right; a put not placed has its placement's error), which
+// commits the placed puts without error and revokes the other placed
+// ones, and returns the final result per put. Both run on the
+// connection's goroutine and may block on the master.
 type PutHandler interface {
 	StartPuts(ctx context.Context, id PutIdentity, puts []DirectPut) []PutPlacement
-	EndPuts(ctx context.Context, id PutIdentity, puts []DirectPut, errs []error) []error
+	EndPuts(ctx context.Context, id PutIdentity, puts []DirectPut, places []PutPlacement, errs []error) []error
 }
 
 // putHandler is what SetPutHandler installed.
@@ -136,17 +138,15 @@ func (c *srvConn) servePut(h reqHeader) error {
 		return c.refuse(h, kverr.New(kverr.InvalidParams, "", "direct put: %v", err))
 	}
 	places := ph.h.StartPuts(e.ctx, id, puts)
+	for len(places) < len(puts) {
+		places = append(places, PutPlacement{Err: kverr.New(kverr.InternalError, puts[len(places)].Key, "direct put: no placement")})
+	}
 	errs := ps.errs[:0]
 	for i := range puts {
-		var pl PutPlacement
-		if i < len(places) {
-			pl = places[i]
-		} else {
-			pl.Err = kverr.New(kverr.InternalError, puts[i].Key, "direct put: no placement")
-		}
+		pl := places[i]
 		if pl.Err != nil {
 			if _, err := io.CopyN(io.Discard, c.nc, int64(puts[i].Size)); err != nil {
-				return c.abandonPuts(ph, id, puts, errs, i, err)
+				return c.abandonPuts(ph, id, puts, places, errs, i, err)
 			}
 			errs = append(errs, pl.Err)
 			continue
@@ -154,12 +154,17 @@ func (c *srvConn) servePut(h reqHeader) error {
 		perr, err := c.readPut(pl, &puts[i])
 		if err != nil {
 			errs = append(errs, kverr.New(kverr.TransferFail, puts[i].Key, "direct put: connection: %v", err))
-			return c.abandonPuts(ph, id, puts, errs, i+1, err)
+			return c.abandonPuts(ph, id, puts, places, errs, i+1, err)
 		}
 		errs = append(errs, perr)
 	}
 	ps.errs = errs[:0]
-	final := ph.h.EndPuts(e.ctx, id, puts, errs)
+	final := ph.h.EndPuts(e.ctx, id, puts, places, errs)
+	for _, err := range final {
+		if err == nil {
+			e.stats.servedDirectPuts.Add(1)
+		}
+	}
 	ps.res = appendPutResults(ps.res[:0], final)
 	putResponseHeader(c.rh[:], respHeader{op: opPut, id: h.id, payloadLen: uint64(len(ps.res))})
 	bufs := net.Buffers{c.rh[:], ps.res}
@@ -169,7 +174,7 @@ func (c *srvConn) servePut(h reqHeader) error {
 
 // abandonPuts revokes a frame's puts when its connection failed at put
 // i (those before it have their outcome in errs), and returns cause.
-func (c *srvConn) abandonPuts(ph *putHandler, id PutIdentity, puts []DirectPut, errs []error, i int, cause error) error {
+func (c *srvConn) abandonPuts(ph *putHandler, id PutIdentity, puts []DirectPut, places []PutPlacement, errs []error, i int, cause error) error {
 	for j := len(errs); j < len(puts); j++ {
 		errs = append(errs, kverr.New(kverr.TransferFail, puts[j].Key, "direct put: connection failed before its bytes"))
 	}
@@ -178,7 +183,7 @@ func (c *srvConn) abandonPuts(ph *putHandler, id PutIdentity, puts []DirectPut, 
 			errs[j] = kverr.New(kverr.TransferFail, puts[j].Key, "direct put: connection failed before the answer")
 		}
 	}
-	ph.h.EndPuts(c.e.ctx, id, puts, errs)
+	ph.h.EndPuts(c.e.ctx, id, puts, places, errs)
 	return cause
 }
 

@@ -1,0 +1,175 @@
+package appliance
+
+import (
+	"context"
+	"time"
+
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/internal/transfer"
+	"github.com/kvtier/kvtier/kverr"
+)
+
+// Direct puts (internal/transfer doc.go, "Direct puts"): a client sends
+// key, checksum and bytes to this box's data port in one frame; the box
+// asks the master to place the put on its own segments (PutStart with
+// only_node, carrying the client's put ticket), the engine reads the bytes
+// straight into the extent and checks the CRC32C, and the box commits
+// (PutEnd) or revokes, then answers. The client makes one round trip
+// instead of three; the master still decides placement.
+
+// PutMaster is the master's side of direct puts: the calls the box makes
+// for its clients. kvtierpb.MasterServer has these methods, so a
+// standalone passes its master's service in-process (no socket, no
+// encoding); a box with a master of its own process reaches it through
+// its client connection (masterPuts), coalescing concurrent calls.
+type PutMaster interface {
+	PutStart(context.Context, *kvtierpb.PutStartRequest) (*kvtierpb.PutStartResponse, error)
+	PutEnd(context.Context, *kvtierpb.KeyRequest) (*kvtierpb.Empty, error)
+	PutRevoke(context.Context, *kvtierpb.KeyRequest) (*kvtierpb.Empty, error)
+	BatchPutStart(context.Context, *kvtierpb.BatchPutStartRequest) (*kvtierpb.BatchPutStartResponse, error)
+	BatchPutEnd(context.Context, *kvtierpb.BatchKeysRequest) (*kvtierpb.BatchResponse, error)
+	BatchPutRevoke(context.Context, *kvtierpb.BatchKeysRequest) (*kvtierpb.BatchResponse, error)
+}
+
+// directPutTimeout bounds each master call a direct put makes (PutStart
+// may wait for space while offloads land: master PutSpaceWait).
+const directPutTimeout = 10 * time.Second
+
+// putHandler places direct puts for the engine (transfer.PutHandler).
+type putHandler struct {
+	a  *Appliance
+	pm PutMaster
+}
+
+var _ transfer.PutHandler = (*putHandler)(nil)
+
+func (h *putHandler) startReq(id transfer.PutIdentity, p *transfer.DirectPut, withID bool) *kvtierpb.PutStartRequest {
+	r := &kvtierpb.PutStartRequest{Key: []byte(p.Key), Size: p.Size, Crc32C: p.CRC32C, HasChecksum: true,
+		Config: &kvtierpb.PutConfig{ReplicaNum: 1, PreferredSegment: p.PreferredSegment, SoftPin: p.SoftPin, HardPin: p.HardPin,
+			SoftPinTtlMs: uint64(p.SoftPinTTL.Milliseconds()), OnlyNode: h.a.cfg.Name}}
+	if withID {
+		r.ClientId, r.Tenant, r.PutTicket = id.Client, id.Tenant, id.Ticket
+	}
+	return r
+}
+
+// placement turns a PutStart answer into where the engine writes.
+func (h *putHandler) placement(key string, reps []*kvtierpb.Replica) transfer.PutPlacement {
+	if len(reps) != 1 || reps[0].GetType() != kvtierpb.ReplicaType_MEMORY || reps[0].GetNode() != h.a.cfg.Name {
+		return transfer.PutPlacement{Err: kverr.New(kverr.InternalError, key, "master placed a direct put elsewhere (%d replicas)", len(reps))}
+	}
+	return transfer.PutPlacement{Segment: reps[0].GetSegment(), Offset: reps[0].GetOffset()}
+}
+
+func (h *putHandler) StartPuts(ctx context.Context, id transfer.PutIdentity, puts []transfer.DirectPut) []transfer.PutPlacement {
+	out := make([]transfer.PutPlacement, len(puts))
+	ctx, cancel := context.WithTimeout(ctx, directPutTimeout)
+	defer cancel()
+	if len(puts) == 1 {
+		resp, err := h.pm.PutStart(ctx, h.startReq(id, &puts[0], true))
+		if err != nil {
+			out[0].Err = kverr.FromGRPC(err)
+			return out
+		}
+		out[0] = h.placement(puts[0].Key, resp.GetReplicas())
+		return out
+	}
+	req := &kvtierpb.BatchPutStartRequest{ClientId: id.Client, Tenant: id.Tenant, PutTicket: id.Ticket,
+		Items: make([]*kvtierpb.PutStartRequest, len(puts))}
+	for i := range puts {
+		req.Items[i] = h.startReq(id, &puts[i], false)
+	}
+	resp, err := h.pm.BatchPutStart(ctx, req)
+	if err == nil && len(resp.GetResults()) != len(puts) {
+		err = kverr.New(kverr.RPCFail, "", "master answered %d results for %d puts", len(resp.GetResults()), len(puts))
+	}
+	for i := range puts {
+		switch {
+		case err != nil:
+			out[i].Err = kverr.FromGRPC(err)
+		case resp.Results[i].GetCode() != kvtierpb.ErrorCode_OK:
+			out[i].Err = kverr.New(kverr.Code(resp.Results[i].GetCode()), puts[i].Key, "%s", resp.Results[i].GetMessage())
+		default:
+			out[i] = h.placement(puts[i].Key, resp.Results[i].GetReplicas())
+		}
+	}
+	return out
+}
+
+func (h *putHandler) EndPuts(ctx context.Context, id transfer.PutIdentity, puts []transfer.DirectPut, places []transfer.PutPlacement, errs []error) []error {
+	ctx, cancel := context.WithTimeout(ctx, directPutTimeout)
+	defer cancel()
+	var commit, revoke [][]byte
+	var commitIdx []int
+	for i := range puts {
+		if places[i].Err != nil {
+			continue // not placed: nothing to end
+		}
+		if errs[i] == nil {
+			commit = append(commit, []byte(puts[i].Key))
+			commitIdx = append(commitIdx, i)
+		} else {
+			revoke = append(revoke, []byte(puts[i].Key))
+		}
+	}
+	if len(commit) == 1 && len(puts) == 1 {
+		if _, err := h.pm.PutEnd(ctx, &kvtierpb.KeyRequest{ClientId: id.Client, Tenant: id.Tenant, Key: commit[0], PutTicket: id.Ticket}); err != nil {
+			errs[0] = kverr.FromGRPC(err)
+			revoke = commit
+		}
+	} else if len(commit) > 0 {
+		resp, err := h.pm.BatchPutEnd(ctx, &kvtierpb.BatchKeysRequest{ClientId: id.Client, Tenant: id.Tenant, Keys: commit, PutTicket: id.Ticket})
+		if err == nil && len(resp.GetResults()) != len(commit) {
+			err = kverr.New(kverr.RPCFail, "", "master answered %d results for %d puts", len(resp.GetResults()), len(commit))
+		}
+		for j, i := range commitIdx {
+			switch {
+			case err != nil:
+				errs[i] = kverr.FromGRPC(err)
+			case resp.Results[j].GetCode() != kvtierpb.ErrorCode_OK:
+				errs[i] = kverr.New(kverr.Code(resp.Results[j].GetCode()), puts[i].Key, "%s", resp.Results[j].GetMessage())
+			default:
+				continue
+			}
+			revoke = append(revoke, commit[j])
+		}
+	}
+	if len(revoke) > 0 {
+		// A fresh context: the frame's may be why it failed.
+		rctx, cancel := context.WithTimeout(context.Background(), directPutTimeout)
+		defer cancel()
+		var err error
+		if len(revoke) == 1 {
+			_, err = h.pm.PutRevoke(rctx, &kvtierpb.KeyRequest{ClientId: id.Client, Tenant: id.Tenant, Key: revoke[0], PutTicket: id.Ticket})
+		} else {
+			_, err = h.pm.BatchPutRevoke(rctx, &kvtierpb.BatchKeysRequest{ClientId: id.Client, Tenant: id.Tenant, Keys: revoke, PutTicket: id.Ticket})
+		}
+		if err != nil {
+			h.a.log.Warn("direct put revoke failed; the master reclaims after its timeout", "keys", len(revoke), "err", kverr.FromGRPC(err))
+		}
+	}
+	return errs
+}
+
+// masterPuts is PutMaster over the box's own client connection to a
+// master in another process.
+type masterPuts struct{ c kvtierpb.MasterClient }
+
+func (m masterPuts) PutStart(ctx context.Context, r *kvtierpb.PutStartRequest) (*kvtierpb.PutStartResponse, error) {
+	return m.c.PutStart(ctx, r)
+}
+func (m masterPuts) PutEnd(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtierpb.Empty, error) {
+	return m.c.PutEnd(ctx, r)
+}
+func (m masterPuts) PutRevoke(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtierpb.Empty, error) {
+	return m.c.PutRevoke(ctx, r)
+}
+func (m masterPuts) BatchPutStart(ctx context.Context, r *kvtierpb.BatchPutStartRequest) (*kvtierpb.BatchPutStartResponse, error) {
+	return m.c.BatchPutStart(ctx, r)
+}
+func (m masterPuts) BatchPutEnd(ctx context.Context, r *kvtierpb.BatchKeysRequest) (*kvtierpb.BatchResponse, error) {
+	return m.c.BatchPutEnd(ctx, r)
+}
+func (m masterPuts) BatchPutRevoke(ctx context.Context, r *kvtierpb.BatchKeysRequest) (*kvtierpb.BatchResponse, error) {
+	return m.c.BatchPutRevoke(ctx, r)
+}
