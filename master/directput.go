@@ -2,10 +2,8 @@ package master
 
 import (
 	"context"
-
 	"time"
 
-	"github.com/kvtier/kvtier/api/kvtierpb"
 	"github.com/kvtier/kvtier/internal/auth"
 	"github.com/kvtier/kvtier/internal/grant"
 	"github.com/kvtier/kvtier/kverr"
@@ -113,20 +111,4 @@ func (m *Master) CheckPutTicket(ctx context.Context, tok []byte, tenant, client 
 func hasPutTicket(req any) bool {
 	q, ok := req.(interface{ GetPutTicket() []byte })
 	return ok && len(q.GetPutTicket()) > 0
-}
-
-func (s *grpcServer) PutTicket(ctx context.Context, r *kvtierpb.PutTicketRequest) (*kvtierpb.PutTicketResponse, error) {
-	if s.m.cfg.DisableGrants {
-		if _, ok := auth.FromContext(ctx); ok {
-			// The appliance would name the client's ID under its own
-			// credential, which the session binding refuses.
-			return nil, toGRPC(kverr.New(kverr.UnavailableInCurrentStatus, "", "direct puts need data-plane grants on a master with credentials"))
-		}
-		return &kvtierpb.PutTicketResponse{Open: true}, nil
-	}
-	tok, exp, err := s.m.SignPutTicket(r.GetNode(), r.GetTenant(), r.GetClientId())
-	if err != nil {
-		return nil, toGRPC(err)
-	}
-	return &kvtierpb.PutTicketResponse{Ticket: tok, ExpiryMs: exp.UnixMilli()}, nil
 }

@@ -831,3 +831,19 @@ func (s *grpcServer) RegisterDramObjects(ctx context.Context, r *kvtierpb.Regist
 	}
 	return keyResults(res), nil
 }
+
+func (s *grpcServer) PutTicket(ctx context.Context, r *kvtierpb.PutTicketRequest) (*kvtierpb.PutTicketResponse, error) {
+	if s.m.cfg.DisableGrants {
+		if _, ok := auth.FromContext(ctx); ok {
+			// The appliance would name the client's ID under its own
+			// credential, which the session binding refuses.
+			return nil, toGRPC(kverr.New(kverr.UnavailableInCurrentStatus, "", "direct puts need data-plane grants on a master with credentials"))
+		}
+		return &kvtierpb.PutTicketResponse{Open: true}, nil
+	}
+	tok, exp, err := s.m.SignPutTicket(r.GetNode(), r.GetTenant(), r.GetClientId())
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	return &kvtierpb.PutTicketResponse{Ticket: tok, ExpiryMs: exp.UnixMilli()}, nil
+}
