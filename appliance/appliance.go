@@ -57,6 +57,10 @@ type Config struct {
 	// takes no direct puts (clients use the three-trip path).
 	PutMaster   PutMaster
 	NoDirectPut bool
+	// DramRecords opens the DRAM directory's records stream
+	// (TakeDramRecords) to a master in this process, without a socket
+	// (a standalone); nil: over the box's client connection.
+	DramRecords func(context.Context) (DramRecordsStream, error)
 
 	Transfer transfer.Config
 	Logger   *slog.Logger

@@ -173,3 +173,13 @@ func (m masterPuts) BatchPutEnd(ctx context.Context, r *kvtierpb.BatchKeysReques
 func (m masterPuts) BatchPutRevoke(ctx context.Context, r *kvtierpb.BatchKeysRequest) (*kvtierpb.BatchResponse, error) {
 	return m.c.BatchPutRevoke(ctx, r)
 }
+
+// DramRecordsStream is the appliance's side of a TakeDramRecords stream
+// (dramdir.go): the gRPC client stream, or an in-process one
+// (Config.DramRecords). PutEnd waits for the holder's acknowledgement of a
+// put's commit record on it, so a standalone's direct puts wait for two
+// channel hand-overs instead of two HTTP/2 messages over loopback.
+type DramRecordsStream interface {
+	Send(*kvtierpb.TakeDramRecordsRequest) error
+	Recv() (*kvtierpb.TakeDramRecordsResponse, error)
+}

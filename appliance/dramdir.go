@@ -142,7 +142,13 @@ func (a *Appliance) takeDramRecords(ctx context.Context) {
 func (a *Appliance) dramStream(ctx context.Context, outbox, ack *uint64) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := a.client.Master().TakeDramRecords(sctx)
+	var stream DramRecordsStream
+	var err error
+	if open := a.cfg.DramRecords; open != nil { // in-process (a standalone)
+		stream, err = open(sctx)
+	} else {
+		stream, err = a.client.Master().TakeDramRecords(sctx)
+	}
 	if err != nil {
 		return err
 	}

@@ -283,7 +283,7 @@ func (c *Client) putDirect(ctx context.Context, key string, value []byte, o PutO
 	case kverr.Is(errs[0], kverr.ObjectAlreadyExists):
 		r, err := c.alreadyStored(ctx, key, uint64(len(value)), errs[0])
 		return r, err, true
-	case kverr.Is(errs[0], kverr.NoAvailableHandle), kverr.Is(errs[0], kverr.UnavailableInCurrentStatus):
+	case retryClassic(errs[0]):
 		return PutResult{}, nil, false // no room there: the master may place it elsewhere
 	}
 	return PutResult{}, errs[0], true
@@ -334,7 +334,7 @@ func (c *Client) batchPutDirect(ctx context.Context, keys []string, values [][]b
 				if _, e := c.alreadyStored(ctx, keys[i], uint64(len(values[i])), res[i-lo]); e == nil {
 					errs[i] = nil
 				}
-			case kverr.Is(res[i-lo], kverr.NoAvailableHandle), kverr.Is(res[i-lo], kverr.UnavailableInCurrentStatus):
+			case retryClassic(res[i-lo]):
 				rest = append(rest, i)
 			default:
 				errs[i] = res[i-lo]
@@ -343,4 +343,17 @@ func (c *Client) batchPutDirect(ctx context.Context, keys []string, values [][]b
 		lo = hi
 	}
 	return rest
+}
+
+// retryClassic reports a direct put's result that says nothing final about
+// the key, so the classic path may place it: no room on that appliance
+// (NO_AVAILABLE_HANDLE), the appliance or its master not taking puts now
+// (UNAVAILABLE_IN_CURRENT_STATUS, NOT_LEADER), or the appliance's call to
+// the master failed (RPC_FAIL, INTERNAL_ERROR; it revoked the put).
+func retryClassic(err error) bool {
+	switch kverr.CodeOf(err) {
+	case kverr.NoAvailableHandle, kverr.UnavailableInCurrentStatus, kverr.NotLeader, kverr.RPCFail, kverr.InternalError:
+		return true
+	}
+	return false
 }

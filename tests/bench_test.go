@@ -296,6 +296,9 @@ func BenchmarkClientPutGet(b *testing.B) {
 	cl := m.newClient(b)
 	uncached := m.newClientWith(b, client.Config{LeaseCacheKeys: -1})
 	tcpOnly := m.newClientWith(b, client.Config{Transfer: transfer.Config{DisableSharedMemory: true}})
+	// The classic put over TCP (PutStart, write, PutEnd), the second
+	// contender of the put-tcp rows beside direct puts (tcpOnly).
+	tcpClassic := m.newClientWith(b, client.Config{Transfer: transfer.Config{DisableSharedMemory: true}, DisableDirectPut: true})
 	type cfg struct {
 		op         string
 		size, p    int
@@ -317,6 +320,7 @@ func BenchmarkClientPutGet(b *testing.B) {
 		size, p := tc.size, tc.p
 		b.Run(fmt.Sprintf("%s/%dKiB/c%d", tc.op, size>>10, p), func(b *testing.B) {
 			cl, tcop := cl, tc.op
+			var classic *contender
 			switch tcop {
 			case "get-nocache": // LeaseCacheKeys -1: every read asks the master
 				cl, tcop = uncached, "get"
@@ -361,13 +365,13 @@ func BenchmarkClientPutGet(b *testing.B) {
 			}
 			var putKeys []string
 			var putMu sync.Mutex
-			kvPut := func(pp int) func(n int64) (time.Duration, error) {
+			kvPutWith := func(cl *client.Client, pp int, timed bool) func(n int64) (time.Duration, error) {
 				return func(n int64) (time.Duration, error) {
 					return parallel(pp, n, func(int, int64) error {
 						t0 := time.Now()
 						key := fmt.Sprintf("bench/put/%d/%d", size, putSeq.Add(1))
 						err := cl.Put(ctx, key, val)
-						if pp == p {
+						if timed {
 							lat.add(time.Since(t0))
 						}
 						putMu.Lock()
@@ -377,6 +381,7 @@ func BenchmarkClientPutGet(b *testing.B) {
 					})
 				}
 			}
+			kvPut := func(pp int) func(n int64) (time.Duration, error) { return kvPutWith(cl, pp, pp == p) }
 			cleanup := func(int64) {
 				for len(putKeys) > 0 {
 					k := putKeys[:min(len(putKeys), 256)]
@@ -398,6 +403,9 @@ func BenchmarkClientPutGet(b *testing.B) {
 			if tcop == "put" {
 				op = 'W'
 				kv = &contender{name: "kvtier", run: kvPut(p), after: cleanup}
+				if cl == tcpOnly {
+					classic = &contender{name: "kvtier-classic", run: kvPutWith(tcpClassic, p, false), after: cleanup}
+				}
 				if tc.withSingle {
 					single = &contender{name: "kvtier-1", run: kvPut(1), after: cleanup}
 				}
@@ -409,10 +417,17 @@ func BenchmarkClientPutGet(b *testing.B) {
 			if single != nil {
 				cs = append(cs, single)
 			}
+			if classic != nil {
+				cs = append(cs, classic)
+			}
 			b.SetBytes(int64(size))
+			direct0 := cl.Engine().Stats().DirectPuts
 			b.ResetTimer()
 			interleave(b, max(int64((256<<20)/size), 1), cs...)
 			b.StopTimer()
+			if classic != nil && cl.Engine().Stats().DirectPuts-direct0 != uint64(kv.ops) {
+				b.Fatalf("%d of %d puts went direct", cl.Engine().Stats().DirectPuts-direct0, kv.ops)
+			}
 			b.ReportMetric(kv.rate(size)/1e9, "GB/s")
 			b.ReportMetric(rc.rate(size)/1e9, "rawTCP-GB/s")
 			b.ReportMetric(kv.rate(size)/rc.rate(size), "x-rawTCP")
@@ -420,6 +435,10 @@ func BenchmarkClientPutGet(b *testing.B) {
 			if single != nil {
 				b.ReportMetric(single.rate(size)/1e9, "c1-GB/s")
 				b.ReportMetric(kv.rate(size)/single.rate(size), "x-c1")
+			}
+			if classic != nil {
+				b.ReportMetric(classic.rate(size)/rc.rate(size), "classic-x-rawTCP")
+				b.ReportMetric(kv.rate(size)/classic.rate(size), "x-classic")
 			}
 		})
 	}

@@ -131,11 +131,18 @@ func directScenario(t *testing.T, addr string) {
 		t.Fatalf("DisableDirectPut: %+v", off.Engine().Stats())
 	}
 	check("classic/1", nv)
+	// Every commit reached the box's DRAM directory within the PutEnd
+	// (in a standalone over the in-process records stream).
+	st, err := c.Master().Stats(ctx, &kvtierpb.Empty{})
+	if err != nil || st.GetCounters()["dram_commits_unconfirmed"] != 0 {
+		t.Fatalf("unconfirmed commits: %v %v", st.GetCounters()["dram_commits_unconfirmed"], err)
+	}
 }
 
 // TestDirectPutStandalone: direct puts against a standalone (appliance and
-// master in one process: the box places puts in-process), with data-plane
-// grants on (the default: tickets signed and checked) and off.
+// master in one process: the box places puts, and takes its DRAM
+// directory's records, in-process), with data-plane grants on (the
+// default: tickets signed and checked) and off.
 func TestDirectPutStandalone(t *testing.T) {
 	for _, grants := range []string{"true", "false"} {
 		t.Run("grants="+grants, func(t *testing.T) {

@@ -501,9 +501,14 @@ func newStandaloneCmd() *cobra.Command {
 				return err
 			}
 			cfg.Token, cfg.MasterTLS = rm.sec.internalToken(), rm.sec.selfTLS()
-			// Direct puts are placed with the master in-process: no
-			// socket, no encoding between the box and its master.
-			cfg.PutMaster = rm.ms
+			if rm.lead == nil {
+				// Direct puts are placed with the master in-process, and
+				// the DRAM directory's records arrive in-process: no socket,
+				// no encoding between the box and its master. Not with
+				// --etcd: this process's master may not be the leader.
+				cfg.PutMaster = rm.ms
+				cfg.DramRecords = inprocDramRecords(rm.ms)
+			}
 			if rm.sec.tls != nil {
 				// --tls-cert covers the data port too (tls:// endpoints);
 				// SIGHUP's reload reaches it through the same material.

@@ -83,7 +83,8 @@ func startLocal(ctx context.Context, dramBytes uint64, mf masterFlags) (*localCl
 		return nil, err
 	}
 	a, err := appliance.Start(ctx, appliance.Config{Name: "local", MasterAddr: rm.grpcAddr.String(), DRAM: dramBytes,
-		Hugepages: dram.HugepageAuto, Logger: log, PutMaster: rm.ms})
+		Hugepages: dram.HugepageAuto, Logger: log, PutMaster: rm.ms,
+		DramRecords: inprocDramRecords(rm.ms)})
 	if err != nil {
 		rm.stop()
 		return nil, err
