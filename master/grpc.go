@@ -17,7 +17,7 @@ import (
 )
 
 // grpcServer translates the wire contract to Master calls. It holds no
-// state of its own but a memo of grant sessions; every refusal leaves as
+// state of its own but memos of grant sessions and put tickets; every refusal leaves as
 // kverr.ToGRPC.
 type grpcServer struct {
 	kvtierpb.UnimplementedMasterServer
@@ -26,6 +26,8 @@ type grpcServer struct {
 	// recent callers: every put and get signs grants for its caller's
 	// session. A slot per hash of the caller; a miss recomputes.
 	sessions [sessionSlots]atomic.Pointer[sessionMemo]
+	// tickets memoizes verified put tickets (directput.go).
+	tickets [ticketSlots]atomic.Pointer[ticketMemo]
 }
 
 const sessionSlots = 16
@@ -199,7 +201,7 @@ func (s *grpcServer) PutStart(ctx context.Context, r *kvtierpb.PutStartRequest) 
 	}
 	req := putFromPB(r)
 	if tok := r.GetPutTicket(); len(tok) > 0 { // a direct put, placed on the node that has the bytes
-		node, err := s.m.CheckPutTicket(ctx, tok, r.GetTenant(), r.GetClientId())
+		node, err := s.checkTicket(ctx, tok, r.GetTenant(), r.GetClientId())
 		if err != nil {
 			return nil, toGRPC(err)
 		}
@@ -221,7 +223,7 @@ func (s *grpcServer) PutEnd(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtie
 		return nil, toGRPC(err)
 	}
 	if tok := r.GetPutTicket(); len(tok) > 0 {
-		if _, err := s.m.CheckPutTicket(ctx, tok, r.GetTenant(), r.GetClientId()); err != nil {
+		if _, err := s.checkTicket(ctx, tok, r.GetTenant(), r.GetClientId()); err != nil {
 			return nil, toGRPC(err)
 		}
 	}
@@ -234,7 +236,7 @@ func (s *grpcServer) PutEnd(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtie
 
 func (s *grpcServer) PutRevoke(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtierpb.Empty, error) {
 	if tok := r.GetPutTicket(); len(tok) > 0 {
-		if _, err := s.m.CheckPutTicket(ctx, tok, r.GetTenant(), r.GetClientId()); err != nil {
+		if _, err := s.checkTicket(ctx, tok, r.GetTenant(), r.GetClientId()); err != nil {
 			return nil, toGRPC(err)
 		}
 	}
@@ -295,7 +297,7 @@ func (s *grpcServer) BatchPutStart(ctx context.Context, r *kvtierpb.BatchPutStar
 	var node string
 	if tok := r.GetPutTicket(); len(tok) > 0 { // a direct batch put (see PutStart)
 		var err error
-		if node, err = s.m.CheckPutTicket(ctx, tok, r.GetTenant(), r.GetClientId()); err != nil {
+		if node, err = s.checkTicket(ctx, tok, r.GetTenant(), r.GetClientId()); err != nil {
 			return nil, toGRPC(err)
 		}
 	}
@@ -343,7 +345,7 @@ func (s *grpcServer) BatchPutEnd(ctx context.Context, r *kvtierpb.BatchKeysReque
 		return nil, toGRPC(err)
 	}
 	if tok := r.GetPutTicket(); len(tok) > 0 {
-		if _, err := s.m.CheckPutTicket(ctx, tok, r.GetTenant(), r.GetClientId()); err != nil {
+		if _, err := s.checkTicket(ctx, tok, r.GetTenant(), r.GetClientId()); err != nil {
 			return nil, toGRPC(err)
 		}
 	}
@@ -357,7 +359,7 @@ func (s *grpcServer) BatchPutEnd(ctx context.Context, r *kvtierpb.BatchKeysReque
 
 func (s *grpcServer) BatchPutRevoke(ctx context.Context, r *kvtierpb.BatchKeysRequest) (*kvtierpb.BatchResponse, error) {
 	if tok := r.GetPutTicket(); len(tok) > 0 {
-		if _, err := s.m.CheckPutTicket(ctx, tok, r.GetTenant(), r.GetClientId()); err != nil {
+		if _, err := s.checkTicket(ctx, tok, r.GetTenant(), r.GetClientId()); err != nil {
 			return nil, toGRPC(err)
 		}
 	}

@@ -155,3 +155,18 @@ func (r *Keyring) VerifyTicket(tok []byte, node string, now time.Time) (Ticket, 
 	}
 	return VerifyTicket(keys, tok, node, now)
 }
+
+// Holds reports whether the ring holds key id (a ticket verified before
+// stays good while its key does).
+func (r *Keyring) Holds(id uint32) bool {
+	ps := r.keys.Load()
+	if ps == nil {
+		return false
+	}
+	for _, p := range *ps {
+		if p.key.ID == id {
+			return true
+		}
+	}
+	return false
+}

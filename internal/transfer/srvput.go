@@ -1,6 +1,7 @@
 package transfer
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net"
@@ -70,13 +71,20 @@ type putState struct {
 	puts []DirectPut
 	errs []error
 	res  []byte
+	// The last ticket verified on this connection (a client sends the
+	// same one with every frame until it renews it): its bytes, key,
+	// expiry and identity. Reused while unexpired and its key held.
+	tok    []byte
+	tokKey uint32
+	tokExp int64
+	tokID  PutIdentity
 }
 
 // checkTicket verifies a frame's put ticket for node: with grant keys
 // held, a signed ticket of this node, unexpired (refusals counted by
 // reason, as grants); without, any well-formed ticket naming this node,
 // whose identity is taken as declared.
-func (e *Engine) checkTicket(node string, tok []byte) (PutIdentity, error) {
+func (e *Engine) checkTicket(node string, tok []byte) (PutIdentity, grant.Ticket, error) {
 	if e.grants.keys.Enforced() {
 		t, err := e.grants.keys.VerifyTicket(tok, node, time.Now())
 		if err != nil {
@@ -88,22 +96,22 @@ func (e *Engine) checkTicket(node string, tok []byte) (PutIdentity, error) {
 			if f := e.cfg.OnGrantRefused; f != nil {
 				f(r.String(), ke.Msg)
 			}
-			return PutIdentity{}, ke
+			return PutIdentity{}, t, ke
 		}
-		return PutIdentity{Tenant: t.Tenant, Client: t.Client, Ticket: append([]byte(nil), tok...)}, nil
+		return PutIdentity{Tenant: t.Tenant, Client: t.Client, Ticket: append([]byte(nil), tok...)}, t, nil
 	}
 	t, err := grant.DecodeTicket(tok)
 	if err != nil {
-		return PutIdentity{}, kverr.New(kverr.PermissionDenied, "", "direct put to node %q: %v", node, err)
+		return PutIdentity{}, t, kverr.New(kverr.PermissionDenied, "", "direct put to node %q: %v", node, err)
 	}
 	if t.Node != node {
-		return PutIdentity{}, kverr.New(kverr.PermissionDenied, "", "direct put: ticket names node %q, this is %q", t.Node, node)
+		return PutIdentity{}, t, kverr.New(kverr.PermissionDenied, "", "direct put: ticket names node %q, this is %q", t.Node, node)
 	}
 	id := PutIdentity{Tenant: t.Tenant, Client: t.Client}
 	if t.Signed() { // the master has keys this node does not hold yet: it checks
 		id.Ticket = append([]byte(nil), tok...)
 	}
-	return id, nil
+	return id, t, nil
 }
 
 // servePut answers one direct-put frame (header already parsed). A
@@ -128,9 +136,19 @@ func (c *srvConn) servePut(h reqHeader) error {
 		return c.refuse(h, kverr.New(kverr.UnavailableInCurrentStatus, "", "this node takes no direct puts"))
 	}
 	// The ticket is checked before the descriptors are even parsed.
-	id, err := e.checkTicket(ph.node, buf[:tl])
-	if err != nil {
-		return c.refuse(h, err)
+	var id PutIdentity
+	if tok := buf[:tl]; ps.tok != nil && bytes.Equal(tok, ps.tok) && time.Now().UnixNano() < ps.tokExp && e.grants.keys.Holds(ps.tokKey) {
+		id = ps.tokID
+	} else {
+		var t grant.Ticket
+		var err error
+		if id, t, err = e.checkTicket(ph.node, tok); err != nil {
+			return c.refuse(h, err)
+		}
+		ps.tok = nil
+		if t.Signed() && e.grants.keys.Enforced() {
+			ps.tok, ps.tokKey, ps.tokExp, ps.tokID = id.Ticket, t.KeyID, t.Expiry, id
+		}
 	}
 	puts, err := parsePutDescs(buf[tl:], int(h.bucket), h.length, ps.puts)
 	ps.puts = puts[:0]
