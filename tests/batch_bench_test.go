@@ -96,7 +96,10 @@ func BenchmarkBatchPutGet(b *testing.B) {
 	raw := startRawServer(b)
 	tcp := m.newClientWith(b, client.Config{Transfer: transfer.Config{DisableSharedMemory: true}})
 	shm := m.newClient(b)
-	perkey := m.newClientWith(b, client.Config{Transfer: transfer.Config{DisableSharedMemory: true, DisableBatchFrames: true}})
+	perkey := m.newClientWith(b, client.Config{Transfer: transfer.Config{DisableSharedMemory: true, DisableBatchFrames: true}, DisableDirectPut: true})
+	// Puts over TCP the classic way (BatchPutStart, one batched write,
+	// BatchPutEnd), beside direct batch puts (tcp: one frame to the box).
+	classic := m.newClientWith(b, client.Config{Transfer: transfer.Config{DisableSharedMemory: true}, DisableDirectPut: true})
 	// Every batch get asks the master (replica hints still overlap it).
 	nocache := m.newClientWith(b, client.Config{LeaseCacheKeys: -1, Transfer: transfer.Config{DisableSharedMemory: true}})
 	type bcase struct {
@@ -108,6 +111,7 @@ func BenchmarkBatchPutGet(b *testing.B) {
 		{"put", 16 << 10, 64, 4}, {"get", 16 << 10, 64, 4}, {"get", 4 << 10, 128, 4},
 		{"put", 4 << 10, 128, 1}, {"put", 64 << 10, 16, 1}, {"get", 64 << 10, 16, 1},
 		{"put", 4 << 10, 128, 50}, {"put", 64 << 10, 16, 50}, {"get", 64 << 10, 16, 50},
+		{"put", 16 << 10, 64, 1}, {"put", 16 << 10, 64, 50},
 	}
 	var seq atomic.Int64
 	for _, bc := range cases {
@@ -222,15 +226,22 @@ func BenchmarkBatchPutGet(b *testing.B) {
 				})
 			}}
 			cs := []*contender{cTCP, cSHM, cPer, cRaw}
-			var cNoc *contender
+			var cNoc, cCla *contender
 			if bc.op == "get" {
 				cNoc = &contender{name: "kvtier-tcp-nocache", run: kv(nocache, false)}
 				cs = append(cs, cNoc)
+			} else {
+				cCla = &contender{name: "kvtier-tcp-classic", run: kv(classic, false), after: cleanup}
+				cs = append(cs, cCla)
 			}
 			b.SetBytes(int64(size * batch))
+			direct0 := tcp.Engine().Stats().DirectPuts
 			b.ResetTimer()
 			interleave(b, max(int64((64<<20)/(size*batch)), 1), cs...)
 			b.StopTimer()
+			if got := tcp.Engine().Stats().DirectPuts - direct0; cCla != nil && got != uint64(batch)*uint64(cTCP.ops) {
+				b.Fatalf("%d of %d keys went direct", got, batch*int(cTCP.ops))
+			}
 			bytesPer := float64(size * batch)
 			keysPerSec := func(c *contender) float64 { return float64(batch) * float64(c.ops) / c.elapsed.Seconds() }
 			b.ReportMetric(keysPerSec(cTCP), "keys/s")
@@ -244,6 +255,10 @@ func BenchmarkBatchPutGet(b *testing.B) {
 			if cNoc != nil {
 				b.ReportMetric(cNoc.rate(int(bytesPer))/1e9, "nocache-GB/s")
 				b.ReportMetric(cNoc.rate(1)/cRaw.rate(1), "x-rawTCP-nocache")
+			}
+			if cCla != nil {
+				b.ReportMetric(cCla.rate(int(bytesPer))/1e9, "classic-GB/s")
+				b.ReportMetric(cTCP.rate(1)/cCla.rate(1), "x-classic")
 			}
 			slices.Sort(lat)
 			if len(lat) > 0 {
