@@ -267,8 +267,8 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 		// Before the mounts: they announce that the data port takes
 		// direct puts (Segment.direct_put).
 		pm := cfg.PutMaster
-		if pm == nil {
-			pm = masterPuts{a.client.Master()}
+		if pm == nil { // a master in another process: coalesce its calls
+			pm = newCoalescer(masterPuts{a.client.Master()})
 		}
 		a.engine.SetPutHandler(cfg.Name, &putHandler{a: a, pm: pm})
 	}
