@@ -30,7 +30,10 @@ type coalescer struct {
 	ends   map[coalesceKey]*lane[*kvtierpb.KeyRequest, *kvtierpb.Empty]
 }
 
-type coalesceKey struct{ client, tenant, ticket string }
+type coalesceKey struct {
+	client, tenant, ticket string
+	holder                 bool // PutEnd: holder_applies
+}
 
 // lane is one identity's queue of calls of one kind.
 type lane[Q, R any] struct {
@@ -101,12 +104,12 @@ func join[Q, R any](mu *sync.Mutex, lanes map[coalesceKey]*lane[Q, R], k coalesc
 	return w.resp, w.err
 }
 
-func keyOf(client, tenant string, ticket []byte) coalesceKey {
-	return coalesceKey{client, tenant, string(ticket)}
+func keyOf(client, tenant string, ticket []byte, holder bool) coalesceKey {
+	return coalesceKey{client, tenant, string(ticket), holder}
 }
 
 func (c *coalescer) PutStart(ctx context.Context, r *kvtierpb.PutStartRequest) (*kvtierpb.PutStartResponse, error) {
-	return join(&c.mu, c.starts, keyOf(r.ClientId, r.Tenant, r.PutTicket), r, func(ws []*waiter[*kvtierpb.PutStartRequest, *kvtierpb.PutStartResponse]) {
+	return join(&c.mu, c.starts, keyOf(r.ClientId, r.Tenant, r.PutTicket, false), r, func(ws []*waiter[*kvtierpb.PutStartRequest, *kvtierpb.PutStartResponse]) {
 		if len(ws) == 1 {
 			ws[0].resp, ws[0].err = c.PutMaster.PutStart(ctx, ws[0].req)
 			return
@@ -128,21 +131,22 @@ func (c *coalescer) PutStart(ctx context.Context, r *kvtierpb.PutStartRequest) (
 			case resp.Results[i].GetCode() != kvtierpb.ErrorCode_OK:
 				w.err = kverr.New(kverr.Code(resp.Results[i].GetCode()), string(w.req.Key), "%s", resp.Results[i].GetMessage())
 			default:
-				w.resp = &kvtierpb.PutStartResponse{Replicas: resp.Results[i].GetReplicas()}
+				w.resp = &kvtierpb.PutStartResponse{Replicas: resp.Results[i].GetReplicas(),
+					DramOutbox: resp.Results[i].GetDramOutbox(), DramSeq: resp.Results[i].GetDramSeq()}
 			}
 		}
 	})
 }
 
 func (c *coalescer) PutEnd(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtierpb.Empty, error) {
-	return join(&c.mu, c.ends, keyOf(r.ClientId, r.Tenant, r.PutTicket), r, func(ws []*waiter[*kvtierpb.KeyRequest, *kvtierpb.Empty]) {
+	return join(&c.mu, c.ends, keyOf(r.ClientId, r.Tenant, r.PutTicket, r.HolderApplies), r, func(ws []*waiter[*kvtierpb.KeyRequest, *kvtierpb.Empty]) {
 		if len(ws) == 1 {
 			ws[0].resp, ws[0].err = c.PutMaster.PutEnd(ctx, ws[0].req)
 			return
 		}
 		first := ws[0].req
 		req := &kvtierpb.BatchKeysRequest{ClientId: first.ClientId, Tenant: first.Tenant, PutTicket: first.PutTicket,
-			Keys: make([][]byte, len(ws))}
+			HolderApplies: first.HolderApplies, Keys: make([][]byte, len(ws))}
 		for i, w := range ws {
 			req.Keys[i] = w.req.Key
 		}

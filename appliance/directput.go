@@ -2,6 +2,7 @@ package appliance
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
@@ -53,12 +54,13 @@ func (h *putHandler) startReq(id transfer.PutIdentity, p *transfer.DirectPut, wi
 	return r
 }
 
-// placement turns a PutStart answer into where the engine writes.
-func (h *putHandler) placement(key string, reps []*kvtierpb.Replica) transfer.PutPlacement {
+// placement turns a PutStart answer into where the engine writes; its
+// token is the commit record's place in the master's outbox.
+func (h *putHandler) placement(key string, reps []*kvtierpb.Replica, outbox, seq uint64) transfer.PutPlacement {
 	if len(reps) != 1 || reps[0].GetType() != kvtierpb.ReplicaType_MEMORY || reps[0].GetNode() != h.a.cfg.Name {
 		return transfer.PutPlacement{Err: kverr.New(kverr.InternalError, key, "master placed a direct put elsewhere (%d replicas)", len(reps))}
 	}
-	return transfer.PutPlacement{Segment: reps[0].GetSegment(), Offset: reps[0].GetOffset()}
+	return transfer.PutPlacement{Segment: reps[0].GetSegment(), Offset: reps[0].GetOffset(), Token: [2]uint64{outbox, seq}}
 }
 
 func (h *putHandler) StartPuts(ctx context.Context, id transfer.PutIdentity, puts []transfer.DirectPut) []transfer.PutPlacement {
@@ -71,7 +73,7 @@ func (h *putHandler) StartPuts(ctx context.Context, id transfer.PutIdentity, put
 			out[0].Err = kverr.FromGRPC(err)
 			return out
 		}
-		out[0] = h.placement(puts[0].Key, resp.GetReplicas())
+		out[0] = h.placement(puts[0].Key, resp.GetReplicas(), resp.GetDramOutbox(), resp.GetDramSeq())
 		return out
 	}
 	req := &kvtierpb.BatchPutStartRequest{ClientId: id.Client, Tenant: id.Tenant, PutTicket: id.Ticket,
@@ -90,7 +92,7 @@ func (h *putHandler) StartPuts(ctx context.Context, id transfer.PutIdentity, put
 		case resp.Results[i].GetCode() != kvtierpb.ErrorCode_OK:
 			out[i].Err = kverr.New(kverr.Code(resp.Results[i].GetCode()), puts[i].Key, "%s", resp.Results[i].GetMessage())
 		default:
-			out[i] = h.placement(puts[i].Key, resp.Results[i].GetReplicas())
+			out[i] = h.placement(puts[i].Key, resp.Results[i].GetReplicas(), resp.Results[i].GetDramOutbox(), resp.Results[i].GetDramSeq())
 		}
 	}
 	return out
@@ -101,6 +103,11 @@ func (h *putHandler) EndPuts(ctx context.Context, id transfer.PutIdentity, puts 
 	defer cancel()
 	var commit, revoke [][]byte
 	var commitIdx []int
+	// The commit records this box must have applied before it answers:
+	// it confirms them itself (holder_applies), so PutEnd does not wait
+	// for their acknowledgement to travel back to the master.
+	var outbox, seq uint64
+	self := !h.a.cfg.NoDramDirectory && len(id.Ticket) > 0
 	for i := range puts {
 		if places[i].Err != nil {
 			continue // not placed: nothing to end
@@ -108,17 +115,25 @@ func (h *putHandler) EndPuts(ctx context.Context, id transfer.PutIdentity, puts 
 		if errs[i] == nil {
 			commit = append(commit, []byte(puts[i].Key))
 			commitIdx = append(commitIdx, i)
+			t := places[i].Token
+			if t[1] == 0 || (outbox != 0 && t[0] != outbox) {
+				self = false
+			}
+			outbox, seq = t[0], max(seq, t[1])
 		} else {
 			revoke = append(revoke, []byte(puts[i].Key))
 		}
 	}
+	if self && len(commit) > 0 && !h.a.dirSeen.follows(outbox) {
+		self = false // not (yet) this master's records: let PutEnd wait for them
+	}
 	if len(commit) == 1 && len(puts) == 1 {
-		if _, err := h.pm.PutEnd(ctx, &kvtierpb.KeyRequest{ClientId: id.Client, Tenant: id.Tenant, Key: commit[0], PutTicket: id.Ticket}); err != nil {
+		if _, err := h.pm.PutEnd(ctx, &kvtierpb.KeyRequest{ClientId: id.Client, Tenant: id.Tenant, Key: commit[0], PutTicket: id.Ticket, HolderApplies: self}); err != nil {
 			errs[0] = kverr.FromGRPC(err)
 			revoke = commit
 		}
 	} else if len(commit) > 0 {
-		resp, err := h.pm.BatchPutEnd(ctx, &kvtierpb.BatchKeysRequest{ClientId: id.Client, Tenant: id.Tenant, Keys: commit, PutTicket: id.Ticket})
+		resp, err := h.pm.BatchPutEnd(ctx, &kvtierpb.BatchKeysRequest{ClientId: id.Client, Tenant: id.Tenant, Keys: commit, PutTicket: id.Ticket, HolderApplies: self})
 		if err == nil && len(resp.GetResults()) != len(commit) {
 			err = kverr.New(kverr.RPCFail, "", "master answered %d results for %d puts", len(resp.GetResults()), len(commit))
 		}
@@ -132,6 +147,13 @@ func (h *putHandler) EndPuts(ctx context.Context, id transfer.PutIdentity, puts 
 				continue
 			}
 			revoke = append(revoke, commit[j])
+		}
+	}
+	if self && len(revoke) < len(commit) {
+		// Answer once this box's directory holds the commits (at most
+		// DramSyncTimeout's default, as PutEnd would have waited).
+		if !h.a.dirSeen.wait(ctx, outbox, seq, dramSelfWait) {
+			h.a.log.Debug("direct put answered before its DRAM directory record arrived", "seq", seq)
 		}
 	}
 	if len(revoke) > 0 {
@@ -182,4 +204,70 @@ func (m masterPuts) BatchPutRevoke(ctx context.Context, r *kvtierpb.BatchKeysReq
 type DramRecordsStream interface {
 	Send(*kvtierpb.TakeDramRecordsRequest) error
 	Recv() (*kvtierpb.TakeDramRecordsResponse, error)
+}
+
+// dramSelfWait bounds how long a direct put waits for its own commit
+// record (the master's default DramSyncTimeout).
+const dramSelfWait = 2 * time.Second
+
+// dramSeen is how far this box applied the master's DRAM directory
+// records: the outbox followed and the last seq applied (dramdir.go), for
+// direct puts, which answer their client only once their commit record is
+// in the directory.
+type dramSeen struct {
+	mu sync.Mutex
+	// guarded by mu:
+	outbox, seq uint64
+	moved       chan struct{} // closed (and replaced) when seq or outbox moves
+}
+
+// applied records that every record of outbox up to seq is applied.
+func (d *dramSeen) applied(outbox, seq uint64) {
+	d.mu.Lock()
+	d.outbox, d.seq = outbox, seq
+	if d.moved != nil {
+		close(d.moved)
+		d.moved = nil
+	}
+	d.mu.Unlock()
+}
+
+// follows reports whether the records of outbox are the ones applied.
+func (d *dramSeen) follows(outbox uint64) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.outbox == outbox
+}
+
+// wait waits until the records of outbox up to seq are applied (true), or
+// another outbox is followed, max passes or ctx ends (false).
+func (d *dramSeen) wait(ctx context.Context, outbox, seq uint64, max time.Duration) bool {
+	var timer *time.Timer
+	for {
+		d.mu.Lock()
+		if d.outbox != outbox {
+			d.mu.Unlock()
+			return false
+		}
+		if d.seq >= seq {
+			d.mu.Unlock()
+			return true
+		}
+		if d.moved == nil {
+			d.moved = make(chan struct{})
+		}
+		ch := d.moved
+		d.mu.Unlock()
+		if timer == nil {
+			timer = time.NewTimer(max)
+			defer timer.Stop()
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
 }

@@ -183,9 +183,13 @@ func (a *Appliance) dramStream(ctx context.Context, outbox, ack *uint64) error {
 			a.log.Warn("master dropped DRAM directory records this appliance missed: directory cleared")
 			a.dir.clear()
 		}
+		if len(resp.Records) == 0 {
+			a.dirSeen.applied(*outbox, *ack) // the outbox followed, from its first answer on
+		}
 		if n := len(resp.Records); n > 0 {
 			a.applyDramRecords(resp.Records)
 			*ack = resp.Records[n-1].Seq
+			a.dirSeen.applied(*outbox, *ack)
 			if err := send(); err != nil {
 				return err
 			}

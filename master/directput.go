@@ -170,3 +170,44 @@ func (s *grpcServer) checkTicket(ctx context.Context, tok []byte, tenant, client
 	slot.Store(&ticketMemo{tok: string(tok), t: t})
 	return s.m.ticketFor(ctx, t, tenant, client)
 }
+
+// dropWaits removes node's waits from ws ("" removes none).
+func dropWaits(ws []dramWait, node string) []dramWait {
+	if node == "" {
+		return ws
+	}
+	out := ws[:0]
+	for _, w := range ws {
+		if w.node != node {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// putEndExcept is PutEnd waiting for no acknowledgement of node (a direct
+// put's holder: it answers its client only once it applied the commit
+// record itself, the same guarantee without a round trip back here).
+func (m *Master) putEndExcept(ctx context.Context, client, tenant, key, node string) error {
+	ws, err := m.putEnd(client, tenant, key)
+	if err == nil {
+		m.awaitCommits(ctx, dropWaits(ws, node))
+	}
+	return err
+}
+
+// commitMark returns the outbox and seq of the commit record an in-flight
+// put of client queued at its PutStart (0, 0: none, or no such put).
+func (m *Master) commitMark(client, tenant, key string) (outbox, seq uint64) {
+	_, k, err := m.checkKey(tenant, key)
+	if err != nil {
+		return 0, 0
+	}
+	sh := m.shardOf(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if o := sh.objs[k]; o != nil && !o.complete && o.writer == client && o.lastRead > 0 {
+		return m.dram.id, uint64(o.lastRead)
+	}
+	return 0, 0
+}

@@ -214,6 +214,8 @@ func (s *grpcServer) PutStart(ctx context.Context, r *kvtierpb.PutStartRequest) 
 	out := &kvtierpb.PutStartResponse{Replicas: replicasToPB(reps)}
 	if len(r.GetPutTicket()) == 0 { // the node writes its own memory: no grant
 		s.signWrites(s.session(ctx, r.GetClientId()), s.writeExpiry(), reps, out.Replicas)
+	} else {
+		out.DramOutbox, out.DramSeq = s.m.commitMark(req.Client, req.Tenant, req.Key)
 	}
 	return out, nil
 }
@@ -222,12 +224,17 @@ func (s *grpcServer) PutEnd(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtie
 	if err := s.m.fenceErr(); err != nil {
 		return nil, toGRPC(err)
 	}
+	var holder string
 	if tok := r.GetPutTicket(); len(tok) > 0 {
-		if _, err := s.checkTicket(ctx, tok, r.GetTenant(), r.GetClientId()); err != nil {
+		node, err := s.checkTicket(ctx, tok, r.GetTenant(), r.GetClientId())
+		if err != nil {
 			return nil, toGRPC(err)
 		}
+		if r.GetHolderApplies() {
+			holder = node
+		}
 	}
-	err := s.m.PutEnd(ctx, r.GetClientId(), r.GetTenant(), string(r.GetKey()))
+	err := s.m.putEndExcept(ctx, r.GetClientId(), r.GetTenant(), string(r.GetKey()), holder)
 	if err == nil {
 		err = s.m.fenceErr() // deposed while waiting: do not acknowledge
 	}
@@ -334,6 +341,8 @@ func (s *grpcServer) BatchPutStart(ctx context.Context, r *kvtierpb.BatchPutStar
 		reps, ptrs = reps[k:], ptrs[k:]
 		if node == "" {
 			s.signWrites(sess, exp, x.Replicas, g.Replicas)
+		} else if x.Err == nil {
+			g.DramOutbox, g.DramSeq = s.m.commitMark(r.GetClientId(), r.GetTenant(), reqs[i].Key)
 		}
 		out.Results[i] = g
 	}
@@ -344,12 +353,17 @@ func (s *grpcServer) BatchPutEnd(ctx context.Context, r *kvtierpb.BatchKeysReque
 	if err := s.m.fenceErr(); err != nil {
 		return nil, toGRPC(err)
 	}
+	var holder string
 	if tok := r.GetPutTicket(); len(tok) > 0 {
-		if _, err := s.checkTicket(ctx, tok, r.GetTenant(), r.GetClientId()); err != nil {
+		node, err := s.checkTicket(ctx, tok, r.GetTenant(), r.GetClientId())
+		if err != nil {
 			return nil, toGRPC(err)
 		}
+		if r.GetHolderApplies() {
+			holder = node
+		}
 	}
-	out := keyResults(s.m.BatchPutEnd(ctx, r.GetClientId(), r.GetTenant(), keysOf(r.GetKeys())))
+	out := keyResults(s.m.batchPutEndExcept(ctx, r.GetClientId(), r.GetTenant(), keysOf(r.GetKeys()), holder))
 	if err := s.m.fenceErr(); err != nil {
 		return nil, toGRPC(err)
 	}

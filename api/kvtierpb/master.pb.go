@@ -733,8 +733,14 @@ func (x *PutStartRequest) GetPutTicket() []byte {
 }
 
 type PutStartResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Replicas      []*Replica             `protobuf:"bytes,1,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Replicas []*Replica             `protobuf:"bytes,1,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	// A direct put (put_ticket): the DRAM directory record of its commit,
+	// queued for the node that placed it (the master's outbox and the
+	// record's seq; 0: none). The node answers its client once it applied
+	// it, and asks PutEnd not to wait for it (KeyRequest.holder_applies).
+	DramOutbox    uint64 `protobuf:"varint,390,opt,name=dram_outbox,json=dramOutbox,proto3" json:"dram_outbox,omitempty"`
+	DramSeq       uint64 `protobuf:"varint,391,opt,name=dram_seq,json=dramSeq,proto3" json:"dram_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -776,13 +782,31 @@ func (x *PutStartResponse) GetReplicas() []*Replica {
 	return nil
 }
 
+func (x *PutStartResponse) GetDramOutbox() uint64 {
+	if x != nil {
+		return x.DramOutbox
+	}
+	return 0
+}
+
+func (x *PutStartResponse) GetDramSeq() uint64 {
+	if x != nil {
+		return x.DramSeq
+	}
+	return 0
+}
+
 type KeyRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	Tenant        string                 `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	Key           []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
-	Force         bool                   `protobuf:"varint,4,opt,name=force,proto3" json:"force,omitempty"`                           // Remove only
-	PutTicket     []byte                 `protobuf:"bytes,390,opt,name=put_ticket,json=putTicket,proto3" json:"put_ticket,omitempty"` // PutEnd/PutRevoke of a direct put (see PutStartRequest)
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClientId  string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Tenant    string                 `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Key       []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	Force     bool                   `protobuf:"varint,4,opt,name=force,proto3" json:"force,omitempty"`                           // Remove only
+	PutTicket []byte                 `protobuf:"bytes,390,opt,name=put_ticket,json=putTicket,proto3" json:"put_ticket,omitempty"` // PutEnd/PutRevoke of a direct put (see PutStartRequest)
+	// PutEnd of a direct put: the calling node (the ticket's, holding the
+	// put's only replica) confirms its DRAM directory record to its client
+	// itself, so PutEnd does not wait for its acknowledgement.
+	HolderApplies bool `protobuf:"varint,391,opt,name=holder_applies,json=holderApplies,proto3" json:"holder_applies,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -850,6 +874,13 @@ func (x *KeyRequest) GetPutTicket() []byte {
 		return x.PutTicket
 	}
 	return nil
+}
+
+func (x *KeyRequest) GetHolderApplies() bool {
+	if x != nil {
+		return x.HolderApplies
+	}
+	return false
 }
 
 type Empty struct {
@@ -1265,6 +1296,8 @@ type PutStartResult struct {
 	Code          ErrorCode              `protobuf:"varint,1,opt,name=code,proto3,enum=kvtier.v1.ErrorCode" json:"code,omitempty"`
 	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	Replicas      []*Replica             `protobuf:"bytes,3,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	DramOutbox    uint64                 `protobuf:"varint,390,opt,name=dram_outbox,json=dramOutbox,proto3" json:"dram_outbox,omitempty"` // as PutStartResponse
+	DramSeq       uint64                 `protobuf:"varint,391,opt,name=dram_seq,json=dramSeq,proto3" json:"dram_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1320,6 +1353,20 @@ func (x *PutStartResult) GetReplicas() []*Replica {
 	return nil
 }
 
+func (x *PutStartResult) GetDramOutbox() uint64 {
+	if x != nil {
+		return x.DramOutbox
+	}
+	return 0
+}
+
+func (x *PutStartResult) GetDramSeq() uint64 {
+	if x != nil {
+		return x.DramSeq
+	}
+	return 0
+}
+
 type BatchPutStartResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Results       []*PutStartResult      `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
@@ -1370,7 +1417,8 @@ type BatchKeysRequest struct {
 	Tenant        string                 `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	Keys          [][]byte               `protobuf:"bytes,3,rep,name=keys,proto3" json:"keys,omitempty"`
 	Force         bool                   `protobuf:"varint,4,opt,name=force,proto3" json:"force,omitempty"`
-	PutTicket     []byte                 `protobuf:"bytes,390,opt,name=put_ticket,json=putTicket,proto3" json:"put_ticket,omitempty"` // BatchPutEnd/BatchPutRevoke of a direct batch put
+	PutTicket     []byte                 `protobuf:"bytes,390,opt,name=put_ticket,json=putTicket,proto3" json:"put_ticket,omitempty"`              // BatchPutEnd/BatchPutRevoke of a direct batch put
+	HolderApplies bool                   `protobuf:"varint,391,opt,name=holder_applies,json=holderApplies,proto3" json:"holder_applies,omitempty"` // BatchPutEnd: as KeyRequest.holder_applies
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1438,6 +1486,13 @@ func (x *BatchKeysRequest) GetPutTicket() []byte {
 		return x.PutTicket
 	}
 	return nil
+}
+
+func (x *BatchKeysRequest) GetHolderApplies() bool {
+	if x != nil {
+		return x.HolderApplies
+	}
+	return false
 }
 
 type KeyResult struct {
@@ -5272,9 +5327,12 @@ const file_master_proto_rawDesc = "" +
 	"\fhas_checksum\x18\x06 \x01(\bR\vhasChecksum\x12,\n" +
 	"\x06config\x18\a \x01(\v2\x14.kvtier.v1.PutConfigR\x06config\x12\x1e\n" +
 	"\n" +
-	"put_ticket\x18\x86\x03 \x01(\fR\tputTicket\"B\n" +
+	"put_ticket\x18\x86\x03 \x01(\fR\tputTicket\"\x80\x01\n" +
 	"\x10PutStartResponse\x12.\n" +
-	"\breplicas\x18\x01 \x03(\v2\x12.kvtier.v1.ReplicaR\breplicas\"\x89\x01\n" +
+	"\breplicas\x18\x01 \x03(\v2\x12.kvtier.v1.ReplicaR\breplicas\x12 \n" +
+	"\vdram_outbox\x18\x86\x03 \x01(\x04R\n" +
+	"dramOutbox\x12\x1a\n" +
+	"\bdram_seq\x18\x87\x03 \x01(\x04R\adramSeq\"\xb1\x01\n" +
 	"\n" +
 	"KeyRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x16\n" +
@@ -5282,7 +5340,8 @@ const file_master_proto_rawDesc = "" +
 	"\x03key\x18\x03 \x01(\fR\x03key\x12\x14\n" +
 	"\x05force\x18\x04 \x01(\bR\x05force\x12\x1e\n" +
 	"\n" +
-	"put_ticket\x18\x86\x03 \x01(\fR\tputTicket\"+\n" +
+	"put_ticket\x18\x86\x03 \x01(\fR\tputTicket\x12&\n" +
+	"\x0eholder_applies\x18\x87\x03 \x01(\bR\rholderApplies\"+\n" +
 	"\x05Empty\x12\"\n" +
 	"\fleader_epoch\x18\xc8\x01 \x01(\x03R\vleaderEpoch\"\xc3\x01\n" +
 	"\x16GetReplicaListResponse\x12\x12\n" +
@@ -5309,20 +5368,24 @@ const file_master_proto_rawDesc = "" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x120\n" +
 	"\x05items\x18\x03 \x03(\v2\x1a.kvtier.v1.PutStartRequestR\x05items\x12\x1e\n" +
 	"\n" +
-	"put_ticket\x18\x86\x03 \x01(\fR\tputTicket\"\x84\x01\n" +
+	"put_ticket\x18\x86\x03 \x01(\fR\tputTicket\"\xc2\x01\n" +
 	"\x0ePutStartResult\x12(\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x14.kvtier.v1.ErrorCodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12.\n" +
-	"\breplicas\x18\x03 \x03(\v2\x12.kvtier.v1.ReplicaR\breplicas\"L\n" +
+	"\breplicas\x18\x03 \x03(\v2\x12.kvtier.v1.ReplicaR\breplicas\x12 \n" +
+	"\vdram_outbox\x18\x86\x03 \x01(\x04R\n" +
+	"dramOutbox\x12\x1a\n" +
+	"\bdram_seq\x18\x87\x03 \x01(\x04R\adramSeq\"L\n" +
 	"\x15BatchPutStartResponse\x123\n" +
-	"\aresults\x18\x01 \x03(\v2\x19.kvtier.v1.PutStartResultR\aresults\"\x91\x01\n" +
+	"\aresults\x18\x01 \x03(\v2\x19.kvtier.v1.PutStartResultR\aresults\"\xb9\x01\n" +
 	"\x10BatchKeysRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04keys\x18\x03 \x03(\fR\x04keys\x12\x14\n" +
 	"\x05force\x18\x04 \x01(\bR\x05force\x12\x1e\n" +
 	"\n" +
-	"put_ticket\x18\x86\x03 \x01(\fR\tputTicket\"O\n" +
+	"put_ticket\x18\x86\x03 \x01(\fR\tputTicket\x12&\n" +
+	"\x0eholder_applies\x18\x87\x03 \x01(\bR\rholderApplies\"O\n" +
 	"\tKeyResult\x12(\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x14.kvtier.v1.ErrorCodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"c\n" +

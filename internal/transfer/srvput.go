@@ -28,6 +28,9 @@ type PutPlacement struct {
 	Segment string
 	Offset  uint64
 	Err     error
+	// Token is the handler's own (the appliance: its DRAM directory
+	// record's place), handed back to EndPuts untouched.
+	Token [2]uint64
 }
 
 // PutHandler places the puts of direct-put frames for the serving side
