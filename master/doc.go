@@ -52,7 +52,13 @@
 //     leave the client ID's binding alone; PutStart then places the one
 //     MEMORY replica only on that node (PutConfig.OnlyNode: no room there is
 //     NO_AVAILABLE_HANDLE) and signs no write grant (the node writes its
-//     own memory). Every other rule of a put holds unchanged.
+//     own memory). PutStart's answer names the put's DRAM directory commit
+//     record (dram_outbox, dram_seq); a PutEnd with holder_applies does not
+//     wait for that node's acknowledgement of it (only for other holders',
+//     of which a direct put has none): the node answers its client once it
+//     applied the record itself, so an acknowledged put is in its holder's
+//     directory as before, one master-appliance round trip sooner. Every
+//     other rule of a put holds unchanged.
 //   - GetReplicaList returns the COMPLETE replicas — MEMORY, then NOF, then
 //     LOCAL_DISK; replicas on DRAINING storage after all others; none on a
 //     node that is not LIVE (a suspect node keeps its replicas but serves
