@@ -110,6 +110,12 @@ type Config struct {
 	// would cross TCP goes to an appliance's data port in one frame
 	// (directput.go).
 	DisableDirectPut bool
+	// DirectPutMax is the largest value a single put sends direct
+	// (default DefaultDirectPutMax): above it the round trips saved are
+	// small beside the bytes, and the classic write, sliced over several
+	// connections (and the appliance's goroutines), moves them faster.
+	// Negative: no single put goes direct.
+	DirectPutMax int
 
 	// Token is the credential sent with every master call (gRPC
 	// `authorization: Bearer` metadata and the fast path's hello) when the
@@ -133,6 +139,11 @@ type Config struct {
 
 	Logger *slog.Logger
 }
+
+// DefaultDirectPutMax is Config.DirectPutMax when zero: 16 MiB puts over
+// TCP ran at 0.88-0.99 x the classic path direct, 1 MiB ones at 1.1-1.35 x
+// (tests BenchmarkClientPutGet, 2026-12-02).
+const DefaultDirectPutMax = 4 << 20
 
 // DefaultReplicaHints is Config.ReplicaHints when zero.
 const DefaultReplicaHints = 4096
@@ -184,6 +195,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.ReplicaHints == 0 {
 		out.ReplicaHints = DefaultReplicaHints
+	}
+	if out.DirectPutMax == 0 {
+		out.DirectPutMax = DefaultDirectPutMax
 	}
 	if out.LeaseCacheKeys == 0 {
 		out.LeaseCacheKeys = DefaultLeaseCacheKeys

@@ -264,7 +264,7 @@ func (c *Client) sendDirect(ctx context.Context, t directTarget, puts []transfer
 
 // putDirect tries key as a direct put. done false: take the classic path.
 func (c *Client) putDirect(ctx context.Context, key string, value []byte, o PutOptions) (_ PutResult, _ error, done bool) {
-	if !c.directOK(o) {
+	if !c.directOK(o) || len(value) > c.cfg.DirectPutMax {
 		return PutResult{}, nil, false
 	}
 	t, ok := c.directTarget(ctx, o, uint64(len(value)))
@@ -301,6 +301,9 @@ func (c *Client) batchPutDirect(ctx context.Context, keys []string, values [][]b
 	}
 	var total uint64
 	for _, v := range values {
+		if len(v) > c.cfg.DirectPutMax {
+			return all // large values: the classic path's sliced writes
+		}
 		total += uint64(len(v))
 	}
 	t, ok := c.directTarget(ctx, o, total)

@@ -55,7 +55,7 @@ func directScenario(t *testing.T, addr string) {
 			t.Fatalf("get %s: %d bytes, %v (want %d bytes)", key, len(got), err, len(want))
 		}
 	}
-	for i, size := range []int{1, 4 << 10, 64 << 10, 1 << 20, 5<<20 + 3} {
+	for i, size := range []int{1, 4 << 10, 64 << 10, 1 << 20, 3<<20 + 3} {
 		key := fmt.Sprintf("single/%d", i)
 		v := randomBytes(uint64(i+1), size)
 		before := direct()
@@ -122,6 +122,13 @@ func directScenario(t *testing.T, addr string) {
 		t.Fatal(err)
 	}
 	check("batch2/a", nv)
+	// Above DirectPutMax a put takes the classic path.
+	before = direct()
+	big := randomBytes(10, client.DefaultDirectPutMax+1)
+	if err := c.Put(ctx, "single/big", big); err != nil || direct() != before {
+		t.Fatalf("a put above DirectPutMax: %v, direct %d -> %d", err, before, direct())
+	}
+	check("single/big", big)
 	// Off, the same client path is the classic one.
 	off := tcpClient(t, addr, func(cfg *client.Config) { cfg.DisableDirectPut = true })
 	if err := off.Put(ctx, "classic/1", nv); err != nil {
