@@ -199,6 +199,7 @@ func (c *Config) withDefaults() Config {
 	if out.DirectPutMax == 0 {
 		out.DirectPutMax = DefaultDirectPutMax
 	}
+	out.DirectPutMax = min(out.DirectPutMax, transfer.MaxFrameLength) // one frame carries it
 	if out.LeaseCacheKeys == 0 {
 		out.LeaseCacheKeys = DefaultLeaseCacheKeys
 	}
