@@ -88,6 +88,20 @@ import (
 //   - In the same run of this benchmark (3 rounds alternated, 03:30 UTC,
 //     before the last fastrpc allocation cut): put 64 KiB x 16 0.37-0.54 x
 //     raw TCP -> 0.44-0.56, get 0.33-0.78 -> 0.78-0.85.
+//
+// Direct batch puts (session 8, #21): the put rows' kvtier-tcp contender is
+// the default client, whose BatchPut goes as one direct-put frame to the
+// appliance (one BatchPutStart and one BatchPutEnd there, in-process in a
+// standalone), beside the classic path (classic-GB/s, x-classic; the
+// per-key contender is classic too). Two runs (05:30 UTC, load average
+// 7-8): 4 KiB x 128 1.05-1.16 x shared memory with 4 callers, 64 KiB x 16
+// 0.45-0.52 x raw TCP (1.23-1.54 x classic), 16 KiB x 64 0.87-0.99 x raw
+// TCP. A 64 KiB x 16 batch is 1 MiB read by one goroutine of the box
+// into segment memory (the kernel's copy, ~11 µs per 64 KiB as for single
+// puts), checksummed as it lands; splitting it into 4 frames on 4
+// connections (the box then reads on 4 goroutines) was no faster, three
+// rounds alternated with kvtier bench (05:32 UTC): 1 caller 1.08-1.21
+// against 1.06-1.19 GB/s, 4 callers 0.85-1.10 against 0.95-1.24.
 func BenchmarkBatchPutGet(b *testing.B) {
 	if testing.Short() {
 		b.Skip("multi-process benchmark skipped under -short")
