@@ -57,6 +57,7 @@ type directNode struct {
 type directTicket struct {
 	tok        []byte
 	renewAt    time.Time // half its life: renewed in the background from then
+	lastUse    time.Time // three quarters: past it, a put waits for a new one
 	expires    time.Time
 	refreshing bool
 }
@@ -181,7 +182,7 @@ func (c *Client) directTicket(ctx context.Context, node string) ([]byte, bool) {
 	case t != nil && now.Before(t.renewAt):
 		d.mu.Unlock()
 		return t.tok, true
-	case t != nil && now.Add(c.cfg.RPCTimeout).Before(t.expires):
+	case t != nil && now.Before(t.lastUse):
 		if !t.refreshing {
 			t.refreshing = true
 			go c.fetchTicket(context.Background(), node)
@@ -218,11 +219,12 @@ func (c *Client) fetchTicket(ctx context.Context, node string) {
 	now := time.Now()
 	if resp.GetOpen() { // no grants: the identity is declared, and never expires
 		d.tickets[node] = &directTicket{tok: grant.UnsignedTicket(node, c.cfg.Tenant, c.cfg.ClientID),
-			renewAt: now.Add(time.Hour), expires: now.Add(100 * 365 * 24 * time.Hour)}
+			renewAt: now.Add(time.Hour), lastUse: now.Add(2 * time.Hour), expires: now.Add(100 * 365 * 24 * time.Hour)}
 		return
 	}
 	exp := time.UnixMilli(resp.GetExpiryMs())
-	d.tickets[node] = &directTicket{tok: resp.GetTicket(), renewAt: now.Add(exp.Sub(now) / 2), expires: exp}
+	life := exp.Sub(now)
+	d.tickets[node] = &directTicket{tok: resp.GetTicket(), renewAt: now.Add(life / 2), lastUse: now.Add(life * 3 / 4), expires: exp}
 }
 
 // dropTicket forgets node's ticket (refused: the node got new keys).

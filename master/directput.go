@@ -21,8 +21,9 @@ import (
 // tenant and writer are the ticket's; the writer rules (only it ends or
 // revokes the put) hold as for any put.
 
-// PutTicketLife is how long a put ticket lasts; clients renew theirs at
-// half of it, off the put's path.
+// PutTicketLife is how long a put ticket lasts by default
+// (Config.PutTicketLife); clients renew theirs at half of it, off the
+// put's path.
 const PutTicketLife = 5 * time.Minute
 
 // tenantOrDefault is the tenant a call naming none means.
@@ -71,7 +72,7 @@ func (m *Master) SignPutTicket(node, tenant, client string) ([]byte, time.Time, 
 	k.mu.Lock()
 	key := k.cur
 	k.mu.Unlock()
-	exp := m.now().Add(PutTicketLife)
+	exp := m.now().Add(m.cfg.PutTicketLife)
 	tok := grant.SignTicket(key, node, tenantOrDefault(tenant), client, exp)
 	if tok == nil {
 		return nil, time.Time{}, kverr.New(kverr.InvalidParams, "", "put ticket: node, tenant and client ID must be 1..255 bytes")

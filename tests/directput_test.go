@@ -430,3 +430,56 @@ func TestDirectPutSurvivesMasterRestart(t *testing.T) {
 	}
 	checkAll(t, cl, want, gone)
 }
+
+// TestDirectPutTicketExpiry: with one-second tickets (--put-ticket-life),
+// an expired ticket is refused by the appliance's data port over TCP
+// ("expired", nothing stored), while a client putting for three ticket
+// lives keeps every put direct: it renews its ticket in the background
+// before it expires.
+func TestDirectPutTicketExpiry(t *testing.T) {
+	c := startCluster(t, "--put-ticket-life", "1s")
+	c.appliance("box-a")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cl := tcpClient(t, c.grpc, nil)
+	var ep string
+	eventually(t, 10*time.Second, "box-a takes direct puts", func() bool {
+		segs, err := cl.Master().ListSegments(ctx, &kvtierpb.Empty{})
+		if err == nil && len(segs.GetSegments()) == 1 && segs.GetSegments()[0].GetSegment().GetDirectPut() {
+			ep = segs.GetSegments()[0].GetSegment().GetEndpoint()
+		}
+		return ep != ""
+	})
+	resp, err := cl.Master().PutTicket(ctx, &kvtierpb.PutTicketRequest{ClientId: "late", Tenant: "default", Node: "box-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if life := time.Until(time.UnixMilli(resp.GetExpiryMs())); life > 1100*time.Millisecond || life < 500*time.Millisecond {
+		t.Fatalf("ticket life %v, want about 1s", life)
+	}
+	eng, err := transfer.New(transfer.Config{DisableSharedMemory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	v := randomBytes(1, 1000)
+	puts := []transfer.DirectPut{{Key: "late", Size: uint64(len(v)), CRC32C: client.Checksum(v)}}
+	time.Sleep(time.Until(time.UnixMilli(resp.GetExpiryMs())) + 50*time.Millisecond)
+	_, err = eng.PutDirect(ctx, ep, resp.GetTicket(), puts, [][]byte{v})
+	if kverr.CodeOf(err) != kverr.PermissionDenied || !strings.Contains(err.Error(), "expired") {
+		t.Fatalf("expired ticket: %v", err)
+	}
+	if ok, err := cl.Exist(ctx, "late"); err != nil || ok {
+		t.Fatalf("an expired ticket stored something: %v %v", ok, err)
+	}
+	n := 0
+	for start := time.Now(); time.Since(start) < 3*time.Second; n++ {
+		if err := cl.Put(ctx, fmt.Sprintf("renew/%d", n), v); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := cl.Engine().Stats().DirectPuts; got != uint64(n) {
+		t.Fatalf("%d of %d puts went direct across three ticket lives", got, n)
+	}
+}
