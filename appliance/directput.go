@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/internal/crc32c"
 	"github.com/kvtier/kvtier/internal/transfer"
 	"github.com/kvtier/kvtier/kverr"
 )
@@ -67,6 +68,7 @@ func (h *putHandler) StartPuts(ctx context.Context, id transfer.PutIdentity, put
 	out := make([]transfer.PutPlacement, len(puts))
 	ctx, cancel := context.WithTimeout(ctx, directPutTimeout)
 	defer cancel()
+	defer h.drainBefore(ctx, puts, out)
 	if len(puts) == 1 {
 		resp, err := h.pm.PutStart(ctx, h.startReq(id, &puts[0], true))
 		if err != nil {
@@ -98,16 +100,76 @@ func (h *putHandler) StartPuts(ctx context.Context, id transfer.PutIdentity, put
 	return out
 }
 
+// recheckMax is the largest put whose bytes EndPuts checks again after
+// the records up to its commit were applied (its bytes are still in the
+// CPU's cache: they were read straight into the extent). Larger ones are
+// written with non-temporal stores, so a second pass would read them from
+// memory: for those StartPuts waits for the records before a byte is read
+// (drainBefore) instead.
+const recheckMax = 128 << 10
+
+// drainBefore waits, for a frame with a put larger than recheckMax, until
+// this box applied the DRAM records up to the frame's commits (the frees
+// of the extents' previous occupants among them: their stale grants'
+// frames drained, grant.Revocations) before the engine reads the bytes.
+func (h *putHandler) drainBefore(ctx context.Context, puts []transfer.DirectPut, places []transfer.PutPlacement) {
+	if h.a.cfg.NoDramDirectory || h.a.cfg.NoGrantRevocation || !h.a.engine.GrantsEnforced() {
+		return
+	}
+	var outbox, seq uint64
+	big := false
+	for i := range puts {
+		if places[i].Err == nil && places[i].Token[1] != 0 {
+			big = big || puts[i].Size > recheckMax
+			outbox, seq = places[i].Token[0], max(seq, places[i].Token[1])
+		}
+	}
+	if big {
+		h.a.dirSeen.wait(ctx, outbox, seq, dramSelfWait)
+	}
+}
+
 func (h *putHandler) EndPuts(ctx context.Context, id transfer.PutIdentity, puts []transfer.DirectPut, places []transfer.PutPlacement, errs []error) []error {
 	ctx, cancel := context.WithTimeout(ctx, directPutTimeout)
 	defer cancel()
-	var commit, revoke [][]byte
-	var commitIdx []int
-	// The commit records this box must have applied before it answers:
-	// it confirms them itself (holder_applies), so PutEnd does not wait
-	// for their acknowledgement to travel back to the master.
+	// The commit records this box must have applied before it answers: it
+	// confirms them itself (holder_applies), so PutEnd does not wait for
+	// their acknowledgement to travel back to the master. Applying them
+	// (and every record before them: the frees of the extents' previous
+	// occupants) also drains the data-port frames of stale write grants
+	// for these extents (grant.Revocations), after which the bytes are
+	// checked once more: no such frame can have changed them since.
 	var outbox, seq uint64
 	self := !h.a.cfg.NoDramDirectory && len(id.Ticket) > 0
+	placed := false
+	for i := range puts {
+		if places[i].Err != nil || errs[i] != nil {
+			continue
+		}
+		placed = true
+		t := places[i].Token
+		if t[1] == 0 || (outbox != 0 && t[0] != outbox) {
+			self = false
+		}
+		outbox, seq = t[0], max(seq, t[1])
+	}
+	if self && placed {
+		if !h.a.dirSeen.follows(outbox) || !h.a.dirSeen.wait(ctx, outbox, seq, dramSelfWait) {
+			self = false // not (yet) this master's records: PutEnd waits for them
+		} else if !h.a.cfg.NoGrantRevocation && h.a.engine.GrantsEnforced() {
+			for i := range puts {
+				if places[i].Err != nil || errs[i] != nil || puts[i].Size > recheckMax {
+					continue // larger ones waited before their bytes were read
+				}
+				mem := h.a.segmentBytes(places[i].Segment, places[i].Offset, puts[i].Size)
+				if mem == nil || crc32c.Checksum(mem) != puts[i].CRC32C {
+					errs[i] = kverr.New(kverr.ChecksumMismatch, puts[i].Key, "direct put: bytes changed after they arrived (a stale write grant's frame)")
+				}
+			}
+		}
+	}
+	var commit, revoke [][]byte
+	var commitIdx []int
 	for i := range puts {
 		if places[i].Err != nil {
 			continue // not placed: nothing to end
@@ -115,17 +177,9 @@ func (h *putHandler) EndPuts(ctx context.Context, id transfer.PutIdentity, puts 
 		if errs[i] == nil {
 			commit = append(commit, []byte(puts[i].Key))
 			commitIdx = append(commitIdx, i)
-			t := places[i].Token
-			if t[1] == 0 || (outbox != 0 && t[0] != outbox) {
-				self = false
-			}
-			outbox, seq = t[0], max(seq, t[1])
 		} else {
 			revoke = append(revoke, []byte(puts[i].Key))
 		}
-	}
-	if self && len(commit) > 0 && !h.a.dirSeen.follows(outbox) {
-		self = false // not (yet) this master's records: let PutEnd wait for them
 	}
 	if len(commit) == 1 && len(puts) == 1 {
 		if _, err := h.pm.PutEnd(ctx, &kvtierpb.KeyRequest{ClientId: id.Client, Tenant: id.Tenant, Key: commit[0], PutTicket: id.Ticket, HolderApplies: self}); err != nil {
@@ -147,13 +201,6 @@ func (h *putHandler) EndPuts(ctx context.Context, id transfer.PutIdentity, puts 
 				continue
 			}
 			revoke = append(revoke, commit[j])
-		}
-	}
-	if self && len(revoke) < len(commit) {
-		// Answer once this box's directory holds the commits (at most
-		// DramSyncTimeout's default, as PutEnd would have waited).
-		if !h.a.dirSeen.wait(ctx, outbox, seq, dramSelfWait) {
-			h.a.log.Debug("direct put answered before its DRAM directory record arrived", "seq", seq)
 		}
 	}
 	if len(revoke) > 0 {
