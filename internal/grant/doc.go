@@ -132,6 +132,14 @@
 // MAC), accepted exactly as an open master accepts the identity a call
 // names; a node holding keys refuses unsigned tickets.
 //
+// Early revocation covers direct puts too: the node places the put, so no
+// write grant exists for it, but a stale grant for the extent's previous
+// occupant could still be writing there. The node counts the put's bytes
+// only after it applied the DRAM records up to the put's commit record
+// (the previous occupant's free among them, which drains that grant's
+// frames): before reading them for a put above 128 KiB, or by checking
+// them again afterwards for a smaller one.
+//
 // Layout (big-endian):
 //
 //	offset size field
