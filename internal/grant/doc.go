@@ -137,8 +137,8 @@
 // occupant could still be writing there. The node counts the put's bytes
 // only after it applied the DRAM records up to the put's commit record
 // (the previous occupant's free among them, which drains that grant's
-// frames): before reading them for a put above 128 KiB, or by checking
-// them again afterwards for a smaller one.
+// frames): before reading them for a frame above 128 KiB (a large put or
+// a batch), or by checking them again afterwards for a smaller one.
 //
 // Layout (big-endian):
 //
