@@ -329,11 +329,22 @@ func TestDirectPutTickets(t *testing.T) {
 // the client's ID, which stays bound to the client's credential.
 func TestDirectPutCredentials(t *testing.T) {
 	dir := writeCreds(t)
-	c := startCluster(t, "--credentials", filepath.Join(dir, "creds"))
-	c.appliance("box-a", "--token-file", filepath.Join(dir, "box1.tok"))
+	t.Run("master and appliance", func(t *testing.T) {
+		c := startCluster(t, "--credentials", filepath.Join(dir, "creds"))
+		c.appliance("box-a", "--token-file", filepath.Join(dir, "box1.tok"))
+		directCredentials(t, c.grpc)
+	})
+	t.Run("standalone", func(t *testing.T) { // the box places puts in-process
+		p := start(t, "standalone", "standalone", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--dram", "64MiB",
+			"--hugepages", "off", "--ssd-dir", "", "--offload", "off", "--credentials", filepath.Join(dir, "creds"))
+		directCredentials(t, p.addrs["grpc"])
+	})
+}
+
+func directCredentials(t *testing.T, addr string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cl := tcpClient(t, c.grpc, func(cfg *client.Config) { cfg.Token, cfg.Tenant, cfg.ClientID = tokCliA, "A", "client-a" })
+	cl := tcpClient(t, addr, func(cfg *client.Config) { cfg.Token, cfg.Tenant, cfg.ClientID = tokCliA, "A", "client-a" })
 	eventually(t, 10*time.Second, "box-a mounted", func() bool {
 		segs, err := cl.Master().ListSegments(ctx, &kvtierpb.Empty{})
 		return err == nil && len(segs.GetSegments()) == 1
@@ -360,7 +371,7 @@ func TestDirectPutCredentials(t *testing.T) {
 		t.Fatalf("get: %v", err)
 	}
 	// Client B cannot see them; its ID cannot be A's.
-	b := tcpClient(t, c.grpc, func(cfg *client.Config) { cfg.Token, cfg.Tenant, cfg.ClientID = tokCliB, "B", "client-b" })
+	b := tcpClient(t, addr, func(cfg *client.Config) { cfg.Token, cfg.Tenant, cfg.ClientID = tokCliB, "B", "client-b" })
 	if ok, err := b.Exist(ctx, "cred/1"); err != nil || ok {
 		t.Fatalf("tenant B sees A's key: %v %v", ok, err)
 	}
