@@ -10,16 +10,15 @@ import (
 
 // coalescer is the PutMaster of a box whose master runs in another
 // process: the single PutStart and PutEnd calls of concurrent direct
-// puts (one per data-port connection) for the same client become batch
-// calls (BatchPutStart, BatchPutEnd), so the master's and this box's CPU
-// per put falls under load. Batching is natural, with no timer: a call
-// finding none in flight for its client goes at once, alone; calls
-// arriving while one is in flight queue, and when it returns the first
-// queued caller takes the whole queue as one batch call. One caller alone
-// so pays nothing; many share the fixed cost of a call.
-//
-// Calls are grouped by identity (client, tenant, ticket), which a batch
-// call carries once. Revokes are rare and go through as they come.
+// puts (one per data-port connection), of any clients, become batch calls
+// (BatchPutStart with per_item_tickets, BatchPutEnd with items: each put
+// keeps its own client, tenant and ticket, checked by the master one by
+// one), so the master's and this box's CPU per put falls under load.
+// Batching is natural, with no timer: a call finding none in flight goes
+// at once, alone; calls arriving while one is in flight queue, and when
+// it returns the first queued caller takes the whole queue as one batch
+// call. One caller alone so pays nothing; many share the fixed cost of a
+// call. Revokes are rare and go through as they come.
 type coalescer struct {
 	PutMaster // revokes and the batch calls of multi-put frames: straight through
 
@@ -30,10 +29,10 @@ type coalescer struct {
 	ends   map[coalesceKey]*lane[*kvtierpb.KeyRequest, *kvtierpb.Empty]
 }
 
-type coalesceKey struct {
-	client, tenant, ticket string
-	holder                 bool // PutEnd: holder_applies
-}
+// coalesceKey names a lane. One lane per kind of call now (every
+// identity shares it, the batch calls carrying per-item identities); kept
+// as a key so lanes could be split again (per master, say).
+type coalesceKey struct{}
 
 // lane is one identity's queue of calls of one kind.
 type lane[Q, R any] struct {
@@ -104,19 +103,13 @@ func join[Q, R any](mu *sync.Mutex, lanes map[coalesceKey]*lane[Q, R], k coalesc
 	return w.resp, w.err
 }
 
-func keyOf(client, tenant string, ticket []byte, holder bool) coalesceKey {
-	return coalesceKey{client, tenant, string(ticket), holder}
-}
-
 func (c *coalescer) PutStart(ctx context.Context, r *kvtierpb.PutStartRequest) (*kvtierpb.PutStartResponse, error) {
-	return join(&c.mu, c.starts, keyOf(r.ClientId, r.Tenant, r.PutTicket, false), r, func(ws []*waiter[*kvtierpb.PutStartRequest, *kvtierpb.PutStartResponse]) {
+	return join(&c.mu, c.starts, coalesceKey{}, r, func(ws []*waiter[*kvtierpb.PutStartRequest, *kvtierpb.PutStartResponse]) {
 		if len(ws) == 1 {
 			ws[0].resp, ws[0].err = c.PutMaster.PutStart(ctx, ws[0].req)
 			return
 		}
-		first := ws[0].req
-		req := &kvtierpb.BatchPutStartRequest{ClientId: first.ClientId, Tenant: first.Tenant, PutTicket: first.PutTicket,
-			Items: make([]*kvtierpb.PutStartRequest, len(ws))}
+		req := &kvtierpb.BatchPutStartRequest{PerItemTickets: true, Items: make([]*kvtierpb.PutStartRequest, len(ws))}
 		for i, w := range ws {
 			req.Items[i] = w.req
 		}
@@ -139,16 +132,14 @@ func (c *coalescer) PutStart(ctx context.Context, r *kvtierpb.PutStartRequest) (
 }
 
 func (c *coalescer) PutEnd(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtierpb.Empty, error) {
-	return join(&c.mu, c.ends, keyOf(r.ClientId, r.Tenant, r.PutTicket, r.HolderApplies), r, func(ws []*waiter[*kvtierpb.KeyRequest, *kvtierpb.Empty]) {
+	return join(&c.mu, c.ends, coalesceKey{}, r, func(ws []*waiter[*kvtierpb.KeyRequest, *kvtierpb.Empty]) {
 		if len(ws) == 1 {
 			ws[0].resp, ws[0].err = c.PutMaster.PutEnd(ctx, ws[0].req)
 			return
 		}
-		first := ws[0].req
-		req := &kvtierpb.BatchKeysRequest{ClientId: first.ClientId, Tenant: first.Tenant, PutTicket: first.PutTicket,
-			HolderApplies: first.HolderApplies, Keys: make([][]byte, len(ws))}
+		req := &kvtierpb.BatchKeysRequest{Items: make([]*kvtierpb.KeyRequest, len(ws))}
 		for i, w := range ws {
-			req.Keys[i] = w.req.Key
+			req.Items[i] = w.req
 		}
 		resp, err := c.PutMaster.BatchPutEnd(ctx, req)
 		if err == nil && len(resp.GetResults()) != len(ws) {

@@ -45,6 +45,9 @@ func (s *slowMaster) PutRevoke(context.Context, *kvtierpb.KeyRequest) (*kvtierpb
 }
 func (s *slowMaster) BatchPutStart(_ context.Context, r *kvtierpb.BatchPutStartRequest) (*kvtierpb.BatchPutStartResponse, error) {
 	s.batches.Add(1)
+	if !r.PerItemTickets {
+		return nil, kverr.New(kverr.InvalidParams, "", "not per-item")
+	}
 	if n := int64(len(r.Items)); n > s.max.Load() {
 		s.max.Store(n)
 	}
@@ -66,8 +69,12 @@ func (s *slowMaster) BatchPutEnd(_ context.Context, r *kvtierpb.BatchKeysRequest
 	s.batches.Add(1)
 	time.Sleep(s.delay)
 	out := &kvtierpb.BatchResponse{}
-	for range r.Keys {
-		out.Results = append(out.Results, &kvtierpb.KeyResult{})
+	for _, it := range r.Items {
+		res := &kvtierpb.KeyResult{}
+		if it.ClientId == "" || len(r.Keys) > 0 {
+			res.Code = kvtierpb.ErrorCode_INVALID_PARAMS
+		}
+		out.Results = append(out.Results, res)
 	}
 	return out, nil
 }
@@ -76,9 +83,9 @@ func (s *slowMaster) BatchPutRevoke(context.Context, *kvtierpb.BatchKeysRequest)
 }
 
 // TestCoalescer: a lone call goes through as a single call; concurrent
-// calls of one client while one is in flight become batch calls; every
-// caller gets its own answer (placement or refusal), whatever batch it
-// travelled in.
+// calls (of 32 clients) while one is in flight become batch calls, each
+// item with its own client; every caller gets its own answer (placement
+// or refusal), whatever batch it travelled in.
 func TestCoalescer(t *testing.T) {
 	sm := &slowMaster{delay: 2 * time.Millisecond}
 	c := newCoalescer(sm)
@@ -95,7 +102,8 @@ func TestCoalescer(t *testing.T) {
 				if i%7 == 3 {
 					key = "x" + key
 				}
-				r, err := c.PutStart(ctx, &kvtierpb.PutStartRequest{ClientId: "c", Key: []byte(key)})
+				client := fmt.Sprintf("client-%d", g)
+				r, err := c.PutStart(ctx, &kvtierpb.PutStartRequest{ClientId: client, Key: []byte(key)})
 				switch {
 				case key[0] == 'x':
 					if !kverr.Is(err, kverr.ObjectAlreadyExists) {
@@ -104,7 +112,7 @@ func TestCoalescer(t *testing.T) {
 				case err != nil || r.Replicas[0].Offset != uint64(g*100+i):
 					t.Errorf("%s: %v %v", key, r, err)
 				}
-				if _, err := c.PutEnd(ctx, &kvtierpb.KeyRequest{ClientId: "c", Key: []byte(key)}); err != nil {
+				if _, err := c.PutEnd(ctx, &kvtierpb.KeyRequest{ClientId: client, Key: []byte(key)}); err != nil {
 					t.Errorf("end %s: %v", key, err)
 				}
 			}

@@ -22,7 +22,8 @@
 // round trip for the client. In a standalone the box calls its master
 // in-process (Config.PutMaster, and the DRAM directory's records stream,
 // Config.DramRecords); with a master of its own process it coalesces the
-// calls of concurrent direct puts into batch calls (coalesce.go).
+// calls of concurrent direct puts, of any clients, into batch calls
+// carrying each put's own ticket (coalesce.go).
 //
 // The offload mover takes the tasks the master hands out (copy this MEMORY
 // replica to SSD): through TakeOffload, a long poll it repeats whenever its

@@ -57,8 +57,12 @@
 //     wait for that node's acknowledgement of it (only for other holders',
 //     of which a direct put has none): the node answers its client once it
 //     applied the record itself, so an acknowledged put is in its holder's
-//     directory as before, one master-appliance round trip sooner. Every
-//     other rule of a put holds unchanged.
+//     directory as before, one master-appliance round trip sooner. A box
+//     coalescing the direct puts of many clients sends BatchPutStart with
+//     per_item_tickets and BatchPutEnd with items: each put keeps its own
+//     client ID, tenant and ticket, checked one by one (an open master
+//     takes an item without a ticket as it takes a PutStart's identity).
+//     Every other rule of a put holds unchanged.
 //   - GetReplicaList returns the COMPLETE replicas — MEMORY, then NOF, then
 //     LOCAL_DISK; replicas on DRAINING storage after all others; none on a
 //     node that is not LIVE (a suspect node keeps its replicas but serves

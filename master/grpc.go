@@ -301,6 +301,9 @@ func (s *grpcServer) BatchPutStart(ctx context.Context, r *kvtierpb.BatchPutStar
 	if err := s.m.fenceErr(); err != nil { // deposed: another master may lead
 		return nil, toGRPC(err)
 	}
+	if r.GetPerItemTickets() { // direct puts of many clients, coalesced by their box
+		return s.batchPutStartItems(ctx, r)
+	}
 	var node string
 	if tok := r.GetPutTicket(); len(tok) > 0 { // a direct batch put (see PutStart)
 		var err error
@@ -353,17 +356,25 @@ func (s *grpcServer) BatchPutEnd(ctx context.Context, r *kvtierpb.BatchKeysReque
 	if err := s.m.fenceErr(); err != nil {
 		return nil, toGRPC(err)
 	}
-	var holder string
-	if tok := r.GetPutTicket(); len(tok) > 0 {
-		node, err := s.checkTicket(ctx, tok, r.GetTenant(), r.GetClientId())
-		if err != nil {
-			return nil, toGRPC(err)
+	var out *kvtierpb.BatchResponse
+	if items := r.GetItems(); len(items) > 0 { // direct puts of many clients, coalesced by their box
+		if len(r.GetKeys()) > 0 || r.GetClientId() != "" || len(r.GetPutTicket()) > 0 {
+			return nil, toGRPC(kverr.New(kverr.InvalidParams, "", "BatchPutEnd: items and keys (or a batch identity) together"))
 		}
-		if r.GetHolderApplies() {
-			holder = node
+		out = keyResults(s.batchPutEndItems(ctx, items))
+	} else {
+		var holder string
+		if tok := r.GetPutTicket(); len(tok) > 0 {
+			node, err := s.checkTicket(ctx, tok, r.GetTenant(), r.GetClientId())
+			if err != nil {
+				return nil, toGRPC(err)
+			}
+			if r.GetHolderApplies() {
+				holder = node
+			}
 		}
+		out = keyResults(s.m.batchPutEndExcept(ctx, r.GetClientId(), r.GetTenant(), keysOf(r.GetKeys()), holder))
 	}
-	out := keyResults(s.m.batchPutEndExcept(ctx, r.GetClientId(), r.GetTenant(), keysOf(r.GetKeys()), holder))
 	if err := s.m.fenceErr(); err != nil {
 		return nil, toGRPC(err)
 	}
@@ -862,4 +873,70 @@ func (s *grpcServer) PutTicket(ctx context.Context, r *kvtierpb.PutTicketRequest
 		return nil, toGRPC(err)
 	}
 	return &kvtierpb.PutTicketResponse{Ticket: tok, ExpiryMs: exp.UnixMilli()}, nil
+}
+
+// itemIdentity checks a coalesced item's ticket (an open master, without
+// a caller's credential, takes an item without one as it would take the
+// identity a PutStart names) and returns the node it names ("": none).
+func (s *grpcServer) itemIdentity(ctx context.Context, tok []byte, tenant, client string) (string, error) {
+	if len(tok) > 0 {
+		return s.checkTicket(ctx, tok, tenant, client)
+	}
+	if _, ok := auth.FromContext(ctx); ok {
+		return "", kverr.New(kverr.PermissionDenied, "", "a coalesced direct put without a put ticket")
+	}
+	return "", nil
+}
+
+// batchPutStartItems is BatchPutStart of direct puts of many clients
+// (per_item_tickets): each item is placed as its own ticket says, on the
+// node that names, exactly as PutStart with that ticket.
+func (s *grpcServer) batchPutStartItems(ctx context.Context, r *kvtierpb.BatchPutStartRequest) (*kvtierpb.BatchPutStartResponse, error) {
+	if r.GetClientId() != "" || r.GetTenant() != "" || len(r.GetPutTicket()) > 0 {
+		return nil, toGRPC(kverr.New(kverr.InvalidParams, "", "BatchPutStart: per-item tickets and a batch identity together"))
+	}
+	out := &kvtierpb.BatchPutStartResponse{Results: make([]*kvtierpb.PutStartResult, len(r.GetItems()))}
+	for i, it := range r.GetItems() {
+		g := &kvtierpb.PutStartResult{}
+		out.Results[i] = g
+		node, err := s.itemIdentity(ctx, it.GetPutTicket(), it.GetTenant(), it.GetClientId())
+		var reps []Replica
+		req := putFromPB(it)
+		if err == nil {
+			if node != "" {
+				req.Config.OnlyNode = node
+			}
+			reps, err = s.m.PutStart(ctx, req)
+		}
+		if err != nil {
+			g.Code, g.Message = kvtierpb.ErrorCode(kverr.CodeOf(err)), err.Error()
+			continue
+		}
+		g.Replicas = replicasToPB(reps)
+		g.DramOutbox, g.DramSeq = s.m.commitMark(req.Client, req.Tenant, req.Key)
+	}
+	return out, nil
+}
+
+// batchPutEndItems is BatchPutEnd of direct puts of many clients: each
+// item's ticket checked, one wait for the holders' acknowledgements (but
+// those each item's own node confirms itself: holder_applies).
+func (s *grpcServer) batchPutEndItems(ctx context.Context, items []*kvtierpb.KeyRequest) []error {
+	out := make([]error, len(items))
+	var ws []dramWait
+	for i, it := range items {
+		node, err := s.itemIdentity(ctx, it.GetPutTicket(), it.GetTenant(), it.GetClientId())
+		if err != nil {
+			out[i] = err
+			continue
+		}
+		var w []dramWait
+		w, out[i] = s.m.putEnd(it.GetClientId(), it.GetTenant(), string(it.GetKey()))
+		if it.GetHolderApplies() {
+			w = dropWaits(w, node)
+		}
+		ws = append(ws, w...)
+	}
+	s.m.awaitCommits(ctx, ws)
+	return out
 }

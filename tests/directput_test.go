@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -163,10 +164,68 @@ func TestDirectPutStandalone(t *testing.T) {
 // TestDirectPutSeparateMaster: the same with the master and the appliance
 // in processes of their own (the box reaches the master over its client
 // connection), and a client of another process.
+//
+// Then 8 clients of 4 callers each put at once: the box coalesces the
+// PutStarts and PutEnds of different clients into batch calls carrying
+// each put's own ticket; every put is stored, bit-exact, as its own
+// client's (its writer).
 func TestDirectPutSeparateMaster(t *testing.T) {
 	c := startCluster(t)
 	c.appliance("box-a")
 	directScenario(t, c.grpc)
+	concurrentClients(t, c.grpc, nil)
+}
+
+// concurrentClients runs 8 clients x 4 callers of direct puts at once
+// (mod adjusts client i's configuration) and checks every object.
+func concurrentClients(t *testing.T, addr string, mod func(i int, cfg *client.Config)) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	cls := make([]*client.Client, 8)
+	for i := range cls {
+		cls[i] = tcpClient(t, addr, func(cfg *client.Config) {
+			cfg.ClientID = fmt.Sprintf("many-%d", i)
+			if mod != nil {
+				mod(i, cfg)
+			}
+		})
+	}
+	for i, cl := range cls {
+		for g := range 4 {
+			wg.Go(func() {
+				for k := range 25 {
+					key := fmt.Sprintf("many/%d/%d/%d", i, g, k)
+					if err := cl.Put(ctx, key, randomBytes(uint64(i*1000+g*100+k), 8<<10)); err != nil {
+						t.Errorf("%s: %v", key, err)
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	for i, cl := range cls {
+		if n := cl.Engine().Stats().DirectPuts; n != 100 {
+			t.Fatalf("client %d: %d of 100 puts went direct", i, n)
+		}
+		for g := range 4 {
+			for k := range 25 {
+				key := fmt.Sprintf("many/%d/%d/%d", i, g, k)
+				got, err := cl.Get(ctx, key)
+				if err != nil || !bytes.Equal(got, randomBytes(uint64(i*1000+g*100+k), 8<<10)) {
+					t.Fatalf("%s: %v", key, err)
+				}
+			}
+		}
+		info, err := cl.Stat(ctx, fmt.Sprintf("many/%d/0/0", i))
+		if err != nil || info.GetWriter() != fmt.Sprintf("many-%d", i) {
+			t.Fatalf("writer of client %d's put: %v %v", i, info.GetWriter(), err)
+		}
+	}
 }
 
 // TestDirectPutFallback: a put the chosen appliance has no room for is
@@ -333,6 +392,14 @@ func TestDirectPutCredentials(t *testing.T) {
 		c := startCluster(t, "--credentials", filepath.Join(dir, "creds"))
 		c.appliance("box-a", "--token-file", filepath.Join(dir, "box1.tok"))
 		directCredentials(t, c.grpc)
+		// Clients of two tenants at once: coalesced calls keep each
+		// put's tenant and writer.
+		concurrentClients(t, c.grpc, func(i int, cfg *client.Config) {
+			cfg.Token, cfg.Tenant = tokCliA, "A"
+			if i%2 == 1 {
+				cfg.Token, cfg.Tenant = tokCliB, "B"
+			}
+		})
 	})
 	t.Run("standalone", func(t *testing.T) { // the box places puts in-process
 		p := start(t, "standalone", "standalone", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--dram", "64MiB",

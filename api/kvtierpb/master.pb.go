@@ -1224,13 +1224,17 @@ func (x *CountResponse) GetCount() uint64 {
 
 // Batch forms: one result per key, in input order.
 type BatchPutStartRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	Tenant        string                 `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	Items         []*PutStartRequest     `protobuf:"bytes,3,rep,name=items,proto3" json:"items,omitempty"`                            // client_id/tenant of items are ignored
-	PutTicket     []byte                 `protobuf:"bytes,390,opt,name=put_ticket,json=putTicket,proto3" json:"put_ticket,omitempty"` // a direct batch put (see PutStartRequest)
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClientId  string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Tenant    string                 `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Items     []*PutStartRequest     `protobuf:"bytes,3,rep,name=items,proto3" json:"items,omitempty"`                            // client_id/tenant of items are ignored
+	PutTicket []byte                 `protobuf:"bytes,390,opt,name=put_ticket,json=putTicket,proto3" json:"put_ticket,omitempty"` // a direct batch put (see PutStartRequest)
+	// Direct puts of many clients coalesced by the box that placed them:
+	// every item carries its own client_id, tenant and put_ticket (checked
+	// each), and client_id, tenant and put_ticket above are empty.
+	PerItemTickets bool `protobuf:"varint,391,opt,name=per_item_tickets,json=perItemTickets,proto3" json:"per_item_tickets,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *BatchPutStartRequest) Reset() {
@@ -1289,6 +1293,13 @@ func (x *BatchPutStartRequest) GetPutTicket() []byte {
 		return x.PutTicket
 	}
 	return nil
+}
+
+func (x *BatchPutStartRequest) GetPerItemTickets() bool {
+	if x != nil {
+		return x.PerItemTickets
+	}
+	return false
 }
 
 type PutStartResult struct {
@@ -1419,6 +1430,10 @@ type BatchKeysRequest struct {
 	Force         bool                   `protobuf:"varint,4,opt,name=force,proto3" json:"force,omitempty"`
 	PutTicket     []byte                 `protobuf:"bytes,390,opt,name=put_ticket,json=putTicket,proto3" json:"put_ticket,omitempty"`              // BatchPutEnd/BatchPutRevoke of a direct batch put
 	HolderApplies bool                   `protobuf:"varint,391,opt,name=holder_applies,json=holderApplies,proto3" json:"holder_applies,omitempty"` // BatchPutEnd: as KeyRequest.holder_applies
+	// BatchPutEnd of direct puts of many clients (see
+	// BatchPutStartRequest.per_item_tickets): one KeyRequest each (client_id,
+	// tenant, key, put_ticket, holder_applies); keys and the fields above empty.
+	Items         []*KeyRequest `protobuf:"bytes,392,rep,name=items,proto3" json:"items,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1493,6 +1508,13 @@ func (x *BatchKeysRequest) GetHolderApplies() bool {
 		return x.HolderApplies
 	}
 	return false
+}
+
+func (x *BatchKeysRequest) GetItems() []*KeyRequest {
+	if x != nil {
+		return x.Items
+	}
+	return nil
 }
 
 type KeyResult struct {
@@ -5362,13 +5384,14 @@ const file_master_proto_rawDesc = "" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x14\n" +
 	"\x05force\x18\x03 \x01(\bR\x05force\"%\n" +
 	"\rCountResponse\x12\x14\n" +
-	"\x05count\x18\x01 \x01(\x04R\x05count\"\x9d\x01\n" +
+	"\x05count\x18\x01 \x01(\x04R\x05count\"\xc8\x01\n" +
 	"\x14BatchPutStartRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x120\n" +
 	"\x05items\x18\x03 \x03(\v2\x1a.kvtier.v1.PutStartRequestR\x05items\x12\x1e\n" +
 	"\n" +
-	"put_ticket\x18\x86\x03 \x01(\fR\tputTicket\"\xc2\x01\n" +
+	"put_ticket\x18\x86\x03 \x01(\fR\tputTicket\x12)\n" +
+	"\x10per_item_tickets\x18\x87\x03 \x01(\bR\x0eperItemTickets\"\xc2\x01\n" +
 	"\x0ePutStartResult\x12(\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x14.kvtier.v1.ErrorCodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12.\n" +
@@ -5377,7 +5400,7 @@ const file_master_proto_rawDesc = "" +
 	"dramOutbox\x12\x1a\n" +
 	"\bdram_seq\x18\x87\x03 \x01(\x04R\adramSeq\"L\n" +
 	"\x15BatchPutStartResponse\x123\n" +
-	"\aresults\x18\x01 \x03(\v2\x19.kvtier.v1.PutStartResultR\aresults\"\xb9\x01\n" +
+	"\aresults\x18\x01 \x03(\v2\x19.kvtier.v1.PutStartResultR\aresults\"\xe7\x01\n" +
 	"\x10BatchKeysRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x12\n" +
@@ -5385,7 +5408,8 @@ const file_master_proto_rawDesc = "" +
 	"\x05force\x18\x04 \x01(\bR\x05force\x12\x1e\n" +
 	"\n" +
 	"put_ticket\x18\x86\x03 \x01(\fR\tputTicket\x12&\n" +
-	"\x0eholder_applies\x18\x87\x03 \x01(\bR\rholderApplies\"O\n" +
+	"\x0eholder_applies\x18\x87\x03 \x01(\bR\rholderApplies\x12,\n" +
+	"\x05items\x18\x88\x03 \x03(\v2\x15.kvtier.v1.KeyRequestR\x05items\"O\n" +
 	"\tKeyResult\x12(\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x14.kvtier.v1.ErrorCodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"c\n" +
@@ -5924,117 +5948,118 @@ var file_master_proto_depIdxs = []int32{
 	0,  // 6: kvtier.v1.PutStartResult.code:type_name -> kvtier.v1.ErrorCode
 	5,  // 7: kvtier.v1.PutStartResult.replicas:type_name -> kvtier.v1.Replica
 	17, // 8: kvtier.v1.BatchPutStartResponse.results:type_name -> kvtier.v1.PutStartResult
-	0,  // 9: kvtier.v1.KeyResult.code:type_name -> kvtier.v1.ErrorCode
-	20, // 10: kvtier.v1.BatchResponse.results:type_name -> kvtier.v1.KeyResult
-	0,  // 11: kvtier.v1.GetReplicaListResult.code:type_name -> kvtier.v1.ErrorCode
-	11, // 12: kvtier.v1.GetReplicaListResult.value:type_name -> kvtier.v1.GetReplicaListResponse
-	22, // 13: kvtier.v1.BatchGetReplicaListResponse.results:type_name -> kvtier.v1.GetReplicaListResult
-	20, // 14: kvtier.v1.BatchExistResponse.results:type_name -> kvtier.v1.KeyResult
-	1,  // 15: kvtier.v1.Segment.type:type_name -> kvtier.v1.ReplicaType
-	25, // 16: kvtier.v1.MountSegmentRequest.segment:type_name -> kvtier.v1.Segment
-	25, // 17: kvtier.v1.HeartbeatRequest.segments:type_name -> kvtier.v1.Segment
-	28, // 18: kvtier.v1.HeartbeatRequest.disk:type_name -> kvtier.v1.DiskTierStats
-	31, // 19: kvtier.v1.HeartbeatRequest.nvme:type_name -> kvtier.v1.NvmeStats
-	30, // 20: kvtier.v1.HeartbeatRequest.cached_reads:type_name -> kvtier.v1.CachedRead
-	68, // 21: kvtier.v1.HeartbeatRequest.grant_refusals:type_name -> kvtier.v1.HeartbeatRequest.GrantRefusalsEntry
-	32, // 22: kvtier.v1.NvmeStats.subsystems:type_name -> kvtier.v1.NvmeSubsystem
-	34, // 23: kvtier.v1.NvmeStats.hosts:type_name -> kvtier.v1.NvmeHost
-	33, // 24: kvtier.v1.NvmeSubsystem.namespaces:type_name -> kvtier.v1.NvmeNamespace
-	5,  // 25: kvtier.v1.OffloadTask.source:type_name -> kvtier.v1.Replica
-	36, // 26: kvtier.v1.HeartbeatResponse.offload:type_name -> kvtier.v1.OffloadTask
-	35, // 27: kvtier.v1.HeartbeatResponse.settings:type_name -> kvtier.v1.TierSettings
-	39, // 28: kvtier.v1.HeartbeatResponse.grant_keys:type_name -> kvtier.v1.GrantKey
-	41, // 29: kvtier.v1.RegisterDiskObjectsRequest.objects:type_name -> kvtier.v1.DiskObject
-	5,  // 30: kvtier.v1.ObjectInfo.replicas:type_name -> kvtier.v1.Replica
-	45, // 31: kvtier.v1.ListObjectsResponse.objects:type_name -> kvtier.v1.ObjectInfo
-	25, // 32: kvtier.v1.SegmentInfo.segment:type_name -> kvtier.v1.Segment
-	3,  // 33: kvtier.v1.SegmentInfo.state:type_name -> kvtier.v1.SegmentState
-	47, // 34: kvtier.v1.ListSegmentsResponse.segments:type_name -> kvtier.v1.SegmentInfo
-	4,  // 35: kvtier.v1.ClientInfo.state:type_name -> kvtier.v1.ClientState
-	28, // 36: kvtier.v1.ClientInfo.disk:type_name -> kvtier.v1.DiskTierStats
-	31, // 37: kvtier.v1.ClientInfo.nvme:type_name -> kvtier.v1.NvmeStats
-	69, // 38: kvtier.v1.ClientInfo.grant_refusals:type_name -> kvtier.v1.ClientInfo.GrantRefusalsEntry
-	49, // 39: kvtier.v1.ListClientsResponse.clients:type_name -> kvtier.v1.ClientInfo
-	51, // 40: kvtier.v1.StatsResponse.tiers:type_name -> kvtier.v1.TierStats
-	70, // 41: kvtier.v1.StatsResponse.counters:type_name -> kvtier.v1.StatsResponse.CountersEntry
-	53, // 42: kvtier.v1.TiersResponse.dram:type_name -> kvtier.v1.DramSettings
-	35, // 43: kvtier.v1.TiersResponse.ssd:type_name -> kvtier.v1.TierSettings
-	51, // 44: kvtier.v1.TiersResponse.stats:type_name -> kvtier.v1.TierStats
-	60, // 45: kvtier.v1.DiskRemoval.keep:type_name -> kvtier.v1.DiskLocation
-	61, // 46: kvtier.v1.TakeRemovalsResponse.removals:type_name -> kvtier.v1.DiskRemoval
-	64, // 47: kvtier.v1.TakeDramRecordsResponse.records:type_name -> kvtier.v1.DramRecord
-	66, // 48: kvtier.v1.RegisterDramObjectsRequest.objects:type_name -> kvtier.v1.DramObject
-	7,  // 49: kvtier.v1.Master.PutStart:input_type -> kvtier.v1.PutStartRequest
-	9,  // 50: kvtier.v1.Master.PutEnd:input_type -> kvtier.v1.KeyRequest
-	9,  // 51: kvtier.v1.Master.PutRevoke:input_type -> kvtier.v1.KeyRequest
-	9,  // 52: kvtier.v1.Master.GetReplicaList:input_type -> kvtier.v1.KeyRequest
-	9,  // 53: kvtier.v1.Master.Exist:input_type -> kvtier.v1.KeyRequest
-	9,  // 54: kvtier.v1.Master.Remove:input_type -> kvtier.v1.KeyRequest
-	13, // 55: kvtier.v1.Master.RemoveByRegex:input_type -> kvtier.v1.RemoveByRegexRequest
-	14, // 56: kvtier.v1.Master.RemoveAll:input_type -> kvtier.v1.RemoveAllRequest
-	16, // 57: kvtier.v1.Master.BatchPutStart:input_type -> kvtier.v1.BatchPutStartRequest
-	19, // 58: kvtier.v1.Master.BatchPutEnd:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 59: kvtier.v1.Master.BatchPutRevoke:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 60: kvtier.v1.Master.BatchGetReplicaList:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 61: kvtier.v1.Master.BatchExist:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 62: kvtier.v1.Master.BatchRemove:input_type -> kvtier.v1.BatchKeysRequest
-	26, // 63: kvtier.v1.Master.MountSegment:input_type -> kvtier.v1.MountSegmentRequest
-	27, // 64: kvtier.v1.Master.UnmountSegment:input_type -> kvtier.v1.UnmountSegmentRequest
-	29, // 65: kvtier.v1.Master.Heartbeat:input_type -> kvtier.v1.HeartbeatRequest
-	40, // 66: kvtier.v1.Master.OffloadDone:input_type -> kvtier.v1.OffloadDoneRequest
-	37, // 67: kvtier.v1.Master.TakeOffload:input_type -> kvtier.v1.TakeOffloadRequest
-	42, // 68: kvtier.v1.Master.RegisterDiskObjects:input_type -> kvtier.v1.RegisterDiskObjectsRequest
-	43, // 69: kvtier.v1.Master.DropBucket:input_type -> kvtier.v1.DropBucketRequest
-	44, // 70: kvtier.v1.Master.ListObjects:input_type -> kvtier.v1.ListObjectsRequest
-	9,  // 71: kvtier.v1.Master.GetObject:input_type -> kvtier.v1.KeyRequest
-	10, // 72: kvtier.v1.Master.ListSegments:input_type -> kvtier.v1.Empty
-	10, // 73: kvtier.v1.Master.ListClients:input_type -> kvtier.v1.Empty
-	10, // 74: kvtier.v1.Master.Stats:input_type -> kvtier.v1.Empty
-	10, // 75: kvtier.v1.Master.GetTiers:input_type -> kvtier.v1.Empty
-	55, // 76: kvtier.v1.Master.UpdateTiers:input_type -> kvtier.v1.UpdateTiersRequest
-	10, // 77: kvtier.v1.Master.WatchEvents:input_type -> kvtier.v1.Empty
-	59, // 78: kvtier.v1.Master.TakeRemovals:input_type -> kvtier.v1.TakeRemovalsRequest
-	63, // 79: kvtier.v1.Master.TakeDramRecords:input_type -> kvtier.v1.TakeDramRecordsRequest
-	67, // 80: kvtier.v1.Master.RegisterDramObjects:input_type -> kvtier.v1.RegisterDramObjectsRequest
-	57, // 81: kvtier.v1.Master.PutTicket:input_type -> kvtier.v1.PutTicketRequest
-	8,  // 82: kvtier.v1.Master.PutStart:output_type -> kvtier.v1.PutStartResponse
-	10, // 83: kvtier.v1.Master.PutEnd:output_type -> kvtier.v1.Empty
-	10, // 84: kvtier.v1.Master.PutRevoke:output_type -> kvtier.v1.Empty
-	11, // 85: kvtier.v1.Master.GetReplicaList:output_type -> kvtier.v1.GetReplicaListResponse
-	12, // 86: kvtier.v1.Master.Exist:output_type -> kvtier.v1.ExistResponse
-	10, // 87: kvtier.v1.Master.Remove:output_type -> kvtier.v1.Empty
-	15, // 88: kvtier.v1.Master.RemoveByRegex:output_type -> kvtier.v1.CountResponse
-	15, // 89: kvtier.v1.Master.RemoveAll:output_type -> kvtier.v1.CountResponse
-	18, // 90: kvtier.v1.Master.BatchPutStart:output_type -> kvtier.v1.BatchPutStartResponse
-	21, // 91: kvtier.v1.Master.BatchPutEnd:output_type -> kvtier.v1.BatchResponse
-	21, // 92: kvtier.v1.Master.BatchPutRevoke:output_type -> kvtier.v1.BatchResponse
-	23, // 93: kvtier.v1.Master.BatchGetReplicaList:output_type -> kvtier.v1.BatchGetReplicaListResponse
-	24, // 94: kvtier.v1.Master.BatchExist:output_type -> kvtier.v1.BatchExistResponse
-	21, // 95: kvtier.v1.Master.BatchRemove:output_type -> kvtier.v1.BatchResponse
-	10, // 96: kvtier.v1.Master.MountSegment:output_type -> kvtier.v1.Empty
-	10, // 97: kvtier.v1.Master.UnmountSegment:output_type -> kvtier.v1.Empty
-	38, // 98: kvtier.v1.Master.Heartbeat:output_type -> kvtier.v1.HeartbeatResponse
-	10, // 99: kvtier.v1.Master.OffloadDone:output_type -> kvtier.v1.Empty
-	36, // 100: kvtier.v1.Master.TakeOffload:output_type -> kvtier.v1.OffloadTask
-	21, // 101: kvtier.v1.Master.RegisterDiskObjects:output_type -> kvtier.v1.BatchResponse
-	10, // 102: kvtier.v1.Master.DropBucket:output_type -> kvtier.v1.Empty
-	46, // 103: kvtier.v1.Master.ListObjects:output_type -> kvtier.v1.ListObjectsResponse
-	45, // 104: kvtier.v1.Master.GetObject:output_type -> kvtier.v1.ObjectInfo
-	48, // 105: kvtier.v1.Master.ListSegments:output_type -> kvtier.v1.ListSegmentsResponse
-	50, // 106: kvtier.v1.Master.ListClients:output_type -> kvtier.v1.ListClientsResponse
-	52, // 107: kvtier.v1.Master.Stats:output_type -> kvtier.v1.StatsResponse
-	54, // 108: kvtier.v1.Master.GetTiers:output_type -> kvtier.v1.TiersResponse
-	54, // 109: kvtier.v1.Master.UpdateTiers:output_type -> kvtier.v1.TiersResponse
-	56, // 110: kvtier.v1.Master.WatchEvents:output_type -> kvtier.v1.Event
-	62, // 111: kvtier.v1.Master.TakeRemovals:output_type -> kvtier.v1.TakeRemovalsResponse
-	65, // 112: kvtier.v1.Master.TakeDramRecords:output_type -> kvtier.v1.TakeDramRecordsResponse
-	21, // 113: kvtier.v1.Master.RegisterDramObjects:output_type -> kvtier.v1.BatchResponse
-	58, // 114: kvtier.v1.Master.PutTicket:output_type -> kvtier.v1.PutTicketResponse
-	82, // [82:115] is the sub-list for method output_type
-	49, // [49:82] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	9,  // 9: kvtier.v1.BatchKeysRequest.items:type_name -> kvtier.v1.KeyRequest
+	0,  // 10: kvtier.v1.KeyResult.code:type_name -> kvtier.v1.ErrorCode
+	20, // 11: kvtier.v1.BatchResponse.results:type_name -> kvtier.v1.KeyResult
+	0,  // 12: kvtier.v1.GetReplicaListResult.code:type_name -> kvtier.v1.ErrorCode
+	11, // 13: kvtier.v1.GetReplicaListResult.value:type_name -> kvtier.v1.GetReplicaListResponse
+	22, // 14: kvtier.v1.BatchGetReplicaListResponse.results:type_name -> kvtier.v1.GetReplicaListResult
+	20, // 15: kvtier.v1.BatchExistResponse.results:type_name -> kvtier.v1.KeyResult
+	1,  // 16: kvtier.v1.Segment.type:type_name -> kvtier.v1.ReplicaType
+	25, // 17: kvtier.v1.MountSegmentRequest.segment:type_name -> kvtier.v1.Segment
+	25, // 18: kvtier.v1.HeartbeatRequest.segments:type_name -> kvtier.v1.Segment
+	28, // 19: kvtier.v1.HeartbeatRequest.disk:type_name -> kvtier.v1.DiskTierStats
+	31, // 20: kvtier.v1.HeartbeatRequest.nvme:type_name -> kvtier.v1.NvmeStats
+	30, // 21: kvtier.v1.HeartbeatRequest.cached_reads:type_name -> kvtier.v1.CachedRead
+	68, // 22: kvtier.v1.HeartbeatRequest.grant_refusals:type_name -> kvtier.v1.HeartbeatRequest.GrantRefusalsEntry
+	32, // 23: kvtier.v1.NvmeStats.subsystems:type_name -> kvtier.v1.NvmeSubsystem
+	34, // 24: kvtier.v1.NvmeStats.hosts:type_name -> kvtier.v1.NvmeHost
+	33, // 25: kvtier.v1.NvmeSubsystem.namespaces:type_name -> kvtier.v1.NvmeNamespace
+	5,  // 26: kvtier.v1.OffloadTask.source:type_name -> kvtier.v1.Replica
+	36, // 27: kvtier.v1.HeartbeatResponse.offload:type_name -> kvtier.v1.OffloadTask
+	35, // 28: kvtier.v1.HeartbeatResponse.settings:type_name -> kvtier.v1.TierSettings
+	39, // 29: kvtier.v1.HeartbeatResponse.grant_keys:type_name -> kvtier.v1.GrantKey
+	41, // 30: kvtier.v1.RegisterDiskObjectsRequest.objects:type_name -> kvtier.v1.DiskObject
+	5,  // 31: kvtier.v1.ObjectInfo.replicas:type_name -> kvtier.v1.Replica
+	45, // 32: kvtier.v1.ListObjectsResponse.objects:type_name -> kvtier.v1.ObjectInfo
+	25, // 33: kvtier.v1.SegmentInfo.segment:type_name -> kvtier.v1.Segment
+	3,  // 34: kvtier.v1.SegmentInfo.state:type_name -> kvtier.v1.SegmentState
+	47, // 35: kvtier.v1.ListSegmentsResponse.segments:type_name -> kvtier.v1.SegmentInfo
+	4,  // 36: kvtier.v1.ClientInfo.state:type_name -> kvtier.v1.ClientState
+	28, // 37: kvtier.v1.ClientInfo.disk:type_name -> kvtier.v1.DiskTierStats
+	31, // 38: kvtier.v1.ClientInfo.nvme:type_name -> kvtier.v1.NvmeStats
+	69, // 39: kvtier.v1.ClientInfo.grant_refusals:type_name -> kvtier.v1.ClientInfo.GrantRefusalsEntry
+	49, // 40: kvtier.v1.ListClientsResponse.clients:type_name -> kvtier.v1.ClientInfo
+	51, // 41: kvtier.v1.StatsResponse.tiers:type_name -> kvtier.v1.TierStats
+	70, // 42: kvtier.v1.StatsResponse.counters:type_name -> kvtier.v1.StatsResponse.CountersEntry
+	53, // 43: kvtier.v1.TiersResponse.dram:type_name -> kvtier.v1.DramSettings
+	35, // 44: kvtier.v1.TiersResponse.ssd:type_name -> kvtier.v1.TierSettings
+	51, // 45: kvtier.v1.TiersResponse.stats:type_name -> kvtier.v1.TierStats
+	60, // 46: kvtier.v1.DiskRemoval.keep:type_name -> kvtier.v1.DiskLocation
+	61, // 47: kvtier.v1.TakeRemovalsResponse.removals:type_name -> kvtier.v1.DiskRemoval
+	64, // 48: kvtier.v1.TakeDramRecordsResponse.records:type_name -> kvtier.v1.DramRecord
+	66, // 49: kvtier.v1.RegisterDramObjectsRequest.objects:type_name -> kvtier.v1.DramObject
+	7,  // 50: kvtier.v1.Master.PutStart:input_type -> kvtier.v1.PutStartRequest
+	9,  // 51: kvtier.v1.Master.PutEnd:input_type -> kvtier.v1.KeyRequest
+	9,  // 52: kvtier.v1.Master.PutRevoke:input_type -> kvtier.v1.KeyRequest
+	9,  // 53: kvtier.v1.Master.GetReplicaList:input_type -> kvtier.v1.KeyRequest
+	9,  // 54: kvtier.v1.Master.Exist:input_type -> kvtier.v1.KeyRequest
+	9,  // 55: kvtier.v1.Master.Remove:input_type -> kvtier.v1.KeyRequest
+	13, // 56: kvtier.v1.Master.RemoveByRegex:input_type -> kvtier.v1.RemoveByRegexRequest
+	14, // 57: kvtier.v1.Master.RemoveAll:input_type -> kvtier.v1.RemoveAllRequest
+	16, // 58: kvtier.v1.Master.BatchPutStart:input_type -> kvtier.v1.BatchPutStartRequest
+	19, // 59: kvtier.v1.Master.BatchPutEnd:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 60: kvtier.v1.Master.BatchPutRevoke:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 61: kvtier.v1.Master.BatchGetReplicaList:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 62: kvtier.v1.Master.BatchExist:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 63: kvtier.v1.Master.BatchRemove:input_type -> kvtier.v1.BatchKeysRequest
+	26, // 64: kvtier.v1.Master.MountSegment:input_type -> kvtier.v1.MountSegmentRequest
+	27, // 65: kvtier.v1.Master.UnmountSegment:input_type -> kvtier.v1.UnmountSegmentRequest
+	29, // 66: kvtier.v1.Master.Heartbeat:input_type -> kvtier.v1.HeartbeatRequest
+	40, // 67: kvtier.v1.Master.OffloadDone:input_type -> kvtier.v1.OffloadDoneRequest
+	37, // 68: kvtier.v1.Master.TakeOffload:input_type -> kvtier.v1.TakeOffloadRequest
+	42, // 69: kvtier.v1.Master.RegisterDiskObjects:input_type -> kvtier.v1.RegisterDiskObjectsRequest
+	43, // 70: kvtier.v1.Master.DropBucket:input_type -> kvtier.v1.DropBucketRequest
+	44, // 71: kvtier.v1.Master.ListObjects:input_type -> kvtier.v1.ListObjectsRequest
+	9,  // 72: kvtier.v1.Master.GetObject:input_type -> kvtier.v1.KeyRequest
+	10, // 73: kvtier.v1.Master.ListSegments:input_type -> kvtier.v1.Empty
+	10, // 74: kvtier.v1.Master.ListClients:input_type -> kvtier.v1.Empty
+	10, // 75: kvtier.v1.Master.Stats:input_type -> kvtier.v1.Empty
+	10, // 76: kvtier.v1.Master.GetTiers:input_type -> kvtier.v1.Empty
+	55, // 77: kvtier.v1.Master.UpdateTiers:input_type -> kvtier.v1.UpdateTiersRequest
+	10, // 78: kvtier.v1.Master.WatchEvents:input_type -> kvtier.v1.Empty
+	59, // 79: kvtier.v1.Master.TakeRemovals:input_type -> kvtier.v1.TakeRemovalsRequest
+	63, // 80: kvtier.v1.Master.TakeDramRecords:input_type -> kvtier.v1.TakeDramRecordsRequest
+	67, // 81: kvtier.v1.Master.RegisterDramObjects:input_type -> kvtier.v1.RegisterDramObjectsRequest
+	57, // 82: kvtier.v1.Master.PutTicket:input_type -> kvtier.v1.PutTicketRequest
+	8,  // 83: kvtier.v1.Master.PutStart:output_type -> kvtier.v1.PutStartResponse
+	10, // 84: kvtier.v1.Master.PutEnd:output_type -> kvtier.v1.Empty
+	10, // 85: kvtier.v1.Master.PutRevoke:output_type -> kvtier.v1.Empty
+	11, // 86: kvtier.v1.Master.GetReplicaList:output_type -> kvtier.v1.GetReplicaListResponse
+	12, // 87: kvtier.v1.Master.Exist:output_type -> kvtier.v1.ExistResponse
+	10, // 88: kvtier.v1.Master.Remove:output_type -> kvtier.v1.Empty
+	15, // 89: kvtier.v1.Master.RemoveByRegex:output_type -> kvtier.v1.CountResponse
+	15, // 90: kvtier.v1.Master.RemoveAll:output_type -> kvtier.v1.CountResponse
+	18, // 91: kvtier.v1.Master.BatchPutStart:output_type -> kvtier.v1.BatchPutStartResponse
+	21, // 92: kvtier.v1.Master.BatchPutEnd:output_type -> kvtier.v1.BatchResponse
+	21, // 93: kvtier.v1.Master.BatchPutRevoke:output_type -> kvtier.v1.BatchResponse
+	23, // 94: kvtier.v1.Master.BatchGetReplicaList:output_type -> kvtier.v1.BatchGetReplicaListResponse
+	24, // 95: kvtier.v1.Master.BatchExist:output_type -> kvtier.v1.BatchExistResponse
+	21, // 96: kvtier.v1.Master.BatchRemove:output_type -> kvtier.v1.BatchResponse
+	10, // 97: kvtier.v1.Master.MountSegment:output_type -> kvtier.v1.Empty
+	10, // 98: kvtier.v1.Master.UnmountSegment:output_type -> kvtier.v1.Empty
+	38, // 99: kvtier.v1.Master.Heartbeat:output_type -> kvtier.v1.HeartbeatResponse
+	10, // 100: kvtier.v1.Master.OffloadDone:output_type -> kvtier.v1.Empty
+	36, // 101: kvtier.v1.Master.TakeOffload:output_type -> kvtier.v1.OffloadTask
+	21, // 102: kvtier.v1.Master.RegisterDiskObjects:output_type -> kvtier.v1.BatchResponse
+	10, // 103: kvtier.v1.Master.DropBucket:output_type -> kvtier.v1.Empty
+	46, // 104: kvtier.v1.Master.ListObjects:output_type -> kvtier.v1.ListObjectsResponse
+	45, // 105: kvtier.v1.Master.GetObject:output_type -> kvtier.v1.ObjectInfo
+	48, // 106: kvtier.v1.Master.ListSegments:output_type -> kvtier.v1.ListSegmentsResponse
+	50, // 107: kvtier.v1.Master.ListClients:output_type -> kvtier.v1.ListClientsResponse
+	52, // 108: kvtier.v1.Master.Stats:output_type -> kvtier.v1.StatsResponse
+	54, // 109: kvtier.v1.Master.GetTiers:output_type -> kvtier.v1.TiersResponse
+	54, // 110: kvtier.v1.Master.UpdateTiers:output_type -> kvtier.v1.TiersResponse
+	56, // 111: kvtier.v1.Master.WatchEvents:output_type -> kvtier.v1.Event
+	62, // 112: kvtier.v1.Master.TakeRemovals:output_type -> kvtier.v1.TakeRemovalsResponse
+	65, // 113: kvtier.v1.Master.TakeDramRecords:output_type -> kvtier.v1.TakeDramRecordsResponse
+	21, // 114: kvtier.v1.Master.RegisterDramObjects:output_type -> kvtier.v1.BatchResponse
+	58, // 115: kvtier.v1.Master.PutTicket:output_type -> kvtier.v1.PutTicketResponse
+	83, // [83:116] is the sub-list for method output_type
+	50, // [50:83] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_master_proto_init() }
