@@ -89,3 +89,58 @@ func TestPutTicket(t *testing.T) {
 		t.Fatalf("open: %v %v", tr, err)
 	}
 }
+
+// TestPutTicketItems: a box's coalesced batch of direct puts of several
+// clients (per_item_tickets) places each item as its own ticket says, on
+// the ticket's node, refuses an item whose ticket names someone else,
+// and the items' BatchPutEnd commits each as its own writer's.
+func TestPutTicketItems(t *testing.T) {
+	m, _ := newTest(t, Config{})
+	s := &grpcServer{m: m}
+	mountMem(t, m, "box", "box/mem0", 1<<20)
+	mountMem(t, m, "other", "other/mem0", 8<<20)
+	m.EnsureGrantKeys("box", "inc-1")
+	ticket := func(client string) []byte {
+		tr, err := s.PutTicket(ctx, &kvtierpb.PutTicketRequest{ClientId: client, Node: "box"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.Ticket
+	}
+	ta, tb := ticket("a"), ticket("b")
+	items := []*kvtierpb.PutStartRequest{
+		{ClientId: "a", Key: []byte("ka"), Size: 100, HasChecksum: true, PutTicket: ta},
+		{ClientId: "b", Key: []byte("kb"), Size: 200, HasChecksum: true, PutTicket: tb},
+		{ClientId: "b", Key: []byte("kc"), Size: 300, PutTicket: ta}, // a's ticket named as b
+	}
+	resp, err := s.BatchPutStart(ctx, &kvtierpb.BatchPutStartRequest{PerItemTickets: true, Items: items})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []kvtierpb.ErrorCode{kvtierpb.ErrorCode_OK, kvtierpb.ErrorCode_OK, kvtierpb.ErrorCode_PERMISSION_DENIED} {
+		r := resp.Results[i]
+		if r.Code != want || (want == kvtierpb.ErrorCode_OK && (len(r.Replicas) != 1 || r.Replicas[0].Node != "box" || r.DramSeq != 0 && r.DramOutbox == 0)) {
+			t.Fatalf("item %d: %v", i, r)
+		}
+	}
+	if _, err := s.BatchPutStart(ctx, &kvtierpb.BatchPutStartRequest{PerItemTickets: true, ClientId: "a", Items: items[:1]}); err == nil {
+		t.Fatal("per-item tickets with a batch identity accepted")
+	}
+	end, err := s.BatchPutEnd(ctx, &kvtierpb.BatchKeysRequest{Items: []*kvtierpb.KeyRequest{
+		{ClientId: "a", Key: []byte("ka"), PutTicket: ta, HolderApplies: true},
+		{ClientId: "b", Key: []byte("kb"), PutTicket: ta}, // wrong ticket
+		{ClientId: "b", Key: []byte("kb"), PutTicket: tb},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end.Results[0].Code != 0 || end.Results[1].Code != kvtierpb.ErrorCode_PERMISSION_DENIED || end.Results[2].Code != 0 {
+		t.Fatalf("ends: %v", end.Results)
+	}
+	for k, w := range map[string]string{"ka": "a", "kb": "b"} {
+		info, err := m.GetObject(ctx, "", k)
+		if err != nil || info.Writer != w || len(info.Replicas) != 1 || info.Replicas[0].State != Complete {
+			t.Fatalf("%s: %+v %v", k, info, err)
+		}
+	}
+}
