@@ -266,3 +266,38 @@ func FuzzPutDescs(f *testing.F) {
 		}
 	})
 }
+
+// TestDirectPutConnectionDrops: a frame whose connection closes in the
+// middle of its payload has every placed put revoked (EndPuts sees an
+// error for each), none committed.
+func TestDirectPutConnectionDrops(t *testing.T) {
+	srv, _, addr := serverEngine(t, "seg", 1<<20)
+	pl := newPlacer(1 << 20)
+	srv.SetPutHandler("box", pl)
+	vals := [][]byte{bytes.Repeat([]byte{1}, 1000), bytes.Repeat([]byte{2}, 300<<10)}
+	frame := putFrame(1, grant.UnsignedTicket("box", "t", "c"), directPuts([]string{"a", "b"}, vals), append(vals[0], vals[1]...))
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nc.Write(frame[:len(frame)-100<<10]); err != nil { // all but the last 100 KiB
+		t.Fatal(err)
+	}
+	nc.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		pl.mu.Lock()
+		revoked, committed := len(pl.revoked), len(pl.committed)
+		pl.mu.Unlock()
+		if revoked == 2 {
+			if committed != 0 {
+				t.Fatalf("%d puts committed from a broken frame", committed)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("revoked %d, committed %d: want both revoked", revoked, committed)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
