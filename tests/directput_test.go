@@ -39,6 +39,24 @@ func tcpClient(t *testing.T, addr string, mod func(*client.Config)) *client.Clie
 	return c
 }
 
+// waitDirect returns once a put of c goes direct, and the count of c's
+// direct puts then. A master takes puts into a box's segments only once
+// the box reported its DRAM directory (UNAVAILABLE_IN_CURRENT_STATUS until
+// then, which a direct put leaves to the classic path and its retries).
+func waitDirect(t *testing.T, c *client.Client, opts ...client.PutOption) uint64 {
+	t.Helper()
+	probe := 0
+	eventually(t, 10*time.Second, "a put goes direct", func() bool {
+		probe++
+		before := c.Engine().Stats().DirectPuts
+		if err := c.Put(context.Background(), fmt.Sprintf("probe/%s/%d", c.ID(), probe), []byte("x"), opts...); err != nil {
+			t.Fatal(err)
+		}
+		return c.Engine().Stats().DirectPuts > before
+	})
+	return c.Engine().Stats().DirectPuts
+}
+
 // directScenario runs the direct-put scenario against the master at addr
 // whose appliances take direct puts: single and batch puts go direct
 // (counted by the client's engine) and read back bit-exact, the
@@ -49,6 +67,7 @@ func directScenario(t *testing.T, addr string) {
 	defer cancel()
 	c := tcpClient(t, addr, nil)
 	direct := func() uint64 { return c.Engine().Stats().DirectPuts }
+	waitDirect(t, c)
 	check := func(key string, want []byte) {
 		t.Helper()
 		got, err := c.Get(ctx, key)
@@ -191,6 +210,10 @@ func concurrentClients(t *testing.T, addr string, mod func(i int, cfg *client.Co
 			}
 		})
 	}
+	base := make([]uint64, len(cls))
+	for i, cl := range cls {
+		base[i] = waitDirect(t, cl)
+	}
 	for i, cl := range cls {
 		for g := range 4 {
 			wg.Go(func() {
@@ -209,7 +232,7 @@ func concurrentClients(t *testing.T, addr string, mod func(i int, cfg *client.Co
 		return
 	}
 	for i, cl := range cls {
-		if n := cl.Engine().Stats().DirectPuts; n != 100 {
+		if n := cl.Engine().Stats().DirectPuts - base[i]; n != 100 {
 			t.Fatalf("client %d: %d of 100 puts went direct", i, n)
 		}
 		for g := range 4 {
@@ -244,6 +267,7 @@ func TestDirectPutFallback(t *testing.T) {
 		return err == nil && len(segs.GetSegments()) == 2
 	})
 	pref := client.WithPreferredSegment("box-a/mem0")
+	waitDirect(t, cl, pref)
 	// Fill box-a with hard-pinned objects (unevictable), directly.
 	filled := 0
 	for i := 0; ; i++ {
@@ -412,10 +436,7 @@ func directCredentials(t *testing.T, addr string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cl := tcpClient(t, addr, func(cfg *client.Config) { cfg.Token, cfg.Tenant, cfg.ClientID = tokCliA, "A", "client-a" })
-	eventually(t, 10*time.Second, "box-a mounted", func() bool {
-		segs, err := cl.Master().ListSegments(ctx, &kvtierpb.Empty{})
-		return err == nil && len(segs.GetSegments()) == 1
-	})
+	base := waitDirect(t, cl)
 	v := randomBytes(3, 64<<10)
 	if err := cl.Put(ctx, "cred/1", v); err != nil {
 		t.Fatal(err)
@@ -426,7 +447,7 @@ func directCredentials(t *testing.T, addr string) {
 			t.Fatal(err)
 		}
 	}
-	if n := cl.Engine().Stats().DirectPuts; n != 3 {
+	if n := cl.Engine().Stats().DirectPuts - base; n != 3 {
 		t.Fatalf("%d puts went direct, want 3", n)
 	}
 	info, err := cl.Stat(ctx, "cred/1")
@@ -461,6 +482,7 @@ func TestDirectPutSurvivesMasterRestart(t *testing.T) {
 	c.appliance("dp-a", "--offload", "off")
 	cl := tcpClient(t, addr, nil)
 	ctx := context.Background()
+	base := waitDirect(t, cl)
 	want := map[string][]byte{}
 	for i := range 200 {
 		k, v := rebuildValue("dp", i)
@@ -488,7 +510,7 @@ func TestDirectPutSurvivesMasterRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := cl.Engine().Stats().DirectPuts; n != 200+32 {
+	if n := cl.Engine().Stats().DirectPuts - base; n != 200+32 {
 		t.Fatalf("%d puts went direct, want %d", n, 200+32)
 	}
 	m.kill() // no pause: whatever was acknowledged must be in the box's directory
@@ -550,6 +572,7 @@ func TestDirectPutTicketExpiry(t *testing.T) {
 	if ok, err := cl.Exist(ctx, "late"); err != nil || ok {
 		t.Fatalf("an expired ticket stored something: %v %v", ok, err)
 	}
+	base := waitDirect(t, cl)
 	n := 0
 	for start := time.Now(); time.Since(start) < 3*time.Second; n++ {
 		if err := cl.Put(ctx, fmt.Sprintf("renew/%d", n), v); err != nil {
@@ -557,7 +580,7 @@ func TestDirectPutTicketExpiry(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if got := cl.Engine().Stats().DirectPuts; got != uint64(n) {
+	if got := cl.Engine().Stats().DirectPuts - base; got != uint64(n) {
 		t.Fatalf("%d of %d puts went direct across three ticket lives", got, n)
 	}
 }
