@@ -17,7 +17,8 @@ import (
 // and bytes to an appliance's data port in one frame, and the appliance
 // places the put with the master and commits it: one round trip instead
 // of PutStart, the write and PutEnd one after another. Used for puts of
-// one MEMORY replica and no NVMe-oF replica, to an appliance whose
+// one MEMORY replica and no NVMe-oF replica, of at most DirectPutMax
+// bytes (a batch: every value), to an appliance whose
 // segments announce direct_put, when the transfer engine would reach it
 // over TCP (not the same process, not shared memory, not RDMA). A put the
 // appliance answers "no room here" (NO_AVAILABLE_HANDLE), or that cannot

@@ -13,7 +13,8 @@
 // Put computes a CRC32C (Castagnoli, hardware accelerated) of the value, calls
 // PutStart, writes every allocated replica in parallel, then PutEnd when every
 // replica was written, else PutRevoke. A put whose bytes would cross TCP (one
-// MEMORY replica, no NVMe-oF replica, an appliance announcing direct_put)
+// MEMORY replica, no NVMe-oF replica, at most Config.DirectPutMax = 4 MiB,
+// an appliance announcing direct_put)
 // instead goes as one direct-put frame to that appliance, which places,
 // writes, checks and commits it (directput.go; internal/transfer "Direct
 // puts"): one round trip instead of three; "no room here" there falls back
