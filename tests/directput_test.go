@@ -88,6 +88,24 @@ func directScenario(t *testing.T, addr string) {
 		}
 		check(key, v)
 	}
+	// Pins travel in the frame: the object is pinned as a classic put's.
+	before := direct()
+	if err := c.Put(ctx, "pinned/soft", []byte("soft"), client.WithSoftPin(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Put(ctx, "pinned/hard", []byte("hard"), client.WithHardPin()); err != nil {
+		t.Fatal(err)
+	}
+	if direct() != before+2 {
+		t.Fatal("pinned puts did not go direct")
+	}
+	if info, err := c.Stat(ctx, "pinned/soft"); err != nil || !info.GetSoftPin() || info.GetHardPin() ||
+		time.Until(time.UnixMilli(info.GetSoftPinDeadlineMs())) < 50*time.Minute {
+		t.Fatalf("soft-pinned direct put: %v %v", info, err)
+	}
+	if info, err := c.Stat(ctx, "pinned/hard"); err != nil || !info.GetHardPin() {
+		t.Fatalf("hard-pinned direct put: %v %v", info, err)
+	}
 	// First writer wins: the same size again is "already stored".
 	v := randomBytes(1, 1)
 	if res, err := c.PutWithResult(ctx, "single/0", v); err != nil || !res.AlreadyStored {
@@ -101,7 +119,7 @@ func directScenario(t *testing.T, addr string) {
 	for i := range keys {
 		keys[i], vals[i] = fmt.Sprintf("batch/%d", i), randomBytes(uint64(100+i), 64<<10)
 	}
-	before := direct()
+	before = direct()
 	for i, err := range c.BatchPut(ctx, keys, vals) {
 		if err != nil {
 			t.Fatalf("batch put %s: %v", keys[i], err)
