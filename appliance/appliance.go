@@ -51,6 +51,17 @@ type Config struct {
 	// then work until their expiry; for benchmark baselines.
 	NoGrantRevocation bool
 
+	// PutMaster is the master a standalone's box places direct puts with
+	// in-process (its master's kvtierpb.MasterServer); nil: through the
+	// box's client connection (directput.go). NoDirectPut: the data port
+	// takes no direct puts (clients use the three-trip path).
+	PutMaster   PutMaster
+	NoDirectPut bool
+	// DramRecords opens the DRAM directory's records stream
+	// (TakeDramRecords) to a master in this process, without a socket
+	// (a standalone); nil: over the box's client connection.
+	DramRecords func(context.Context) (DramRecordsStream, error)
+
 	Transfer transfer.Config
 	Logger   *slog.Logger
 }
@@ -134,6 +145,7 @@ type Appliance struct {
 
 	reregistering atomic.Bool // a re-registration with a restarted master is running
 	dir           *dramDir    // the objects in the DRAM segments (dramdir.go)
+	dirSeen       dramSeen    // how far dir applied the master's records (direct puts wait on it)
 	reportingDram atomic.Bool // a DRAM directory report is running
 	// clientSet is closed once Start has assigned a.client: the first
 	// heartbeat's reply arrives inside client.New, before that.
@@ -252,6 +264,15 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 		return nil, err
 	}
 	a.client.SetEndpoint(a.endpoint())
+	if !cfg.NoDirectPut {
+		// Before the mounts: they announce that the data port takes
+		// direct puts (Segment.direct_put).
+		pm := cfg.PutMaster
+		if pm == nil { // a master in another process: coalesce its calls
+			pm = newCoalescer(masterPuts{a.client.Master()})
+		}
+		a.engine.SetPutHandler(cfg.Name, &putHandler{a: a, pm: pm})
+	}
 	for i, mem := range dram.Split(a.region.Bytes(), cfg.SegmentSize) {
 		name := fmt.Sprintf("%s/mem%d", cfg.Name, i)
 		if err := a.mountSegment(ctx, name, mem); err != nil {
@@ -365,6 +386,9 @@ func (a *Appliance) registerDisk(ctx context.Context) error {
 func (a *Appliance) Close(ctx context.Context) error {
 	if !a.closed.CompareAndSwap(false, true) {
 		return nil
+	}
+	if a.engine != nil {
+		a.engine.SetPutHandler("", nil) // direct puts now go the classic way
 	}
 	var err error
 	if a.client != nil {

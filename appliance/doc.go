@@ -15,6 +15,16 @@
 // through the same engine (extent source "<name>/ssd") and re-registers every
 // recovered object with the master as a LOCAL_DISK replica.
 //
+// Its data port also takes direct puts (directput.go; internal/transfer
+// "Direct puts"): a client's frame of keys, checksums and bytes, placed on
+// this box's segments through the master (PutStart with the client's put
+// ticket, only_node), read into the extents and committed (PutEnd), one
+// round trip for the client. In a standalone the box calls its master
+// in-process (Config.PutMaster, and the DRAM directory's records stream,
+// Config.DramRecords); with a master of its own process it coalesces the
+// calls of concurrent direct puts, of any clients, into batch calls
+// carrying each put's own ticket (coalesce.go).
+//
 // The offload mover takes the tasks the master hands out (copy this MEMORY
 // replica to SSD): through TakeOffload, a long poll it repeats whenever its
 // queue has room, so a task arrives as soon as the master queues it; with a

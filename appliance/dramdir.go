@@ -142,7 +142,13 @@ func (a *Appliance) takeDramRecords(ctx context.Context) {
 func (a *Appliance) dramStream(ctx context.Context, outbox, ack *uint64) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := a.client.Master().TakeDramRecords(sctx)
+	var stream DramRecordsStream
+	var err error
+	if open := a.cfg.DramRecords; open != nil { // in-process (a standalone)
+		stream, err = open(sctx)
+	} else {
+		stream, err = a.client.Master().TakeDramRecords(sctx)
+	}
 	if err != nil {
 		return err
 	}
@@ -177,9 +183,13 @@ func (a *Appliance) dramStream(ctx context.Context, outbox, ack *uint64) error {
 			a.log.Warn("master dropped DRAM directory records this appliance missed: directory cleared")
 			a.dir.clear()
 		}
+		if len(resp.Records) == 0 {
+			a.dirSeen.applied(*outbox, *ack) // the outbox followed, from its first answer on
+		}
 		if n := len(resp.Records); n > 0 {
 			a.applyDramRecords(resp.Records)
 			*ack = resp.Records[n-1].Seq
+			a.dirSeen.applied(*outbox, *ack)
 			if err := send(); err != nil {
 				return err
 			}

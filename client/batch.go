@@ -58,6 +58,27 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte, o
 	for _, f := range opts {
 		f(&o)
 	}
+	rest := c.batchPutDirect(ctx, keys, values, o, errs)
+	if len(rest) == 0 {
+		return errs
+	}
+	if len(rest) < len(keys) { // the keys that did not go direct, the classic way
+		ks, vs := make([]string, len(rest)), make([][]byte, len(rest))
+		for j, i := range rest {
+			ks[j], vs[j] = keys[i], values[i]
+		}
+		for j, e := range c.batchPutClassic(ctx, ks, vs, o) {
+			errs[rest[j]] = e
+		}
+		return errs
+	}
+	return c.batchPutClassic(ctx, keys, values, o)
+}
+
+// batchPutClassic is BatchPut through the master: BatchPutStart, one
+// transfer batch, BatchPutEnd.
+func (c *Client) batchPutClassic(ctx context.Context, keys []string, values [][]byte, o PutOptions) []error {
+	errs := make([]error, len(keys))
 	// The items carry neither client nor tenant (the master takes the
 	// batch's) and share one configuration, absent when all defaults: per
 	// key only its key, size and checksum are encoded and decoded.

@@ -12,7 +12,15 @@
 //
 // Put computes a CRC32C (Castagnoli, hardware accelerated) of the value, calls
 // PutStart, writes every allocated replica in parallel, then PutEnd when every
-// replica was written, else PutRevoke. A key that is already stored (or being
+// replica was written, else PutRevoke. A put whose bytes would cross TCP (one
+// MEMORY replica, no NVMe-oF replica, at most Config.DirectPutMax = 4 MiB,
+// an appliance announcing direct_put)
+// instead goes as one direct-put frame to that appliance, which places,
+// writes, checks and commits it (directput.go; internal/transfer "Direct
+// puts"): one round trip instead of three; "no room here" there falls back
+// to the three-trip path, and Config.DisableDirectPut (kvtier put and bench
+// --direct-put=false) turns it off. BatchPut does the same with one frame
+// for the batch. A key that is already stored (or being
 // stored by another writer) with the same size is reported as success: keys
 // are content-derived, so the first writer wins. Get calls GetReplicaList,
 // picks replicas in the design's fixed priority (local MEMORY, any MEMORY,

@@ -71,6 +71,9 @@ func (c *Client) PutWithResult(ctx context.Context, key string, value []byte, op
 	for _, f := range opts {
 		f(&o)
 	}
+	if r, err, done := c.putDirect(ctx, key, value, o); done {
+		return r, err
+	}
 	var resp *kvtierpb.PutStartResponse
 	err := whileRebuilding(ctx, func() error {
 		rctx, cancel := c.rpcCtx(ctx)

@@ -127,6 +127,9 @@ type Config struct {
 	// GrantKeyRotation is how often each storage node's data-plane grant
 	// secret is replaced (grants.go; default DefaultGrantKeyRotation).
 	GrantKeyRotation time.Duration
+	// PutTicketLife is how long a direct put's ticket lasts (directput.go;
+	// default PutTicketLife).
+	PutTicketLife time.Duration
 	// DisableGrants hands out no grant keys and signs no replica: the
 	// appliances' data ports stay open (benchmarks measure the grants'
 	// cost against it).
@@ -181,6 +184,7 @@ func (c Config) withDefaults() Config {
 	d(&c.OffloadTimeout, DefaultOffloadTimeout)
 	d(&c.PutSpaceWait, DefaultPutSpaceWait)
 	d(&c.GrantKeyRotation, DefaultGrantKeyRotation)
+	d(&c.PutTicketLife, PutTicketLife)
 	if c.HighWatermark == 0 {
 		c.HighWatermark = DefaultHighWatermark
 	}
@@ -233,7 +237,7 @@ func (c Config) Validate() error {
 		"ClientGrace": c.ClientGrace, "EvictInterval": c.EvictInterval, "FrequencyBonus": c.FrequencyBonus,
 		"FrequencyMaxBonus": c.FrequencyMaxBonus, "OffloadTimeout": c.OffloadTimeout, "RestartTakeover": c.RestartTakeover,
 		"RebuildWait": c.RebuildWait, "RebuildWindow": c.RebuildWindow,
-		"GrantKeyRotation": c.GrantKeyRotation,
+		"GrantKeyRotation": c.GrantKeyRotation, "PutTicketLife": c.PutTicketLife,
 	} {
 		if v < 0 {
 			return bad("%s must not be negative (got %v)", name, v)

@@ -43,6 +43,26 @@
 //     by a new writer; its space stays reserved until PutStart +
 //     PutReleaseTimeout (a stalled writer may still be writing). An abandoned
 //     put is revoked at that time (abandoned_puts_reclaimed).
+//   - Direct puts (directput.go): PutTicket signs a client a put ticket of
+//     a storage node after the authorization PutStart gets (role, tenant,
+//     client ID bound to the caller); the node's PutStart, PutEnd,
+//     PutRevoke and their batch forms for that client carry it
+//     (put_ticket), are checked against the node's keys, the call's tenant
+//     and client ID (and, with credentials, the caller being the node), and
+//     leave the client ID's binding alone; PutStart then places the one
+//     MEMORY replica only on that node (PutConfig.OnlyNode: no room there is
+//     NO_AVAILABLE_HANDLE) and signs no write grant (the node writes its
+//     own memory). PutStart's answer names the put's DRAM directory commit
+//     record (dram_outbox, dram_seq); a PutEnd with holder_applies does not
+//     wait for that node's acknowledgement of it (only for other holders',
+//     of which a direct put has none): the node answers its client once it
+//     applied the record itself, so an acknowledged put is in its holder's
+//     directory as before, one master-appliance round trip sooner. A box
+//     coalescing the direct puts of many clients sends BatchPutStart with
+//     per_item_tickets and BatchPutEnd with items: each put keeps its own
+//     client ID, tenant and ticket, checked one by one (an open master
+//     takes an item without a ticket as it takes a PutStart's identity).
+//     Every other rule of a put holds unchanged.
 //   - GetReplicaList returns the COMPLETE replicas — MEMORY, then NOF, then
 //     LOCAL_DISK; replicas on DRAINING storage after all others; none on a
 //     node that is not LIVE (a suspect node keeps its replicas but serves

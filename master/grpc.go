@@ -17,7 +17,7 @@ import (
 )
 
 // grpcServer translates the wire contract to Master calls. It holds no
-// state of its own but a memo of grant sessions; every refusal leaves as
+// state of its own but memos of grant sessions and put tickets; every refusal leaves as
 // kverr.ToGRPC.
 type grpcServer struct {
 	kvtierpb.UnimplementedMasterServer
@@ -26,6 +26,8 @@ type grpcServer struct {
 	// recent callers: every put and get signs grants for its caller's
 	// session. A slot per hash of the caller; a miss recomputes.
 	sessions [sessionSlots]atomic.Pointer[sessionMemo]
+	// tickets memoizes verified put tickets (directput.go).
+	tickets [ticketSlots]atomic.Pointer[ticketMemo]
 }
 
 const sessionSlots = 16
@@ -90,7 +92,7 @@ func putFromPB(p *kvtierpb.PutStartRequest) PutRequest {
 	pc := PutConfig{
 		Replicas: int(c.GetReplicaNum()), NOFReplicas: int(c.GetNofReplicaNum()),
 		PreferredSegment: c.GetPreferredSegment(), SoftPin: c.GetSoftPin(), HardPin: c.GetHardPin(),
-		SoftPinTTL: msDur(c.GetSoftPinTtlMs()),
+		SoftPinTTL: msDur(c.GetSoftPinTtlMs()), OnlyNode: c.GetOnlyNode(),
 	}
 	if pc.Replicas == 0 && pc.NOFReplicas == 0 {
 		pc.Replicas = 1 // wire: replica_num 0 means 1
@@ -197,12 +199,24 @@ func (s *grpcServer) PutStart(ctx context.Context, r *kvtierpb.PutStartRequest) 
 	if err := s.m.fenceErr(); err != nil { // deposed: another master may lead
 		return nil, toGRPC(err)
 	}
-	reps, err := s.m.PutStart(ctx, putFromPB(r))
+	req := putFromPB(r)
+	if tok := r.GetPutTicket(); len(tok) > 0 { // a direct put, placed on the node that has the bytes
+		node, err := s.checkTicket(ctx, tok, r.GetTenant(), r.GetClientId())
+		if err != nil {
+			return nil, toGRPC(err)
+		}
+		req.Config.OnlyNode = node
+	}
+	reps, err := s.m.PutStart(ctx, req)
 	if err != nil {
 		return nil, toGRPC(err)
 	}
 	out := &kvtierpb.PutStartResponse{Replicas: replicasToPB(reps)}
-	s.signWrites(s.session(ctx, r.GetClientId()), s.writeExpiry(), reps, out.Replicas)
+	if len(r.GetPutTicket()) == 0 { // the node writes its own memory: no grant
+		s.signWrites(s.session(ctx, r.GetClientId()), s.writeExpiry(), reps, out.Replicas)
+	} else {
+		out.DramOutbox, out.DramSeq = s.m.commitMark(req.Client, req.Tenant, req.Key)
+	}
 	return out, nil
 }
 
@@ -210,7 +224,17 @@ func (s *grpcServer) PutEnd(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtie
 	if err := s.m.fenceErr(); err != nil {
 		return nil, toGRPC(err)
 	}
-	err := s.m.PutEnd(ctx, r.GetClientId(), r.GetTenant(), string(r.GetKey()))
+	var holder string
+	if tok := r.GetPutTicket(); len(tok) > 0 {
+		node, err := s.checkTicket(ctx, tok, r.GetTenant(), r.GetClientId())
+		if err != nil {
+			return nil, toGRPC(err)
+		}
+		if r.GetHolderApplies() {
+			holder = node
+		}
+	}
+	err := s.m.putEndExcept(ctx, r.GetClientId(), r.GetTenant(), string(r.GetKey()), holder)
 	if err == nil {
 		err = s.m.fenceErr() // deposed while waiting: do not acknowledge
 	}
@@ -218,6 +242,11 @@ func (s *grpcServer) PutEnd(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtie
 }
 
 func (s *grpcServer) PutRevoke(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtierpb.Empty, error) {
+	if tok := r.GetPutTicket(); len(tok) > 0 {
+		if _, err := s.checkTicket(ctx, tok, r.GetTenant(), r.GetClientId()); err != nil {
+			return nil, toGRPC(err)
+		}
+	}
 	return &kvtierpb.Empty{}, toGRPC(s.m.PutRevoke(ctx, r.GetClientId(), r.GetTenant(), string(r.GetKey())))
 }
 
@@ -272,9 +301,22 @@ func (s *grpcServer) BatchPutStart(ctx context.Context, r *kvtierpb.BatchPutStar
 	if err := s.m.fenceErr(); err != nil { // deposed: another master may lead
 		return nil, toGRPC(err)
 	}
+	if r.GetPerItemTickets() { // direct puts of many clients, coalesced by their box
+		return s.batchPutStartItems(ctx, r)
+	}
+	var node string
+	if tok := r.GetPutTicket(); len(tok) > 0 { // a direct batch put (see PutStart)
+		var err error
+		if node, err = s.checkTicket(ctx, tok, r.GetTenant(), r.GetClientId()); err != nil {
+			return nil, toGRPC(err)
+		}
+	}
 	reqs := make([]PutRequest, len(r.GetItems()))
 	for i, it := range r.GetItems() {
 		reqs[i] = putFromPB(it)
+		if node != "" {
+			reqs[i].Config.OnlyNode = node
+		}
 	}
 	res := s.m.BatchPutStart(ctx, r.GetClientId(), r.GetTenant(), reqs)
 	// One session and expiry for the batch, and its messages allocated
@@ -300,7 +342,11 @@ func (s *grpcServer) BatchPutStart(ctx context.Context, r *kvtierpb.BatchPutStar
 			g.Replicas[j] = &reps[j]
 		}
 		reps, ptrs = reps[k:], ptrs[k:]
-		s.signWrites(sess, exp, x.Replicas, g.Replicas)
+		if node == "" {
+			s.signWrites(sess, exp, x.Replicas, g.Replicas)
+		} else if x.Err == nil {
+			g.DramOutbox, g.DramSeq = s.m.commitMark(r.GetClientId(), r.GetTenant(), reqs[i].Key)
+		}
 		out.Results[i] = g
 	}
 	return out, nil
@@ -310,7 +356,25 @@ func (s *grpcServer) BatchPutEnd(ctx context.Context, r *kvtierpb.BatchKeysReque
 	if err := s.m.fenceErr(); err != nil {
 		return nil, toGRPC(err)
 	}
-	out := keyResults(s.m.BatchPutEnd(ctx, r.GetClientId(), r.GetTenant(), keysOf(r.GetKeys())))
+	var out *kvtierpb.BatchResponse
+	if items := r.GetItems(); len(items) > 0 { // direct puts of many clients, coalesced by their box
+		if len(r.GetKeys()) > 0 || r.GetClientId() != "" || len(r.GetPutTicket()) > 0 {
+			return nil, toGRPC(kverr.New(kverr.InvalidParams, "", "BatchPutEnd: items and keys (or a batch identity) together"))
+		}
+		out = keyResults(s.batchPutEndItems(ctx, items))
+	} else {
+		var holder string
+		if tok := r.GetPutTicket(); len(tok) > 0 {
+			node, err := s.checkTicket(ctx, tok, r.GetTenant(), r.GetClientId())
+			if err != nil {
+				return nil, toGRPC(err)
+			}
+			if r.GetHolderApplies() {
+				holder = node
+			}
+		}
+		out = keyResults(s.m.batchPutEndExcept(ctx, r.GetClientId(), r.GetTenant(), keysOf(r.GetKeys()), holder))
+	}
 	if err := s.m.fenceErr(); err != nil {
 		return nil, toGRPC(err)
 	}
@@ -319,6 +383,11 @@ func (s *grpcServer) BatchPutEnd(ctx context.Context, r *kvtierpb.BatchKeysReque
 }
 
 func (s *grpcServer) BatchPutRevoke(ctx context.Context, r *kvtierpb.BatchKeysRequest) (*kvtierpb.BatchResponse, error) {
+	if tok := r.GetPutTicket(); len(tok) > 0 {
+		if _, err := s.checkTicket(ctx, tok, r.GetTenant(), r.GetClientId()); err != nil {
+			return nil, toGRPC(err)
+		}
+	}
 	return keyResults(s.m.BatchPutRevoke(ctx, r.GetClientId(), r.GetTenant(), keysOf(r.GetKeys()))), nil
 }
 
@@ -372,13 +441,14 @@ func segmentFromPB(p *kvtierpb.Segment) Segment {
 	return Segment{Name: p.GetName(), Type: ReplicaType(p.GetType()), Node: p.GetNode(), Endpoint: p.GetEndpoint(),
 		Base: p.GetBase(), Size: p.GetSize(), NQN: p.GetNqn(), NSID: p.GetNsid(), TargetAddr: p.GetTargetAddr(),
 		BlockSize: p.GetBlockSize(),
-		Offer:     TransportOffer{RDMAAddr: p.GetRdmaAddr(), RDMABase: p.GetRdmaBase(), RDMAKey: p.GetRdmaRkey()}}
+		Offer:     TransportOffer{RDMAAddr: p.GetRdmaAddr(), RDMABase: p.GetRdmaBase(), RDMAKey: p.GetRdmaRkey()},
+		DirectPut: p.GetDirectPut()}
 }
 
 func segmentToPB(s Segment) *kvtierpb.Segment {
 	return &kvtierpb.Segment{Name: s.Name, Type: kvtierpb.ReplicaType(s.Type), Node: s.Node, Endpoint: s.Endpoint,
 		Base: s.Base, Size: s.Size, Nqn: s.NQN, Nsid: s.NSID, TargetAddr: s.TargetAddr, BlockSize: s.BlockSize,
-		RdmaAddr: s.Offer.RDMAAddr, RdmaBase: s.Offer.RDMABase, RdmaRkey: s.Offer.RDMAKey}
+		RdmaAddr: s.Offer.RDMAAddr, RdmaBase: s.Offer.RDMABase, RdmaRkey: s.Offer.RDMAKey, DirectPut: s.DirectPut}
 }
 
 func (s *grpcServer) MountSegment(ctx context.Context, r *kvtierpb.MountSegmentRequest) (*kvtierpb.Empty, error) {
@@ -787,4 +857,86 @@ func (s *grpcServer) RegisterDramObjects(ctx context.Context, r *kvtierpb.Regist
 		return nil, toGRPC(err)
 	}
 	return keyResults(res), nil
+}
+
+func (s *grpcServer) PutTicket(ctx context.Context, r *kvtierpb.PutTicketRequest) (*kvtierpb.PutTicketResponse, error) {
+	if s.m.cfg.DisableGrants {
+		if _, ok := auth.FromContext(ctx); ok {
+			// The appliance would name the client's ID under its own
+			// credential, which the session binding refuses.
+			return nil, toGRPC(kverr.New(kverr.UnavailableInCurrentStatus, "", "direct puts need data-plane grants on a master with credentials"))
+		}
+		return &kvtierpb.PutTicketResponse{Open: true}, nil
+	}
+	tok, exp, err := s.m.SignPutTicket(r.GetNode(), r.GetTenant(), r.GetClientId())
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	return &kvtierpb.PutTicketResponse{Ticket: tok, ExpiryMs: exp.UnixMilli()}, nil
+}
+
+// itemIdentity checks a coalesced item's ticket (an open master, without
+// a caller's credential, takes an item without one as it would take the
+// identity a PutStart names) and returns the node it names ("": none).
+func (s *grpcServer) itemIdentity(ctx context.Context, tok []byte, tenant, client string) (string, error) {
+	if len(tok) > 0 {
+		return s.checkTicket(ctx, tok, tenant, client)
+	}
+	if _, ok := auth.FromContext(ctx); ok {
+		return "", kverr.New(kverr.PermissionDenied, "", "a coalesced direct put without a put ticket")
+	}
+	return "", nil
+}
+
+// batchPutStartItems is BatchPutStart of direct puts of many clients
+// (per_item_tickets): each item is placed as its own ticket says, on the
+// node that names, exactly as PutStart with that ticket.
+func (s *grpcServer) batchPutStartItems(ctx context.Context, r *kvtierpb.BatchPutStartRequest) (*kvtierpb.BatchPutStartResponse, error) {
+	if r.GetClientId() != "" || r.GetTenant() != "" || len(r.GetPutTicket()) > 0 {
+		return nil, toGRPC(kverr.New(kverr.InvalidParams, "", "BatchPutStart: per-item tickets and a batch identity together"))
+	}
+	out := &kvtierpb.BatchPutStartResponse{Results: make([]*kvtierpb.PutStartResult, len(r.GetItems()))}
+	for i, it := range r.GetItems() {
+		g := &kvtierpb.PutStartResult{}
+		out.Results[i] = g
+		node, err := s.itemIdentity(ctx, it.GetPutTicket(), it.GetTenant(), it.GetClientId())
+		var reps []Replica
+		req := putFromPB(it)
+		if err == nil {
+			if node != "" {
+				req.Config.OnlyNode = node
+			}
+			reps, err = s.m.PutStart(ctx, req)
+		}
+		if err != nil {
+			g.Code, g.Message = kvtierpb.ErrorCode(kverr.CodeOf(err)), err.Error()
+			continue
+		}
+		g.Replicas = replicasToPB(reps)
+		g.DramOutbox, g.DramSeq = s.m.commitMark(req.Client, req.Tenant, req.Key)
+	}
+	return out, nil
+}
+
+// batchPutEndItems is BatchPutEnd of direct puts of many clients: each
+// item's ticket checked, one wait for the holders' acknowledgements (but
+// those each item's own node confirms itself: holder_applies).
+func (s *grpcServer) batchPutEndItems(ctx context.Context, items []*kvtierpb.KeyRequest) []error {
+	out := make([]error, len(items))
+	var ws []dramWait
+	for i, it := range items {
+		node, err := s.itemIdentity(ctx, it.GetPutTicket(), it.GetTenant(), it.GetClientId())
+		if err != nil {
+			out[i] = err
+			continue
+		}
+		var w []dramWait
+		w, out[i] = s.m.putEnd(it.GetClientId(), it.GetTenant(), string(it.GetKey()))
+		if it.GetHolderApplies() {
+			w = dropWaits(w, node)
+		}
+		ws = append(ws, w...)
+	}
+	s.m.awaitCommits(ctx, ws)
+	return out
 }

@@ -109,6 +109,8 @@ func (m *Master) checkPut(req *PutRequest) error {
 		return kverr.New(kverr.InvalidParams, req.Key, "replica count %d+%d: at least one replica", c.Replicas, c.NOFReplicas)
 	case c.Replicas+c.NOFReplicas > m.cfg.MaxReplicas:
 		return kverr.New(kverr.InvalidParams, req.Key, "replica count %d above the maximum %d", c.Replicas+c.NOFReplicas, m.cfg.MaxReplicas)
+	case c.OnlyNode != "" && (c.Replicas != 1 || c.NOFReplicas != 0):
+		return kverr.New(kverr.InvalidParams, req.Key, "a put placed on node %q takes one MEMORY replica, not %d+%d", c.OnlyNode, c.Replicas, c.NOFReplicas)
 	case c.SoftPinTTL < 0 || c.SoftPinTTL > m.cfg.MaxSoftPinTTL:
 		return kverr.New(kverr.InvalidParams, req.Key, "soft-pin TTL %v outside [0, %v]", c.SoftPinTTL, m.cfg.MaxSoftPinTTL)
 	}
@@ -161,7 +163,7 @@ func (m *Master) putStartOnce(t, k string, req *PutRequest) (_ []Replica, retry 
 		usage.Add(req.Size)
 	}
 	c := req.Config
-	reps := m.allocate(req.Size, c.Replicas, c.NOFReplicas, c.PreferredSegment)
+	reps := m.allocate(req.Size, c.Replicas, c.NOFReplicas, c.PreferredSegment, c.OnlyNode)
 	if len(reps) == 0 {
 		m.nObjects.Add(-1)
 		usage.Add(^(req.Size - 1))

@@ -346,9 +346,10 @@ func (m *Master) finishDrains(ctx context.Context, now int64) {
 }
 
 // allocate places want MEMORY and wantNOF replicas of size bytes on
-// distinct segments, distinct nodes first, preferred segment first. Called
-// with the object's shard locked.
-func (m *Master) allocate(size uint64, want, wantNOF int, preferred string) []replica {
+// distinct segments, distinct nodes first, preferred segment first; with
+// onlyNode set, MEMORY replicas only on that node's segments. Called with
+// the object's shard locked.
+func (m *Master) allocate(size uint64, want, wantNOF int, preferred, onlyNode string) []replica {
 	segs := m.segs.all()
 	var out []replica
 	for _, spec := range []struct {
@@ -360,7 +361,8 @@ func (m *Master) allocate(size uint64, want, wantNOF int, preferred string) []re
 		}
 		cands := make([]*segment, 0, len(segs))
 		for _, s := range segs {
-			if s.spec.Type == spec.typ && s.allocatable() && s.roundUp(size) <= s.free.Load() {
+			if s.spec.Type == spec.typ && s.allocatable() && s.roundUp(size) <= s.free.Load() &&
+				(onlyNode == "" || spec.typ != Memory || s.spec.Node == onlyNode) {
 				cands = append(cands, s)
 			}
 		}

@@ -84,6 +84,9 @@ type PutConfig struct {
 	SoftPin          bool
 	HardPin          bool
 	SoftPinTTL       time.Duration // 0 = Config.SoftPinTTL
+	// OnlyNode places MEMORY replicas only on this node's segments, at
+	// most one (a direct put: the node has the bytes; directput.go).
+	OnlyNode string
 }
 
 // PutRequest starts a put.
@@ -156,6 +159,9 @@ type Segment struct {
 	// Offer is what the node offers for the segment beyond TCP, as it
 	// announced it at mount; copied into every replica, never read.
 	Offer TransportOffer
+	// DirectPut: the node's data port takes direct puts (announced at
+	// mount; copied to ListSegments, never read).
+	DirectPut bool
 }
 
 // TransportOffer is a node's offer of transports beyond TCP for one

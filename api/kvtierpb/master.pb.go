@@ -543,8 +543,12 @@ type PutConfig struct {
 	HardPin          bool                   `protobuf:"varint,4,opt,name=hard_pin,json=hardPin,proto3" json:"hard_pin,omitempty"`
 	SoftPinTtlMs     uint64                 `protobuf:"varint,5,opt,name=soft_pin_ttl_ms,json=softPinTtlMs,proto3" json:"soft_pin_ttl_ms,omitempty"` // 0 means the master default
 	NofReplicaNum    uint32                 `protobuf:"varint,6,opt,name=nof_replica_num,json=nofReplicaNum,proto3" json:"nof_replica_num,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Direct puts (an appliance placing a put for a client it received the
+	// bytes from): MEMORY replicas only on this node's segments, and at most
+	// one; NO_AVAILABLE_HANDLE when they have no room.
+	OnlyNode      string `protobuf:"bytes,390,opt,name=only_node,json=onlyNode,proto3" json:"only_node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PutConfig) Reset() {
@@ -619,15 +623,25 @@ func (x *PutConfig) GetNofReplicaNum() uint32 {
 	return 0
 }
 
+func (x *PutConfig) GetOnlyNode() string {
+	if x != nil {
+		return x.OnlyNode
+	}
+	return ""
+}
+
 type PutStartRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	Tenant        string                 `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	Key           []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
-	Size          uint64                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
-	Crc32C        uint32                 `protobuf:"varint,5,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
-	HasChecksum   bool                   `protobuf:"varint,6,opt,name=has_checksum,json=hasChecksum,proto3" json:"has_checksum,omitempty"`
-	Config        *PutConfig             `protobuf:"bytes,7,opt,name=config,proto3" json:"config,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ClientId    string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Tenant      string                 `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Key         []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	Size        uint64                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	Crc32C      uint32                 `protobuf:"varint,5,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
+	HasChecksum bool                   `protobuf:"varint,6,opt,name=has_checksum,json=hasChecksum,proto3" json:"has_checksum,omitempty"`
+	Config      *PutConfig             `protobuf:"bytes,7,opt,name=config,proto3" json:"config,omitempty"`
+	// A direct put's ticket (PutTicket): the appliance that received the
+	// bytes calls for the client the ticket names; the master checks it.
+	PutTicket     []byte `protobuf:"bytes,390,opt,name=put_ticket,json=putTicket,proto3" json:"put_ticket,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -711,9 +725,22 @@ func (x *PutStartRequest) GetConfig() *PutConfig {
 	return nil
 }
 
+func (x *PutStartRequest) GetPutTicket() []byte {
+	if x != nil {
+		return x.PutTicket
+	}
+	return nil
+}
+
 type PutStartResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Replicas      []*Replica             `protobuf:"bytes,1,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Replicas []*Replica             `protobuf:"bytes,1,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	// A direct put (put_ticket): the DRAM directory record of its commit,
+	// queued for the node that placed it (the master's outbox and the
+	// record's seq; 0: none). The node answers its client once it applied
+	// it, and asks PutEnd not to wait for it (KeyRequest.holder_applies).
+	DramOutbox    uint64 `protobuf:"varint,390,opt,name=dram_outbox,json=dramOutbox,proto3" json:"dram_outbox,omitempty"`
+	DramSeq       uint64 `protobuf:"varint,391,opt,name=dram_seq,json=dramSeq,proto3" json:"dram_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -755,12 +782,31 @@ func (x *PutStartResponse) GetReplicas() []*Replica {
 	return nil
 }
 
+func (x *PutStartResponse) GetDramOutbox() uint64 {
+	if x != nil {
+		return x.DramOutbox
+	}
+	return 0
+}
+
+func (x *PutStartResponse) GetDramSeq() uint64 {
+	if x != nil {
+		return x.DramSeq
+	}
+	return 0
+}
+
 type KeyRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	Tenant        string                 `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	Key           []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
-	Force         bool                   `protobuf:"varint,4,opt,name=force,proto3" json:"force,omitempty"` // Remove only
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClientId  string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Tenant    string                 `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Key       []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	Force     bool                   `protobuf:"varint,4,opt,name=force,proto3" json:"force,omitempty"`                           // Remove only
+	PutTicket []byte                 `protobuf:"bytes,390,opt,name=put_ticket,json=putTicket,proto3" json:"put_ticket,omitempty"` // PutEnd/PutRevoke of a direct put (see PutStartRequest)
+	// PutEnd of a direct put: the calling node (the ticket's, holding the
+	// put's only replica) confirms its DRAM directory record to its client
+	// itself, so PutEnd does not wait for its acknowledgement.
+	HolderApplies bool `protobuf:"varint,391,opt,name=holder_applies,json=holderApplies,proto3" json:"holder_applies,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -819,6 +865,20 @@ func (x *KeyRequest) GetKey() []byte {
 func (x *KeyRequest) GetForce() bool {
 	if x != nil {
 		return x.Force
+	}
+	return false
+}
+
+func (x *KeyRequest) GetPutTicket() []byte {
+	if x != nil {
+		return x.PutTicket
+	}
+	return nil
+}
+
+func (x *KeyRequest) GetHolderApplies() bool {
+	if x != nil {
+		return x.HolderApplies
 	}
 	return false
 }
@@ -1164,12 +1224,17 @@ func (x *CountResponse) GetCount() uint64 {
 
 // Batch forms: one result per key, in input order.
 type BatchPutStartRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	Tenant        string                 `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	Items         []*PutStartRequest     `protobuf:"bytes,3,rep,name=items,proto3" json:"items,omitempty"` // client_id/tenant of items are ignored
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClientId  string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Tenant    string                 `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Items     []*PutStartRequest     `protobuf:"bytes,3,rep,name=items,proto3" json:"items,omitempty"`                            // client_id/tenant of items are ignored
+	PutTicket []byte                 `protobuf:"bytes,390,opt,name=put_ticket,json=putTicket,proto3" json:"put_ticket,omitempty"` // a direct batch put (see PutStartRequest)
+	// Direct puts of many clients coalesced by the box that placed them:
+	// every item carries its own client_id, tenant and put_ticket (checked
+	// each), and client_id, tenant and put_ticket above are empty.
+	PerItemTickets bool `protobuf:"varint,391,opt,name=per_item_tickets,json=perItemTickets,proto3" json:"per_item_tickets,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *BatchPutStartRequest) Reset() {
@@ -1223,11 +1288,27 @@ func (x *BatchPutStartRequest) GetItems() []*PutStartRequest {
 	return nil
 }
 
+func (x *BatchPutStartRequest) GetPutTicket() []byte {
+	if x != nil {
+		return x.PutTicket
+	}
+	return nil
+}
+
+func (x *BatchPutStartRequest) GetPerItemTickets() bool {
+	if x != nil {
+		return x.PerItemTickets
+	}
+	return false
+}
+
 type PutStartResult struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Code          ErrorCode              `protobuf:"varint,1,opt,name=code,proto3,enum=kvtier.v1.ErrorCode" json:"code,omitempty"`
 	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	Replicas      []*Replica             `protobuf:"bytes,3,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	DramOutbox    uint64                 `protobuf:"varint,390,opt,name=dram_outbox,json=dramOutbox,proto3" json:"dram_outbox,omitempty"` // as PutStartResponse
+	DramSeq       uint64                 `protobuf:"varint,391,opt,name=dram_seq,json=dramSeq,proto3" json:"dram_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1283,6 +1364,20 @@ func (x *PutStartResult) GetReplicas() []*Replica {
 	return nil
 }
 
+func (x *PutStartResult) GetDramOutbox() uint64 {
+	if x != nil {
+		return x.DramOutbox
+	}
+	return 0
+}
+
+func (x *PutStartResult) GetDramSeq() uint64 {
+	if x != nil {
+		return x.DramSeq
+	}
+	return 0
+}
+
 type BatchPutStartResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Results       []*PutStartResult      `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
@@ -1333,6 +1428,12 @@ type BatchKeysRequest struct {
 	Tenant        string                 `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	Keys          [][]byte               `protobuf:"bytes,3,rep,name=keys,proto3" json:"keys,omitempty"`
 	Force         bool                   `protobuf:"varint,4,opt,name=force,proto3" json:"force,omitempty"`
+	PutTicket     []byte                 `protobuf:"bytes,390,opt,name=put_ticket,json=putTicket,proto3" json:"put_ticket,omitempty"`              // BatchPutEnd/BatchPutRevoke of a direct batch put
+	HolderApplies bool                   `protobuf:"varint,391,opt,name=holder_applies,json=holderApplies,proto3" json:"holder_applies,omitempty"` // BatchPutEnd: as KeyRequest.holder_applies
+	// BatchPutEnd of direct puts of many clients (see
+	// BatchPutStartRequest.per_item_tickets): one KeyRequest each (client_id,
+	// tenant, key, put_ticket, holder_applies); keys and the fields above empty.
+	Items         []*KeyRequest `protobuf:"bytes,392,rep,name=items,proto3" json:"items,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1393,6 +1494,27 @@ func (x *BatchKeysRequest) GetForce() bool {
 		return x.Force
 	}
 	return false
+}
+
+func (x *BatchKeysRequest) GetPutTicket() []byte {
+	if x != nil {
+		return x.PutTicket
+	}
+	return nil
+}
+
+func (x *BatchKeysRequest) GetHolderApplies() bool {
+	if x != nil {
+		return x.HolderApplies
+	}
+	return false
+}
+
+func (x *BatchKeysRequest) GetItems() []*KeyRequest {
+	if x != nil {
+		return x.Items
+	}
+	return nil
 }
 
 type KeyResult struct {
@@ -1670,9 +1792,12 @@ type Segment struct {
 	// MEMORY: the RDMA offer for this segment (internal/transfer
 	// SegmentOffer), announced at mount when the node has RDMA on; the
 	// master copies it into every replica in the segment without reading it.
-	RdmaAddr      string `protobuf:"bytes,300,opt,name=rdma_addr,json=rdmaAddr,proto3" json:"rdma_addr,omitempty"`
-	RdmaBase      uint64 `protobuf:"varint,301,opt,name=rdma_base,json=rdmaBase,proto3" json:"rdma_base,omitempty"`
-	RdmaRkey      uint32 `protobuf:"varint,302,opt,name=rdma_rkey,json=rdmaRkey,proto3" json:"rdma_rkey,omitempty"`
+	RdmaAddr string `protobuf:"bytes,300,opt,name=rdma_addr,json=rdmaAddr,proto3" json:"rdma_addr,omitempty"`
+	RdmaBase uint64 `protobuf:"varint,301,opt,name=rdma_base,json=rdmaBase,proto3" json:"rdma_base,omitempty"`
+	RdmaRkey uint32 `protobuf:"varint,302,opt,name=rdma_rkey,json=rdmaRkey,proto3" json:"rdma_rkey,omitempty"`
+	// MEMORY: the node's data port (endpoint) takes direct puts (one frame
+	// carrying key, checksum and bytes; internal/transfer doc.go).
+	DirectPut     bool `protobuf:"varint,390,opt,name=direct_put,json=directPut,proto3" json:"direct_put,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1796,6 +1921,13 @@ func (x *Segment) GetRdmaRkey() uint32 {
 		return x.RdmaRkey
 	}
 	return 0
+}
+
+func (x *Segment) GetDirectPut() bool {
+	if x != nil {
+		return x.DirectPut
+	}
+	return false
 }
 
 type MountSegmentRequest struct {
@@ -4370,6 +4502,126 @@ func (x *Event) GetMessage() string {
 	return ""
 }
 
+type PutTicketRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Tenant        string                 `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Node          string                 `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutTicketRequest) Reset() {
+	*x = PutTicketRequest{}
+	mi := &file_master_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutTicketRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutTicketRequest) ProtoMessage() {}
+
+func (x *PutTicketRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutTicketRequest.ProtoReflect.Descriptor instead.
+func (*PutTicketRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *PutTicketRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *PutTicketRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *PutTicketRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+type PutTicketResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ticket        []byte                 `protobuf:"bytes,1,opt,name=ticket,proto3" json:"ticket,omitempty"`
+	ExpiryMs      int64                  `protobuf:"varint,2,opt,name=expiry_ms,json=expiryMs,proto3" json:"expiry_ms,omitempty"` // unix ms
+	Open          bool                   `protobuf:"varint,3,opt,name=open,proto3" json:"open,omitempty"`                         // no grants: frames declare tenant and client unsigned
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutTicketResponse) Reset() {
+	*x = PutTicketResponse{}
+	mi := &file_master_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutTicketResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutTicketResponse) ProtoMessage() {}
+
+func (x *PutTicketResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutTicketResponse.ProtoReflect.Descriptor instead.
+func (*PutTicketResponse) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *PutTicketResponse) GetTicket() []byte {
+	if x != nil {
+		return x.Ticket
+	}
+	return nil
+}
+
+func (x *PutTicketResponse) GetExpiryMs() int64 {
+	if x != nil {
+		return x.ExpiryMs
+	}
+	return 0
+}
+
+func (x *PutTicketResponse) GetOpen() bool {
+	if x != nil {
+		return x.Open
+	}
+	return false
+}
+
 // TakeRemovals (appliances with an SSD tier).
 type TakeRemovalsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -4383,7 +4635,7 @@ type TakeRemovalsRequest struct {
 
 func (x *TakeRemovalsRequest) Reset() {
 	*x = TakeRemovalsRequest{}
-	mi := &file_master_proto_msgTypes[52]
+	mi := &file_master_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4395,7 +4647,7 @@ func (x *TakeRemovalsRequest) String() string {
 func (*TakeRemovalsRequest) ProtoMessage() {}
 
 func (x *TakeRemovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[52]
+	mi := &file_master_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4408,7 +4660,7 @@ func (x *TakeRemovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeRemovalsRequest.ProtoReflect.Descriptor instead.
 func (*TakeRemovalsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{52}
+	return file_master_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *TakeRemovalsRequest) GetClientId() string {
@@ -4449,7 +4701,7 @@ type DiskLocation struct {
 
 func (x *DiskLocation) Reset() {
 	*x = DiskLocation{}
-	mi := &file_master_proto_msgTypes[53]
+	mi := &file_master_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4461,7 +4713,7 @@ func (x *DiskLocation) String() string {
 func (*DiskLocation) ProtoMessage() {}
 
 func (x *DiskLocation) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[53]
+	mi := &file_master_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4474,7 +4726,7 @@ func (x *DiskLocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskLocation.ProtoReflect.Descriptor instead.
 func (*DiskLocation) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{53}
+	return file_master_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *DiskLocation) GetBucket() uint64 {
@@ -4505,7 +4757,7 @@ type DiskRemoval struct {
 
 func (x *DiskRemoval) Reset() {
 	*x = DiskRemoval{}
-	mi := &file_master_proto_msgTypes[54]
+	mi := &file_master_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4517,7 +4769,7 @@ func (x *DiskRemoval) String() string {
 func (*DiskRemoval) ProtoMessage() {}
 
 func (x *DiskRemoval) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[54]
+	mi := &file_master_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4530,7 +4782,7 @@ func (x *DiskRemoval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskRemoval.ProtoReflect.Descriptor instead.
 func (*DiskRemoval) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{54}
+	return file_master_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *DiskRemoval) GetSeq() uint64 {
@@ -4585,7 +4837,7 @@ type TakeRemovalsResponse struct {
 
 func (x *TakeRemovalsResponse) Reset() {
 	*x = TakeRemovalsResponse{}
-	mi := &file_master_proto_msgTypes[55]
+	mi := &file_master_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4597,7 +4849,7 @@ func (x *TakeRemovalsResponse) String() string {
 func (*TakeRemovalsResponse) ProtoMessage() {}
 
 func (x *TakeRemovalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[55]
+	mi := &file_master_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4610,7 +4862,7 @@ func (x *TakeRemovalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeRemovalsResponse.ProtoReflect.Descriptor instead.
 func (*TakeRemovalsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{55}
+	return file_master_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *TakeRemovalsResponse) GetOutbox() uint64 {
@@ -4640,7 +4892,7 @@ type TakeDramRecordsRequest struct {
 
 func (x *TakeDramRecordsRequest) Reset() {
 	*x = TakeDramRecordsRequest{}
-	mi := &file_master_proto_msgTypes[56]
+	mi := &file_master_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4652,7 +4904,7 @@ func (x *TakeDramRecordsRequest) String() string {
 func (*TakeDramRecordsRequest) ProtoMessage() {}
 
 func (x *TakeDramRecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[56]
+	mi := &file_master_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4665,7 +4917,7 @@ func (x *TakeDramRecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeDramRecordsRequest.ProtoReflect.Descriptor instead.
 func (*TakeDramRecordsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{56}
+	return file_master_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *TakeDramRecordsRequest) GetClientId() string {
@@ -4719,7 +4971,7 @@ type DramRecord struct {
 
 func (x *DramRecord) Reset() {
 	*x = DramRecord{}
-	mi := &file_master_proto_msgTypes[57]
+	mi := &file_master_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4731,7 +4983,7 @@ func (x *DramRecord) String() string {
 func (*DramRecord) ProtoMessage() {}
 
 func (x *DramRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[57]
+	mi := &file_master_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4744,7 +4996,7 @@ func (x *DramRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DramRecord.ProtoReflect.Descriptor instead.
 func (*DramRecord) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{57}
+	return file_master_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *DramRecord) GetSeq() uint64 {
@@ -4837,7 +5089,7 @@ type TakeDramRecordsResponse struct {
 
 func (x *TakeDramRecordsResponse) Reset() {
 	*x = TakeDramRecordsResponse{}
-	mi := &file_master_proto_msgTypes[58]
+	mi := &file_master_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4849,7 +5101,7 @@ func (x *TakeDramRecordsResponse) String() string {
 func (*TakeDramRecordsResponse) ProtoMessage() {}
 
 func (x *TakeDramRecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[58]
+	mi := &file_master_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4862,7 +5114,7 @@ func (x *TakeDramRecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeDramRecordsResponse.ProtoReflect.Descriptor instead.
 func (*TakeDramRecordsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{58}
+	return file_master_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *TakeDramRecordsResponse) GetOutbox() uint64 {
@@ -4903,7 +5155,7 @@ type DramObject struct {
 
 func (x *DramObject) Reset() {
 	*x = DramObject{}
-	mi := &file_master_proto_msgTypes[59]
+	mi := &file_master_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4915,7 +5167,7 @@ func (x *DramObject) String() string {
 func (*DramObject) ProtoMessage() {}
 
 func (x *DramObject) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[59]
+	mi := &file_master_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4928,7 +5180,7 @@ func (x *DramObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DramObject.ProtoReflect.Descriptor instead.
 func (*DramObject) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{59}
+	return file_master_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *DramObject) GetTenant() string {
@@ -4999,7 +5251,7 @@ type RegisterDramObjectsRequest struct {
 
 func (x *RegisterDramObjectsRequest) Reset() {
 	*x = RegisterDramObjectsRequest{}
-	mi := &file_master_proto_msgTypes[60]
+	mi := &file_master_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5011,7 +5263,7 @@ func (x *RegisterDramObjectsRequest) String() string {
 func (*RegisterDramObjectsRequest) ProtoMessage() {}
 
 func (x *RegisterDramObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[60]
+	mi := &file_master_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5024,7 +5276,7 @@ func (x *RegisterDramObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterDramObjectsRequest.ProtoReflect.Descriptor instead.
 func (*RegisterDramObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{60}
+	return file_master_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RegisterDramObjectsRequest) GetClientId() string {
@@ -5078,7 +5330,7 @@ const file_master_proto_rawDesc = "" +
 	"\x05grant\x18\xfa\x01 \x01(\fR\x05grant\x12\x1c\n" +
 	"\trdma_addr\x18\xac\x02 \x01(\tR\brdmaAddr\x12\x1c\n" +
 	"\trdma_base\x18\xad\x02 \x01(\x04R\brdmaBase\x12\x1c\n" +
-	"\trdma_rkey\x18\xae\x02 \x01(\rR\brdmaRkey\"\xde\x01\n" +
+	"\trdma_rkey\x18\xae\x02 \x01(\rR\brdmaRkey\"\xfc\x01\n" +
 	"\tPutConfig\x12\x1f\n" +
 	"\vreplica_num\x18\x01 \x01(\rR\n" +
 	"replicaNum\x12+\n" +
@@ -5086,7 +5338,8 @@ const file_master_proto_rawDesc = "" +
 	"\bsoft_pin\x18\x03 \x01(\bR\asoftPin\x12\x19\n" +
 	"\bhard_pin\x18\x04 \x01(\bR\ahardPin\x12%\n" +
 	"\x0fsoft_pin_ttl_ms\x18\x05 \x01(\x04R\fsoftPinTtlMs\x12&\n" +
-	"\x0fnof_replica_num\x18\x06 \x01(\rR\rnofReplicaNum\"\xd5\x01\n" +
+	"\x0fnof_replica_num\x18\x06 \x01(\rR\rnofReplicaNum\x12\x1c\n" +
+	"\tonly_node\x18\x86\x03 \x01(\tR\bonlyNode\"\xf5\x01\n" +
 	"\x0fPutStartRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x10\n" +
@@ -5094,15 +5347,23 @@ const file_master_proto_rawDesc = "" +
 	"\x04size\x18\x04 \x01(\x04R\x04size\x12\x16\n" +
 	"\x06crc32c\x18\x05 \x01(\rR\x06crc32c\x12!\n" +
 	"\fhas_checksum\x18\x06 \x01(\bR\vhasChecksum\x12,\n" +
-	"\x06config\x18\a \x01(\v2\x14.kvtier.v1.PutConfigR\x06config\"B\n" +
+	"\x06config\x18\a \x01(\v2\x14.kvtier.v1.PutConfigR\x06config\x12\x1e\n" +
+	"\n" +
+	"put_ticket\x18\x86\x03 \x01(\fR\tputTicket\"\x80\x01\n" +
 	"\x10PutStartResponse\x12.\n" +
-	"\breplicas\x18\x01 \x03(\v2\x12.kvtier.v1.ReplicaR\breplicas\"i\n" +
+	"\breplicas\x18\x01 \x03(\v2\x12.kvtier.v1.ReplicaR\breplicas\x12 \n" +
+	"\vdram_outbox\x18\x86\x03 \x01(\x04R\n" +
+	"dramOutbox\x12\x1a\n" +
+	"\bdram_seq\x18\x87\x03 \x01(\x04R\adramSeq\"\xb1\x01\n" +
 	"\n" +
 	"KeyRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x10\n" +
 	"\x03key\x18\x03 \x01(\fR\x03key\x12\x14\n" +
-	"\x05force\x18\x04 \x01(\bR\x05force\"+\n" +
+	"\x05force\x18\x04 \x01(\bR\x05force\x12\x1e\n" +
+	"\n" +
+	"put_ticket\x18\x86\x03 \x01(\fR\tputTicket\x12&\n" +
+	"\x0eholder_applies\x18\x87\x03 \x01(\bR\rholderApplies\"+\n" +
 	"\x05Empty\x12\"\n" +
 	"\fleader_epoch\x18\xc8\x01 \x01(\x03R\vleaderEpoch\"\xc3\x01\n" +
 	"\x16GetReplicaListResponse\x12\x12\n" +
@@ -5123,22 +5384,32 @@ const file_master_proto_rawDesc = "" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x14\n" +
 	"\x05force\x18\x03 \x01(\bR\x05force\"%\n" +
 	"\rCountResponse\x12\x14\n" +
-	"\x05count\x18\x01 \x01(\x04R\x05count\"}\n" +
+	"\x05count\x18\x01 \x01(\x04R\x05count\"\xc8\x01\n" +
 	"\x14BatchPutStartRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x120\n" +
-	"\x05items\x18\x03 \x03(\v2\x1a.kvtier.v1.PutStartRequestR\x05items\"\x84\x01\n" +
+	"\x05items\x18\x03 \x03(\v2\x1a.kvtier.v1.PutStartRequestR\x05items\x12\x1e\n" +
+	"\n" +
+	"put_ticket\x18\x86\x03 \x01(\fR\tputTicket\x12)\n" +
+	"\x10per_item_tickets\x18\x87\x03 \x01(\bR\x0eperItemTickets\"\xc2\x01\n" +
 	"\x0ePutStartResult\x12(\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x14.kvtier.v1.ErrorCodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12.\n" +
-	"\breplicas\x18\x03 \x03(\v2\x12.kvtier.v1.ReplicaR\breplicas\"L\n" +
+	"\breplicas\x18\x03 \x03(\v2\x12.kvtier.v1.ReplicaR\breplicas\x12 \n" +
+	"\vdram_outbox\x18\x86\x03 \x01(\x04R\n" +
+	"dramOutbox\x12\x1a\n" +
+	"\bdram_seq\x18\x87\x03 \x01(\x04R\adramSeq\"L\n" +
 	"\x15BatchPutStartResponse\x123\n" +
-	"\aresults\x18\x01 \x03(\v2\x19.kvtier.v1.PutStartResultR\aresults\"q\n" +
+	"\aresults\x18\x01 \x03(\v2\x19.kvtier.v1.PutStartResultR\aresults\"\xe7\x01\n" +
 	"\x10BatchKeysRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04keys\x18\x03 \x03(\fR\x04keys\x12\x14\n" +
-	"\x05force\x18\x04 \x01(\bR\x05force\"O\n" +
+	"\x05force\x18\x04 \x01(\bR\x05force\x12\x1e\n" +
+	"\n" +
+	"put_ticket\x18\x86\x03 \x01(\fR\tputTicket\x12&\n" +
+	"\x0eholder_applies\x18\x87\x03 \x01(\bR\rholderApplies\x12,\n" +
+	"\x05items\x18\x88\x03 \x03(\v2\x15.kvtier.v1.KeyRequestR\x05items\"O\n" +
 	"\tKeyResult\x12(\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x14.kvtier.v1.ErrorCodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"c\n" +
@@ -5153,7 +5424,7 @@ const file_master_proto_rawDesc = "" +
 	"\aresults\x18\x01 \x03(\v2\x1f.kvtier.v1.GetReplicaListResultR\aresults\"\\\n" +
 	"\x12BatchExistResponse\x12.\n" +
 	"\aresults\x18\x01 \x03(\v2\x14.kvtier.v1.KeyResultR\aresults\x12\x16\n" +
-	"\x06exists\x18\x02 \x03(\bR\x06exists\"\xe1\x02\n" +
+	"\x06exists\x18\x02 \x03(\bR\x06exists\"\x81\x03\n" +
 	"\aSegment\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12*\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x16.kvtier.v1.ReplicaTypeR\x04type\x12\x12\n" +
@@ -5170,7 +5441,9 @@ const file_master_proto_rawDesc = "" +
 	" \x01(\rR\tblockSize\x12\x1c\n" +
 	"\trdma_addr\x18\xac\x02 \x01(\tR\brdmaAddr\x12\x1c\n" +
 	"\trdma_base\x18\xad\x02 \x01(\x04R\brdmaBase\x12\x1c\n" +
-	"\trdma_rkey\x18\xae\x02 \x01(\rR\brdmaRkey\"\x9b\x01\n" +
+	"\trdma_rkey\x18\xae\x02 \x01(\rR\brdmaRkey\x12\x1e\n" +
+	"\n" +
+	"direct_put\x18\x86\x03 \x01(\bR\tdirectPut\"\x9b\x01\n" +
 	"\x13MountSegmentRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12,\n" +
 	"\asegment\x18\x02 \x01(\v2\x12.kvtier.v1.SegmentR\asegment\x12 \n" +
@@ -5419,7 +5692,15 @@ const file_master_proto_rawDesc = "" +
 	"\asegment\x18\x05 \x01(\tR\asegment\x12\x12\n" +
 	"\x04node\x18\x06 \x01(\tR\x04node\x12\x14\n" +
 	"\x05bytes\x18\a \x01(\x04R\x05bytes\x12\x18\n" +
-	"\amessage\x18\b \x01(\tR\amessage\"\x84\x01\n" +
+	"\amessage\x18\b \x01(\tR\amessage\"[\n" +
+	"\x10PutTicketRequest\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x16\n" +
+	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x12\n" +
+	"\x04node\x18\x03 \x01(\tR\x04node\"\\\n" +
+	"\x11PutTicketResponse\x12\x16\n" +
+	"\x06ticket\x18\x01 \x01(\fR\x06ticket\x12\x1b\n" +
+	"\texpiry_ms\x18\x02 \x01(\x03R\bexpiryMs\x12\x12\n" +
+	"\x04open\x18\x03 \x01(\bR\x04open\"\x84\x01\n" +
 	"\x13TakeRemovalsRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x16\n" +
 	"\x06outbox\x18\x02 \x01(\x04R\x06outbox\x12\x1f\n" +
@@ -5532,7 +5813,7 @@ const file_master_proto_rawDesc = "" +
 	"\x18CLIENT_STATE_UNSPECIFIED\x10\x00\x12\b\n" +
 	"\x04LIVE\x10\x01\x12\x10\n" +
 	"\fCLIENT_GRACE\x10\x02\x12\b\n" +
-	"\x04GONE\x10\x032\xbc\x11\n" +
+	"\x04GONE\x10\x032\x84\x12\n" +
 	"\x06Master\x12C\n" +
 	"\bPutStart\x12\x1a.kvtier.v1.PutStartRequest\x1a\x1b.kvtier.v1.PutStartResponse\x121\n" +
 	"\x06PutEnd\x12\x15.kvtier.v1.KeyRequest\x1a\x10.kvtier.v1.Empty\x124\n" +
@@ -5567,7 +5848,8 @@ const file_master_proto_rawDesc = "" +
 	"\vWatchEvents\x12\x10.kvtier.v1.Empty\x1a\x10.kvtier.v1.Event0\x01\x12Q\n" +
 	"\fTakeRemovals\x12\x1e.kvtier.v1.TakeRemovalsRequest\x1a\x1f.kvtier.v1.TakeRemovalsResponse0\x01\x12\\\n" +
 	"\x0fTakeDramRecords\x12!.kvtier.v1.TakeDramRecordsRequest\x1a\".kvtier.v1.TakeDramRecordsResponse(\x010\x01\x12V\n" +
-	"\x13RegisterDramObjects\x12%.kvtier.v1.RegisterDramObjectsRequest\x1a\x18.kvtier.v1.BatchResponseB'Z%github.com/kvtier/kvtier/api/kvtierpbb\x06proto3"
+	"\x13RegisterDramObjects\x12%.kvtier.v1.RegisterDramObjectsRequest\x1a\x18.kvtier.v1.BatchResponse\x12F\n" +
+	"\tPutTicket\x12\x1b.kvtier.v1.PutTicketRequest\x1a\x1c.kvtier.v1.PutTicketResponseB'Z%github.com/kvtier/kvtier/api/kvtierpbb\x06proto3"
 
 var (
 	file_master_proto_rawDescOnce sync.Once
@@ -5582,7 +5864,7 @@ func file_master_proto_rawDescGZIP() []byte {
 }
 
 var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
+var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_master_proto_goTypes = []any{
 	(ErrorCode)(0),                      // 0: kvtier.v1.ErrorCode
 	(ReplicaType)(0),                    // 1: kvtier.v1.ReplicaType
@@ -5641,18 +5923,20 @@ var file_master_proto_goTypes = []any{
 	(*TiersResponse)(nil),               // 54: kvtier.v1.TiersResponse
 	(*UpdateTiersRequest)(nil),          // 55: kvtier.v1.UpdateTiersRequest
 	(*Event)(nil),                       // 56: kvtier.v1.Event
-	(*TakeRemovalsRequest)(nil),         // 57: kvtier.v1.TakeRemovalsRequest
-	(*DiskLocation)(nil),                // 58: kvtier.v1.DiskLocation
-	(*DiskRemoval)(nil),                 // 59: kvtier.v1.DiskRemoval
-	(*TakeRemovalsResponse)(nil),        // 60: kvtier.v1.TakeRemovalsResponse
-	(*TakeDramRecordsRequest)(nil),      // 61: kvtier.v1.TakeDramRecordsRequest
-	(*DramRecord)(nil),                  // 62: kvtier.v1.DramRecord
-	(*TakeDramRecordsResponse)(nil),     // 63: kvtier.v1.TakeDramRecordsResponse
-	(*DramObject)(nil),                  // 64: kvtier.v1.DramObject
-	(*RegisterDramObjectsRequest)(nil),  // 65: kvtier.v1.RegisterDramObjectsRequest
-	nil,                                 // 66: kvtier.v1.HeartbeatRequest.GrantRefusalsEntry
-	nil,                                 // 67: kvtier.v1.ClientInfo.GrantRefusalsEntry
-	nil,                                 // 68: kvtier.v1.StatsResponse.CountersEntry
+	(*PutTicketRequest)(nil),            // 57: kvtier.v1.PutTicketRequest
+	(*PutTicketResponse)(nil),           // 58: kvtier.v1.PutTicketResponse
+	(*TakeRemovalsRequest)(nil),         // 59: kvtier.v1.TakeRemovalsRequest
+	(*DiskLocation)(nil),                // 60: kvtier.v1.DiskLocation
+	(*DiskRemoval)(nil),                 // 61: kvtier.v1.DiskRemoval
+	(*TakeRemovalsResponse)(nil),        // 62: kvtier.v1.TakeRemovalsResponse
+	(*TakeDramRecordsRequest)(nil),      // 63: kvtier.v1.TakeDramRecordsRequest
+	(*DramRecord)(nil),                  // 64: kvtier.v1.DramRecord
+	(*TakeDramRecordsResponse)(nil),     // 65: kvtier.v1.TakeDramRecordsResponse
+	(*DramObject)(nil),                  // 66: kvtier.v1.DramObject
+	(*RegisterDramObjectsRequest)(nil),  // 67: kvtier.v1.RegisterDramObjectsRequest
+	nil,                                 // 68: kvtier.v1.HeartbeatRequest.GrantRefusalsEntry
+	nil,                                 // 69: kvtier.v1.ClientInfo.GrantRefusalsEntry
+	nil,                                 // 70: kvtier.v1.StatsResponse.CountersEntry
 }
 var file_master_proto_depIdxs = []int32{
 	1,  // 0: kvtier.v1.Replica.type:type_name -> kvtier.v1.ReplicaType
@@ -5664,115 +5948,118 @@ var file_master_proto_depIdxs = []int32{
 	0,  // 6: kvtier.v1.PutStartResult.code:type_name -> kvtier.v1.ErrorCode
 	5,  // 7: kvtier.v1.PutStartResult.replicas:type_name -> kvtier.v1.Replica
 	17, // 8: kvtier.v1.BatchPutStartResponse.results:type_name -> kvtier.v1.PutStartResult
-	0,  // 9: kvtier.v1.KeyResult.code:type_name -> kvtier.v1.ErrorCode
-	20, // 10: kvtier.v1.BatchResponse.results:type_name -> kvtier.v1.KeyResult
-	0,  // 11: kvtier.v1.GetReplicaListResult.code:type_name -> kvtier.v1.ErrorCode
-	11, // 12: kvtier.v1.GetReplicaListResult.value:type_name -> kvtier.v1.GetReplicaListResponse
-	22, // 13: kvtier.v1.BatchGetReplicaListResponse.results:type_name -> kvtier.v1.GetReplicaListResult
-	20, // 14: kvtier.v1.BatchExistResponse.results:type_name -> kvtier.v1.KeyResult
-	1,  // 15: kvtier.v1.Segment.type:type_name -> kvtier.v1.ReplicaType
-	25, // 16: kvtier.v1.MountSegmentRequest.segment:type_name -> kvtier.v1.Segment
-	25, // 17: kvtier.v1.HeartbeatRequest.segments:type_name -> kvtier.v1.Segment
-	28, // 18: kvtier.v1.HeartbeatRequest.disk:type_name -> kvtier.v1.DiskTierStats
-	31, // 19: kvtier.v1.HeartbeatRequest.nvme:type_name -> kvtier.v1.NvmeStats
-	30, // 20: kvtier.v1.HeartbeatRequest.cached_reads:type_name -> kvtier.v1.CachedRead
-	66, // 21: kvtier.v1.HeartbeatRequest.grant_refusals:type_name -> kvtier.v1.HeartbeatRequest.GrantRefusalsEntry
-	32, // 22: kvtier.v1.NvmeStats.subsystems:type_name -> kvtier.v1.NvmeSubsystem
-	34, // 23: kvtier.v1.NvmeStats.hosts:type_name -> kvtier.v1.NvmeHost
-	33, // 24: kvtier.v1.NvmeSubsystem.namespaces:type_name -> kvtier.v1.NvmeNamespace
-	5,  // 25: kvtier.v1.OffloadTask.source:type_name -> kvtier.v1.Replica
-	36, // 26: kvtier.v1.HeartbeatResponse.offload:type_name -> kvtier.v1.OffloadTask
-	35, // 27: kvtier.v1.HeartbeatResponse.settings:type_name -> kvtier.v1.TierSettings
-	39, // 28: kvtier.v1.HeartbeatResponse.grant_keys:type_name -> kvtier.v1.GrantKey
-	41, // 29: kvtier.v1.RegisterDiskObjectsRequest.objects:type_name -> kvtier.v1.DiskObject
-	5,  // 30: kvtier.v1.ObjectInfo.replicas:type_name -> kvtier.v1.Replica
-	45, // 31: kvtier.v1.ListObjectsResponse.objects:type_name -> kvtier.v1.ObjectInfo
-	25, // 32: kvtier.v1.SegmentInfo.segment:type_name -> kvtier.v1.Segment
-	3,  // 33: kvtier.v1.SegmentInfo.state:type_name -> kvtier.v1.SegmentState
-	47, // 34: kvtier.v1.ListSegmentsResponse.segments:type_name -> kvtier.v1.SegmentInfo
-	4,  // 35: kvtier.v1.ClientInfo.state:type_name -> kvtier.v1.ClientState
-	28, // 36: kvtier.v1.ClientInfo.disk:type_name -> kvtier.v1.DiskTierStats
-	31, // 37: kvtier.v1.ClientInfo.nvme:type_name -> kvtier.v1.NvmeStats
-	67, // 38: kvtier.v1.ClientInfo.grant_refusals:type_name -> kvtier.v1.ClientInfo.GrantRefusalsEntry
-	49, // 39: kvtier.v1.ListClientsResponse.clients:type_name -> kvtier.v1.ClientInfo
-	51, // 40: kvtier.v1.StatsResponse.tiers:type_name -> kvtier.v1.TierStats
-	68, // 41: kvtier.v1.StatsResponse.counters:type_name -> kvtier.v1.StatsResponse.CountersEntry
-	53, // 42: kvtier.v1.TiersResponse.dram:type_name -> kvtier.v1.DramSettings
-	35, // 43: kvtier.v1.TiersResponse.ssd:type_name -> kvtier.v1.TierSettings
-	51, // 44: kvtier.v1.TiersResponse.stats:type_name -> kvtier.v1.TierStats
-	58, // 45: kvtier.v1.DiskRemoval.keep:type_name -> kvtier.v1.DiskLocation
-	59, // 46: kvtier.v1.TakeRemovalsResponse.removals:type_name -> kvtier.v1.DiskRemoval
-	62, // 47: kvtier.v1.TakeDramRecordsResponse.records:type_name -> kvtier.v1.DramRecord
-	64, // 48: kvtier.v1.RegisterDramObjectsRequest.objects:type_name -> kvtier.v1.DramObject
-	7,  // 49: kvtier.v1.Master.PutStart:input_type -> kvtier.v1.PutStartRequest
-	9,  // 50: kvtier.v1.Master.PutEnd:input_type -> kvtier.v1.KeyRequest
-	9,  // 51: kvtier.v1.Master.PutRevoke:input_type -> kvtier.v1.KeyRequest
-	9,  // 52: kvtier.v1.Master.GetReplicaList:input_type -> kvtier.v1.KeyRequest
-	9,  // 53: kvtier.v1.Master.Exist:input_type -> kvtier.v1.KeyRequest
-	9,  // 54: kvtier.v1.Master.Remove:input_type -> kvtier.v1.KeyRequest
-	13, // 55: kvtier.v1.Master.RemoveByRegex:input_type -> kvtier.v1.RemoveByRegexRequest
-	14, // 56: kvtier.v1.Master.RemoveAll:input_type -> kvtier.v1.RemoveAllRequest
-	16, // 57: kvtier.v1.Master.BatchPutStart:input_type -> kvtier.v1.BatchPutStartRequest
-	19, // 58: kvtier.v1.Master.BatchPutEnd:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 59: kvtier.v1.Master.BatchPutRevoke:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 60: kvtier.v1.Master.BatchGetReplicaList:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 61: kvtier.v1.Master.BatchExist:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 62: kvtier.v1.Master.BatchRemove:input_type -> kvtier.v1.BatchKeysRequest
-	26, // 63: kvtier.v1.Master.MountSegment:input_type -> kvtier.v1.MountSegmentRequest
-	27, // 64: kvtier.v1.Master.UnmountSegment:input_type -> kvtier.v1.UnmountSegmentRequest
-	29, // 65: kvtier.v1.Master.Heartbeat:input_type -> kvtier.v1.HeartbeatRequest
-	40, // 66: kvtier.v1.Master.OffloadDone:input_type -> kvtier.v1.OffloadDoneRequest
-	37, // 67: kvtier.v1.Master.TakeOffload:input_type -> kvtier.v1.TakeOffloadRequest
-	42, // 68: kvtier.v1.Master.RegisterDiskObjects:input_type -> kvtier.v1.RegisterDiskObjectsRequest
-	43, // 69: kvtier.v1.Master.DropBucket:input_type -> kvtier.v1.DropBucketRequest
-	44, // 70: kvtier.v1.Master.ListObjects:input_type -> kvtier.v1.ListObjectsRequest
-	9,  // 71: kvtier.v1.Master.GetObject:input_type -> kvtier.v1.KeyRequest
-	10, // 72: kvtier.v1.Master.ListSegments:input_type -> kvtier.v1.Empty
-	10, // 73: kvtier.v1.Master.ListClients:input_type -> kvtier.v1.Empty
-	10, // 74: kvtier.v1.Master.Stats:input_type -> kvtier.v1.Empty
-	10, // 75: kvtier.v1.Master.GetTiers:input_type -> kvtier.v1.Empty
-	55, // 76: kvtier.v1.Master.UpdateTiers:input_type -> kvtier.v1.UpdateTiersRequest
-	10, // 77: kvtier.v1.Master.WatchEvents:input_type -> kvtier.v1.Empty
-	57, // 78: kvtier.v1.Master.TakeRemovals:input_type -> kvtier.v1.TakeRemovalsRequest
-	61, // 79: kvtier.v1.Master.TakeDramRecords:input_type -> kvtier.v1.TakeDramRecordsRequest
-	65, // 80: kvtier.v1.Master.RegisterDramObjects:input_type -> kvtier.v1.RegisterDramObjectsRequest
-	8,  // 81: kvtier.v1.Master.PutStart:output_type -> kvtier.v1.PutStartResponse
-	10, // 82: kvtier.v1.Master.PutEnd:output_type -> kvtier.v1.Empty
-	10, // 83: kvtier.v1.Master.PutRevoke:output_type -> kvtier.v1.Empty
-	11, // 84: kvtier.v1.Master.GetReplicaList:output_type -> kvtier.v1.GetReplicaListResponse
-	12, // 85: kvtier.v1.Master.Exist:output_type -> kvtier.v1.ExistResponse
-	10, // 86: kvtier.v1.Master.Remove:output_type -> kvtier.v1.Empty
-	15, // 87: kvtier.v1.Master.RemoveByRegex:output_type -> kvtier.v1.CountResponse
-	15, // 88: kvtier.v1.Master.RemoveAll:output_type -> kvtier.v1.CountResponse
-	18, // 89: kvtier.v1.Master.BatchPutStart:output_type -> kvtier.v1.BatchPutStartResponse
-	21, // 90: kvtier.v1.Master.BatchPutEnd:output_type -> kvtier.v1.BatchResponse
-	21, // 91: kvtier.v1.Master.BatchPutRevoke:output_type -> kvtier.v1.BatchResponse
-	23, // 92: kvtier.v1.Master.BatchGetReplicaList:output_type -> kvtier.v1.BatchGetReplicaListResponse
-	24, // 93: kvtier.v1.Master.BatchExist:output_type -> kvtier.v1.BatchExistResponse
-	21, // 94: kvtier.v1.Master.BatchRemove:output_type -> kvtier.v1.BatchResponse
-	10, // 95: kvtier.v1.Master.MountSegment:output_type -> kvtier.v1.Empty
-	10, // 96: kvtier.v1.Master.UnmountSegment:output_type -> kvtier.v1.Empty
-	38, // 97: kvtier.v1.Master.Heartbeat:output_type -> kvtier.v1.HeartbeatResponse
-	10, // 98: kvtier.v1.Master.OffloadDone:output_type -> kvtier.v1.Empty
-	36, // 99: kvtier.v1.Master.TakeOffload:output_type -> kvtier.v1.OffloadTask
-	21, // 100: kvtier.v1.Master.RegisterDiskObjects:output_type -> kvtier.v1.BatchResponse
-	10, // 101: kvtier.v1.Master.DropBucket:output_type -> kvtier.v1.Empty
-	46, // 102: kvtier.v1.Master.ListObjects:output_type -> kvtier.v1.ListObjectsResponse
-	45, // 103: kvtier.v1.Master.GetObject:output_type -> kvtier.v1.ObjectInfo
-	48, // 104: kvtier.v1.Master.ListSegments:output_type -> kvtier.v1.ListSegmentsResponse
-	50, // 105: kvtier.v1.Master.ListClients:output_type -> kvtier.v1.ListClientsResponse
-	52, // 106: kvtier.v1.Master.Stats:output_type -> kvtier.v1.StatsResponse
-	54, // 107: kvtier.v1.Master.GetTiers:output_type -> kvtier.v1.TiersResponse
-	54, // 108: kvtier.v1.Master.UpdateTiers:output_type -> kvtier.v1.TiersResponse
-	56, // 109: kvtier.v1.Master.WatchEvents:output_type -> kvtier.v1.Event
-	60, // 110: kvtier.v1.Master.TakeRemovals:output_type -> kvtier.v1.TakeRemovalsResponse
-	63, // 111: kvtier.v1.Master.TakeDramRecords:output_type -> kvtier.v1.TakeDramRecordsResponse
-	21, // 112: kvtier.v1.Master.RegisterDramObjects:output_type -> kvtier.v1.BatchResponse
-	81, // [81:113] is the sub-list for method output_type
-	49, // [49:81] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	9,  // 9: kvtier.v1.BatchKeysRequest.items:type_name -> kvtier.v1.KeyRequest
+	0,  // 10: kvtier.v1.KeyResult.code:type_name -> kvtier.v1.ErrorCode
+	20, // 11: kvtier.v1.BatchResponse.results:type_name -> kvtier.v1.KeyResult
+	0,  // 12: kvtier.v1.GetReplicaListResult.code:type_name -> kvtier.v1.ErrorCode
+	11, // 13: kvtier.v1.GetReplicaListResult.value:type_name -> kvtier.v1.GetReplicaListResponse
+	22, // 14: kvtier.v1.BatchGetReplicaListResponse.results:type_name -> kvtier.v1.GetReplicaListResult
+	20, // 15: kvtier.v1.BatchExistResponse.results:type_name -> kvtier.v1.KeyResult
+	1,  // 16: kvtier.v1.Segment.type:type_name -> kvtier.v1.ReplicaType
+	25, // 17: kvtier.v1.MountSegmentRequest.segment:type_name -> kvtier.v1.Segment
+	25, // 18: kvtier.v1.HeartbeatRequest.segments:type_name -> kvtier.v1.Segment
+	28, // 19: kvtier.v1.HeartbeatRequest.disk:type_name -> kvtier.v1.DiskTierStats
+	31, // 20: kvtier.v1.HeartbeatRequest.nvme:type_name -> kvtier.v1.NvmeStats
+	30, // 21: kvtier.v1.HeartbeatRequest.cached_reads:type_name -> kvtier.v1.CachedRead
+	68, // 22: kvtier.v1.HeartbeatRequest.grant_refusals:type_name -> kvtier.v1.HeartbeatRequest.GrantRefusalsEntry
+	32, // 23: kvtier.v1.NvmeStats.subsystems:type_name -> kvtier.v1.NvmeSubsystem
+	34, // 24: kvtier.v1.NvmeStats.hosts:type_name -> kvtier.v1.NvmeHost
+	33, // 25: kvtier.v1.NvmeSubsystem.namespaces:type_name -> kvtier.v1.NvmeNamespace
+	5,  // 26: kvtier.v1.OffloadTask.source:type_name -> kvtier.v1.Replica
+	36, // 27: kvtier.v1.HeartbeatResponse.offload:type_name -> kvtier.v1.OffloadTask
+	35, // 28: kvtier.v1.HeartbeatResponse.settings:type_name -> kvtier.v1.TierSettings
+	39, // 29: kvtier.v1.HeartbeatResponse.grant_keys:type_name -> kvtier.v1.GrantKey
+	41, // 30: kvtier.v1.RegisterDiskObjectsRequest.objects:type_name -> kvtier.v1.DiskObject
+	5,  // 31: kvtier.v1.ObjectInfo.replicas:type_name -> kvtier.v1.Replica
+	45, // 32: kvtier.v1.ListObjectsResponse.objects:type_name -> kvtier.v1.ObjectInfo
+	25, // 33: kvtier.v1.SegmentInfo.segment:type_name -> kvtier.v1.Segment
+	3,  // 34: kvtier.v1.SegmentInfo.state:type_name -> kvtier.v1.SegmentState
+	47, // 35: kvtier.v1.ListSegmentsResponse.segments:type_name -> kvtier.v1.SegmentInfo
+	4,  // 36: kvtier.v1.ClientInfo.state:type_name -> kvtier.v1.ClientState
+	28, // 37: kvtier.v1.ClientInfo.disk:type_name -> kvtier.v1.DiskTierStats
+	31, // 38: kvtier.v1.ClientInfo.nvme:type_name -> kvtier.v1.NvmeStats
+	69, // 39: kvtier.v1.ClientInfo.grant_refusals:type_name -> kvtier.v1.ClientInfo.GrantRefusalsEntry
+	49, // 40: kvtier.v1.ListClientsResponse.clients:type_name -> kvtier.v1.ClientInfo
+	51, // 41: kvtier.v1.StatsResponse.tiers:type_name -> kvtier.v1.TierStats
+	70, // 42: kvtier.v1.StatsResponse.counters:type_name -> kvtier.v1.StatsResponse.CountersEntry
+	53, // 43: kvtier.v1.TiersResponse.dram:type_name -> kvtier.v1.DramSettings
+	35, // 44: kvtier.v1.TiersResponse.ssd:type_name -> kvtier.v1.TierSettings
+	51, // 45: kvtier.v1.TiersResponse.stats:type_name -> kvtier.v1.TierStats
+	60, // 46: kvtier.v1.DiskRemoval.keep:type_name -> kvtier.v1.DiskLocation
+	61, // 47: kvtier.v1.TakeRemovalsResponse.removals:type_name -> kvtier.v1.DiskRemoval
+	64, // 48: kvtier.v1.TakeDramRecordsResponse.records:type_name -> kvtier.v1.DramRecord
+	66, // 49: kvtier.v1.RegisterDramObjectsRequest.objects:type_name -> kvtier.v1.DramObject
+	7,  // 50: kvtier.v1.Master.PutStart:input_type -> kvtier.v1.PutStartRequest
+	9,  // 51: kvtier.v1.Master.PutEnd:input_type -> kvtier.v1.KeyRequest
+	9,  // 52: kvtier.v1.Master.PutRevoke:input_type -> kvtier.v1.KeyRequest
+	9,  // 53: kvtier.v1.Master.GetReplicaList:input_type -> kvtier.v1.KeyRequest
+	9,  // 54: kvtier.v1.Master.Exist:input_type -> kvtier.v1.KeyRequest
+	9,  // 55: kvtier.v1.Master.Remove:input_type -> kvtier.v1.KeyRequest
+	13, // 56: kvtier.v1.Master.RemoveByRegex:input_type -> kvtier.v1.RemoveByRegexRequest
+	14, // 57: kvtier.v1.Master.RemoveAll:input_type -> kvtier.v1.RemoveAllRequest
+	16, // 58: kvtier.v1.Master.BatchPutStart:input_type -> kvtier.v1.BatchPutStartRequest
+	19, // 59: kvtier.v1.Master.BatchPutEnd:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 60: kvtier.v1.Master.BatchPutRevoke:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 61: kvtier.v1.Master.BatchGetReplicaList:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 62: kvtier.v1.Master.BatchExist:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 63: kvtier.v1.Master.BatchRemove:input_type -> kvtier.v1.BatchKeysRequest
+	26, // 64: kvtier.v1.Master.MountSegment:input_type -> kvtier.v1.MountSegmentRequest
+	27, // 65: kvtier.v1.Master.UnmountSegment:input_type -> kvtier.v1.UnmountSegmentRequest
+	29, // 66: kvtier.v1.Master.Heartbeat:input_type -> kvtier.v1.HeartbeatRequest
+	40, // 67: kvtier.v1.Master.OffloadDone:input_type -> kvtier.v1.OffloadDoneRequest
+	37, // 68: kvtier.v1.Master.TakeOffload:input_type -> kvtier.v1.TakeOffloadRequest
+	42, // 69: kvtier.v1.Master.RegisterDiskObjects:input_type -> kvtier.v1.RegisterDiskObjectsRequest
+	43, // 70: kvtier.v1.Master.DropBucket:input_type -> kvtier.v1.DropBucketRequest
+	44, // 71: kvtier.v1.Master.ListObjects:input_type -> kvtier.v1.ListObjectsRequest
+	9,  // 72: kvtier.v1.Master.GetObject:input_type -> kvtier.v1.KeyRequest
+	10, // 73: kvtier.v1.Master.ListSegments:input_type -> kvtier.v1.Empty
+	10, // 74: kvtier.v1.Master.ListClients:input_type -> kvtier.v1.Empty
+	10, // 75: kvtier.v1.Master.Stats:input_type -> kvtier.v1.Empty
+	10, // 76: kvtier.v1.Master.GetTiers:input_type -> kvtier.v1.Empty
+	55, // 77: kvtier.v1.Master.UpdateTiers:input_type -> kvtier.v1.UpdateTiersRequest
+	10, // 78: kvtier.v1.Master.WatchEvents:input_type -> kvtier.v1.Empty
+	59, // 79: kvtier.v1.Master.TakeRemovals:input_type -> kvtier.v1.TakeRemovalsRequest
+	63, // 80: kvtier.v1.Master.TakeDramRecords:input_type -> kvtier.v1.TakeDramRecordsRequest
+	67, // 81: kvtier.v1.Master.RegisterDramObjects:input_type -> kvtier.v1.RegisterDramObjectsRequest
+	57, // 82: kvtier.v1.Master.PutTicket:input_type -> kvtier.v1.PutTicketRequest
+	8,  // 83: kvtier.v1.Master.PutStart:output_type -> kvtier.v1.PutStartResponse
+	10, // 84: kvtier.v1.Master.PutEnd:output_type -> kvtier.v1.Empty
+	10, // 85: kvtier.v1.Master.PutRevoke:output_type -> kvtier.v1.Empty
+	11, // 86: kvtier.v1.Master.GetReplicaList:output_type -> kvtier.v1.GetReplicaListResponse
+	12, // 87: kvtier.v1.Master.Exist:output_type -> kvtier.v1.ExistResponse
+	10, // 88: kvtier.v1.Master.Remove:output_type -> kvtier.v1.Empty
+	15, // 89: kvtier.v1.Master.RemoveByRegex:output_type -> kvtier.v1.CountResponse
+	15, // 90: kvtier.v1.Master.RemoveAll:output_type -> kvtier.v1.CountResponse
+	18, // 91: kvtier.v1.Master.BatchPutStart:output_type -> kvtier.v1.BatchPutStartResponse
+	21, // 92: kvtier.v1.Master.BatchPutEnd:output_type -> kvtier.v1.BatchResponse
+	21, // 93: kvtier.v1.Master.BatchPutRevoke:output_type -> kvtier.v1.BatchResponse
+	23, // 94: kvtier.v1.Master.BatchGetReplicaList:output_type -> kvtier.v1.BatchGetReplicaListResponse
+	24, // 95: kvtier.v1.Master.BatchExist:output_type -> kvtier.v1.BatchExistResponse
+	21, // 96: kvtier.v1.Master.BatchRemove:output_type -> kvtier.v1.BatchResponse
+	10, // 97: kvtier.v1.Master.MountSegment:output_type -> kvtier.v1.Empty
+	10, // 98: kvtier.v1.Master.UnmountSegment:output_type -> kvtier.v1.Empty
+	38, // 99: kvtier.v1.Master.Heartbeat:output_type -> kvtier.v1.HeartbeatResponse
+	10, // 100: kvtier.v1.Master.OffloadDone:output_type -> kvtier.v1.Empty
+	36, // 101: kvtier.v1.Master.TakeOffload:output_type -> kvtier.v1.OffloadTask
+	21, // 102: kvtier.v1.Master.RegisterDiskObjects:output_type -> kvtier.v1.BatchResponse
+	10, // 103: kvtier.v1.Master.DropBucket:output_type -> kvtier.v1.Empty
+	46, // 104: kvtier.v1.Master.ListObjects:output_type -> kvtier.v1.ListObjectsResponse
+	45, // 105: kvtier.v1.Master.GetObject:output_type -> kvtier.v1.ObjectInfo
+	48, // 106: kvtier.v1.Master.ListSegments:output_type -> kvtier.v1.ListSegmentsResponse
+	50, // 107: kvtier.v1.Master.ListClients:output_type -> kvtier.v1.ListClientsResponse
+	52, // 108: kvtier.v1.Master.Stats:output_type -> kvtier.v1.StatsResponse
+	54, // 109: kvtier.v1.Master.GetTiers:output_type -> kvtier.v1.TiersResponse
+	54, // 110: kvtier.v1.Master.UpdateTiers:output_type -> kvtier.v1.TiersResponse
+	56, // 111: kvtier.v1.Master.WatchEvents:output_type -> kvtier.v1.Event
+	62, // 112: kvtier.v1.Master.TakeRemovals:output_type -> kvtier.v1.TakeRemovalsResponse
+	65, // 113: kvtier.v1.Master.TakeDramRecords:output_type -> kvtier.v1.TakeDramRecordsResponse
+	21, // 114: kvtier.v1.Master.RegisterDramObjects:output_type -> kvtier.v1.BatchResponse
+	58, // 115: kvtier.v1.Master.PutTicket:output_type -> kvtier.v1.PutTicketResponse
+	83, // [83:116] is the sub-list for method output_type
+	50, // [50:83] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_master_proto_init() }
@@ -5787,7 +6074,7 @@ func file_master_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_proto_rawDesc), len(file_master_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   64,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -57,6 +57,7 @@ const (
 	Master_TakeRemovals_FullMethodName        = "/kvtier.v1.Master/TakeRemovals"
 	Master_TakeDramRecords_FullMethodName     = "/kvtier.v1.Master/TakeDramRecords"
 	Master_RegisterDramObjects_FullMethodName = "/kvtier.v1.Master/RegisterDramObjects"
+	Master_PutTicket_FullMethodName           = "/kvtier.v1.Master/PutTicket"
 )
 
 // MasterClient is the client API for Master service.
@@ -125,6 +126,13 @@ type MasterClient interface {
 	// object becomes readable again at the reported extent. last ends the
 	// report: the appliance's re-announced segments take allocations again.
 	RegisterDramObjects(ctx context.Context, in *RegisterDramObjectsRequest, opts ...grpc.CallOption) (*BatchResponse, error)
+	// PutTicket hands a client a direct-put ticket for node (an appliance
+	// whose segments announce direct_put): signed with the node's grant key,
+	// binding {PUT, node, tenant, client_id, expiry}; the node's data port
+	// takes puts carrying it (internal/grant, "Put tickets"). Authorized as
+	// PutStart is. Without data-plane grants the answer carries no ticket
+	// (open = true): the client declares its identity in the frame.
+	PutTicket(ctx context.Context, in *PutTicketRequest, opts ...grpc.CallOption) (*PutTicketResponse, error)
 }
 
 type masterClient struct {
@@ -485,6 +493,16 @@ func (c *masterClient) RegisterDramObjects(ctx context.Context, in *RegisterDram
 	return out, nil
 }
 
+func (c *masterClient) PutTicket(ctx context.Context, in *PutTicketRequest, opts ...grpc.CallOption) (*PutTicketResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PutTicketResponse)
+	err := c.cc.Invoke(ctx, Master_PutTicket_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -551,6 +569,13 @@ type MasterServer interface {
 	// object becomes readable again at the reported extent. last ends the
 	// report: the appliance's re-announced segments take allocations again.
 	RegisterDramObjects(context.Context, *RegisterDramObjectsRequest) (*BatchResponse, error)
+	// PutTicket hands a client a direct-put ticket for node (an appliance
+	// whose segments announce direct_put): signed with the node's grant key,
+	// binding {PUT, node, tenant, client_id, expiry}; the node's data port
+	// takes puts carrying it (internal/grant, "Put tickets"). Authorized as
+	// PutStart is. Without data-plane grants the answer carries no ticket
+	// (open = true): the client declares its identity in the frame.
+	PutTicket(context.Context, *PutTicketRequest) (*PutTicketResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -656,6 +681,9 @@ func (UnimplementedMasterServer) TakeDramRecords(grpc.BidiStreamingServer[TakeDr
 }
 func (UnimplementedMasterServer) RegisterDramObjects(context.Context, *RegisterDramObjectsRequest) (*BatchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RegisterDramObjects not implemented")
+}
+func (UnimplementedMasterServer) PutTicket(context.Context, *PutTicketRequest) (*PutTicketResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PutTicket not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -1222,6 +1250,24 @@ func _Master_RegisterDramObjects_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_PutTicket_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PutTicketRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).PutTicket(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_PutTicket_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).PutTicket(ctx, req.(*PutTicketRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1340,6 +1386,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RegisterDramObjects",
 			Handler:    _Master_RegisterDramObjects_Handler,
+		},
+		{
+			MethodName: "PutTicket",
+			Handler:    _Master_PutTicket_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

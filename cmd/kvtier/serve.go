@@ -52,6 +52,7 @@ type masterFlags struct {
 	rpcPoll            time.Duration
 	dataGrants         bool            // sign data-plane grants (internal/grant)
 	grantRotation      time.Duration   // grant secret rotation period
+	putTicketLife      time.Duration   // direct puts' tickets (hidden: tests)
 	rdmaTrusted        bool            // hand out RDMA offers although they bypass grants
 	doctor             *applianceFlags // standalone: the host checks use the appliance's settings
 	security           securityFlags
@@ -82,6 +83,8 @@ func (f *masterFlags) register(cmd *cobra.Command, standalone bool) {
 	fs.DurationVar(&f.rpcPoll, "rpc-poll", fastrpc.DefaultServerPoll, "longest a master connection polls for its next data-path call before sleeping, when its calls come that close together (0: off; saves a CPU wake-up per call on VMs)")
 	fs.BoolVar(&f.dataGrants, "data-grants", true, "sign a data-plane grant into every replica location and have appliances refuse data-port requests without a valid one (false: the data port is open to anyone who reaches it; for measuring the grants' cost)")
 	fs.DurationVar(&f.grantRotation, "grant-key-rotation", master.DefaultGrantKeyRotation, "how often each appliance's data-plane grant secret is replaced")
+	fs.DurationVar(&f.putTicketLife, "put-ticket-life", master.PutTicketLife, "how long a direct put's ticket lasts (clients renew at half)")
+	_ = fs.MarkHidden("put-ticket-life")
 	fs.BoolVar(&f.rdmaTrusted, "rdma-trusted-fabric", false, "hand out the RDMA offers appliances announce although data-plane grants are on: an rkey opens its whole segment past grants and TLS, so only on a fabric where every host is trusted (without it clients use TCP with grants; with --data-grants=false offers are always handed out)")
 	f.security.register(cmd)
 	fs.StringVar(&f.dataTLSCA, "data-tls-ca", "", "PEM CA of appliances' TLS data ports (their --data-tls-cert), trusted by REST object data reads and writes (default: only this process's own --tls-cert)")
@@ -96,7 +99,7 @@ func (f *masterFlags) config() master.Config {
 		LeaseTTL: f.leaseTTL, HighWatermark: f.highWatermark, EvictionRatio: f.evictionRatio,
 		LeasePolicy: f.leasePolicy, FrequencyBonus: f.frequencyBonus, FrequencyMaxBonus: f.frequencyMaxBonus, EvictionHistory: f.evictionHistory, ClientTTL: f.clientTTL, ClientGrace: f.clientGrace,
 		PutDiscardTimeout: f.putDiscard, PutReleaseTimeout: f.putRelease, MaxObjects: f.maxObjects,
-		OffloadMode: f.offload, SSDPolicy: f.ssdPolicy, DramSyncTimeout: f.dramSync, DisableGrants: !f.dataGrants, GrantKeyRotation: f.grantRotation, RDMATrustedFabric: f.rdmaTrusted,
+		OffloadMode: f.offload, SSDPolicy: f.ssdPolicy, DramSyncTimeout: f.dramSync, DisableGrants: !f.dataGrants, GrantKeyRotation: f.grantRotation, PutTicketLife: f.putTicketLife, RDMATrustedFabric: f.rdmaTrusted,
 	}
 }
 
@@ -501,6 +504,14 @@ func newStandaloneCmd() *cobra.Command {
 				return err
 			}
 			cfg.Token, cfg.MasterTLS = rm.sec.internalToken(), rm.sec.selfTLS()
+			if rm.lead == nil {
+				// Direct puts are placed with the master in-process, and
+				// the DRAM directory's records arrive in-process: no socket,
+				// no encoding between the box and its master. Not with
+				// --etcd: this process's master may not be the leader.
+				cfg.PutMaster = rm.ms
+				cfg.DramRecords = inprocDramRecords(rm.ms)
+			}
 			if rm.sec.tls != nil {
 				// --tls-cert covers the data port too (tls:// endpoints);
 				// SIGHUP's reload reaches it through the same material.

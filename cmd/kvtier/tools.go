@@ -83,7 +83,8 @@ func startLocal(ctx context.Context, dramBytes uint64, mf masterFlags) (*localCl
 		return nil, err
 	}
 	a, err := appliance.Start(ctx, appliance.Config{Name: "local", MasterAddr: rm.grpcAddr.String(), DRAM: dramBytes,
-		Hugepages: dram.HugepageAuto, Logger: log})
+		Hugepages: dram.HugepageAuto, Logger: log, PutMaster: rm.ms,
+		DramRecords: inprocDramRecords(rm.ms)})
 	if err != nil {
 		rm.stop()
 		return nil, err
@@ -125,7 +126,7 @@ func newBenchCmd() *cobra.Command {
 	var conc []int
 	var batch, replicas int
 	var duration time.Duration
-	var jsonOut, shm bool
+	var jsonOut, shm, directPut bool
 	var rdmaDevice string
 	var cpuProfile string
 	var tcpSink int
@@ -187,7 +188,8 @@ results of a 'make bench' run into results.md, results.json and throughput.svg.`
 				if err != nil {
 					return err
 				}
-				c, err := client.New(ctx, client.Config{MasterAddr: addr, Transfer: transfer.Config{DisableSharedMemory: !shm, RDMADevice: rdmaDevice}, Token: token, TLS: tc})
+				c, err := client.New(ctx, client.Config{MasterAddr: addr, Transfer: transfer.Config{DisableSharedMemory: !shm, RDMADevice: rdmaDevice}, Token: token, TLS: tc,
+					DisableDirectPut: !directPut})
 				if err != nil {
 					return err
 				}
@@ -224,6 +226,7 @@ results of a 'make bench' run into results.md, results.json and throughput.svg.`
 	fs.StringVar(&report, "report", "", "write the report of a results directory (make bench)")
 	fs.Var(&dramSize, "dram", "DRAM of the store started without --master")
 	fs.BoolVar(&shm, "shm", true, "map the memory of appliances on this host (false: every transfer over TCP)")
+	fs.BoolVar(&directPut, "direct-put", true, "puts over TCP go to the appliance in one frame (false: PutStart, write, PutEnd)")
 	fs.StringVar(&rdmaDevice, "rdma-device", "auto", rdmaDeviceHelp)
 	sec.register(cmd)
 	registerCPUProfile(cmd, &cpuProfile)

@@ -25,6 +25,7 @@ type clientFlags struct {
 	rdma    string
 
 	replicasSet bool // put: --replicas given explicitly
+	noDirectPut bool // put: --direct-put=false
 }
 
 func (f *clientFlags) register(cmd *cobra.Command) {
@@ -49,7 +50,7 @@ func (f *clientFlags) run(verb func(ctx context.Context, c *client.Client, args 
 			return err
 		}
 		c, err := client.New(ctx, client.Config{MasterAddr: f.master, Tenant: f.tenant, OneShot: true, Token: token, TLS: tc,
-			Transfer: client.TransferConfig{RDMADevice: f.rdma}})
+			Transfer: client.TransferConfig{RDMADevice: f.rdma}, DisableDirectPut: f.noDirectPut})
 		if err != nil {
 			return err
 		}
@@ -103,6 +104,11 @@ func newPutCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&softPin, "soft-pin", false, "survive the first eviction pass for the soft-pin TTL")
 	cmd.Flags().BoolVar(&hardPin, "hard-pin", false, "never evict (only rm deletes it)")
 	cmd.Flags().StringVar(&preferred, "preferred-segment", "", "put the first replica on this segment when it has room")
+	cmd.Flags().BoolFunc("direct-put", "send the bytes to an appliance that places the put itself (one round trip); false: PutStart, write, PutEnd (default true)", func(v string) error {
+		on, err := strconv.ParseBool(v)
+		f.noDirectPut = !on
+		return err
+	})
 	return cmd
 }
 

@@ -28,6 +28,7 @@ var Methods = map[string]Role{
 	"/kvtier.v1.Master/GetTiers":            RoleClient,
 	"/kvtier.v1.Master/ListSegments":        RoleClient,
 	"/kvtier.v1.Master/ListClients":         RoleClient,
+	"/kvtier.v1.Master/PutTicket":           RoleClient, // authorized as PutStart (tenant, client ID)
 
 	"/kvtier.v1.Master/MountSegment":        RoleAppliance,
 	"/kvtier.v1.Master/UnmountSegment":      RoleAppliance, // its own segments (session); others: admin

@@ -1,6 +1,7 @@
 // Package grant owns kvtier's data-plane grants: short capabilities the
 // master signs for one replica extent and the appliance verifies before a
-// byte moves over its data port.
+// byte moves over its data port; and put tickets, which let a client put
+// through an appliance's data port in one trip ("Put tickets").
 //
 // # Contract
 //
@@ -107,6 +108,53 @@
 // Version 1 (88 bytes, no outbox and seq) is no longer accepted: the
 // frame formats carry Size bytes, so both ends of a data connection
 // must be of one version anyway.
+//
+// # Put tickets
+//
+// A direct put (internal/transfer doc.go, "Direct puts") carries a key,
+// its checksum and its bytes to a node's data port in one frame, and the
+// node places it with the master for the client. The data port cannot
+// check the client's credential, so the client presents a put ticket: an
+// HMAC-SHA256, keyed by the same per-node secret as grants, over {op PUT,
+// node, tenant, client ID, expiry}, which the master signs (PutTicket)
+// only after authorizing the caller as it authorizes PutStart (role,
+// tenant confinement, client ID bound to the caller's credential). The
+// node verifies it (VerifyTicket: layout, MAC in constant time, node,
+// expiry; refusals as for grants) before it reads the bytes or asks the
+// master anything, and passes the ticket with its PutStart and PutEnd,
+// where the master verifies it again with the node's keys: the tenant and
+// writer of the object are the ticket's, never a frame's. Like a grant, a
+// ticket is a bearer capability until its expiry (minutes; clients renew
+// it in the background at half its life): whoever holds it can put new
+// objects as that client through that node, nothing else (no read, no
+// overwrite: puts are write-once). Without grants (--data-grants=false)
+// the client declares its identity in an unsigned ticket (key ID 0, no
+// MAC), accepted exactly as an open master accepts the identity a call
+// names; a node holding keys refuses unsigned tickets.
+//
+// Early revocation covers direct puts too: the node places the put, so no
+// write grant exists for it, but a stale grant for the extent's previous
+// occupant could still be writing there. The node counts the put's bytes
+// only after it applied the DRAM records up to the put's commit record
+// (the previous occupant's free among them, which drains that grant's
+// frames): before reading them for a frame above 128 KiB (a large put or
+// a batch), or by checking them again afterwards for a smaller one.
+//
+// Layout (big-endian):
+//
+//	offset size field
+//	0      1    version = 1
+//	1      1    op = 3 (PUT)
+//	2      2    reserved, 0
+//	4      4    key ID (0: unsigned)
+//	8      8    expiry, unix nanoseconds (0 when unsigned)
+//	16     1    N = node name length, 1..255
+//	17     1    T = tenant length, 1..255
+//	18     1    C = client ID length, 1..255
+//	19     1    reserved, 0
+//	20     N    node name, then T tenant, then C client ID
+//	20+N+T+C 32 HMAC-SHA256 over "kvtier-ticket-v1" and bytes 0..20+N+T+C
+//	            (zero when unsigned)
 //
 // # Imports
 //

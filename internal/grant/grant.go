@@ -36,6 +36,8 @@ func (o Op) String() string {
 		return "read"
 	case Write:
 		return "write"
+	case Put:
+		return "put"
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
 }

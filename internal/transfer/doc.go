@@ -16,6 +16,8 @@
 //	mem.go        an in-memory network of engines (MemNet), for tests
 //	tcp.go        framed TCP (client side; tcpbatch.go packs batch frames;
 //	              server.go, srvbatch.go serve frames; tls.go dials TLS)
+//	putframe.go   direct puts (op 6): putclient.go sends them, srvput.go
+//	              serves them through the node's PutHandler
 //
 // The Engine itself keeps only what is common: the registry of local
 // segments and extent sources (registry.go: the one record of them in a
@@ -316,6 +318,69 @@
 // sends that peer only single frames for a minute.
 // A batch frame's connection failure after the peer has answered batches
 // is retried once, like a single frame.
+//
+// # Direct puts (op 6)
+//
+// A put over TCP the classic way is three round trips one after another
+// (the master's PutStart, a WRITE frame, PutEnd). A direct-put frame
+// carries one or many puts (key, size, CRC32C, pins, a preferred segment)
+// and their bytes to a node, which places them itself: its PutHandler
+// (the appliance) asks the master (PutStart on the node's own segments),
+// the serving side reads each put's bytes straight from the socket into
+// the extent placed for it (a large one through the 64 KiB bounce buffer,
+// as a WRITE), computing the CRC32C as they land, and the handler commits
+// the puts whose bytes arrived with the declared checksum (PutEnd) and
+// revokes the others; the answer says per put what happened. The caller
+// makes one round trip; the master still decides placement and never
+// carries bytes. A put ticket (internal/grant, "Put tickets") says for
+// whom: with grant keys held the ticket must be signed for this node
+// (Engine.SetPutHandler names it) and unexpired, else the frame is refused
+// whole with PERMISSION_DENIED naming the reason (counted as a grant
+// refusal), before any descriptor is parsed, the handler asked or a byte
+// stored; without keys the ticket's identity is taken as declared (an
+// unsigned ticket). A node without a handler refuses every frame with
+// UNAVAILABLE_IN_CURRENT_STATUS. Engine.PutDirect sends one frame on a
+// connection of its own pool (one frame at a time per connection: the
+// serving side waits on the master inside a frame), Engine.Route says
+// whether a request would cross TCP at all (only then does a direct put
+// save anything).
+//
+// Request: the 40-byte header with its fields read as
+//
+//	offset size field
+//	0      4    magic 0x4B565451 ("KVTQ")
+//	4      1    version = 1
+//	5      1    op = 6 (PUT)
+//	6      2    T = ticket length, 1..817 (grant.MaxTicketSize)
+//	8      8    request id
+//	16     8    K = puts, 1..4096
+//	24     8    D = descriptor section length, 21K..4 MiB
+//	32     8    L = payload length, the puts' sizes summed, K..64 MiB
+//	40     T    the put ticket
+//	40+T   D    K descriptors, then L payload bytes (the puts' bytes in order)
+//
+// A descriptor is 20 bytes and two names:
+//
+//	0      8    size, >= 1
+//	8      4    CRC32C of the put's bytes
+//	12     4    soft-pin TTL, ms (0: the master's default)
+//	16     1    flags: 1 soft pin, 2 hard pin (others must be 0)
+//	17     1    P = preferred segment name length, 0..255
+//	18     2    N = key length, 1..4096
+//	20     N    key, then P bytes of preferred segment name
+//
+// The response is one response frame with op 6: an error status for the
+// whole frame (nothing stored, nothing placed: a refused ticket, a bad
+// descriptor section, no handler), or status 0 with a payload of K
+// results in order, each a 2-byte kverr code (0 OK), a 2-byte message
+// length M (0..1024, 0 when OK) and M bytes of message. Per put:
+// OBJECT_ALREADY_EXISTS (the SDK then checks the size: first writer
+// wins), NO_AVAILABLE_HANDLE ("no room here": the SDK takes the classic
+// path, where the master may place it elsewhere), CHECKSUM_MISMATCH (the
+// bytes that arrived are not the declared ones; revoked), or whatever the
+// master answered. A header outside its bounds closes the connection;
+// a frame whose connection breaks mid-payload has every placed put
+// revoked.
 //
 // # Shared memory (same host)
 //

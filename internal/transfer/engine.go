@@ -226,6 +226,11 @@ type Stats struct {
 	// refused one counts again.
 	GrantRefusals map[string]uint64
 	GrantKeys     int // grant keys held (0: grants not enforced)
+
+	// DirectPuts are puts this engine sent in direct-put frames that the
+	// node committed (also counted in TCPRequests and TCPBytes);
+	// ServedDirectPuts the puts of such frames this engine committed.
+	DirectPuts, ServedDirectPuts uint64
 }
 
 type counters struct {
@@ -236,6 +241,7 @@ type counters struct {
 	shmRequests, shmBytes, shmFailed, shmRefused     atomic.Uint64
 	acceptErrors, fallbacks                          atomic.Uint64
 	rdmaRequests, rdmaBytes, memRequests, memBytes   atomic.Uint64
+	directPuts, servedDirectPuts                     atomic.Uint64
 }
 
 // segment is registered memory; refs counts requests using mem.
@@ -265,8 +271,10 @@ type Engine struct {
 	// predatesBatch (tests only) makes the serving side close a connection
 	// on a batch frame, as an engine from before batch frames does.
 	predatesBatch atomic.Bool
-	lhealth       listenerHealth // accept loops' trouble (server.go)
-	grants        grantCheck     // data-plane grant keys and refusals (grants.go)
+	lhealth       listenerHealth             // accept loops' trouble (server.go)
+	grants        grantCheck                 // data-plane grant keys and refusals (grants.go)
+	putH          atomic.Pointer[putHandler] // direct puts' handler (srvput.go); nil: refused
+	dput          putConns                   // direct puts' client connections (putclient.go)
 
 	// The transports, each owning its peers, connections and wire state,
 	// and routes: the ones tried for a remote request, best first (local
@@ -611,6 +619,7 @@ func (e *Engine) Stats() Stats {
 		AcceptErrors:  c.acceptErrors.Load(),
 		GrantRefusals: e.grants.refusalCounts(), GrantKeys: len(e.grants.keys.IDs()),
 		ClientConns: e.tcp.connCount(), SharedPeers: e.shm.peerCount(),
+		DirectPuts: c.directPuts.Load(), ServedDirectPuts: c.servedDirectPuts.Load(),
 	}
 	e.mu.RLock()
 	st.ServerConns = len(e.srvConns)
@@ -639,6 +648,7 @@ func (e *Engine) Close() error {
 	// before the wait below (their goroutines are in e.wg).
 	e.shm.close()
 	e.tcp.close()
+	e.dput.close()
 	if e.rdma != nil {
 		e.rdma.close()
 	}

@@ -83,6 +83,12 @@ func parseRequestHeader(b []byte) (reqHeader, error) {
 		offset:  binary.BigEndian.Uint64(b[24:]),
 		length:  binary.BigEndian.Uint64(b[32:]),
 	}
+	if h.op == opPut {
+		if err := checkPutHeader(h); err != nil {
+			return reqHeader{}, err
+		}
+		return h, nil
+	}
 	if h.op.isBatch() {
 		if err := checkBatchHeader(h); err != nil {
 			return reqHeader{}, err
@@ -148,7 +154,7 @@ func parseResponseHeader(b []byte) (respHeader, error) {
 		payloadLen: binary.BigEndian.Uint64(b[16:]),
 		msgLen:     int(binary.BigEndian.Uint32(b[24:])),
 	}
-	if h.op != Read && h.op != Write && h.op != opShm && !h.op.isBatch() {
+	if h.op != Read && h.op != Write && h.op != opShm && h.op != opPut && !h.op.isBatch() {
 		return respHeader{}, fmt.Errorf("%w: unknown response op %d", errMalformed, b[5])
 	}
 	if h.op == opShm && h.payloadLen > maxShmAddrLen {

@@ -81,6 +81,10 @@ func (e *Engine) SetGrantKeys(keys ...grant.Key) {
 	rev.Clear()
 }
 
+// GrantsEnforced reports whether this engine holds grant keys (and so
+// refuses requests without a valid grant).
+func (e *Engine) GrantsEnforced() bool { return e.grants.keys.Enforced() }
+
 // GrantKeyIDs returns the IDs of the grant keys held.
 func (e *Engine) GrantKeyIDs() []uint32 { return e.grants.keys.IDs() }
 

@@ -177,6 +177,7 @@ type srvConn struct {
 	rh     [responseHeaderLen]byte
 	bounce []byte    // readInto's chunk buffer, made on first use
 	batch  *srvBatch // batch frames' reused state, made on first use
+	put    *putState // direct-put frames' reused state, made on first use
 }
 
 func (e *Engine) serveConn(nc net.Conn) {
@@ -214,6 +215,12 @@ func (e *Engine) serveConn(nc net.Conn) {
 			return
 		}
 		_ = nc.SetDeadline(time.Now().Add(e.cfg.IOTimeout))
+		if h.op == opPut { // direct puts: the node places them (srvput.go)
+			if err := c.servePut(h); err != nil {
+				return
+			}
+			continue
+		}
 		if h.op.isBatch() { // many extents in one frame (srvbatch.go)
 			if err := c.serveBatch(h); err != nil {
 				return
@@ -397,7 +404,7 @@ func (c *srvConn) refuse(h reqHeader, cause error) error {
 
 // sendError writes h's error frame (after a WRITE's payload).
 func (c *srvConn) sendError(h reqHeader, cause error) error {
-	if h.op == Write || h.op == opBatchWrite {
+	if h.op == Write || h.op == opBatchWrite || h.op == opPut {
 		if _, err := io.CopyN(io.Discard, c.nc, int64(h.length)); err != nil {
 			return err
 		}

@@ -1,0 +1,303 @@
+package transfer
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvtier/kvtier/internal/crc32c"
+	"github.com/kvtier/kvtier/internal/grant"
+	"github.com/kvtier/kvtier/kverr"
+)
+
+// placer is a stand-in for the master behind a direct-put handler (the
+// appliance and a real master are tested in package tests): it places
+// puts one after the other in segment "seg", refuses keys it has
+// committed (OBJECT_ALREADY_EXISTS) and puts past the segment's end
+// (NO_AVAILABLE_HANDLE), and records what it committed and revoked.
+type placer struct {
+	mu        sync.Mutex
+	next      uint64
+	size      uint64
+	committed map[string]PutPlacement
+	revoked   []string
+	ids       []PutIdentity
+	places    map[string]PutPlacement
+}
+
+func (p *placer) StartPuts(_ context.Context, id PutIdentity, puts []DirectPut) []PutPlacement {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ids = append(p.ids, id)
+	out := make([]PutPlacement, len(puts))
+	for i, q := range puts {
+		switch {
+		case p.committed[q.Key] != PutPlacement{}:
+			out[i].Err = kverr.New(kverr.ObjectAlreadyExists, q.Key, "already stored")
+		case p.next+q.Size > p.size:
+			out[i].Err = kverr.New(kverr.NoAvailableHandle, q.Key, "no room here")
+		default:
+			out[i] = PutPlacement{Segment: "seg", Offset: p.next}
+			p.places[q.Key] = out[i]
+			p.next += q.Size
+		}
+	}
+	return out
+}
+
+func (p *placer) EndPuts(_ context.Context, _ PutIdentity, puts []DirectPut, _ []PutPlacement, errs []error) []error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, q := range puts {
+		pl, placed := p.places[q.Key]
+		if !placed {
+			continue
+		}
+		delete(p.places, q.Key)
+		if errs[i] == nil {
+			p.committed[q.Key] = pl
+		} else {
+			p.revoked = append(p.revoked, q.Key)
+		}
+	}
+	return errs
+}
+
+func newPlacer(size uint64) *placer {
+	return &placer{size: size, committed: map[string]PutPlacement{}, places: map[string]PutPlacement{}}
+}
+
+func directPuts(keys []string, vals [][]byte) []DirectPut {
+	out := make([]DirectPut, len(keys))
+	for i, k := range keys {
+		out[i] = DirectPut{Key: k, Size: uint64(len(vals[i])), CRC32C: crc32c.Checksum(vals[i])}
+	}
+	return out
+}
+
+// TestDirectPut: over real TCP, single and batch direct puts land
+// bit-exact where the handler placed them; per-put results come back in
+// order (already exists, no room, checksum mismatch revoked while the rest
+// commit); with grant keys a frame needs a valid ticket of this node, and
+// a forged, expired or other node's ticket is refused whole with the
+// reason, writing nothing and asking the handler nothing.
+func TestDirectPut(t *testing.T) {
+	srv, mem, addr := serverEngine(t, "seg", 1<<20)
+	clear(mem)
+	cli := newEngine(t, Config{})
+	ctx := context.Background()
+	tk := grant.UnsignedTicket("box", "tenant-a", "client-1")
+	vals := [][]byte{bytes.Repeat([]byte{1}, 300<<10), []byte("hello")}
+	if _, err := cli.PutDirect(ctx, addr, tk, directPuts([]string{"a", "b"}, vals), vals); kverr.CodeOf(err) != kverr.UnavailableInCurrentStatus {
+		t.Fatalf("no handler: %v", err)
+	}
+	pl := newPlacer(uint64(len(mem)))
+	srv.SetPutHandler("box", pl)
+	errs, err := cli.PutDirect(ctx, addr, tk, directPuts([]string{"a", "b"}, vals), vals)
+	if err != nil || errs[0] != nil || errs[1] != nil {
+		t.Fatalf("put: %v %v", err, errs)
+	}
+	pl.mu.Lock() // orders the test's reads after the serving goroutine's writes (EndPuts holds it)
+	defer pl.mu.Unlock()
+	for i, k := range []string{"a", "b"} {
+		c := pl.committed[k]
+		if !bytes.Equal(mem[c.Offset:c.Offset+uint64(len(vals[i]))], vals[i]) {
+			t.Fatalf("%s: bytes differ", k)
+		}
+	}
+	if id := pl.ids[len(pl.ids)-1]; id.Tenant != "tenant-a" || id.Client != "client-1" || id.Ticket != nil {
+		t.Fatalf("identity %+v", id)
+	}
+	// Partial failure: "a" exists, "c" has a wrong checksum, "d" fits, "e" does not.
+	vals2 := [][]byte{vals[0], []byte("ccc"), []byte("dddd"), make([]byte, 900<<10)}
+	puts := directPuts([]string{"a", "c", "d", "e"}, vals2)
+	puts[1].CRC32C ^= 1
+	pl.mu.Unlock()
+	errs, err = cli.PutDirect(ctx, addr, tk, puts, vals2)
+	pl.mu.Lock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []kverr.Code{kverr.ObjectAlreadyExists, kverr.ChecksumMismatch, kverr.OK, kverr.NoAvailableHandle} {
+		if kverr.CodeOf(errs[i]) != want {
+			t.Fatalf("put %d: %v, want %v", i, errs[i], want)
+		}
+	}
+	if _, ok := pl.committed["c"]; ok || len(pl.revoked) != 1 || pl.revoked[0] != "c" {
+		t.Fatalf("committed %v revoked %v", pl.committed, pl.revoked)
+	}
+	if c := pl.committed["d"]; !bytes.Equal(mem[c.Offset:c.Offset+4], []byte("dddd")) {
+		t.Fatal("d: bytes differ")
+	}
+
+	// Tickets enforced.
+	k := grant.NewKey(7)
+	srv.SetGrantKeys(k)
+	now := time.Now()
+	good := grant.SignTicket(k, "box", "tenant-a", "client-1", now.Add(time.Minute))
+	before := bytes.Clone(mem)
+	calls := len(pl.ids)
+	pl.mu.Unlock()
+	for name, bad := range map[string][]byte{
+		"unknown_key": tk,
+		"forged":      append(bytes.Clone(good[:len(good)-1]), good[len(good)-1]^1),
+		"expired":     grant.SignTicket(k, "box", "tenant-a", "client-1", now.Add(-time.Second)),
+		"other node":  grant.SignTicket(k, "other", "tenant-a", "client-1", now.Add(time.Minute)),
+	} {
+		_, err := cli.PutDirect(ctx, addr, bad, directPuts([]string{"x"}, vals[:1]), vals[:1])
+		want := name
+		if name == "other node" {
+			want = "forged"
+		}
+		wantCode(t, err, kverr.PermissionDenied, want)
+	}
+	pl.mu.Lock()
+	if !bytes.Equal(before, mem) || len(pl.ids) != calls {
+		t.Fatal("a refused frame wrote bytes or reached the handler")
+	}
+	pl.mu.Unlock()
+	if n := srv.Stats().GrantRefusals["forged"]; n != 2 {
+		t.Fatalf("forged refusals counted %d", n)
+	}
+	errs, err = cli.PutDirect(ctx, addr, good, directPuts([]string{"x"}, vals[1:]), vals[1:])
+	if err != nil || errs[0] != nil {
+		t.Fatalf("valid ticket: %v %v", err, errs)
+	}
+	pl.mu.Lock()
+	if id := pl.ids[len(pl.ids)-1]; !bytes.Equal(id.Ticket, good) || id.Client != "client-1" {
+		t.Fatalf("identity with a ticket: %+v", id)
+	}
+	pl.mu.Unlock()
+	// The connection pool: concurrent callers each get one.
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 20 {
+				v := [][]byte{bytes.Repeat([]byte{byte(g)}, 100+i)}
+				key := string(rune('A'+g)) + string(rune('a'+i))
+				errs, err := cli.PutDirect(ctx, addr, good, directPuts([]string{key}, v), v)
+				if err != nil || errs[0] != nil {
+					t.Errorf("%s: %v %v", key, err, errs)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	pl.mu.Lock() // the deferred Unlock
+	// Bad input at the caller: nothing sent.
+	if _, err := cli.PutDirect(ctx, addr, good, directPuts([]string{"y"}, vals[1:]), vals[:1]); kverr.CodeOf(err) != kverr.InvalidParams {
+		t.Fatalf("size mismatch: %v", err)
+	}
+}
+
+func putFrame(id uint64, ticket []byte, puts []DirectPut, payload []byte) []byte {
+	d := appendPutDescs(nil, puts)
+	var total uint64
+	for _, p := range puts {
+		total += p.Size
+	}
+	b := make([]byte, requestHeaderLen)
+	putRequestHeader(b, reqHeader{op: opPut, nameLen: len(ticket), id: id, bucket: uint64(len(puts)), offset: uint64(len(d)), length: total})
+	b = append(b, ticket...)
+	b = append(b, d...)
+	return append(b, payload...)
+}
+
+// FuzzPutFrame feeds arbitrary bytes to a data port taking direct puts
+// with tickets enforced: any input is answered or closes the connection,
+// never panics, and nothing is written without a valid ticket.
+func FuzzPutFrame(f *testing.F) {
+	k := grant.NewKey(3)
+	ok := grant.SignTicket(k, "box", "t", "c", time.Now().Add(time.Hour))
+	f.Add(putFrame(1, ok, []DirectPut{{Key: "k", Size: 4, CRC32C: crc32c.Checksum([]byte("abcd"))}}, []byte("abcd")))
+	f.Add(putFrame(1, grant.UnsignedTicket("box", "t", "c"), []DirectPut{{Key: "k", Size: 4}}, []byte("abcd")))
+	f.Add(putFrame(1, ok, []DirectPut{{Key: "k", Size: 2}, {Key: "j", Size: 2, PreferredSegment: "seg"}}, []byte("abcd")))
+	e, err := New(Config{IOTimeout: time.Second})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer e.Close()
+	seg := make([]byte, 64)
+	if err := e.RegisterSegment("seg", seg); err != nil {
+		f.Fatal(err)
+	}
+	e.SetGrantKeys(k)
+	pl := newPlacer(64)
+	e.SetPutHandler("box", pl)
+	f.Fuzz(func(t *testing.T, in []byte) {
+		valid := bytes.Contains(in, ok)
+		clear(seg)
+		pl.mu.Lock()
+		pl.next, pl.committed = 0, map[string]PutPlacement{}
+		pl.mu.Unlock()
+		a, b := net.Pipe()
+		e.wg.Add(1)
+		go e.serveConn(a)
+		go func() { b.Write(in); b.Close() }()
+		io.Copy(io.Discard, b)
+		if !valid && !bytes.Equal(seg, make([]byte, 64)) {
+			t.Fatal("bytes written without a valid ticket")
+		}
+	})
+}
+
+// FuzzPutDescs: whatever parsePutDescs accepts re-encodes to the same
+// bytes, and its sizes sum to the total.
+func FuzzPutDescs(f *testing.F) {
+	f.Add(appendPutDescs(nil, []DirectPut{{Key: "k", Size: 4, SoftPin: true, SoftPinTTL: time.Second, PreferredSegment: "s"}}), uint16(1), uint64(4))
+	f.Fuzz(func(t *testing.T, d []byte, k uint16, total uint64) {
+		puts, err := parsePutDescs(d, int(k%64), total, nil)
+		if err != nil {
+			return
+		}
+		if !bytes.Equal(appendPutDescs(nil, puts), d) {
+			t.Fatal("does not re-encode")
+		}
+		var sum uint64
+		for _, p := range puts {
+			sum += p.Size
+		}
+		if sum != total {
+			t.Fatalf("sizes sum to %d, not %d", sum, total)
+		}
+	})
+}
+
+// TestDirectPutConnectionDrops: a frame whose connection closes in the
+// middle of its payload has every placed put revoked (EndPuts sees an
+// error for each), none committed.
+func TestDirectPutConnectionDrops(t *testing.T) {
+	srv, _, addr := serverEngine(t, "seg", 1<<20)
+	pl := newPlacer(1 << 20)
+	srv.SetPutHandler("box", pl)
+	vals := [][]byte{bytes.Repeat([]byte{1}, 1000), bytes.Repeat([]byte{2}, 300<<10)}
+	frame := putFrame(1, grant.UnsignedTicket("box", "t", "c"), directPuts([]string{"a", "b"}, vals), append(vals[0], vals[1]...))
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nc.Write(frame[:len(frame)-100<<10]); err != nil { // all but the last 100 KiB
+		t.Fatal(err)
+	}
+	nc.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		pl.mu.Lock()
+		revoked, committed := len(pl.revoked), len(pl.committed)
+		pl.mu.Unlock()
+		if revoked == 2 {
+			if committed != 0 {
+				t.Fatalf("%d puts committed from a broken frame", committed)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("revoked %d, committed %d: want both revoked", revoked, committed)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,231 @@
+package transfer
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/kvtier/kvtier/kverr"
+)
+
+// putConns are the connections a caller sends direct-put frames on, per
+// endpoint: one frame at a time each (a put is a request and its answer),
+// kept idle between calls, so concurrent callers use as many connections
+// and the serving side as many goroutines. They are not the TCP
+// transport's pipelined connections: a direct put waits on the master
+// inside the serving side, and must not hold up reads queued behind it.
+type putConns struct {
+	mu sync.Mutex
+	// guarded by mu:
+	idle   map[string][]*putConn
+	closed bool
+}
+
+// maxIdlePutConns bounds the idle connections kept per endpoint.
+const maxIdlePutConns = 64
+
+type putConn struct {
+	nc  net.Conn
+	id  uint64
+	hdr []byte // header, ticket and descriptors of the frame being sent
+	rh  [responseHeaderLen]byte
+	res []byte // the answer's payload
+}
+
+func (p *putConns) take(ep string) *putConn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	cs := p.idle[ep]
+	if len(cs) == 0 {
+		return nil
+	}
+	c := cs[len(cs)-1]
+	p.idle[ep] = cs[:len(cs)-1]
+	return c
+}
+
+func (p *putConns) give(ep string, c *putConn) {
+	p.mu.Lock()
+	if !p.closed && len(p.idle[ep]) < maxIdlePutConns {
+		if p.idle == nil {
+			p.idle = map[string][]*putConn{}
+		}
+		p.idle[ep] = append(p.idle[ep], c)
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	c.nc.Close()
+}
+
+func (p *putConns) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	for _, cs := range p.idle {
+		for _, c := range cs {
+			c.nc.Close()
+		}
+	}
+	p.idle = nil
+}
+
+// PutDirect sends puts (the bytes of puts[i] in values[i]) to the data
+// port at endpoint in one direct-put frame with ticket (a put ticket,
+// internal/grant) and returns the node's answer: one error per put, in
+// order (nil: committed). err is set instead when the frame as a whole
+// failed: refused (PERMISSION_DENIED for the ticket, INVALID_PARAMS,
+// UNAVAILABLE_IN_CURRENT_STATUS from a node that takes no direct puts)
+// or TRANSFER_FAIL (connection), in which case any put may or may not
+// have been committed; a put of a key already stored answers
+// OBJECT_ALREADY_EXISTS, so a caller can retry through another path.
+func (e *Engine) PutDirect(ctx context.Context, endpoint string, ticket []byte, puts []DirectPut, values [][]byte) ([]error, error) {
+	total, err := checkPuts(puts, values)
+	if err != nil {
+		return nil, err
+	}
+	if len(ticket) < 1 || len(ticket) > 0xFFFF {
+		return nil, kverr.New(kverr.InvalidParams, "", "direct put: ticket of %d bytes", len(ticket))
+	}
+	if isMemEndpoint(endpoint) {
+		return nil, kverr.New(kverr.UnavailableInCurrentStatus, "", "direct put: %s is an in-memory endpoint", endpoint)
+	}
+	for attempt := 0; ; attempt++ {
+		c, reused := e.dput.take(endpoint), true
+		if c == nil {
+			reused = false
+			if c, err = e.dialPut(ctx, endpoint); err != nil {
+				return nil, err
+			}
+		}
+		errs, sent, err := c.do(ctx, e, ticket, puts, values, total)
+		if err == nil {
+			e.dput.give(endpoint, c)
+			for i, pe := range errs {
+				if pe == nil {
+					e.stats.directPuts.Add(1)
+					e.stats.tcpRequests.Add(1)
+					e.stats.tcpBytes.Add(puts[i].Size)
+				}
+			}
+			return errs, nil
+		}
+		var ke *kverr.Error
+		if errors.As(err, &ke) { // a refusal: the connection is in step
+			e.dput.give(endpoint, c)
+			return nil, err
+		}
+		c.nc.Close()
+		// A pooled connection the peer closed while idle fails at once:
+		// retried once on a fresh one. Any other failure is the caller's.
+		if reused && attempt == 0 && !sent && ctx.Err() == nil {
+			continue
+		}
+		return nil, kverr.New(kverr.TransferFail, "", "direct put to %s: %v", endpoint, err)
+	}
+}
+
+func (e *Engine) dialPut(ctx context.Context, ep string) (*putConn, error) {
+	dctx, cancel := context.WithTimeout(ctx, e.cfg.DialTimeout)
+	defer cancel()
+	nc, err := e.dialData(dctx, ep)
+	if kverr.CodeOf(err) == kverr.TransferFail {
+		return nil, err
+	}
+	if err != nil {
+		return nil, kverr.New(kverr.TransferFail, "", "direct put: dial %s: %v", ep, err)
+	}
+	e.tuneConn(nc)
+	e.stats.dialed.Add(1)
+	return &putConn{nc: nc}, nil
+}
+
+// do sends one frame and reads its answer. sent reports whether the
+// answer had started to arrive (a failure before it on a reused
+// connection is a stale connection). A *kverr.Error is a refusal of the
+// whole frame; any other error a connection failure.
+func (c *putConn) do(ctx context.Context, e *Engine, ticket []byte, puts []DirectPut, values [][]byte, total uint64) (_ []error, sent bool, _ error) {
+	c.id++
+	need := requestHeaderLen + len(ticket) + putDescsLen(puts)
+	if cap(c.hdr) < need {
+		c.hdr = make([]byte, 0, need)
+	}
+	b := c.hdr[:requestHeaderLen]
+	putRequestHeader(b, reqHeader{op: opPut, nameLen: len(ticket), id: c.id, bucket: uint64(len(puts)),
+		offset: uint64(need - requestHeaderLen - len(ticket)), length: total})
+	b = append(b, ticket...)
+	b = appendPutDescs(b, puts)
+	iov := make(net.Buffers, 0, 1+len(values))
+	iov = append(iov, b)
+	for _, v := range values {
+		iov = append(iov, v)
+	}
+	deadline := time.Now().Add(e.cfg.IOTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	_ = c.nc.SetDeadline(deadline)
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(time.Now()) })
+		defer stop()
+	}
+	if _, err := iov.WriteTo(c.nc); err != nil {
+		return nil, false, err
+	}
+	n, err := io.ReadFull(c.nc, c.rh[:])
+	if err != nil {
+		return nil, n > 0, err
+	}
+	h, err := parseResponseHeader(c.rh[:])
+	if err != nil {
+		return nil, true, err
+	}
+	if h.op != opPut || h.id != c.id {
+		return nil, true, errors.New("direct put: answer out of step")
+	}
+	if h.status != 0 {
+		msg := make([]byte, h.msgLen)
+		if _, err := io.ReadFull(c.nc, msg); err != nil {
+			return nil, true, err
+		}
+		return nil, true, kverr.New(kverr.Code(h.status), "", "direct put to %s: %s", c.nc.RemoteAddr(), msg)
+	}
+	if h.msgLen != 0 || h.payloadLen > uint64(len(puts))*(putResultFixed+maxMessageLen) {
+		return nil, true, errors.New("direct put: malformed answer")
+	}
+	if cap(c.res) < int(h.payloadLen) {
+		c.res = make([]byte, h.payloadLen)
+	}
+	res := c.res[:h.payloadLen]
+	if _, err := io.ReadFull(c.nc, res); err != nil {
+		return nil, true, err
+	}
+	errs, err := parsePutResults(res, puts)
+	if err != nil {
+		return nil, true, err
+	}
+	_ = c.nc.SetDeadline(time.Time{})
+	return errs, true, nil
+}
+
+// Route names the transport a request for segment at endpoint (offering
+// offer) would take now: "local", "shm", "rdma", "mem" or "tcp" ("" when
+// none reaches it). A caller picks direct puts only where it says "tcp":
+// elsewhere the bytes do not cross a socket and the classic path costs no
+// round trip per byte. Asking may start a shared-memory discovery of the
+// peer in the background, as a request would.
+func (e *Engine) Route(endpoint, segment string, offer SegmentOffer) string {
+	if _, ok := e.Segment(segment); ok {
+		return "local"
+	}
+	r := &reqState{req: Request{Endpoint: endpoint, Segment: segment, Offer: offer}}
+	for _, t := range e.routes {
+		if t.reaches(r) {
+			return t.Name()
+		}
+	}
+	return ""
+}

@@ -1,0 +1,146 @@
+package master
+
+import (
+	"testing"
+
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/internal/auth"
+	"github.com/kvtier/kvtier/kverr"
+)
+
+// TestPutTicket: PutTicket signs a ticket of a storage node for the
+// caller; the node's PutStart/PutEnd for the client with it place the put
+// on that node only (its client ID the writer), under the authorizer
+// without binding the client's ID to the appliance; the master refuses it
+// for another client, tenant or node's caller, and once expired (the
+// master's clock).
+func TestPutTicket(t *testing.T) {
+	m, fc := newTest(t, Config{})
+	s := &grpcServer{m: m}
+	mountMem(t, m, "box", "box/mem0", 1<<20)
+	mountMem(t, m, "other", "other/mem0", 8<<20) // more free: the classic choice
+	m.EnsureGrantKeys("box", "inc-1")
+	m.EnsureGrantKeys("other", "inc-1")
+	a := NewAuthorizer(m, fakeCreds{
+		"cli-a": {Role: auth.RoleClient, ID: "pa", Tenant: "A"},
+		"box":   {Role: auth.RoleAppliance, ID: "pbox"},
+		"box2":  {Role: auth.RoleAppliance, ID: "pbox2"},
+	})
+	// The boxes' IDs are bound to their credentials by their calls.
+	if err := m.BindSession("box", auth.Principal{Role: auth.RoleAppliance, ID: "pbox"}); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := authCall(a, "cli-a", kvtierpb.Master_PutTicket_FullMethodName,
+		&kvtierpb.PutTicketRequest{ClientId: "gpu1", Node: "box"}, s.PutTicket)
+	if err != nil || len(tr.Ticket) == 0 {
+		t.Fatalf("PutTicket: %v %v", tr, err)
+	}
+	tok := tr.Ticket
+	// The client's ID is bound to its credential: an appliance naming it
+	// without a ticket is refused.
+	if _, err := authCall(a, "box", kvtierpb.Master_PutStart_FullMethodName,
+		&kvtierpb.PutStartRequest{ClientId: "gpu1", Tenant: "A", Key: []byte("k0"), Size: 10}, s.PutStart); err == nil {
+		t.Fatal("appliance named a client's ID without a ticket")
+	}
+	ps, err := authCall(a, "box", kvtierpb.Master_PutStart_FullMethodName,
+		&kvtierpb.PutStartRequest{ClientId: "gpu1", Tenant: "A", Key: []byte("k1"), Size: 4096, HasChecksum: true, PutTicket: tok}, s.PutStart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps.Replicas) != 1 || ps.Replicas[0].Node != "box" || len(ps.Replicas[0].Grant) != 0 {
+		t.Fatalf("direct placement: %v", ps.Replicas)
+	}
+	if _, err := authCall(a, "box", kvtierpb.Master_PutEnd_FullMethodName,
+		&kvtierpb.KeyRequest{ClientId: "gpu1", Tenant: "A", Key: []byte("k1"), PutTicket: tok}, s.PutEnd); err != nil {
+		t.Fatal(err)
+	}
+	info, err := m.GetObject(ctx, "A", "k1")
+	if err != nil || info.Writer != "gpu1" {
+		t.Fatalf("object: %+v %v", info, err)
+	}
+	// The client's session stayed its own.
+	if p, ok := m.Session("gpu1"); !ok || p.ID != "pa" {
+		t.Fatalf("gpu1 bound to %+v", p)
+	}
+	deny := func(what, caller string, r *kvtierpb.PutStartRequest) {
+		t.Helper()
+		_, err := authCall(a, caller, kvtierpb.Master_PutStart_FullMethodName, r, s.PutStart)
+		if kverr.CodeOf(kverr.FromGRPC(err)) != kverr.PermissionDenied {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	deny("another client", "box", &kvtierpb.PutStartRequest{ClientId: "gpu2", Tenant: "A", Key: []byte("k2"), Size: 10, PutTicket: tok})
+	deny("another tenant", "box", &kvtierpb.PutStartRequest{ClientId: "gpu1", Tenant: "B", Key: []byte("k2"), Size: 10, PutTicket: tok})
+	deny("another node's credential", "box2", &kvtierpb.PutStartRequest{ClientId: "gpu1", Tenant: "A", Key: []byte("k2"), Size: 10, PutTicket: tok})
+	fc.Advance(PutTicketLife)
+	deny("expired", "box", &kvtierpb.PutStartRequest{ClientId: "gpu1", Tenant: "A", Key: []byte("k2"), Size: 10, PutTicket: tok})
+	// OnlyNode refuses more than one MEMORY replica, and places nowhere
+	// else when the node is full.
+	if _, err := m.PutStart(ctx, PutRequest{Client: "c", Key: "k3", Size: 10, Config: PutConfig{Replicas: 2, OnlyNode: "box"}}); !kverr.Is(err, kverr.InvalidParams) {
+		t.Fatalf("two replicas on one node: %v", err)
+	}
+	if _, err := m.PutStart(ctx, PutRequest{Client: "c", Key: "k4", Size: 2 << 20, Config: PutConfig{Replicas: 1, OnlyNode: "box"}}); !kverr.Is(err, kverr.NoAvailableHandle) {
+		t.Fatalf("full node: %v", err)
+	}
+	// Without grants: no ticket, open.
+	m2, _ := newTest(t, Config{DisableGrants: true})
+	tr, err = (&grpcServer{m: m2}).PutTicket(ctx, &kvtierpb.PutTicketRequest{ClientId: "gpu1", Node: "box"})
+	if err != nil || !tr.Open || len(tr.Ticket) != 0 {
+		t.Fatalf("open: %v %v", tr, err)
+	}
+}
+
+// TestPutTicketItems: a box's coalesced batch of direct puts of several
+// clients (per_item_tickets) places each item as its own ticket says, on
+// the ticket's node, refuses an item whose ticket names someone else,
+// and the items' BatchPutEnd commits each as its own writer's.
+func TestPutTicketItems(t *testing.T) {
+	m, _ := newTest(t, Config{})
+	s := &grpcServer{m: m}
+	mountMem(t, m, "box", "box/mem0", 1<<20)
+	mountMem(t, m, "other", "other/mem0", 8<<20)
+	m.EnsureGrantKeys("box", "inc-1")
+	ticket := func(client string) []byte {
+		tr, err := s.PutTicket(ctx, &kvtierpb.PutTicketRequest{ClientId: client, Node: "box"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.Ticket
+	}
+	ta, tb := ticket("a"), ticket("b")
+	items := []*kvtierpb.PutStartRequest{
+		{ClientId: "a", Key: []byte("ka"), Size: 100, HasChecksum: true, PutTicket: ta},
+		{ClientId: "b", Key: []byte("kb"), Size: 200, HasChecksum: true, PutTicket: tb},
+		{ClientId: "b", Key: []byte("kc"), Size: 300, PutTicket: ta}, // a's ticket named as b
+	}
+	resp, err := s.BatchPutStart(ctx, &kvtierpb.BatchPutStartRequest{PerItemTickets: true, Items: items})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []kvtierpb.ErrorCode{kvtierpb.ErrorCode_OK, kvtierpb.ErrorCode_OK, kvtierpb.ErrorCode_PERMISSION_DENIED} {
+		r := resp.Results[i]
+		if r.Code != want || (want == kvtierpb.ErrorCode_OK && (len(r.Replicas) != 1 || r.Replicas[0].Node != "box" || r.DramSeq != 0 && r.DramOutbox == 0)) {
+			t.Fatalf("item %d: %v", i, r)
+		}
+	}
+	if _, err := s.BatchPutStart(ctx, &kvtierpb.BatchPutStartRequest{PerItemTickets: true, ClientId: "a", Items: items[:1]}); err == nil {
+		t.Fatal("per-item tickets with a batch identity accepted")
+	}
+	end, err := s.BatchPutEnd(ctx, &kvtierpb.BatchKeysRequest{Items: []*kvtierpb.KeyRequest{
+		{ClientId: "a", Key: []byte("ka"), PutTicket: ta, HolderApplies: true},
+		{ClientId: "b", Key: []byte("kb"), PutTicket: ta}, // wrong ticket
+		{ClientId: "b", Key: []byte("kb"), PutTicket: tb},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end.Results[0].Code != 0 || end.Results[1].Code != kvtierpb.ErrorCode_PERMISSION_DENIED || end.Results[2].Code != 0 {
+		t.Fatalf("ends: %v", end.Results)
+	}
+	for k, w := range map[string]string{"ka": "a", "kb": "b"} {
+		info, err := m.GetObject(ctx, "", k)
+		if err != nil || info.Writer != w || len(info.Replicas) != 1 || info.Replicas[0].State != Complete {
+			t.Fatalf("%s: %+v %v", k, info, err)
+		}
+	}
+}
