@@ -699,13 +699,21 @@ func (c *clientConn) drain(first *slice) {
 	}
 }
 
+// readSumChunk bounds each socket read of readSum, so the CRC32C that
+// follows it reads bytes still in the L2 cache: with unbounded reads a read
+// returned up to a whole slice (1 MiB), which had left the cache before it
+// was summed. 16 MiB gets over TCP, 4 callers, alternated four times
+// (06:06 UTC, load average 6.5): 0.74-0.77 x raw TCP against 0.63-0.85
+// (medians 0.755 against 0.665).
+const readSumChunk = 64 << 10
+
 // readSum fills buf from the connection and returns its CRC32C, computed on
 // each chunk as it lands (still in cache), so a verifying reader needs no
 // second pass over the bytes.
 func (c *clientConn) readSum(buf []byte) (uint32, error) {
 	var crc uint32
 	for got := 0; got < len(buf); {
-		n, err := c.rd.Read(buf[got:])
+		n, err := c.rd.Read(buf[got:min(len(buf), got+readSumChunk)])
 		if n > 0 {
 			crc = crc32c.Update(crc, buf[got:got+n])
 			got += n
