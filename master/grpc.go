@@ -560,6 +560,19 @@ func (s *grpcServer) OffloadDone(ctx context.Context, r *kvtierpb.OffloadDoneReq
 	return &kvtierpb.Empty{}, toGRPC(err)
 }
 
+func (s *grpcServer) BatchOffloadDone(ctx context.Context, r *kvtierpb.BatchOffloadDoneRequest) (*kvtierpb.BatchResponse, error) {
+	res := make([]OffloadResult, len(r.GetItems()))
+	for i, it := range r.GetItems() {
+		res[i] = OffloadResult{Client: it.GetClientId(), Tenant: it.GetTenant(), Key: string(it.GetKey()), OK: it.GetOk(),
+			Bucket: it.GetBucket(), Offset: it.GetOffset(), Length: it.GetLength(), Error: it.GetError(), Retry: it.GetRetry()}
+	}
+	errs, err := s.m.BatchOffloadDone(ctx, r.GetClientId(), res)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	return keyResults(errs), nil
+}
+
 func (s *grpcServer) RegisterDiskObjects(ctx context.Context, r *kvtierpb.RegisterDiskObjectsRequest) (*kvtierpb.BatchResponse, error) {
 	objs := make([]DiskObject, len(r.GetObjects()))
 	for i, d := range r.GetObjects() {

@@ -5055,6 +5055,60 @@ func (x *RegisterDramObjectsRequest) GetLast() bool {
 	return false
 }
 
+// BatchOffloadDone (appliances with an SSD tier). Each item's client_id is
+// empty or the request's.
+type BatchOffloadDoneRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Items         []*OffloadDoneRequest  `protobuf:"bytes,2,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchOffloadDoneRequest) Reset() {
+	*x = BatchOffloadDoneRequest{}
+	mi := &file_master_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchOffloadDoneRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchOffloadDoneRequest) ProtoMessage() {}
+
+func (x *BatchOffloadDoneRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchOffloadDoneRequest.ProtoReflect.Descriptor instead.
+func (*BatchOffloadDoneRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *BatchOffloadDoneRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *BatchOffloadDoneRequest) GetItems() []*OffloadDoneRequest {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
 var File_master_proto protoreflect.FileDescriptor
 
 const file_master_proto_rawDesc = "" +
@@ -5477,7 +5531,10 @@ const file_master_proto_rawDesc = "" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\tR\vincarnation\x12/\n" +
 	"\aobjects\x18\x03 \x03(\v2\x15.kvtier.v1.DramObjectR\aobjects\x12\x12\n" +
-	"\x04last\x18\x04 \x01(\bR\x04last*\xce\x04\n" +
+	"\x04last\x18\x04 \x01(\bR\x04last\"k\n" +
+	"\x17BatchOffloadDoneRequest\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x123\n" +
+	"\x05items\x18\x02 \x03(\v2\x1d.kvtier.v1.OffloadDoneRequestR\x05items*\xce\x04\n" +
 	"\tErrorCode\x12\x06\n" +
 	"\x02OK\x10\x00\x12\x12\n" +
 	"\x0eINTERNAL_ERROR\x10\x01\x12\x12\n" +
@@ -5532,7 +5589,7 @@ const file_master_proto_rawDesc = "" +
 	"\x18CLIENT_STATE_UNSPECIFIED\x10\x00\x12\b\n" +
 	"\x04LIVE\x10\x01\x12\x10\n" +
 	"\fCLIENT_GRACE\x10\x02\x12\b\n" +
-	"\x04GONE\x10\x032\xbc\x11\n" +
+	"\x04GONE\x10\x032\x8e\x12\n" +
 	"\x06Master\x12C\n" +
 	"\bPutStart\x12\x1a.kvtier.v1.PutStartRequest\x1a\x1b.kvtier.v1.PutStartResponse\x121\n" +
 	"\x06PutEnd\x12\x15.kvtier.v1.KeyRequest\x1a\x10.kvtier.v1.Empty\x124\n" +
@@ -5567,7 +5624,8 @@ const file_master_proto_rawDesc = "" +
 	"\vWatchEvents\x12\x10.kvtier.v1.Empty\x1a\x10.kvtier.v1.Event0\x01\x12Q\n" +
 	"\fTakeRemovals\x12\x1e.kvtier.v1.TakeRemovalsRequest\x1a\x1f.kvtier.v1.TakeRemovalsResponse0\x01\x12\\\n" +
 	"\x0fTakeDramRecords\x12!.kvtier.v1.TakeDramRecordsRequest\x1a\".kvtier.v1.TakeDramRecordsResponse(\x010\x01\x12V\n" +
-	"\x13RegisterDramObjects\x12%.kvtier.v1.RegisterDramObjectsRequest\x1a\x18.kvtier.v1.BatchResponseB'Z%github.com/kvtier/kvtier/api/kvtierpbb\x06proto3"
+	"\x13RegisterDramObjects\x12%.kvtier.v1.RegisterDramObjectsRequest\x1a\x18.kvtier.v1.BatchResponse\x12P\n" +
+	"\x10BatchOffloadDone\x12\".kvtier.v1.BatchOffloadDoneRequest\x1a\x18.kvtier.v1.BatchResponseB'Z%github.com/kvtier/kvtier/api/kvtierpbb\x06proto3"
 
 var (
 	file_master_proto_rawDescOnce sync.Once
@@ -5582,7 +5640,7 @@ func file_master_proto_rawDescGZIP() []byte {
 }
 
 var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
+var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
 var file_master_proto_goTypes = []any{
 	(ErrorCode)(0),                      // 0: kvtier.v1.ErrorCode
 	(ReplicaType)(0),                    // 1: kvtier.v1.ReplicaType
@@ -5650,9 +5708,10 @@ var file_master_proto_goTypes = []any{
 	(*TakeDramRecordsResponse)(nil),     // 63: kvtier.v1.TakeDramRecordsResponse
 	(*DramObject)(nil),                  // 64: kvtier.v1.DramObject
 	(*RegisterDramObjectsRequest)(nil),  // 65: kvtier.v1.RegisterDramObjectsRequest
-	nil,                                 // 66: kvtier.v1.HeartbeatRequest.GrantRefusalsEntry
-	nil,                                 // 67: kvtier.v1.ClientInfo.GrantRefusalsEntry
-	nil,                                 // 68: kvtier.v1.StatsResponse.CountersEntry
+	(*BatchOffloadDoneRequest)(nil),     // 66: kvtier.v1.BatchOffloadDoneRequest
+	nil,                                 // 67: kvtier.v1.HeartbeatRequest.GrantRefusalsEntry
+	nil,                                 // 68: kvtier.v1.ClientInfo.GrantRefusalsEntry
+	nil,                                 // 69: kvtier.v1.StatsResponse.CountersEntry
 }
 var file_master_proto_depIdxs = []int32{
 	1,  // 0: kvtier.v1.Replica.type:type_name -> kvtier.v1.ReplicaType
@@ -5676,7 +5735,7 @@ var file_master_proto_depIdxs = []int32{
 	28, // 18: kvtier.v1.HeartbeatRequest.disk:type_name -> kvtier.v1.DiskTierStats
 	31, // 19: kvtier.v1.HeartbeatRequest.nvme:type_name -> kvtier.v1.NvmeStats
 	30, // 20: kvtier.v1.HeartbeatRequest.cached_reads:type_name -> kvtier.v1.CachedRead
-	66, // 21: kvtier.v1.HeartbeatRequest.grant_refusals:type_name -> kvtier.v1.HeartbeatRequest.GrantRefusalsEntry
+	67, // 21: kvtier.v1.HeartbeatRequest.grant_refusals:type_name -> kvtier.v1.HeartbeatRequest.GrantRefusalsEntry
 	32, // 22: kvtier.v1.NvmeStats.subsystems:type_name -> kvtier.v1.NvmeSubsystem
 	34, // 23: kvtier.v1.NvmeStats.hosts:type_name -> kvtier.v1.NvmeHost
 	33, // 24: kvtier.v1.NvmeSubsystem.namespaces:type_name -> kvtier.v1.NvmeNamespace
@@ -5693,10 +5752,10 @@ var file_master_proto_depIdxs = []int32{
 	4,  // 35: kvtier.v1.ClientInfo.state:type_name -> kvtier.v1.ClientState
 	28, // 36: kvtier.v1.ClientInfo.disk:type_name -> kvtier.v1.DiskTierStats
 	31, // 37: kvtier.v1.ClientInfo.nvme:type_name -> kvtier.v1.NvmeStats
-	67, // 38: kvtier.v1.ClientInfo.grant_refusals:type_name -> kvtier.v1.ClientInfo.GrantRefusalsEntry
+	68, // 38: kvtier.v1.ClientInfo.grant_refusals:type_name -> kvtier.v1.ClientInfo.GrantRefusalsEntry
 	49, // 39: kvtier.v1.ListClientsResponse.clients:type_name -> kvtier.v1.ClientInfo
 	51, // 40: kvtier.v1.StatsResponse.tiers:type_name -> kvtier.v1.TierStats
-	68, // 41: kvtier.v1.StatsResponse.counters:type_name -> kvtier.v1.StatsResponse.CountersEntry
+	69, // 41: kvtier.v1.StatsResponse.counters:type_name -> kvtier.v1.StatsResponse.CountersEntry
 	53, // 42: kvtier.v1.TiersResponse.dram:type_name -> kvtier.v1.DramSettings
 	35, // 43: kvtier.v1.TiersResponse.ssd:type_name -> kvtier.v1.TierSettings
 	51, // 44: kvtier.v1.TiersResponse.stats:type_name -> kvtier.v1.TierStats
@@ -5704,75 +5763,78 @@ var file_master_proto_depIdxs = []int32{
 	59, // 46: kvtier.v1.TakeRemovalsResponse.removals:type_name -> kvtier.v1.DiskRemoval
 	62, // 47: kvtier.v1.TakeDramRecordsResponse.records:type_name -> kvtier.v1.DramRecord
 	64, // 48: kvtier.v1.RegisterDramObjectsRequest.objects:type_name -> kvtier.v1.DramObject
-	7,  // 49: kvtier.v1.Master.PutStart:input_type -> kvtier.v1.PutStartRequest
-	9,  // 50: kvtier.v1.Master.PutEnd:input_type -> kvtier.v1.KeyRequest
-	9,  // 51: kvtier.v1.Master.PutRevoke:input_type -> kvtier.v1.KeyRequest
-	9,  // 52: kvtier.v1.Master.GetReplicaList:input_type -> kvtier.v1.KeyRequest
-	9,  // 53: kvtier.v1.Master.Exist:input_type -> kvtier.v1.KeyRequest
-	9,  // 54: kvtier.v1.Master.Remove:input_type -> kvtier.v1.KeyRequest
-	13, // 55: kvtier.v1.Master.RemoveByRegex:input_type -> kvtier.v1.RemoveByRegexRequest
-	14, // 56: kvtier.v1.Master.RemoveAll:input_type -> kvtier.v1.RemoveAllRequest
-	16, // 57: kvtier.v1.Master.BatchPutStart:input_type -> kvtier.v1.BatchPutStartRequest
-	19, // 58: kvtier.v1.Master.BatchPutEnd:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 59: kvtier.v1.Master.BatchPutRevoke:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 60: kvtier.v1.Master.BatchGetReplicaList:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 61: kvtier.v1.Master.BatchExist:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 62: kvtier.v1.Master.BatchRemove:input_type -> kvtier.v1.BatchKeysRequest
-	26, // 63: kvtier.v1.Master.MountSegment:input_type -> kvtier.v1.MountSegmentRequest
-	27, // 64: kvtier.v1.Master.UnmountSegment:input_type -> kvtier.v1.UnmountSegmentRequest
-	29, // 65: kvtier.v1.Master.Heartbeat:input_type -> kvtier.v1.HeartbeatRequest
-	40, // 66: kvtier.v1.Master.OffloadDone:input_type -> kvtier.v1.OffloadDoneRequest
-	37, // 67: kvtier.v1.Master.TakeOffload:input_type -> kvtier.v1.TakeOffloadRequest
-	42, // 68: kvtier.v1.Master.RegisterDiskObjects:input_type -> kvtier.v1.RegisterDiskObjectsRequest
-	43, // 69: kvtier.v1.Master.DropBucket:input_type -> kvtier.v1.DropBucketRequest
-	44, // 70: kvtier.v1.Master.ListObjects:input_type -> kvtier.v1.ListObjectsRequest
-	9,  // 71: kvtier.v1.Master.GetObject:input_type -> kvtier.v1.KeyRequest
-	10, // 72: kvtier.v1.Master.ListSegments:input_type -> kvtier.v1.Empty
-	10, // 73: kvtier.v1.Master.ListClients:input_type -> kvtier.v1.Empty
-	10, // 74: kvtier.v1.Master.Stats:input_type -> kvtier.v1.Empty
-	10, // 75: kvtier.v1.Master.GetTiers:input_type -> kvtier.v1.Empty
-	55, // 76: kvtier.v1.Master.UpdateTiers:input_type -> kvtier.v1.UpdateTiersRequest
-	10, // 77: kvtier.v1.Master.WatchEvents:input_type -> kvtier.v1.Empty
-	57, // 78: kvtier.v1.Master.TakeRemovals:input_type -> kvtier.v1.TakeRemovalsRequest
-	61, // 79: kvtier.v1.Master.TakeDramRecords:input_type -> kvtier.v1.TakeDramRecordsRequest
-	65, // 80: kvtier.v1.Master.RegisterDramObjects:input_type -> kvtier.v1.RegisterDramObjectsRequest
-	8,  // 81: kvtier.v1.Master.PutStart:output_type -> kvtier.v1.PutStartResponse
-	10, // 82: kvtier.v1.Master.PutEnd:output_type -> kvtier.v1.Empty
-	10, // 83: kvtier.v1.Master.PutRevoke:output_type -> kvtier.v1.Empty
-	11, // 84: kvtier.v1.Master.GetReplicaList:output_type -> kvtier.v1.GetReplicaListResponse
-	12, // 85: kvtier.v1.Master.Exist:output_type -> kvtier.v1.ExistResponse
-	10, // 86: kvtier.v1.Master.Remove:output_type -> kvtier.v1.Empty
-	15, // 87: kvtier.v1.Master.RemoveByRegex:output_type -> kvtier.v1.CountResponse
-	15, // 88: kvtier.v1.Master.RemoveAll:output_type -> kvtier.v1.CountResponse
-	18, // 89: kvtier.v1.Master.BatchPutStart:output_type -> kvtier.v1.BatchPutStartResponse
-	21, // 90: kvtier.v1.Master.BatchPutEnd:output_type -> kvtier.v1.BatchResponse
-	21, // 91: kvtier.v1.Master.BatchPutRevoke:output_type -> kvtier.v1.BatchResponse
-	23, // 92: kvtier.v1.Master.BatchGetReplicaList:output_type -> kvtier.v1.BatchGetReplicaListResponse
-	24, // 93: kvtier.v1.Master.BatchExist:output_type -> kvtier.v1.BatchExistResponse
-	21, // 94: kvtier.v1.Master.BatchRemove:output_type -> kvtier.v1.BatchResponse
-	10, // 95: kvtier.v1.Master.MountSegment:output_type -> kvtier.v1.Empty
-	10, // 96: kvtier.v1.Master.UnmountSegment:output_type -> kvtier.v1.Empty
-	38, // 97: kvtier.v1.Master.Heartbeat:output_type -> kvtier.v1.HeartbeatResponse
-	10, // 98: kvtier.v1.Master.OffloadDone:output_type -> kvtier.v1.Empty
-	36, // 99: kvtier.v1.Master.TakeOffload:output_type -> kvtier.v1.OffloadTask
-	21, // 100: kvtier.v1.Master.RegisterDiskObjects:output_type -> kvtier.v1.BatchResponse
-	10, // 101: kvtier.v1.Master.DropBucket:output_type -> kvtier.v1.Empty
-	46, // 102: kvtier.v1.Master.ListObjects:output_type -> kvtier.v1.ListObjectsResponse
-	45, // 103: kvtier.v1.Master.GetObject:output_type -> kvtier.v1.ObjectInfo
-	48, // 104: kvtier.v1.Master.ListSegments:output_type -> kvtier.v1.ListSegmentsResponse
-	50, // 105: kvtier.v1.Master.ListClients:output_type -> kvtier.v1.ListClientsResponse
-	52, // 106: kvtier.v1.Master.Stats:output_type -> kvtier.v1.StatsResponse
-	54, // 107: kvtier.v1.Master.GetTiers:output_type -> kvtier.v1.TiersResponse
-	54, // 108: kvtier.v1.Master.UpdateTiers:output_type -> kvtier.v1.TiersResponse
-	56, // 109: kvtier.v1.Master.WatchEvents:output_type -> kvtier.v1.Event
-	60, // 110: kvtier.v1.Master.TakeRemovals:output_type -> kvtier.v1.TakeRemovalsResponse
-	63, // 111: kvtier.v1.Master.TakeDramRecords:output_type -> kvtier.v1.TakeDramRecordsResponse
-	21, // 112: kvtier.v1.Master.RegisterDramObjects:output_type -> kvtier.v1.BatchResponse
-	81, // [81:113] is the sub-list for method output_type
-	49, // [49:81] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	40, // 49: kvtier.v1.BatchOffloadDoneRequest.items:type_name -> kvtier.v1.OffloadDoneRequest
+	7,  // 50: kvtier.v1.Master.PutStart:input_type -> kvtier.v1.PutStartRequest
+	9,  // 51: kvtier.v1.Master.PutEnd:input_type -> kvtier.v1.KeyRequest
+	9,  // 52: kvtier.v1.Master.PutRevoke:input_type -> kvtier.v1.KeyRequest
+	9,  // 53: kvtier.v1.Master.GetReplicaList:input_type -> kvtier.v1.KeyRequest
+	9,  // 54: kvtier.v1.Master.Exist:input_type -> kvtier.v1.KeyRequest
+	9,  // 55: kvtier.v1.Master.Remove:input_type -> kvtier.v1.KeyRequest
+	13, // 56: kvtier.v1.Master.RemoveByRegex:input_type -> kvtier.v1.RemoveByRegexRequest
+	14, // 57: kvtier.v1.Master.RemoveAll:input_type -> kvtier.v1.RemoveAllRequest
+	16, // 58: kvtier.v1.Master.BatchPutStart:input_type -> kvtier.v1.BatchPutStartRequest
+	19, // 59: kvtier.v1.Master.BatchPutEnd:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 60: kvtier.v1.Master.BatchPutRevoke:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 61: kvtier.v1.Master.BatchGetReplicaList:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 62: kvtier.v1.Master.BatchExist:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 63: kvtier.v1.Master.BatchRemove:input_type -> kvtier.v1.BatchKeysRequest
+	26, // 64: kvtier.v1.Master.MountSegment:input_type -> kvtier.v1.MountSegmentRequest
+	27, // 65: kvtier.v1.Master.UnmountSegment:input_type -> kvtier.v1.UnmountSegmentRequest
+	29, // 66: kvtier.v1.Master.Heartbeat:input_type -> kvtier.v1.HeartbeatRequest
+	40, // 67: kvtier.v1.Master.OffloadDone:input_type -> kvtier.v1.OffloadDoneRequest
+	37, // 68: kvtier.v1.Master.TakeOffload:input_type -> kvtier.v1.TakeOffloadRequest
+	42, // 69: kvtier.v1.Master.RegisterDiskObjects:input_type -> kvtier.v1.RegisterDiskObjectsRequest
+	43, // 70: kvtier.v1.Master.DropBucket:input_type -> kvtier.v1.DropBucketRequest
+	44, // 71: kvtier.v1.Master.ListObjects:input_type -> kvtier.v1.ListObjectsRequest
+	9,  // 72: kvtier.v1.Master.GetObject:input_type -> kvtier.v1.KeyRequest
+	10, // 73: kvtier.v1.Master.ListSegments:input_type -> kvtier.v1.Empty
+	10, // 74: kvtier.v1.Master.ListClients:input_type -> kvtier.v1.Empty
+	10, // 75: kvtier.v1.Master.Stats:input_type -> kvtier.v1.Empty
+	10, // 76: kvtier.v1.Master.GetTiers:input_type -> kvtier.v1.Empty
+	55, // 77: kvtier.v1.Master.UpdateTiers:input_type -> kvtier.v1.UpdateTiersRequest
+	10, // 78: kvtier.v1.Master.WatchEvents:input_type -> kvtier.v1.Empty
+	57, // 79: kvtier.v1.Master.TakeRemovals:input_type -> kvtier.v1.TakeRemovalsRequest
+	61, // 80: kvtier.v1.Master.TakeDramRecords:input_type -> kvtier.v1.TakeDramRecordsRequest
+	65, // 81: kvtier.v1.Master.RegisterDramObjects:input_type -> kvtier.v1.RegisterDramObjectsRequest
+	66, // 82: kvtier.v1.Master.BatchOffloadDone:input_type -> kvtier.v1.BatchOffloadDoneRequest
+	8,  // 83: kvtier.v1.Master.PutStart:output_type -> kvtier.v1.PutStartResponse
+	10, // 84: kvtier.v1.Master.PutEnd:output_type -> kvtier.v1.Empty
+	10, // 85: kvtier.v1.Master.PutRevoke:output_type -> kvtier.v1.Empty
+	11, // 86: kvtier.v1.Master.GetReplicaList:output_type -> kvtier.v1.GetReplicaListResponse
+	12, // 87: kvtier.v1.Master.Exist:output_type -> kvtier.v1.ExistResponse
+	10, // 88: kvtier.v1.Master.Remove:output_type -> kvtier.v1.Empty
+	15, // 89: kvtier.v1.Master.RemoveByRegex:output_type -> kvtier.v1.CountResponse
+	15, // 90: kvtier.v1.Master.RemoveAll:output_type -> kvtier.v1.CountResponse
+	18, // 91: kvtier.v1.Master.BatchPutStart:output_type -> kvtier.v1.BatchPutStartResponse
+	21, // 92: kvtier.v1.Master.BatchPutEnd:output_type -> kvtier.v1.BatchResponse
+	21, // 93: kvtier.v1.Master.BatchPutRevoke:output_type -> kvtier.v1.BatchResponse
+	23, // 94: kvtier.v1.Master.BatchGetReplicaList:output_type -> kvtier.v1.BatchGetReplicaListResponse
+	24, // 95: kvtier.v1.Master.BatchExist:output_type -> kvtier.v1.BatchExistResponse
+	21, // 96: kvtier.v1.Master.BatchRemove:output_type -> kvtier.v1.BatchResponse
+	10, // 97: kvtier.v1.Master.MountSegment:output_type -> kvtier.v1.Empty
+	10, // 98: kvtier.v1.Master.UnmountSegment:output_type -> kvtier.v1.Empty
+	38, // 99: kvtier.v1.Master.Heartbeat:output_type -> kvtier.v1.HeartbeatResponse
+	10, // 100: kvtier.v1.Master.OffloadDone:output_type -> kvtier.v1.Empty
+	36, // 101: kvtier.v1.Master.TakeOffload:output_type -> kvtier.v1.OffloadTask
+	21, // 102: kvtier.v1.Master.RegisterDiskObjects:output_type -> kvtier.v1.BatchResponse
+	10, // 103: kvtier.v1.Master.DropBucket:output_type -> kvtier.v1.Empty
+	46, // 104: kvtier.v1.Master.ListObjects:output_type -> kvtier.v1.ListObjectsResponse
+	45, // 105: kvtier.v1.Master.GetObject:output_type -> kvtier.v1.ObjectInfo
+	48, // 106: kvtier.v1.Master.ListSegments:output_type -> kvtier.v1.ListSegmentsResponse
+	50, // 107: kvtier.v1.Master.ListClients:output_type -> kvtier.v1.ListClientsResponse
+	52, // 108: kvtier.v1.Master.Stats:output_type -> kvtier.v1.StatsResponse
+	54, // 109: kvtier.v1.Master.GetTiers:output_type -> kvtier.v1.TiersResponse
+	54, // 110: kvtier.v1.Master.UpdateTiers:output_type -> kvtier.v1.TiersResponse
+	56, // 111: kvtier.v1.Master.WatchEvents:output_type -> kvtier.v1.Event
+	60, // 112: kvtier.v1.Master.TakeRemovals:output_type -> kvtier.v1.TakeRemovalsResponse
+	63, // 113: kvtier.v1.Master.TakeDramRecords:output_type -> kvtier.v1.TakeDramRecordsResponse
+	21, // 114: kvtier.v1.Master.RegisterDramObjects:output_type -> kvtier.v1.BatchResponse
+	21, // 115: kvtier.v1.Master.BatchOffloadDone:output_type -> kvtier.v1.BatchResponse
+	83, // [83:116] is the sub-list for method output_type
+	50, // [50:83] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_master_proto_init() }
@@ -5787,7 +5849,7 @@ func file_master_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_proto_rawDesc), len(file_master_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   64,
+			NumMessages:   65,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -57,6 +57,7 @@ const (
 	Master_TakeRemovals_FullMethodName        = "/kvtier.v1.Master/TakeRemovals"
 	Master_TakeDramRecords_FullMethodName     = "/kvtier.v1.Master/TakeDramRecords"
 	Master_RegisterDramObjects_FullMethodName = "/kvtier.v1.Master/RegisterDramObjects"
+	Master_BatchOffloadDone_FullMethodName    = "/kvtier.v1.Master/BatchOffloadDone"
 )
 
 // MasterClient is the client API for Master service.
@@ -125,6 +126,13 @@ type MasterClient interface {
 	// object becomes readable again at the reported extent. last ends the
 	// report: the appliance's re-announced segments take allocations again.
 	RegisterDramObjects(ctx context.Context, in *RegisterDramObjectsRequest, opts ...grpc.CallOption) (*BatchResponse, error)
+	// BatchOffloadDone is OffloadDone for many tasks of one appliance: one
+	// result per item, in order, each judged as OffloadDone judges it alone
+	// (a refused item changes nothing). The master applies the batch under
+	// one lock pass per shard; an appliance reports its offloads this way so
+	// that small objects are not reported one round trip each. A master
+	// without it answers Unimplemented and gets OffloadDone calls instead.
+	BatchOffloadDone(ctx context.Context, in *BatchOffloadDoneRequest, opts ...grpc.CallOption) (*BatchResponse, error)
 }
 
 type masterClient struct {
@@ -485,6 +493,16 @@ func (c *masterClient) RegisterDramObjects(ctx context.Context, in *RegisterDram
 	return out, nil
 }
 
+func (c *masterClient) BatchOffloadDone(ctx context.Context, in *BatchOffloadDoneRequest, opts ...grpc.CallOption) (*BatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BatchResponse)
+	err := c.cc.Invoke(ctx, Master_BatchOffloadDone_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -551,6 +569,13 @@ type MasterServer interface {
 	// object becomes readable again at the reported extent. last ends the
 	// report: the appliance's re-announced segments take allocations again.
 	RegisterDramObjects(context.Context, *RegisterDramObjectsRequest) (*BatchResponse, error)
+	// BatchOffloadDone is OffloadDone for many tasks of one appliance: one
+	// result per item, in order, each judged as OffloadDone judges it alone
+	// (a refused item changes nothing). The master applies the batch under
+	// one lock pass per shard; an appliance reports its offloads this way so
+	// that small objects are not reported one round trip each. A master
+	// without it answers Unimplemented and gets OffloadDone calls instead.
+	BatchOffloadDone(context.Context, *BatchOffloadDoneRequest) (*BatchResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -656,6 +681,9 @@ func (UnimplementedMasterServer) TakeDramRecords(grpc.BidiStreamingServer[TakeDr
 }
 func (UnimplementedMasterServer) RegisterDramObjects(context.Context, *RegisterDramObjectsRequest) (*BatchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RegisterDramObjects not implemented")
+}
+func (UnimplementedMasterServer) BatchOffloadDone(context.Context, *BatchOffloadDoneRequest) (*BatchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BatchOffloadDone not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -1222,6 +1250,24 @@ func _Master_RegisterDramObjects_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_BatchOffloadDone_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BatchOffloadDoneRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).BatchOffloadDone(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_BatchOffloadDone_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).BatchOffloadDone(ctx, req.(*BatchOffloadDoneRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1340,6 +1386,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RegisterDramObjects",
 			Handler:    _Master_RegisterDramObjects_Handler,
+		},
+		{
+			MethodName: "BatchOffloadDone",
+			Handler:    _Master_BatchOffloadDone_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
