@@ -154,7 +154,7 @@ func (a *Appliance) takeOffloadOnce(ctx context.Context, slots int) error {
 	cctx, cancel := context.WithTimeout(ctx, takeWait+10*time.Second)
 	defer cancel()
 	stream, err := a.client.Master().TakeOffload(cctx, &kvtierpb.TakeOffloadRequest{
-		ClientId: a.cfg.Name, Slots: uint32(min(slots, takeMax)), WaitMs: uint32(takeWait / time.Millisecond)})
+		ClientId: a.cfg.Name, Slots: uint32(min(slots, takeMax)), WaitMs: uint32(takeWait / time.Millisecond), Batched: true})
 	if err != nil {
 		return err
 	}
@@ -166,7 +166,12 @@ func (a *Appliance) takeOffloadOnce(ctx context.Context, slots int) error {
 		if err != nil {
 			return err
 		}
+		more := t.More
+		t.More = nil // queued alone: the others are queued below
 		a.queueOffload(t)
+		for _, m := range more {
+			a.queueOffload(m)
+		}
 	}
 }
 

@@ -527,15 +527,32 @@ func (s *grpcServer) TakeOffload(r *kvtierpb.TakeOffloadRequest, stream grpc.Ser
 	if err != nil {
 		return toGRPC(err)
 	}
-	for _, t := range tasks {
-		// A task whose send fails stays dispatched until OffloadTimeout
-		// frees it, as one in a lost heartbeat reply does.
-		if err := stream.Send(s.offloadTaskToPB(t)); err != nil {
+	// A task whose send fails stays dispatched until OffloadTimeout frees
+	// it, as one in a lost heartbeat reply does.
+	per := 1
+	if r.GetBatched() {
+		per = takeOffloadPerMessage
+	}
+	for lo := 0; lo < len(tasks); lo += per {
+		chunk := tasks[lo:min(len(tasks), lo+per)]
+		msg := s.offloadTaskToPB(chunk[0])
+		if len(chunk) > 1 {
+			msg.More = make([]*kvtierpb.OffloadTask, 0, len(chunk)-1)
+			for _, t := range chunk[1:] {
+				msg.More = append(msg.More, s.offloadTaskToPB(t))
+			}
+		}
+		if err := stream.Send(msg); err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+// takeOffloadPerMessage is the most tasks one TakeOffload stream message
+// carries to an appliance that reads OffloadTask.more (about 100 bytes of
+// task each, far below gRPC's 4 MiB message limit).
+const takeOffloadPerMessage = 1024
 
 func (s *grpcServer) TakeRemovals(r *kvtierpb.TakeRemovalsRequest, stream grpc.ServerStreamingServer[kvtierpb.TakeRemovalsResponse]) error {
 	outbox, rs, err := s.m.TakeRemovals(stream.Context(), r.GetClientId(), r.GetOutbox(), r.GetAckThrough(), time.Duration(r.GetWaitMs())*time.Millisecond)

@@ -218,3 +218,46 @@ func TestOffloadQueueFIFO(t *testing.T) {
 	default:
 	}
 }
+
+// TestTakeOffloadBatchedGRPC: an appliance that reads OffloadTask.more gets
+// its tasks packed into one stream message; one that does not (an older
+// appliance) gets one message per task. Either way each task once.
+func TestTakeOffloadBatchedGRPC(t *testing.T) {
+	for _, batched := range []bool{false, true} {
+		m, _ := newTest(t, Config{})
+		c, _ := serve(t, m)
+		appliance(t, m, 0)
+		fill(t, m, 5, nil)
+		stream, err := c.TakeOffload(ctx, &kvtierpb.TakeOffloadRequest{ClientId: "A", Slots: 8, WaitMs: 1000, Batched: batched})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var msgs int
+		seen := map[string]int{}
+		for {
+			task, err := stream.Recv()
+			if err != nil {
+				break
+			}
+			msgs++
+			for i, tk := range append([]*kvtierpb.OffloadTask{task}, task.More...) {
+				seen[string(tk.Key)]++
+				if tk.Size != 64 || tk.Source.GetSegment() != "A/0" || (i > 0 && len(tk.More) != 0) {
+					t.Fatalf("task %v", tk)
+				}
+			}
+		}
+		wantMsgs := 5
+		if batched {
+			wantMsgs = 1
+		}
+		if msgs != wantMsgs || len(seen) != 5 {
+			t.Fatalf("batched=%v: %d messages for %v, want %d messages for 5 keys", batched, msgs, seen, wantMsgs)
+		}
+		for k, n := range seen {
+			if n != 1 {
+				t.Fatalf("batched=%v: %s handed out %d times", batched, k, n)
+			}
+		}
+	}
+}
