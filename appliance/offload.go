@@ -343,25 +343,23 @@ func (a *Appliance) reportBatch(ctx context.Context, batch []offloadReport) {
 		return
 	}
 	req := &kvtierpb.BatchOffloadDoneRequest{ClientId: a.cfg.Name, Items: make([]*kvtierpb.OffloadDoneRequest, len(batch))}
-	var refused []int
-	// Held across the call (see stillStored): a removal recorded meanwhile
-	// reaches the master only after these reports.
-	a.removeMu.RLock()
 	for i := range batch {
 		r := &batch[i]
-		if r.err == nil {
-			r.err = a.stillStored(r.task, r.loc)
-		}
 		req.Items[i] = a.offloadResult(r.task, r.loc, r.err, false)
 		req.Items[i].ClientId = "" // the request's
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	resp, err := a.client.Master().BatchOffloadDone(cctx, req)
-	cancel()
-	if err == nil && len(resp.GetResults()) != len(batch) {
-		err = kverr.New(kverr.RPCFail, "", "BatchOffloadDone answered %d results for %d reports", len(resp.GetResults()), len(batch))
+	var resp *kvtierpb.BatchResponse
+	var err error
+	for attempt := 0; ; attempt++ {
+		resp, err = a.sendBatch(ctx, batch, req)
+		if err == nil || status.Code(err) == codes.Unimplemented || attempt == len(reportRetries) {
+			break
+		}
+		// A master restarting or electing a leader: one failed call would
+		// otherwise leave a whole batch of copies unreported.
+		a.log.Debug("offload report failed; retrying", "reports", len(batch), "err", kverr.FromGRPC(err))
+		time.Sleep(reportRetries[attempt])
 	}
-	a.removeMu.RUnlock()
 	if status.Code(err) == codes.Unimplemented {
 		a.log.Info("master has no BatchOffloadDone: reporting offloads one call each")
 		a.singleReports.Store(true)
@@ -377,6 +375,9 @@ func (a *Appliance) reportBatch(ctx context.Context, batch []offloadReport) {
 		a.log.Warn("offload report failed", "reports", len(batch), "err", kverr.FromGRPC(err))
 		return
 	}
+	var refused []int
+	var other int
+	var first error
 	for i, res := range resp.GetResults() {
 		if res.GetCode() == kvtierpb.ErrorCode_OK {
 			continue
@@ -386,11 +387,47 @@ func (a *Appliance) reportBatch(ctx context.Context, batch []offloadReport) {
 			refused = append(refused, i)
 			continue
 		}
-		a.log.Warn("offload report refused", "key", string(batch[i].task.Key), "err", e)
+		if other++; first == nil {
+			first = e
+		}
+	}
+	if other > 0 {
+		a.log.Warn("offload reports refused", "refused", other, "reports", len(batch), "first", first)
 	}
 	for _, i := range refused {
 		a.dropUnwanted(batch[i].task.Tenant, string(batch[i].task.Key))
 	}
+}
+
+// reportRetries are the pauses before the second and third attempt of a
+// BatchOffloadDone that failed as a whole.
+var reportRetries = [...]time.Duration{200 * time.Millisecond, time.Second}
+
+// sendBatch makes one BatchOffloadDone call for batch (req holds its
+// items). It checks again, with removeMu read-locked and held across the
+// call, that every copy about to be reported done is still stored (see
+// stillStored): a removal recorded meanwhile reaches the master only after
+// these reports. A copy found removed is reported as a failure from then on.
+func (a *Appliance) sendBatch(ctx context.Context, batch []offloadReport, req *kvtierpb.BatchOffloadDoneRequest) (*kvtierpb.BatchResponse, error) {
+	a.removeMu.RLock()
+	defer a.removeMu.RUnlock()
+	for i := range batch {
+		r := &batch[i]
+		if r.err != nil {
+			continue
+		}
+		if r.err = a.stillStored(r.task, r.loc); r.err != nil {
+			req.Items[i] = a.offloadResult(r.task, r.loc, r.err, false)
+			req.Items[i].ClientId = ""
+		}
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	resp, err := a.client.Master().BatchOffloadDone(cctx, req)
+	if err == nil && len(resp.GetResults()) != len(batch) {
+		err = kverr.New(kverr.RPCFail, "", "BatchOffloadDone answered %d results for %d reports", len(resp.GetResults()), len(batch))
+	}
+	return resp, err
 }
 
 // offloadOne writes the object's MEMORY replica (in this appliance's own

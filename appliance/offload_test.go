@@ -49,10 +49,13 @@ func startMasterWith(t *testing.T, opts ...grpc.ServerOption) (string, kvtierpb.
 // the SSD tier holds it. Against a master without BatchOffloadDone (an
 // older one, stood in for by an interceptor answering Unimplemented: a
 // fault this version of the master cannot produce) the appliance falls
-// back to one OffloadDone per object after a single refused batch.
+// back to one OffloadDone per object after a single refused batch. A batch
+// call that fails as a whole (the master unavailable for a moment, again
+// an interceptor's fault) is sent again.
 func TestOffloadReportsInBatches(t *testing.T) {
-	for _, older := range []bool{false, true} {
-		t.Run(fmt.Sprintf("older-master=%v", older), func(t *testing.T) {
+	for _, mode := range []string{"batch", "older-master", "flaky-master"} {
+		older := mode == "older-master"
+		t.Run(mode, func(t *testing.T) {
 			var batches, singles, refused atomic.Int64
 			count := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 				switch info.FullMethod {
@@ -60,6 +63,10 @@ func TestOffloadReportsInBatches(t *testing.T) {
 					if older {
 						refused.Add(1)
 						return nil, status.Error(codes.Unimplemented, "unknown method BatchOffloadDone")
+					}
+					if mode == "flaky-master" && refused.Load() < 2 {
+						refused.Add(1)
+						return nil, status.Error(codes.Unavailable, "master restarting")
 					}
 					batches.Add(1)
 				case kvtierpb.Master_OffloadDone_FullMethodName:
@@ -123,6 +130,9 @@ func TestOffloadReportsInBatches(t *testing.T) {
 					t.Fatalf("older master: %d refused batches (want 1), %d single reports (want >= %d)", refused.Load(), singles.Load(), n)
 				}
 				return
+			}
+			if mode == "flaky-master" && refused.Load() != 2 {
+				t.Fatalf("%d batch calls failed, want 2", refused.Load())
 			}
 			if singles.Load() != 0 || batches.Load() == 0 || batches.Load() > n/4 {
 				t.Fatalf("%d batch and %d single reports for %d objects: not batched", batches.Load(), singles.Load(), n)
