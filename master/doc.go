@@ -167,7 +167,7 @@
 //     queued or dispatched task pins the object in DRAM. Appliances report
 //     through BatchOffloadDone (every result of one group commit in one
 //     call, applied under one lock per shard, each result judged as
-//     OffloadDone alone judges it: a refused one changes nothing) or
+//     OffloadDone alone judges it: one refused as bad input changes nothing) or
 //     OffloadDone. OffloadDone(ok) adds a COMPLETE LOCAL_DISK
 //     replica {segment "<node>/ssd", node, endpoint, bucket, offset, length};
 //     failure or OffloadTimeout releases the pin (offloads_failed) and

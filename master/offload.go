@@ -418,9 +418,10 @@ const MaxOffloadBatch = 65536
 
 // BatchOffloadDone is OffloadDone for many results of one client, one
 // error per result in order (nil: recorded), each result judged exactly as
-// OffloadDone judges it alone: a refused one (unknown key, a length that is
-// not the object's size, a task of another node, a copy a pending removal
-// will delete) changes nothing. The results are applied shard by shard,
+// OffloadDone judges it alone: one refused as bad input (unknown key, a
+// length that is not the object's size, a task of another node) changes
+// nothing; a copy a pending removal will delete is refused and releases
+// the object's offload pin (counted failed). The results are applied shard by shard,
 // each shard's lock taken once, and waiting puts are woken once: reporting
 // 4 KiB offloads one call each capped puts into full DRAM at the rate of
 // those calls (2.2k keys/s with --offload immediate). The call itself fails

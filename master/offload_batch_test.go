@@ -23,9 +23,10 @@ func diskReplicas(t *testing.T, m *Master, key string) (out []Replica) {
 
 // TestBatchOffloadDone: one batch report carries good results, failures,
 // skips and bad items; each bad item (unknown key, empty key, a length that
-// is not the object's size, a result of another client, a copy that a
-// pending removal will delete) gets its own error and changes nothing,
-// while the good ones are applied exactly as OffloadDone applies them.
+// is not the object's size, a result of another client) gets its own error
+// and changes nothing, a copy that a pending removal will delete is refused
+// (its object keeps only its DRAM copy), and the good ones are applied
+// exactly as OffloadDone applies them.
 func TestBatchOffloadDone(t *testing.T) {
 	m, _ := newTest(t, Config{RemoveSyncTimeout: 20 * time.Millisecond})
 	appliance(t, m, 0)

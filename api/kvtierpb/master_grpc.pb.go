@@ -128,7 +128,7 @@ type MasterClient interface {
 	RegisterDramObjects(ctx context.Context, in *RegisterDramObjectsRequest, opts ...grpc.CallOption) (*BatchResponse, error)
 	// BatchOffloadDone is OffloadDone for many tasks of one appliance: one
 	// result per item, in order, each judged as OffloadDone judges it alone
-	// (a refused item changes nothing). The master applies the batch under
+	// (an item refused as bad input changes nothing). The master applies the batch under
 	// one lock pass per shard; an appliance reports its offloads this way so
 	// that small objects are not reported one round trip each. A master
 	// without it answers Unimplemented and gets OffloadDone calls instead.
@@ -571,7 +571,7 @@ type MasterServer interface {
 	RegisterDramObjects(context.Context, *RegisterDramObjectsRequest) (*BatchResponse, error)
 	// BatchOffloadDone is OffloadDone for many tasks of one appliance: one
 	// result per item, in order, each judged as OffloadDone judges it alone
-	// (a refused item changes nothing). The master applies the batch under
+	// (an item refused as bad input changes nothing). The master applies the batch under
 	// one lock pass per shard; an appliance reports its offloads this way so
 	// that small objects are not reported one round trip each. A master
 	// without it answers Unimplemented and gets OffloadDone calls instead.
