@@ -2,6 +2,7 @@ package appliance
 
 import (
 	"context"
+	"hash/crc32"
 	"io"
 	"sync"
 	"time"
@@ -337,9 +338,7 @@ func (a *Appliance) reportBatch(ctx context.Context, batch []offloadReport) {
 		return
 	}
 	if a.singleReports.Load() {
-		for _, r := range batch {
-			a.done(ctx, r.task, r.loc, r.err)
-		}
+		a.reportSingly(ctx, batch)
 		return
 	}
 	req := &kvtierpb.BatchOffloadDoneRequest{ClientId: a.cfg.Name, Items: make([]*kvtierpb.OffloadDoneRequest, len(batch))}
@@ -363,9 +362,7 @@ func (a *Appliance) reportBatch(ctx context.Context, batch []offloadReport) {
 	if status.Code(err) == codes.Unimplemented {
 		a.log.Info("master has no BatchOffloadDone: reporting offloads one call each")
 		a.singleReports.Store(true)
-		for _, r := range batch {
-			a.done(ctx, r.task, r.loc, r.err)
-		}
+		a.reportSingly(ctx, batch)
 		return
 	}
 	if err != nil {
@@ -397,6 +394,27 @@ func (a *Appliance) reportBatch(ctx context.Context, batch []offloadReport) {
 	for _, i := range refused {
 		a.dropUnwanted(batch[i].task.Tenant, string(batch[i].task.Key))
 	}
+}
+
+// singleReporters is how many OffloadDone calls reportSingly keeps in
+// flight (before batches, each of the two workers had its own reporter).
+const singleReporters = 4
+
+// reportSingly reports batch one OffloadDone each (a master without
+// BatchOffloadDone), a few calls at a time. Reports of one key keep their
+// order: a key's reports go through one goroutine.
+func (a *Appliance) reportSingly(ctx context.Context, batch []offloadReport) {
+	var wg sync.WaitGroup
+	for g := range singleReporters {
+		wg.Go(func() {
+			for _, r := range batch {
+				if int(crc32.ChecksumIEEE(r.task.Key)%singleReporters) == g {
+					a.done(ctx, r.task, r.loc, r.err)
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // reportRetries are the pauses before the second and third attempt of a
