@@ -122,10 +122,13 @@ type Appliance struct {
 	slotFreed   chan struct{} // a worker took a task from offload (capacity 1)
 	taking      atomic.Bool   // TakeOffload calls succeed: heartbeats offer no slots
 	offloadBusy atomic.Int64
-	skipped     atomic.Uint64
-	failed      atomic.Uint64
-	failLogAt   atomic.Int64  // unix ns of the last "offload failed" log line
-	failQuiet   atomic.Uint64 // failures not logged since (rate limit)
+	// singleReports: the master has no BatchOffloadDone (an older one);
+	// offloads are reported one OffloadDone each.
+	singleReports atomic.Bool
+	skipped       atomic.Uint64
+	failed        atomic.Uint64
+	failLogAt     atomic.Int64  // unix ns of the last "offload failed" log line
+	failQuiet     atomic.Uint64 // failures not logged since (rate limit)
 
 	nvme        *nvmeExport
 	nvmeLive    atomic.Pointer[nvmeExport] // a.nvme once started whole (NVMeHealth reads it from the heartbeat loop)
@@ -291,9 +294,7 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
-	for range cfg.OffloadWorkers {
-		a.wg.Go(func() { a.offloadWorker(runCtx) })
-	}
+	a.wg.Go(func() { a.runOffload(runCtx, cfg.OffloadWorkers) })
 	if a.tier != nil {
 		a.wg.Go(func() { a.tier.Run(runCtx) })
 	}

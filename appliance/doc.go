@@ -30,9 +30,13 @@
 // queue has room, so a task arrives as soon as the master queues it; with a
 // master that lacks TakeOffload, in heartbeat answers (once a second, which
 // capped a stream of puts into full DRAM at about 0.3 GB/s). It writes them
-// to the SSD tier (each worker
-// pipelines ssd.Tier.PutAsync) and reports each with OffloadDone only once the
-// tier's group commit made it durable; a full queue refuses the task for this round (the
+// to the SSD tier (the workers pipeline ssd.Tier.PutAsync, up to 16384
+// objects written and not yet reported) and reports them only once the
+// tier's group commit made them durable, in batches: one BatchOffloadDone
+// for every object whose commit is over when the previous call returned
+// (one OffloadDone each with a master that lacks it; reporting 4 KiB
+// objects one call at a time, 64 per worker in flight, capped puts into
+// full DRAM at 2.2k keys/s); a full queue refuses the task for this round (the
 // master keeps the DRAM copy and counts the skip). Bucket eviction asks the
 // master to drop a bucket's LOCAL_DISK replicas before deleting it.
 //

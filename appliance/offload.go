@@ -2,7 +2,9 @@ package appliance
 
 import (
 	"context"
+	"hash/crc32"
 	"io"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -153,7 +155,7 @@ func (a *Appliance) takeOffloadOnce(ctx context.Context, slots int) error {
 	cctx, cancel := context.WithTimeout(ctx, takeWait+10*time.Second)
 	defer cancel()
 	stream, err := a.client.Master().TakeOffload(cctx, &kvtierpb.TakeOffloadRequest{
-		ClientId: a.cfg.Name, Slots: uint32(min(slots, takeMax)), WaitMs: uint32(takeWait / time.Millisecond)})
+		ClientId: a.cfg.Name, Slots: uint32(min(slots, takeMax)), WaitMs: uint32(takeWait / time.Millisecond), Batched: true})
 	if err != nil {
 		return err
 	}
@@ -165,7 +167,12 @@ func (a *Appliance) takeOffloadOnce(ctx context.Context, slots int) error {
 		if err != nil {
 			return err
 		}
+		more := t.More
+		t.More = nil // queued alone: the others are queued below
 		a.queueOffload(t)
+		for _, m := range more {
+			a.queueOffload(m)
+		}
 	}
 }
 
@@ -191,38 +198,53 @@ func (a *Appliance) applySettings(s *kvtierpb.TierSettings) {
 	a.settings = s
 }
 
-// offloadPipeline is how many written objects one worker may have waiting
-// for their commit (and their OffloadDone report) before it stops taking
-// tasks.
-const offloadPipeline = 64
+// offloadInFlight is how many written objects the workers together may
+// have waiting for their commit and their report before they stop taking
+// tasks. The master keeps each one's DRAM source pinned until the report,
+// so this bounds nothing here but small structs; it must cover what the
+// tier commits in one CommitInterval at full speed (64 per worker capped
+// 4 KiB offloads at about 5k objects/s with the 25 ms default).
+const offloadInFlight = 16384
+
+// offloadBatchMax is the most results one BatchOffloadDone carries.
+const offloadBatchMax = 4096
 
 // offloadCommitWait bounds how long a written object waits for its commit
 // once the appliance is stopping (commits take milliseconds).
 const offloadCommitWait = 30 * time.Second
 
-// offloadReport is one object on its way to OffloadDone.
+// offloadReport is one object on its way to (Batch)OffloadDone.
 type offloadReport struct {
 	task    *kvtierpb.OffloadTask
 	pending *ssd.Pending // nil when err is set
 	err     error
+	loc     ssd.Location // set by the reporter once the commit is over
 }
 
-// offloadWorker moves objects from DRAM to the SSD tier. It pipelines: it
-// writes the next object (ssd.Tier.PutAsync returns once the bytes are
-// written) while earlier ones wait for the tier's group commit, so the disk
-// is not idle during a commit's fdatasyncs; its reporter goroutine tells the
-// master OffloadDone, in task order, only once an object is durable.
-func (a *Appliance) offloadWorker(ctx context.Context) {
-	reports := make(chan offloadReport, offloadPipeline)
+// runOffload runs the offload workers and their reporter until ctx ends
+// and every written object is reported.
+func (a *Appliance) runOffload(ctx context.Context, workers int) {
+	reports := make(chan offloadReport, offloadInFlight)
 	reporterDone := make(chan struct{})
 	go func() {
 		defer close(reporterDone)
 		a.offloadReporter(ctx, reports)
 	}()
-	defer func() {
-		close(reports)
-		<-reporterDone
-	}()
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() { a.offloadWorker(ctx, reports) })
+	}
+	wg.Wait()
+	close(reports)
+	<-reporterDone
+}
+
+// offloadWorker moves objects from DRAM to the SSD tier. It pipelines: it
+// writes the next object (ssd.Tier.PutAsync returns once the bytes are
+// written) while earlier ones wait for the tier's group commit, so the disk
+// is not idle during a commit's fdatasyncs; the reporter tells the master
+// about each only once it is durable.
+func (a *Appliance) offloadWorker(ctx context.Context, reports chan<- offloadReport) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -239,24 +261,191 @@ func (a *Appliance) offloadWorker(ctx context.Context) {
 	}
 }
 
-// offloadReporter reports each object once its commit is done (or failed).
-// The master marks the LOCAL_DISK replica COMPLETE on a successful
-// OffloadDone, so a success is never sent before the object is durable.
+// offloadReporter reports objects once their commit is done (or failed),
+// in batches: it waits for the oldest unreported object, then sends one
+// BatchOffloadDone for every object whose commit is over by then (a group
+// commit ends many at once), while the workers go on writing. The master
+// marks a LOCAL_DISK replica COMPLETE on a successful report, so a success
+// is never sent before the object is durable.
 func (a *Appliance) offloadReporter(ctx context.Context, reports <-chan offloadReport) {
-	for r := range reports {
-		var loc ssd.Location
-		err := r.err
-		if err == nil {
-			// The commit runs within the tier's CommitInterval; at shutdown
-			// the tier is closed (committing everything) only after this
-			// returns, so wait past ctx's end, boundedly.
-			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), offloadCommitWait)
-			loc, err = r.pending.Wait(wctx)
-			cancel()
+	var q []offloadReport // received, not yet reported, oldest first
+	open := true
+	for open || len(q) > 0 {
+		if len(q) == 0 {
+			r, ok := <-reports
+			if !ok {
+				return
+			}
+			q = append(q, r)
 		}
-		a.done(ctx, r.task, loc, err)
-		a.offloadBusy.Add(-1)
+	drain:
+		for len(q) < offloadInFlight {
+			select {
+			case r, ok := <-reports:
+				if !ok {
+					open = false
+					break drain
+				}
+				q = append(q, r)
+			default:
+				break drain
+			}
+		}
+		a.settle(ctx, &q[0], true)
+		batch := make([]offloadReport, 0, min(len(q), offloadBatchMax))
+		rest := q[:0]
+		for i := range q {
+			if len(batch) < offloadBatchMax && a.settle(ctx, &q[i], false) {
+				batch = append(batch, q[i])
+			} else {
+				rest = append(rest, q[i])
+			}
+		}
+		clear(q[len(rest):])
+		q = rest
+		a.reportBatch(ctx, batch)
+		a.offloadBusy.Add(-int64(len(batch)))
 	}
+}
+
+// settle resolves r's outcome once its commit is over, waiting for it when
+// wait is set (boundedly: at shutdown the tier is closed, committing
+// everything, only after the reporter returns). It reports whether r's
+// outcome is known.
+func (a *Appliance) settle(ctx context.Context, r *offloadReport, wait bool) bool {
+	if r.err != nil || r.pending == nil {
+		return true
+	}
+	if !wait {
+		select {
+		case <-r.pending.Done():
+		default:
+			return false
+		}
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), offloadCommitWait)
+	r.loc, r.err = r.pending.Wait(wctx)
+	cancel()
+	r.pending = nil
+	return true
+}
+
+// reportBatch tells the master how the objects of batch (all settled)
+// ended, in one BatchOffloadDone; one OffloadDone each when the master has
+// no BatchOffloadDone.
+func (a *Appliance) reportBatch(ctx context.Context, batch []offloadReport) {
+	if len(batch) == 0 {
+		return
+	}
+	if a.singleReports.Load() {
+		a.reportSingly(ctx, batch)
+		return
+	}
+	req := &kvtierpb.BatchOffloadDoneRequest{ClientId: a.cfg.Name, Items: make([]*kvtierpb.OffloadDoneRequest, len(batch))}
+	for i := range batch {
+		r := &batch[i]
+		req.Items[i] = a.offloadResult(r.task, r.loc, r.err, false)
+		req.Items[i].ClientId = "" // the request's
+	}
+	var resp *kvtierpb.BatchResponse
+	var err error
+	for attempt := 0; ; attempt++ {
+		resp, err = a.sendBatch(ctx, batch, req)
+		if err == nil || status.Code(err) == codes.Unimplemented || attempt == len(reportRetries) {
+			break
+		}
+		// A master restarting or electing a leader: one failed call would
+		// otherwise leave a whole batch of copies unreported.
+		a.log.Debug("offload report failed; retrying", "reports", len(batch), "err", kverr.FromGRPC(err))
+		time.Sleep(reportRetries[attempt])
+	}
+	if status.Code(err) == codes.Unimplemented {
+		a.log.Info("master has no BatchOffloadDone: reporting offloads one call each")
+		a.singleReports.Store(true)
+		a.reportSingly(ctx, batch)
+		return
+	}
+	if err != nil {
+		// The master expires these tasks after its offload timeout (the
+		// objects then leave DRAM without a disk copy, as after a lost
+		// OffloadDone).
+		a.log.Warn("offload report failed", "reports", len(batch), "err", kverr.FromGRPC(err))
+		return
+	}
+	var refused []int
+	var other int
+	var first error
+	for i, res := range resp.GetResults() {
+		if res.GetCode() == kvtierpb.ErrorCode_OK {
+			continue
+		}
+		e := kverr.New(kverr.Code(res.GetCode()), string(batch[i].task.Key), "%s", res.GetMessage())
+		if batch[i].err == nil && kverr.Is(e, kverr.ObjectNotFound) {
+			refused = append(refused, i)
+			continue
+		}
+		if other++; first == nil {
+			first = e
+		}
+	}
+	if other > 0 {
+		a.log.Warn("offload reports refused", "refused", other, "reports", len(batch), "first", first)
+	}
+	for _, i := range refused {
+		a.dropUnwanted(batch[i].task.Tenant, string(batch[i].task.Key))
+	}
+}
+
+// singleReporters is how many OffloadDone calls reportSingly keeps in
+// flight (before batches, each of the two workers had its own reporter).
+const singleReporters = 4
+
+// reportSingly reports batch one OffloadDone each (a master without
+// BatchOffloadDone), a few calls at a time. Reports of one key keep their
+// order: a key's reports go through one goroutine.
+func (a *Appliance) reportSingly(ctx context.Context, batch []offloadReport) {
+	var wg sync.WaitGroup
+	for g := range singleReporters {
+		wg.Go(func() {
+			for _, r := range batch {
+				if int(crc32.ChecksumIEEE(r.task.Key)%singleReporters) == g {
+					a.done(ctx, r.task, r.loc, r.err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// reportRetries are the pauses before the second and third attempt of a
+// BatchOffloadDone that failed as a whole.
+var reportRetries = [...]time.Duration{200 * time.Millisecond, time.Second}
+
+// sendBatch makes one BatchOffloadDone call for batch (req holds its
+// items). It checks again, with removeMu read-locked and held across the
+// call, that every copy about to be reported done is still stored (see
+// stillStored): a removal recorded meanwhile reaches the master only after
+// these reports. A copy found removed is reported as a failure from then on.
+func (a *Appliance) sendBatch(ctx context.Context, batch []offloadReport, req *kvtierpb.BatchOffloadDoneRequest) (*kvtierpb.BatchResponse, error) {
+	a.removeMu.RLock()
+	defer a.removeMu.RUnlock()
+	for i := range batch {
+		r := &batch[i]
+		if r.err != nil {
+			continue
+		}
+		if r.err = a.stillStored(r.task, r.loc); r.err != nil {
+			req.Items[i] = a.offloadResult(r.task, r.loc, r.err, false)
+			req.Items[i].ClientId = ""
+		}
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	resp, err := a.client.Master().BatchOffloadDone(cctx, req)
+	if err == nil && len(resp.GetResults()) != len(batch) {
+		err = kverr.New(kverr.RPCFail, "", "BatchOffloadDone answered %d results for %d reports", len(resp.GetResults()), len(batch))
+	}
+	return resp, err
 }
 
 // offloadOne writes the object's MEMORY replica (in this appliance's own
@@ -311,11 +500,9 @@ func (a *Appliance) logOffloadFailure(key string, err error) {
 		"key", key, "err", err, "failures_not_logged", a.failQuiet.Swap(0), "failures_total", a.failed.Load())
 }
 
-// report tells the master how an offload task ended. skipped: the task was
-// not attempted (queue full) and may be offered again. refused says the
-// master refused a successful copy as unwanted (OBJECT_NOT_FOUND: the object
-// is gone, or a removal of it is pending).
-func (a *Appliance) report(ctx context.Context, t *kvtierpb.OffloadTask, loc ssd.Location, err error, skipped bool) (refused bool) {
+// offloadResult is the report of task t, counting and logging a failure.
+// skipped: the task was not attempted (queue full) and may be offered again.
+func (a *Appliance) offloadResult(t *kvtierpb.OffloadTask, loc ssd.Location, err error, skipped bool) *kvtierpb.OffloadDoneRequest {
 	req := &kvtierpb.OffloadDoneRequest{ClientId: a.cfg.Name, Tenant: t.Tenant, Key: t.Key, Ok: err == nil,
 		Bucket: loc.Bucket, Offset: loc.Offset, Length: loc.Length, Retry: err != nil && skipped}
 	if err != nil {
@@ -327,6 +514,15 @@ func (a *Appliance) report(ctx context.Context, t *kvtierpb.OffloadTask, loc ssd
 			a.logOffloadFailure(string(t.Key), err)
 		}
 	}
+	return req
+}
+
+// report tells the master how an offload task ended (one OffloadDone).
+// skipped: the task was not attempted (queue full) and may be offered
+// again. refused says the master refused a successful copy as unwanted
+// (OBJECT_NOT_FOUND: the object is gone, or a removal of it is pending).
+func (a *Appliance) report(ctx context.Context, t *kvtierpb.OffloadTask, loc ssd.Location, err error, skipped bool) (refused bool) {
+	req := a.offloadResult(t, loc, err, skipped)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if _, e := a.client.Master().OffloadDone(cctx, req); e != nil {

@@ -152,6 +152,12 @@ func confine(tenant string, req any) error {
 		return fix(&q.Tenant)
 	case *kvtierpb.OffloadDoneRequest:
 		return fix(&q.Tenant)
+	case *kvtierpb.BatchOffloadDoneRequest:
+		for _, it := range q.Items {
+			if err := fix(&it.Tenant); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

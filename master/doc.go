@@ -181,9 +181,14 @@
 //     (offloads_skipped_queue_full) and the object keeps its DRAM copy.
 //     Tasks are handed out by TakeOffload (an appliance's long poll: it
 //     waits up to MaxTakeOffloadWait for a first task and ends at once when
-//     a PutEnd queues one) and by heartbeats (at most OffloadSlots each,
+//     a PutEnd queues one; up to 1024 tasks per stream message to an
+//     appliance that sets batched) and by heartbeats (at most OffloadSlots each,
 //     for appliances without TakeOffload); each task goes out once. A
-//     queued or dispatched task pins the object in DRAM. OffloadDone(ok) adds a COMPLETE LOCAL_DISK
+//     queued or dispatched task pins the object in DRAM. Appliances report
+//     through BatchOffloadDone (every result of one group commit in one
+//     call, applied under one lock per shard, each result judged as
+//     OffloadDone alone judges it: one refused as bad input changes nothing) or
+//     OffloadDone. OffloadDone(ok) adds a COMPLETE LOCAL_DISK
 //     replica {segment "<node>/ssd", node, endpoint, bucket, offset, length};
 //     failure or OffloadTimeout releases the pin (offloads_failed) and
 //     marks the object so eviction frees its DRAM without a disk copy
@@ -413,7 +418,7 @@
 // the client's state (2 × (ClientTTL + ClientGrace), at least a minute,
 // after the last call naming it). The writer checks of PutEnd/PutRevoke
 // (ILLEGAL_CLIENT when another client ID ends a put) and of OffloadDone
-// (the task's node) then hold against forgery, since a client ID can no
+// and BatchOffloadDone (the task's node) then hold against forgery, since a client ID can no
 // longer be borrowed. Session(clientID) and auth.FromContext(ctx) expose
 // the principal. Without credentials no Authorizer runs and no session is
 // kept.

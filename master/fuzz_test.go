@@ -21,6 +21,7 @@ func FuzzMasterOps(f *testing.F) {
 	f.Add([]byte{0, 1, 0, 4, 1, 1, 14, 5, 3, 5, 6, 2, 7, 0, 8, 0, 11, 1, 3, 1})
 	f.Add([]byte{0, 7, 1, 7, 3, 7, 6, 0, 8, 0, 0, 8, 6, 2, 7, 0, 0, 8, 9, 3, 7, 0})
 	f.Add([]byte{0, 2, 1, 2, 15, 2, 6, 0, 15, 20, 8, 0, 5, 2, 6, 1, 8, 0})
+	f.Add([]byte{0, 0, 1, 0, 0, 1, 1, 1, 0, 2, 1, 2, 10, 20, 10, 26, 5, 0}) // batch offload reports
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) > 400 {
 			data = data[:400]
@@ -114,8 +115,27 @@ func FuzzMasterOps(f *testing.F) {
 				}
 			case 10:
 				res, _ := m.Heartbeat(ctx, HeartbeatRequest{Client: clients[int(arg)%2], OffloadSlots: int(arg % 3), Disk: &DiskStats{Capacity: 1 << 20}})
+				if arg&16 == 0 {
+					for _, task := range res.Offload {
+						m.OffloadDone(ctx, OffloadResult{Client: "A", Tenant: task.Tenant, Key: task.Key, OK: arg&8 == 0, Bucket: uint64(arg % 2), Length: task.Size})
+					}
+					break
+				}
+				// The same results in one BatchOffloadDone, with a result of
+				// a key that may be unknown and one with a wrong length: each
+				// gets its own answer, and the bad ones change nothing
+				// (CheckInvariants below).
+				var batch []OffloadResult
 				for _, task := range res.Offload {
-					m.OffloadDone(ctx, OffloadResult{Client: "A", Tenant: task.Tenant, Key: task.Key, OK: arg&8 == 0, Bucket: uint64(arg % 2), Length: task.Size})
+					batch = append(batch, OffloadResult{Tenant: task.Tenant, Key: task.Key, OK: arg&8 == 0, Bucket: uint64(arg % 2), Length: task.Size})
+				}
+				batch = append(batch, OffloadResult{Key: key, OK: true, Bucket: 1, Length: uint64(arg)}, OffloadResult{Key: keyOf(arg + 1), OK: true, Length: 1 << 40})
+				errs, err := m.BatchOffloadDone(ctx, "A", batch)
+				if err == nil && len(errs) != len(batch) {
+					t.Fatalf("step %d: %d answers for %d results", i, len(errs), len(batch))
+				}
+				if err == nil && errs[len(errs)-1] == nil {
+					t.Fatalf("step %d: a disk copy of 1 TiB was accepted", i)
 				}
 			case 11:
 				l := leased()

@@ -597,15 +597,32 @@ func (s *grpcServer) TakeOffload(r *kvtierpb.TakeOffloadRequest, stream grpc.Ser
 	if err != nil {
 		return toGRPC(err)
 	}
-	for _, t := range tasks {
-		// A task whose send fails stays dispatched until OffloadTimeout
-		// frees it, as one in a lost heartbeat reply does.
-		if err := stream.Send(s.offloadTaskToPB(t)); err != nil {
+	// A task whose send fails stays dispatched until OffloadTimeout frees
+	// it, as one in a lost heartbeat reply does.
+	per := 1
+	if r.GetBatched() {
+		per = takeOffloadPerMessage
+	}
+	for lo := 0; lo < len(tasks); lo += per {
+		chunk := tasks[lo:min(len(tasks), lo+per)]
+		msg := s.offloadTaskToPB(chunk[0])
+		if len(chunk) > 1 {
+			msg.More = make([]*kvtierpb.OffloadTask, 0, len(chunk)-1)
+			for _, t := range chunk[1:] {
+				msg.More = append(msg.More, s.offloadTaskToPB(t))
+			}
+		}
+		if err := stream.Send(msg); err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+// takeOffloadPerMessage is the most tasks one TakeOffload stream message
+// carries to an appliance that reads OffloadTask.more (about 100 bytes of
+// task each, far below gRPC's 4 MiB message limit).
+const takeOffloadPerMessage = 1024
 
 func (s *grpcServer) TakeRemovals(r *kvtierpb.TakeRemovalsRequest, stream grpc.ServerStreamingServer[kvtierpb.TakeRemovalsResponse]) error {
 	outbox, rs, err := s.m.TakeRemovals(stream.Context(), r.GetClientId(), r.GetOutbox(), r.GetAckThrough(), time.Duration(r.GetWaitMs())*time.Millisecond)
@@ -628,6 +645,19 @@ func (s *grpcServer) OffloadDone(ctx context.Context, r *kvtierpb.OffloadDoneReq
 	err := s.m.OffloadDone(ctx, OffloadResult{Client: r.GetClientId(), Tenant: r.GetTenant(), Key: string(r.GetKey()),
 		OK: r.GetOk(), Bucket: r.GetBucket(), Offset: r.GetOffset(), Length: r.GetLength(), Error: r.GetError(), Retry: r.GetRetry()})
 	return &kvtierpb.Empty{}, toGRPC(err)
+}
+
+func (s *grpcServer) BatchOffloadDone(ctx context.Context, r *kvtierpb.BatchOffloadDoneRequest) (*kvtierpb.BatchResponse, error) {
+	res := make([]OffloadResult, len(r.GetItems()))
+	for i, it := range r.GetItems() {
+		res[i] = OffloadResult{Client: it.GetClientId(), Tenant: it.GetTenant(), Key: string(it.GetKey()), OK: it.GetOk(),
+			Bucket: it.GetBucket(), Offset: it.GetOffset(), Length: it.GetLength(), Error: it.GetError(), Retry: it.GetRetry()}
+	}
+	errs, err := s.m.BatchOffloadDone(ctx, r.GetClientId(), res)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	return keyResults(errs), nil
 }
 
 func (s *grpcServer) RegisterDiskObjects(ctx context.Context, r *kvtierpb.RegisterDiskObjectsRequest) (*kvtierpb.BatchResponse, error) {

@@ -290,7 +290,12 @@ func splitCK(c string) (tenant, key string) {
 }
 
 func (m *Master) shardOf(c string) *shard {
-	return &m.shards[maphash.String(m.seed, c)&(numShards-1)]
+	return &m.shards[m.shardIndex(c)]
+}
+
+// shardIndex is the index in m.shards of c's shard.
+func (m *Master) shardIndex(c string) uint32 {
+	return uint32(maphash.String(m.seed, c) & (numShards - 1))
 }
 
 func (m *Master) intern(s string) string {

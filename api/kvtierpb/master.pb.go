@@ -2852,12 +2852,17 @@ func (x *TierSettings) GetSsdHighWatermark() float64 {
 }
 
 type OffloadTask struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	Key           []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	Size          uint64                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
-	Crc32C        uint32                 `protobuf:"varint,4,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
-	Source        *Replica               `protobuf:"bytes,5,opt,name=source,proto3" json:"source,omitempty"` // the MEMORY replica to copy (on this node)
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Key    []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Size   uint64                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	Crc32C uint32                 `protobuf:"varint,4,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
+	Source *Replica               `protobuf:"bytes,5,opt,name=source,proto3" json:"source,omitempty"` // the MEMORY replica to copy (on this node)
+	// TakeOffload with batched: further tasks packed into this stream
+	// message (one message per task cost the master and the appliance about
+	// a tenth of their CPU when offloading 4 KiB objects). Never nested
+	// deeper; empty in heartbeat answers.
+	More          []*OffloadTask `protobuf:"bytes,401,rep,name=more,proto3" json:"more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2927,12 +2932,22 @@ func (x *OffloadTask) GetSource() *Replica {
 	return nil
 }
 
+func (x *OffloadTask) GetMore() []*OffloadTask {
+	if x != nil {
+		return x.More
+	}
+	return nil
+}
+
 // TakeOffload: an appliance with free offload slots asks for tasks.
 type TakeOffloadRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	Slots         uint32                 `protobuf:"varint,2,opt,name=slots,proto3" json:"slots,omitempty"`                 // most tasks to hand out, 1..65536
-	WaitMs        uint32                 `protobuf:"varint,3,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"` // longest the master waits for a first task, 1..5000
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Slots    uint32                 `protobuf:"varint,2,opt,name=slots,proto3" json:"slots,omitempty"`                 // most tasks to hand out, 1..65536
+	WaitMs   uint32                 `protobuf:"varint,3,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"` // longest the master waits for a first task, 1..5000
+	// The caller reads OffloadTask.more: the master may send many tasks per
+	// stream message. Unset (an older appliance): one task per message.
+	Batched       bool `protobuf:"varint,400,opt,name=batched,proto3" json:"batched,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2986,6 +3001,13 @@ func (x *TakeOffloadRequest) GetWaitMs() uint32 {
 		return x.WaitMs
 	}
 	return 0
+}
+
+func (x *TakeOffloadRequest) GetBatched() bool {
+	if x != nil {
+		return x.Batched
+	}
+	return false
 }
 
 type HeartbeatResponse struct {
@@ -5307,6 +5329,60 @@ func (x *RegisterDramObjectsRequest) GetLast() bool {
 	return false
 }
 
+// BatchOffloadDone (appliances with an SSD tier). Each item's client_id is
+// empty or the request's.
+type BatchOffloadDoneRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Items         []*OffloadDoneRequest  `protobuf:"bytes,2,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchOffloadDoneRequest) Reset() {
+	*x = BatchOffloadDoneRequest{}
+	mi := &file_master_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchOffloadDoneRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchOffloadDoneRequest) ProtoMessage() {}
+
+func (x *BatchOffloadDoneRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchOffloadDoneRequest.ProtoReflect.Descriptor instead.
+func (*BatchOffloadDoneRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *BatchOffloadDoneRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *BatchOffloadDoneRequest) GetItems() []*OffloadDoneRequest {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
 var File_master_proto protoreflect.FileDescriptor
 
 const file_master_proto_rawDesc = "" +
@@ -5535,17 +5611,19 @@ const file_master_proto_rawDesc = "" +
 	"\n" +
 	"ssd_policy\x18\x02 \x01(\tR\tssdPolicy\x12!\n" +
 	"\fssd_capacity\x18\x03 \x01(\x04R\vssdCapacity\x12,\n" +
-	"\x12ssd_high_watermark\x18\x04 \x01(\x01R\x10ssdHighWatermark\"\x8f\x01\n" +
+	"\x12ssd_high_watermark\x18\x04 \x01(\x01R\x10ssdHighWatermark\"\xbc\x01\n" +
 	"\vOffloadTask\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x04R\x04size\x12\x16\n" +
 	"\x06crc32c\x18\x04 \x01(\rR\x06crc32c\x12*\n" +
-	"\x06source\x18\x05 \x01(\v2\x12.kvtier.v1.ReplicaR\x06source\"`\n" +
+	"\x06source\x18\x05 \x01(\v2\x12.kvtier.v1.ReplicaR\x06source\x12+\n" +
+	"\x04more\x18\x91\x03 \x03(\v2\x16.kvtier.v1.OffloadTaskR\x04more\"{\n" +
 	"\x12TakeOffloadRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x14\n" +
 	"\x05slots\x18\x02 \x01(\rR\x05slots\x12\x17\n" +
-	"\await_ms\x18\x03 \x01(\rR\x06waitMs\"\xe7\x01\n" +
+	"\await_ms\x18\x03 \x01(\rR\x06waitMs\x12\x19\n" +
+	"\abatched\x18\x90\x03 \x01(\bR\abatched\"\xe7\x01\n" +
 	"\x11HeartbeatResponse\x12\x14\n" +
 	"\x05known\x18\x01 \x01(\bR\x05known\x120\n" +
 	"\aoffload\x18\x02 \x03(\v2\x16.kvtier.v1.OffloadTaskR\aoffload\x123\n" +
@@ -5758,7 +5836,10 @@ const file_master_proto_rawDesc = "" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\tR\vincarnation\x12/\n" +
 	"\aobjects\x18\x03 \x03(\v2\x15.kvtier.v1.DramObjectR\aobjects\x12\x12\n" +
-	"\x04last\x18\x04 \x01(\bR\x04last*\xce\x04\n" +
+	"\x04last\x18\x04 \x01(\bR\x04last\"k\n" +
+	"\x17BatchOffloadDoneRequest\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x123\n" +
+	"\x05items\x18\x02 \x03(\v2\x1d.kvtier.v1.OffloadDoneRequestR\x05items*\xce\x04\n" +
 	"\tErrorCode\x12\x06\n" +
 	"\x02OK\x10\x00\x12\x12\n" +
 	"\x0eINTERNAL_ERROR\x10\x01\x12\x12\n" +
@@ -5813,7 +5894,7 @@ const file_master_proto_rawDesc = "" +
 	"\x18CLIENT_STATE_UNSPECIFIED\x10\x00\x12\b\n" +
 	"\x04LIVE\x10\x01\x12\x10\n" +
 	"\fCLIENT_GRACE\x10\x02\x12\b\n" +
-	"\x04GONE\x10\x032\x84\x12\n" +
+	"\x04GONE\x10\x032\xd6\x12\n" +
 	"\x06Master\x12C\n" +
 	"\bPutStart\x12\x1a.kvtier.v1.PutStartRequest\x1a\x1b.kvtier.v1.PutStartResponse\x121\n" +
 	"\x06PutEnd\x12\x15.kvtier.v1.KeyRequest\x1a\x10.kvtier.v1.Empty\x124\n" +
@@ -5849,7 +5930,8 @@ const file_master_proto_rawDesc = "" +
 	"\fTakeRemovals\x12\x1e.kvtier.v1.TakeRemovalsRequest\x1a\x1f.kvtier.v1.TakeRemovalsResponse0\x01\x12\\\n" +
 	"\x0fTakeDramRecords\x12!.kvtier.v1.TakeDramRecordsRequest\x1a\".kvtier.v1.TakeDramRecordsResponse(\x010\x01\x12V\n" +
 	"\x13RegisterDramObjects\x12%.kvtier.v1.RegisterDramObjectsRequest\x1a\x18.kvtier.v1.BatchResponse\x12F\n" +
-	"\tPutTicket\x12\x1b.kvtier.v1.PutTicketRequest\x1a\x1c.kvtier.v1.PutTicketResponseB'Z%github.com/kvtier/kvtier/api/kvtierpbb\x06proto3"
+	"\tPutTicket\x12\x1b.kvtier.v1.PutTicketRequest\x1a\x1c.kvtier.v1.PutTicketResponse\x12P\n" +
+	"\x10BatchOffloadDone\x12\".kvtier.v1.BatchOffloadDoneRequest\x1a\x18.kvtier.v1.BatchResponseB'Z%github.com/kvtier/kvtier/api/kvtierpbb\x06proto3"
 
 var (
 	file_master_proto_rawDescOnce sync.Once
@@ -5864,7 +5946,7 @@ func file_master_proto_rawDescGZIP() []byte {
 }
 
 var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
+var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
 var file_master_proto_goTypes = []any{
 	(ErrorCode)(0),                      // 0: kvtier.v1.ErrorCode
 	(ReplicaType)(0),                    // 1: kvtier.v1.ReplicaType
@@ -5934,9 +6016,10 @@ var file_master_proto_goTypes = []any{
 	(*TakeDramRecordsResponse)(nil),     // 65: kvtier.v1.TakeDramRecordsResponse
 	(*DramObject)(nil),                  // 66: kvtier.v1.DramObject
 	(*RegisterDramObjectsRequest)(nil),  // 67: kvtier.v1.RegisterDramObjectsRequest
-	nil,                                 // 68: kvtier.v1.HeartbeatRequest.GrantRefusalsEntry
-	nil,                                 // 69: kvtier.v1.ClientInfo.GrantRefusalsEntry
-	nil,                                 // 70: kvtier.v1.StatsResponse.CountersEntry
+	(*BatchOffloadDoneRequest)(nil),     // 68: kvtier.v1.BatchOffloadDoneRequest
+	nil,                                 // 69: kvtier.v1.HeartbeatRequest.GrantRefusalsEntry
+	nil,                                 // 70: kvtier.v1.ClientInfo.GrantRefusalsEntry
+	nil,                                 // 71: kvtier.v1.StatsResponse.CountersEntry
 }
 var file_master_proto_depIdxs = []int32{
 	1,  // 0: kvtier.v1.Replica.type:type_name -> kvtier.v1.ReplicaType
@@ -5961,105 +6044,109 @@ var file_master_proto_depIdxs = []int32{
 	28, // 19: kvtier.v1.HeartbeatRequest.disk:type_name -> kvtier.v1.DiskTierStats
 	31, // 20: kvtier.v1.HeartbeatRequest.nvme:type_name -> kvtier.v1.NvmeStats
 	30, // 21: kvtier.v1.HeartbeatRequest.cached_reads:type_name -> kvtier.v1.CachedRead
-	68, // 22: kvtier.v1.HeartbeatRequest.grant_refusals:type_name -> kvtier.v1.HeartbeatRequest.GrantRefusalsEntry
+	69, // 22: kvtier.v1.HeartbeatRequest.grant_refusals:type_name -> kvtier.v1.HeartbeatRequest.GrantRefusalsEntry
 	32, // 23: kvtier.v1.NvmeStats.subsystems:type_name -> kvtier.v1.NvmeSubsystem
 	34, // 24: kvtier.v1.NvmeStats.hosts:type_name -> kvtier.v1.NvmeHost
 	33, // 25: kvtier.v1.NvmeSubsystem.namespaces:type_name -> kvtier.v1.NvmeNamespace
 	5,  // 26: kvtier.v1.OffloadTask.source:type_name -> kvtier.v1.Replica
-	36, // 27: kvtier.v1.HeartbeatResponse.offload:type_name -> kvtier.v1.OffloadTask
-	35, // 28: kvtier.v1.HeartbeatResponse.settings:type_name -> kvtier.v1.TierSettings
-	39, // 29: kvtier.v1.HeartbeatResponse.grant_keys:type_name -> kvtier.v1.GrantKey
-	41, // 30: kvtier.v1.RegisterDiskObjectsRequest.objects:type_name -> kvtier.v1.DiskObject
-	5,  // 31: kvtier.v1.ObjectInfo.replicas:type_name -> kvtier.v1.Replica
-	45, // 32: kvtier.v1.ListObjectsResponse.objects:type_name -> kvtier.v1.ObjectInfo
-	25, // 33: kvtier.v1.SegmentInfo.segment:type_name -> kvtier.v1.Segment
-	3,  // 34: kvtier.v1.SegmentInfo.state:type_name -> kvtier.v1.SegmentState
-	47, // 35: kvtier.v1.ListSegmentsResponse.segments:type_name -> kvtier.v1.SegmentInfo
-	4,  // 36: kvtier.v1.ClientInfo.state:type_name -> kvtier.v1.ClientState
-	28, // 37: kvtier.v1.ClientInfo.disk:type_name -> kvtier.v1.DiskTierStats
-	31, // 38: kvtier.v1.ClientInfo.nvme:type_name -> kvtier.v1.NvmeStats
-	69, // 39: kvtier.v1.ClientInfo.grant_refusals:type_name -> kvtier.v1.ClientInfo.GrantRefusalsEntry
-	49, // 40: kvtier.v1.ListClientsResponse.clients:type_name -> kvtier.v1.ClientInfo
-	51, // 41: kvtier.v1.StatsResponse.tiers:type_name -> kvtier.v1.TierStats
-	70, // 42: kvtier.v1.StatsResponse.counters:type_name -> kvtier.v1.StatsResponse.CountersEntry
-	53, // 43: kvtier.v1.TiersResponse.dram:type_name -> kvtier.v1.DramSettings
-	35, // 44: kvtier.v1.TiersResponse.ssd:type_name -> kvtier.v1.TierSettings
-	51, // 45: kvtier.v1.TiersResponse.stats:type_name -> kvtier.v1.TierStats
-	60, // 46: kvtier.v1.DiskRemoval.keep:type_name -> kvtier.v1.DiskLocation
-	61, // 47: kvtier.v1.TakeRemovalsResponse.removals:type_name -> kvtier.v1.DiskRemoval
-	64, // 48: kvtier.v1.TakeDramRecordsResponse.records:type_name -> kvtier.v1.DramRecord
-	66, // 49: kvtier.v1.RegisterDramObjectsRequest.objects:type_name -> kvtier.v1.DramObject
-	7,  // 50: kvtier.v1.Master.PutStart:input_type -> kvtier.v1.PutStartRequest
-	9,  // 51: kvtier.v1.Master.PutEnd:input_type -> kvtier.v1.KeyRequest
-	9,  // 52: kvtier.v1.Master.PutRevoke:input_type -> kvtier.v1.KeyRequest
-	9,  // 53: kvtier.v1.Master.GetReplicaList:input_type -> kvtier.v1.KeyRequest
-	9,  // 54: kvtier.v1.Master.Exist:input_type -> kvtier.v1.KeyRequest
-	9,  // 55: kvtier.v1.Master.Remove:input_type -> kvtier.v1.KeyRequest
-	13, // 56: kvtier.v1.Master.RemoveByRegex:input_type -> kvtier.v1.RemoveByRegexRequest
-	14, // 57: kvtier.v1.Master.RemoveAll:input_type -> kvtier.v1.RemoveAllRequest
-	16, // 58: kvtier.v1.Master.BatchPutStart:input_type -> kvtier.v1.BatchPutStartRequest
-	19, // 59: kvtier.v1.Master.BatchPutEnd:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 60: kvtier.v1.Master.BatchPutRevoke:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 61: kvtier.v1.Master.BatchGetReplicaList:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 62: kvtier.v1.Master.BatchExist:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 63: kvtier.v1.Master.BatchRemove:input_type -> kvtier.v1.BatchKeysRequest
-	26, // 64: kvtier.v1.Master.MountSegment:input_type -> kvtier.v1.MountSegmentRequest
-	27, // 65: kvtier.v1.Master.UnmountSegment:input_type -> kvtier.v1.UnmountSegmentRequest
-	29, // 66: kvtier.v1.Master.Heartbeat:input_type -> kvtier.v1.HeartbeatRequest
-	40, // 67: kvtier.v1.Master.OffloadDone:input_type -> kvtier.v1.OffloadDoneRequest
-	37, // 68: kvtier.v1.Master.TakeOffload:input_type -> kvtier.v1.TakeOffloadRequest
-	42, // 69: kvtier.v1.Master.RegisterDiskObjects:input_type -> kvtier.v1.RegisterDiskObjectsRequest
-	43, // 70: kvtier.v1.Master.DropBucket:input_type -> kvtier.v1.DropBucketRequest
-	44, // 71: kvtier.v1.Master.ListObjects:input_type -> kvtier.v1.ListObjectsRequest
-	9,  // 72: kvtier.v1.Master.GetObject:input_type -> kvtier.v1.KeyRequest
-	10, // 73: kvtier.v1.Master.ListSegments:input_type -> kvtier.v1.Empty
-	10, // 74: kvtier.v1.Master.ListClients:input_type -> kvtier.v1.Empty
-	10, // 75: kvtier.v1.Master.Stats:input_type -> kvtier.v1.Empty
-	10, // 76: kvtier.v1.Master.GetTiers:input_type -> kvtier.v1.Empty
-	55, // 77: kvtier.v1.Master.UpdateTiers:input_type -> kvtier.v1.UpdateTiersRequest
-	10, // 78: kvtier.v1.Master.WatchEvents:input_type -> kvtier.v1.Empty
-	59, // 79: kvtier.v1.Master.TakeRemovals:input_type -> kvtier.v1.TakeRemovalsRequest
-	63, // 80: kvtier.v1.Master.TakeDramRecords:input_type -> kvtier.v1.TakeDramRecordsRequest
-	67, // 81: kvtier.v1.Master.RegisterDramObjects:input_type -> kvtier.v1.RegisterDramObjectsRequest
-	57, // 82: kvtier.v1.Master.PutTicket:input_type -> kvtier.v1.PutTicketRequest
-	8,  // 83: kvtier.v1.Master.PutStart:output_type -> kvtier.v1.PutStartResponse
-	10, // 84: kvtier.v1.Master.PutEnd:output_type -> kvtier.v1.Empty
-	10, // 85: kvtier.v1.Master.PutRevoke:output_type -> kvtier.v1.Empty
-	11, // 86: kvtier.v1.Master.GetReplicaList:output_type -> kvtier.v1.GetReplicaListResponse
-	12, // 87: kvtier.v1.Master.Exist:output_type -> kvtier.v1.ExistResponse
-	10, // 88: kvtier.v1.Master.Remove:output_type -> kvtier.v1.Empty
-	15, // 89: kvtier.v1.Master.RemoveByRegex:output_type -> kvtier.v1.CountResponse
-	15, // 90: kvtier.v1.Master.RemoveAll:output_type -> kvtier.v1.CountResponse
-	18, // 91: kvtier.v1.Master.BatchPutStart:output_type -> kvtier.v1.BatchPutStartResponse
-	21, // 92: kvtier.v1.Master.BatchPutEnd:output_type -> kvtier.v1.BatchResponse
-	21, // 93: kvtier.v1.Master.BatchPutRevoke:output_type -> kvtier.v1.BatchResponse
-	23, // 94: kvtier.v1.Master.BatchGetReplicaList:output_type -> kvtier.v1.BatchGetReplicaListResponse
-	24, // 95: kvtier.v1.Master.BatchExist:output_type -> kvtier.v1.BatchExistResponse
-	21, // 96: kvtier.v1.Master.BatchRemove:output_type -> kvtier.v1.BatchResponse
-	10, // 97: kvtier.v1.Master.MountSegment:output_type -> kvtier.v1.Empty
-	10, // 98: kvtier.v1.Master.UnmountSegment:output_type -> kvtier.v1.Empty
-	38, // 99: kvtier.v1.Master.Heartbeat:output_type -> kvtier.v1.HeartbeatResponse
-	10, // 100: kvtier.v1.Master.OffloadDone:output_type -> kvtier.v1.Empty
-	36, // 101: kvtier.v1.Master.TakeOffload:output_type -> kvtier.v1.OffloadTask
-	21, // 102: kvtier.v1.Master.RegisterDiskObjects:output_type -> kvtier.v1.BatchResponse
-	10, // 103: kvtier.v1.Master.DropBucket:output_type -> kvtier.v1.Empty
-	46, // 104: kvtier.v1.Master.ListObjects:output_type -> kvtier.v1.ListObjectsResponse
-	45, // 105: kvtier.v1.Master.GetObject:output_type -> kvtier.v1.ObjectInfo
-	48, // 106: kvtier.v1.Master.ListSegments:output_type -> kvtier.v1.ListSegmentsResponse
-	50, // 107: kvtier.v1.Master.ListClients:output_type -> kvtier.v1.ListClientsResponse
-	52, // 108: kvtier.v1.Master.Stats:output_type -> kvtier.v1.StatsResponse
-	54, // 109: kvtier.v1.Master.GetTiers:output_type -> kvtier.v1.TiersResponse
-	54, // 110: kvtier.v1.Master.UpdateTiers:output_type -> kvtier.v1.TiersResponse
-	56, // 111: kvtier.v1.Master.WatchEvents:output_type -> kvtier.v1.Event
-	62, // 112: kvtier.v1.Master.TakeRemovals:output_type -> kvtier.v1.TakeRemovalsResponse
-	65, // 113: kvtier.v1.Master.TakeDramRecords:output_type -> kvtier.v1.TakeDramRecordsResponse
-	21, // 114: kvtier.v1.Master.RegisterDramObjects:output_type -> kvtier.v1.BatchResponse
-	58, // 115: kvtier.v1.Master.PutTicket:output_type -> kvtier.v1.PutTicketResponse
-	83, // [83:116] is the sub-list for method output_type
-	50, // [50:83] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	36, // 27: kvtier.v1.OffloadTask.more:type_name -> kvtier.v1.OffloadTask
+	36, // 28: kvtier.v1.HeartbeatResponse.offload:type_name -> kvtier.v1.OffloadTask
+	35, // 29: kvtier.v1.HeartbeatResponse.settings:type_name -> kvtier.v1.TierSettings
+	39, // 30: kvtier.v1.HeartbeatResponse.grant_keys:type_name -> kvtier.v1.GrantKey
+	41, // 31: kvtier.v1.RegisterDiskObjectsRequest.objects:type_name -> kvtier.v1.DiskObject
+	5,  // 32: kvtier.v1.ObjectInfo.replicas:type_name -> kvtier.v1.Replica
+	45, // 33: kvtier.v1.ListObjectsResponse.objects:type_name -> kvtier.v1.ObjectInfo
+	25, // 34: kvtier.v1.SegmentInfo.segment:type_name -> kvtier.v1.Segment
+	3,  // 35: kvtier.v1.SegmentInfo.state:type_name -> kvtier.v1.SegmentState
+	47, // 36: kvtier.v1.ListSegmentsResponse.segments:type_name -> kvtier.v1.SegmentInfo
+	4,  // 37: kvtier.v1.ClientInfo.state:type_name -> kvtier.v1.ClientState
+	28, // 38: kvtier.v1.ClientInfo.disk:type_name -> kvtier.v1.DiskTierStats
+	31, // 39: kvtier.v1.ClientInfo.nvme:type_name -> kvtier.v1.NvmeStats
+	70, // 40: kvtier.v1.ClientInfo.grant_refusals:type_name -> kvtier.v1.ClientInfo.GrantRefusalsEntry
+	49, // 41: kvtier.v1.ListClientsResponse.clients:type_name -> kvtier.v1.ClientInfo
+	51, // 42: kvtier.v1.StatsResponse.tiers:type_name -> kvtier.v1.TierStats
+	71, // 43: kvtier.v1.StatsResponse.counters:type_name -> kvtier.v1.StatsResponse.CountersEntry
+	53, // 44: kvtier.v1.TiersResponse.dram:type_name -> kvtier.v1.DramSettings
+	35, // 45: kvtier.v1.TiersResponse.ssd:type_name -> kvtier.v1.TierSettings
+	51, // 46: kvtier.v1.TiersResponse.stats:type_name -> kvtier.v1.TierStats
+	60, // 47: kvtier.v1.DiskRemoval.keep:type_name -> kvtier.v1.DiskLocation
+	61, // 48: kvtier.v1.TakeRemovalsResponse.removals:type_name -> kvtier.v1.DiskRemoval
+	64, // 49: kvtier.v1.TakeDramRecordsResponse.records:type_name -> kvtier.v1.DramRecord
+	66, // 50: kvtier.v1.RegisterDramObjectsRequest.objects:type_name -> kvtier.v1.DramObject
+	40, // 51: kvtier.v1.BatchOffloadDoneRequest.items:type_name -> kvtier.v1.OffloadDoneRequest
+	7,  // 52: kvtier.v1.Master.PutStart:input_type -> kvtier.v1.PutStartRequest
+	9,  // 53: kvtier.v1.Master.PutEnd:input_type -> kvtier.v1.KeyRequest
+	9,  // 54: kvtier.v1.Master.PutRevoke:input_type -> kvtier.v1.KeyRequest
+	9,  // 55: kvtier.v1.Master.GetReplicaList:input_type -> kvtier.v1.KeyRequest
+	9,  // 56: kvtier.v1.Master.Exist:input_type -> kvtier.v1.KeyRequest
+	9,  // 57: kvtier.v1.Master.Remove:input_type -> kvtier.v1.KeyRequest
+	13, // 58: kvtier.v1.Master.RemoveByRegex:input_type -> kvtier.v1.RemoveByRegexRequest
+	14, // 59: kvtier.v1.Master.RemoveAll:input_type -> kvtier.v1.RemoveAllRequest
+	16, // 60: kvtier.v1.Master.BatchPutStart:input_type -> kvtier.v1.BatchPutStartRequest
+	19, // 61: kvtier.v1.Master.BatchPutEnd:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 62: kvtier.v1.Master.BatchPutRevoke:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 63: kvtier.v1.Master.BatchGetReplicaList:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 64: kvtier.v1.Master.BatchExist:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 65: kvtier.v1.Master.BatchRemove:input_type -> kvtier.v1.BatchKeysRequest
+	26, // 66: kvtier.v1.Master.MountSegment:input_type -> kvtier.v1.MountSegmentRequest
+	27, // 67: kvtier.v1.Master.UnmountSegment:input_type -> kvtier.v1.UnmountSegmentRequest
+	29, // 68: kvtier.v1.Master.Heartbeat:input_type -> kvtier.v1.HeartbeatRequest
+	40, // 69: kvtier.v1.Master.OffloadDone:input_type -> kvtier.v1.OffloadDoneRequest
+	37, // 70: kvtier.v1.Master.TakeOffload:input_type -> kvtier.v1.TakeOffloadRequest
+	42, // 71: kvtier.v1.Master.RegisterDiskObjects:input_type -> kvtier.v1.RegisterDiskObjectsRequest
+	43, // 72: kvtier.v1.Master.DropBucket:input_type -> kvtier.v1.DropBucketRequest
+	44, // 73: kvtier.v1.Master.ListObjects:input_type -> kvtier.v1.ListObjectsRequest
+	9,  // 74: kvtier.v1.Master.GetObject:input_type -> kvtier.v1.KeyRequest
+	10, // 75: kvtier.v1.Master.ListSegments:input_type -> kvtier.v1.Empty
+	10, // 76: kvtier.v1.Master.ListClients:input_type -> kvtier.v1.Empty
+	10, // 77: kvtier.v1.Master.Stats:input_type -> kvtier.v1.Empty
+	10, // 78: kvtier.v1.Master.GetTiers:input_type -> kvtier.v1.Empty
+	55, // 79: kvtier.v1.Master.UpdateTiers:input_type -> kvtier.v1.UpdateTiersRequest
+	10, // 80: kvtier.v1.Master.WatchEvents:input_type -> kvtier.v1.Empty
+	59, // 81: kvtier.v1.Master.TakeRemovals:input_type -> kvtier.v1.TakeRemovalsRequest
+	63, // 82: kvtier.v1.Master.TakeDramRecords:input_type -> kvtier.v1.TakeDramRecordsRequest
+	67, // 83: kvtier.v1.Master.RegisterDramObjects:input_type -> kvtier.v1.RegisterDramObjectsRequest
+	57, // 84: kvtier.v1.Master.PutTicket:input_type -> kvtier.v1.PutTicketRequest
+	68, // 85: kvtier.v1.Master.BatchOffloadDone:input_type -> kvtier.v1.BatchOffloadDoneRequest
+	8,  // 86: kvtier.v1.Master.PutStart:output_type -> kvtier.v1.PutStartResponse
+	10, // 87: kvtier.v1.Master.PutEnd:output_type -> kvtier.v1.Empty
+	10, // 88: kvtier.v1.Master.PutRevoke:output_type -> kvtier.v1.Empty
+	11, // 89: kvtier.v1.Master.GetReplicaList:output_type -> kvtier.v1.GetReplicaListResponse
+	12, // 90: kvtier.v1.Master.Exist:output_type -> kvtier.v1.ExistResponse
+	10, // 91: kvtier.v1.Master.Remove:output_type -> kvtier.v1.Empty
+	15, // 92: kvtier.v1.Master.RemoveByRegex:output_type -> kvtier.v1.CountResponse
+	15, // 93: kvtier.v1.Master.RemoveAll:output_type -> kvtier.v1.CountResponse
+	18, // 94: kvtier.v1.Master.BatchPutStart:output_type -> kvtier.v1.BatchPutStartResponse
+	21, // 95: kvtier.v1.Master.BatchPutEnd:output_type -> kvtier.v1.BatchResponse
+	21, // 96: kvtier.v1.Master.BatchPutRevoke:output_type -> kvtier.v1.BatchResponse
+	23, // 97: kvtier.v1.Master.BatchGetReplicaList:output_type -> kvtier.v1.BatchGetReplicaListResponse
+	24, // 98: kvtier.v1.Master.BatchExist:output_type -> kvtier.v1.BatchExistResponse
+	21, // 99: kvtier.v1.Master.BatchRemove:output_type -> kvtier.v1.BatchResponse
+	10, // 100: kvtier.v1.Master.MountSegment:output_type -> kvtier.v1.Empty
+	10, // 101: kvtier.v1.Master.UnmountSegment:output_type -> kvtier.v1.Empty
+	38, // 102: kvtier.v1.Master.Heartbeat:output_type -> kvtier.v1.HeartbeatResponse
+	10, // 103: kvtier.v1.Master.OffloadDone:output_type -> kvtier.v1.Empty
+	36, // 104: kvtier.v1.Master.TakeOffload:output_type -> kvtier.v1.OffloadTask
+	21, // 105: kvtier.v1.Master.RegisterDiskObjects:output_type -> kvtier.v1.BatchResponse
+	10, // 106: kvtier.v1.Master.DropBucket:output_type -> kvtier.v1.Empty
+	46, // 107: kvtier.v1.Master.ListObjects:output_type -> kvtier.v1.ListObjectsResponse
+	45, // 108: kvtier.v1.Master.GetObject:output_type -> kvtier.v1.ObjectInfo
+	48, // 109: kvtier.v1.Master.ListSegments:output_type -> kvtier.v1.ListSegmentsResponse
+	50, // 110: kvtier.v1.Master.ListClients:output_type -> kvtier.v1.ListClientsResponse
+	52, // 111: kvtier.v1.Master.Stats:output_type -> kvtier.v1.StatsResponse
+	54, // 112: kvtier.v1.Master.GetTiers:output_type -> kvtier.v1.TiersResponse
+	54, // 113: kvtier.v1.Master.UpdateTiers:output_type -> kvtier.v1.TiersResponse
+	56, // 114: kvtier.v1.Master.WatchEvents:output_type -> kvtier.v1.Event
+	62, // 115: kvtier.v1.Master.TakeRemovals:output_type -> kvtier.v1.TakeRemovalsResponse
+	65, // 116: kvtier.v1.Master.TakeDramRecords:output_type -> kvtier.v1.TakeDramRecordsResponse
+	21, // 117: kvtier.v1.Master.RegisterDramObjects:output_type -> kvtier.v1.BatchResponse
+	58, // 118: kvtier.v1.Master.PutTicket:output_type -> kvtier.v1.PutTicketResponse
+	21, // 119: kvtier.v1.Master.BatchOffloadDone:output_type -> kvtier.v1.BatchResponse
+	86, // [86:120] is the sub-list for method output_type
+	52, // [52:86] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_master_proto_init() }
@@ -6074,7 +6161,7 @@ func file_master_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_proto_rawDesc), len(file_master_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   66,
+			NumMessages:   67,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -58,6 +58,7 @@ const (
 	Master_TakeDramRecords_FullMethodName     = "/kvtier.v1.Master/TakeDramRecords"
 	Master_RegisterDramObjects_FullMethodName = "/kvtier.v1.Master/RegisterDramObjects"
 	Master_PutTicket_FullMethodName           = "/kvtier.v1.Master/PutTicket"
+	Master_BatchOffloadDone_FullMethodName    = "/kvtier.v1.Master/BatchOffloadDone"
 )
 
 // MasterClient is the client API for Master service.
@@ -133,6 +134,13 @@ type MasterClient interface {
 	// PutStart is. Without data-plane grants the answer carries no ticket
 	// (open = true): the client declares its identity in the frame.
 	PutTicket(ctx context.Context, in *PutTicketRequest, opts ...grpc.CallOption) (*PutTicketResponse, error)
+	// BatchOffloadDone is OffloadDone for many tasks of one appliance: one
+	// result per item, in order, each judged as OffloadDone judges it alone
+	// (an item refused as bad input changes nothing). The master applies the batch under
+	// one lock pass per shard; an appliance reports its offloads this way so
+	// that small objects are not reported one round trip each. A master
+	// without it answers Unimplemented and gets OffloadDone calls instead.
+	BatchOffloadDone(ctx context.Context, in *BatchOffloadDoneRequest, opts ...grpc.CallOption) (*BatchResponse, error)
 }
 
 type masterClient struct {
@@ -503,6 +511,16 @@ func (c *masterClient) PutTicket(ctx context.Context, in *PutTicketRequest, opts
 	return out, nil
 }
 
+func (c *masterClient) BatchOffloadDone(ctx context.Context, in *BatchOffloadDoneRequest, opts ...grpc.CallOption) (*BatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BatchResponse)
+	err := c.cc.Invoke(ctx, Master_BatchOffloadDone_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -576,6 +594,13 @@ type MasterServer interface {
 	// PutStart is. Without data-plane grants the answer carries no ticket
 	// (open = true): the client declares its identity in the frame.
 	PutTicket(context.Context, *PutTicketRequest) (*PutTicketResponse, error)
+	// BatchOffloadDone is OffloadDone for many tasks of one appliance: one
+	// result per item, in order, each judged as OffloadDone judges it alone
+	// (an item refused as bad input changes nothing). The master applies the batch under
+	// one lock pass per shard; an appliance reports its offloads this way so
+	// that small objects are not reported one round trip each. A master
+	// without it answers Unimplemented and gets OffloadDone calls instead.
+	BatchOffloadDone(context.Context, *BatchOffloadDoneRequest) (*BatchResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -684,6 +709,9 @@ func (UnimplementedMasterServer) RegisterDramObjects(context.Context, *RegisterD
 }
 func (UnimplementedMasterServer) PutTicket(context.Context, *PutTicketRequest) (*PutTicketResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PutTicket not implemented")
+}
+func (UnimplementedMasterServer) BatchOffloadDone(context.Context, *BatchOffloadDoneRequest) (*BatchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BatchOffloadDone not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -1268,6 +1296,24 @@ func _Master_PutTicket_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_BatchOffloadDone_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BatchOffloadDoneRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).BatchOffloadDone(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_BatchOffloadDone_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).BatchOffloadDone(ctx, req.(*BatchOffloadDoneRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1390,6 +1436,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PutTicket",
 			Handler:    _Master_PutTicket_Handler,
+		},
+		{
+			MethodName: "BatchOffloadDone",
+			Handler:    _Master_BatchOffloadDone_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -33,6 +33,7 @@ var Methods = map[string]Role{
 	"/kvtier.v1.Master/MountSegment":        RoleAppliance,
 	"/kvtier.v1.Master/UnmountSegment":      RoleAppliance, // its own segments (session); others: admin
 	"/kvtier.v1.Master/OffloadDone":         RoleAppliance,
+	"/kvtier.v1.Master/BatchOffloadDone":    RoleAppliance,
 	"/kvtier.v1.Master/TakeOffload":         RoleAppliance,
 	"/kvtier.v1.Master/RegisterDiskObjects": RoleAppliance,
 	"/kvtier.v1.Master/DropBucket":          RoleAppliance,
