@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -33,6 +34,8 @@ type rawIO struct {
 	// connection over as soon as pending is not empty).
 	nowait  bool
 	pending []byte
+
+	deadline bool // readLong set a read deadline; endLong clears it
 }
 
 // errWouldBlock: a read in event-loop mode found the socket empty.
@@ -215,4 +218,35 @@ func (r *rawIO) writevNow(bufs [][]byte) (int, error) {
 		return 0, &net.OpError{Op: "writev", Net: "tcp", Err: errno}
 	}
 	return int(done), nil
+}
+
+// readLong reads into p what the socket holds (at most len(p)), waiting
+// only when it holds nothing: the rest of a long argument, in reads as
+// large as what is left of it. With until set, a wait ends then
+// (os.ErrDeadlineExceeded).
+func (r *rawIO) readLong(p []byte, until time.Time) (int, error) {
+	if until.IsZero() && r.deadline {
+		// A deadline that passed fails every read (Go's poller checks it
+		// first): clear the one set for an earlier read.
+		r.endLong()
+	}
+	n, err := r.read(p, false)
+	if err != errWouldBlock {
+		return n, err
+	}
+	if !until.IsZero() && !r.deadline {
+		if err := r.nc.SetReadDeadline(until); err != nil {
+			return 0, err
+		}
+		r.deadline = true
+	}
+	return r.read(p, true)
+}
+
+// endLong clears what readLong set.
+func (r *rawIO) endLong() {
+	if r.deadline {
+		_ = r.nc.SetReadDeadline(time.Time{})
+		r.deadline = false
+	}
 }
