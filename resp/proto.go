@@ -61,6 +61,7 @@ type reader struct {
 	lost     bool
 	bounced  bool
 	cur      *watchState // the current command's watch, ended by release
+	crlf     [2]byte     // a bulk string's terminator, read by next
 }
 
 func newReader(r io.Reader, size, maxBulk int, pool *bufPool) *reader {
@@ -127,11 +128,10 @@ func (r *reader) next() ([][]byte, error) {
 		if err := r.readArg(dst, w); err != nil {
 			return nil, eof(err)
 		}
-		var crlf [2]byte
-		if _, err := io.ReadFull(r.br, crlf[:]); err != nil {
+		if _, err := io.ReadFull(r.br, r.crlf[:]); err != nil { // a field: a local would escape to the heap
 			return nil, eof(err)
 		}
-		if crlf != [2]byte{'\r', '\n'} {
+		if r.crlf != [2]byte{'\r', '\n'} {
 			return nil, protoErr("bulk string not terminated by CRLF")
 		}
 		r.args = append(r.args, dst)

@@ -35,6 +35,19 @@ type rawIO struct {
 	nowait  bool
 	pending []byte
 
+	// read's and Write's arguments and results, passed to the calls they
+	// make through rc (readFn and writeFn: method values made once, so
+	// that a call allocates no closure).
+	rp      []byte
+	rwait   bool
+	rn      uintptr
+	rerrno  syscall.Errno
+	readFn  func(fd uintptr) bool
+	wp      []byte
+	wdone   int
+	werrno  syscall.Errno
+	writeFn func(fd uintptr) bool
+
 	deadline bool // readLong set a read deadline; endLong clears it
 }
 
@@ -55,7 +68,9 @@ func newRawIO(nc net.Conn) *rawIO {
 	if err != nil {
 		return nil
 	}
-	return &rawIO{nc: nc, rc: rc}
+	r := &rawIO{nc: nc, rc: rc}
+	r.readFn, r.writeFn = r.readSome, r.writeAll
+	return r
 }
 
 func (r *rawIO) Read(p []byte) (int, error) {
@@ -69,16 +84,10 @@ func (r *rawIO) Read(p []byte) (int, error) {
 // goroutine in Go's poller until data comes; without it the answer is
 // errWouldBlock at once.
 func (r *rawIO) read(p []byte, wait bool) (int, error) {
-	var n uintptr
-	var errno syscall.Errno
-	err := r.rc.Read(func(fd uintptr) bool {
-		for {
-			n, _, errno = syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-			if errno != syscall.EINTR {
-				return !wait || errno != syscall.EAGAIN
-			}
-		}
-	})
+	r.rp, r.rwait = p, wait
+	err := r.rc.Read(r.readFn)
+	n, errno := r.rn, r.rerrno
+	r.rp, r.rn, r.rerrno = nil, 0, 0
 	switch {
 	case err != nil:
 		return 0, err
@@ -90,6 +99,16 @@ func (r *rawIO) read(p []byte, wait bool) (int, error) {
 		return 0, io.EOF
 	}
 	return int(n), nil
+}
+
+// readSome is read's call under rc.Read (readFn).
+func (r *rawIO) readSome(fd uintptr) bool {
+	for {
+		r.rn, _, r.rerrno = syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&r.rp[0])), uintptr(len(r.rp)))
+		if r.rerrno != syscall.EINTR {
+			return !r.rwait || r.rerrno != syscall.EAGAIN
+		}
+	}
 }
 
 // writeNow writes as much of p as the socket takes without waiting.
@@ -154,28 +173,35 @@ func (r *rawIO) Write(p []byte) (int, error) {
 	if len(p) >= bigWrite {
 		return r.nc.Write(p)
 	}
-	done := 0
-	var errno syscall.Errno
-	err := r.rc.Write(func(fd uintptr) bool {
-		for done < len(p) {
-			n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[done])), uintptr(len(p)-done))
-			switch e {
-			case 0:
-				done += int(n)
-			case syscall.EINTR:
-			case syscall.EAGAIN:
-				return false // wait until the socket takes more
-			default:
-				errno = e
-				return true
-			}
-		}
-		return true
-	})
+	r.wp = p
+	err := r.rc.Write(r.writeFn)
+	done, errno := r.wdone, r.werrno
+	r.wp, r.wdone, r.werrno = nil, 0, 0
 	if err == nil && errno != 0 {
 		err = &net.OpError{Op: "write", Net: "tcp", Err: errno}
 	}
 	return done, err
+}
+
+// writeAll is Write's call under rc.Write (writeFn): it writes r.wp
+// until the socket is full (then it waits in the poller and is called
+// again) or all went.
+func (r *rawIO) writeAll(fd uintptr) bool {
+	p := r.wp
+	for r.wdone < len(p) {
+		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[r.wdone])), uintptr(len(p)-r.wdone))
+		switch e {
+		case 0:
+			r.wdone += int(n)
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			return false // wait until the socket takes more
+		default:
+			r.werrno = e
+			return true
+		}
+	}
+	return true
 }
 
 // writevNow writes as much of bufs as the socket takes without waiting

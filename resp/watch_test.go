@@ -3,6 +3,8 @@ package resp
 import (
 	"bytes"
 	"fmt"
+	"io"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -103,4 +105,57 @@ func firstDiff(a, b []byte) int {
 		}
 	}
 	return min(len(a), len(b))
+}
+
+// TestAllocsPerShortCommand counts the heap allocations of the whole
+// process per 4 KiB GET and SET of a stored value (the SET stores nothing),
+// requests sent one at a time over TCP as redis-benchmark -P 1 does.
+func TestAllocsPerShortCommand(t *testing.T) {
+	_, addr, _ := startServerOn(t, Config{}, true)
+	c := dial(t, addr)
+	defer c.nc.Close()
+	v := bytes.Repeat([]byte("x"), 4096)
+	if got := c.do("SET", "key:__rand_int__", string(v)); got != "+OK" {
+		t.Fatal(got)
+	}
+	get := encode([][]byte{[]byte("GET"), []byte("key:__rand_int__")})
+	set := encode([][]byte{[]byte("SET"), []byte("key:__rand_int__"), v})
+	for _, tc := range []struct {
+		name  string
+		req   []byte
+		reply int
+		max   float64
+	}{
+		// GET: the key as a string (maps of the SDK and of this
+		// package), the checksum's state in crc32c.CopyUpdate; SET: the
+		// key as a string. The rest is the process's background work
+		// (heartbeats) spread over the commands.
+		{"GET", get, len(fmt.Sprintf("$%d\r\n", len(v))) + len(v) + 2, 3},
+		{"SET", set, len("+OK\r\n"), 2},
+	} {
+		reply := make([]byte, tc.reply)
+		run := func() {
+			if _, err := c.nc.Write(tc.req); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(c.nc, reply); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range 100 {
+			run()
+		}
+		const n = 2000
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for range n {
+			run()
+		}
+		runtime.ReadMemStats(&after)
+		per := float64(after.Mallocs-before.Mallocs) / n
+		t.Logf("%s 4 KiB: %.2f allocations per command (the whole process)", tc.name, per)
+		if per > tc.max {
+			t.Errorf("%s: %.2f allocations per command, want at most %v", tc.name, per, tc.max)
+		}
+	}
 }
