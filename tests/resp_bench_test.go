@@ -43,7 +43,7 @@ func BenchmarkRESP(b *testing.B) {
 		}
 	}
 	srvCPUs, cliCPUs := os.Getenv("KVTIER_RESP_SERVER_CPUS"), os.Getenv("KVTIER_RESP_CLIENT_CPUS")
-	if srvCPUs != "" || cliCPUs != "" {
+	if srvCPUs != "" || cliCPUs != "" || os.Getenv("KVTIER_RESP_REDIS_CPUS") != "" {
 		if _, err := exec.LookPath("taskset"); err != nil {
 			b.Skipf("KVTIER_RESP_*_CPUS set but taskset is not installed: %v", err)
 		}
@@ -55,7 +55,11 @@ func BenchmarkRESP(b *testing.B) {
 	loopAddr, loopPid := startRESPServer(b, srvCPUs, kvtierBin, "standalone", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
 		"--resp-addr", "127.0.0.1:0", "--name", "bench-loop", "--dram", "256MiB", "--ssd-dir", "", "--offload", "off",
 		"--resp-event-loop")
-	redis, redisPid := startRedisServer(b, srvCPUs)
+	redisCPUs := srvCPUs
+	if v := os.Getenv("KVTIER_RESP_REDIS_CPUS"); v != "" {
+		redisCPUs = v
+	}
+	redis, redisPid := startRedisServer(b, redisCPUs)
 	ceiling := serveCeiling(b, 1<<20)
 	rounds := 5
 	if v, err := strconv.Atoi(os.Getenv("KVTIER_RESP_ROUNDS")); err == nil && v > 0 {
