@@ -33,9 +33,21 @@ import (
 // (kvloop_x_redis, kvloop_x_kvtier: its ratios to redis-server and to
 // the default goroutine-per-connection mode).
 //
+// For every server it also reports how redis-benchmark spent its wall
+// time (*_loadgen_busy_*: on a CPU; *_loadgen_busy+queued_*: on a CPU or
+// queued for one, from /proc/PID/schedstat): near 1, the load generator
+// never waited for the server, so the server did not set the rate. At
+// 50 clients and 1 MiB it measured 0.98-1.00 against kvtier and the
+// ceiling and 0.85-0.99 against redis-server, with the ceiling at
+// 0.92-1.49 x redis-server (4 runs, 2026-12-02 05:47-05:59 UTC, load
+// 5-10): 2 x redis-server cannot be shown with redis-benchmark on this
+// 2-vCPU machine, by any server.
+//
 // KVTIER_RESP_ROUNDS sets the rounds (default 5). KVTIER_RESP_SERVER_CPUS
 // and KVTIER_RESP_CLIENT_CPUS (taskset lists, e.g. 1 and 0) pin both
-// servers and redis-benchmark, so that each server gets the same CPUs.
+// servers and redis-benchmark, so that each server gets the same CPUs;
+// KVTIER_RESP_REDIS_CPUS pins redis-server alone (it runs one thread;
+// e.g. 1, with the client on 0 and kvtier free on both).
 func BenchmarkRESP(b *testing.B) {
 	for _, tool := range []string{"redis-benchmark", "redis-server", "redis-cli"} {
 		if _, err := exec.LookPath(tool); err != nil {
