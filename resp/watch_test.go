@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
 	"testing"
 	"time"
@@ -158,4 +159,109 @@ func TestAllocsPerShortCommand(t *testing.T) {
 			t.Errorf("%s: %.2f allocations per command, want at most %v", tc.name, per, tc.max)
 		}
 	}
+}
+
+// chunkedSource delivers a request in pieces of pseudo-random sizes, both
+// to the reader's buffer (Read) and to readWatched (readLong), and can
+// stand for what happens while a value arrives: a removal of the key
+// (keepAll) after a given number of long reads, a lease deadline firing
+// once.
+type chunkedSource struct {
+	data     []byte
+	rnd      uint64
+	reads    int
+	keepAt   int // keepAll on this long read (0: never)
+	expireAt int // answer os.ErrDeadlineExceeded on this long read (0: never)
+	table    *watchTable
+	kept     bool
+}
+
+func (s *chunkedSource) next(max int) int {
+	s.rnd = s.rnd*6364136223846793005 + 1442695040888963407
+	return 1 + int(s.rnd>>33)%max
+}
+
+func (s *chunkedSource) Read(p []byte) (int, error) {
+	if len(s.data) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, s.data[:min(len(s.data), s.next(64<<10))])
+	s.data = s.data[n:]
+	return n, nil
+}
+
+func (s *chunkedSource) readLong(p []byte, until time.Time) (int, error) {
+	s.reads++
+	if s.reads == s.keepAt {
+		s.table.keepAll("k")
+		s.kept = true
+	}
+	if s.reads == s.expireAt && !until.IsZero() {
+		s.kept = true
+		return 0, os.ErrDeadlineExceeded
+	}
+	return s.Read(p)
+}
+
+func (s *chunkedSource) endLong() {}
+
+var _ longReader = (*chunkedSource)(nil)
+
+// FuzzReadWatched: whatever the pieces the value arrives in, where it
+// differs from the stored bytes, and when a removal or the lease stops the
+// comparison, a watched SET either is found equal (only when it is, and
+// nothing stopped the comparison) or has its whole value in its buffer,
+// and no watch stays registered.
+func FuzzReadWatched(f *testing.F) {
+	f.Add(uint32(1<<20), int32(-1), uint8(0), uint8(0), uint64(1))
+	f.Add(uint32(1<<20), int32(0), uint8(0), uint8(0), uint64(2))
+	f.Add(uint32(300000), int32(299999), uint8(3), uint8(0), uint64(3))
+	f.Add(uint32(200000), int32(150000), uint8(0), uint8(2), uint64(4))
+	f.Add(uint32(16<<10), int32(-1), uint8(1), uint8(1), uint64(5))
+	f.Fuzz(func(t *testing.T, size uint32, diffAt int32, keepAt, expireAt uint8, seed uint64) {
+		n := bigArg + int(size%(1<<20))
+		val := make([]byte, n)
+		for i := range val {
+			val[i] = byte(i*7 + i>>9)
+		}
+		stored := bytes.Clone(val)
+		if diffAt >= 0 {
+			stored[int(diffAt)%n] ^= 0x40
+		}
+		var table watchTable
+		src := &chunkedSource{rnd: seed, keepAt: int(keepAt), expireAt: int(expireAt), table: &table,
+			data: append(encode([][]byte{[]byte("SET"), []byte("k"), val}), encode([][]byte{[]byte("PING")})...)}
+		var pool bufPool
+		r := newReader(src, 64, 1<<21, &pool)
+		r.watch = func(args [][]byte, nargs int64, dst []byte) *watchState {
+			w := &watchState{key: "k", seg: stored, dst: dst, same: true, until: time.Now().Add(time.Hour)}
+			table.add(w)
+			return w
+		}
+		args, err := r.next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		equal := bytes.Equal(stored, val)
+		switch {
+		case r.lost:
+			t.Fatal("lost the value under a running lease")
+		case r.compared && r.same:
+			if !equal || src.kept {
+				t.Fatalf("found equal (stored equal %v, comparison stopped %v)", equal, src.kept)
+			}
+		case r.compared && equal:
+			t.Fatal("found different bytes that are equal")
+		default:
+			if !bytes.Equal(args[2], val) {
+				t.Fatalf("the value buffer differs from the value at %d", firstDiff(args[2], val))
+			}
+		}
+		if table.n.Load() != 0 {
+			t.Fatalf("%d watches left", table.n.Load())
+		}
+		if args, err := r.next(); err != nil || string(args[0]) != "PING" {
+			t.Fatalf("next command: %q %v", args, err)
+		}
+	})
 }
