@@ -266,6 +266,12 @@ func parseSetOptions(args [][]byte) (setOptions, string) {
 }
 
 func cmdSet(c *conn, args [][]byte) bool {
+	if c.r.lost {
+		// Its value was compared with the stored one while it arrived,
+		// and the part dropped as equal could not be taken back.
+		c.storeErr(kverr.New(kverr.LeaseExpired, string(args[1]), "the value arrived too slowly to be kept; nothing was stored; try again"))
+		return false
+	}
 	o, bad := parseSetOptions(args[3:])
 	if bad != "" {
 		c.w.error(bad)
@@ -384,6 +390,9 @@ func (c *conn) forceRemove(key string) error {
 	l := c.s.keyLock(key)
 	l.Lock()
 	defer l.Unlock()
+	// SETs comparing their value with this object's bytes as it arrives
+	// take what they compared from it now (watch.go).
+	c.s.watching.keepAll(key)
 	return c.s.store.Remove(c.s.ctx, key, true)
 }
 

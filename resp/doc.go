@@ -152,11 +152,29 @@
 //     in place; equal bytes are the check (the stored checksum was
 //     computed from the bytes their writer sent), and nothing is written.
 //     For a plain SET (no options) of 16 KiB or more the comparison runs
-//     while the value arrives, 128 KiB at a time while it is in cache,
-//     without the key's lock (the client may be slow); it counts only if
-//     the key's replica list and lease grant are unchanged afterwards
-//     (checked under the lock; a removal by this front end drops the
-//     list), else the value is compared again.
+//     while the value arrives, without the key's lock (the client may be
+//     slow). On a TCP connection (watch.go) the bytes go kernel -> a
+//     128 KiB bounce buffer, are compared there and dropped: an equal
+//     value is never written to memory of ours, which halves the memory
+//     traffic of the common case (SET 1 MiB at 1 client, main against
+//     this in one run: 211-219 -> 191-192 us of CPU per request, beside
+//     redis-server's 196-215; medians of 15 rounds, two runs). The
+//     dropped bytes are the stored value's, so they are taken back from
+//     segment memory into the value buffer when something stops the
+//     comparison: a byte that differs (the rest is read straight into the
+//     buffer), a removal of the key by this front end (it makes every
+//     comparison of the key take its prefix back first: Server.watching,
+//     under the key's exclusive lock), or the read lease nearing its end
+//     (a second before it; a read waiting for a slow client wakes then).
+//     The master frees nothing under the lease, so the prefix taken back
+//     is the stored bytes. Should the goroutine not run for that second,
+//     the SET fails with LEASE_EXPIRED and stores nothing. Elsewhere the
+//     value is read into its buffer 128 KiB at a time and compared
+//     there; the comparison counts only if the key's replica list and
+//     lease grant are unchanged afterwards (checked under the lock; a
+//     removal by this front end drops the list), else the value is
+//     compared again. Long arguments are read in reads as large as what
+//     is left of them (not 128 KiB at a time).
 //     Other values: kernel -> pooled buffer, then the SDK's Put (a CRC32C
 //     pass, the checksum goes with PutStart, then a copy into the
 //     segment with non-temporal stores). Reading the socket straight into
@@ -234,12 +252,33 @@
 // request is the steadier figure. What bounds each case:
 //
 //   - 1 MiB: the kernel's loopback TCP copy, on both servers. A GET costs
-//     kvtier one CRC32C read pass more than redis-server (the check), a
-//     SET of the stored value one compare pass. redis-benchmark itself is
-//     the bound at 50 clients (its reads of 50 MiB of replies at a time
-//     miss the caches): the ceiling server gets 1.3-1.4 x redis-server's
-//     GET rate there, so no server reaches 2 x redis-server with this
-//     client on this machine.
+//     kvtier one CRC32C read pass more than redis-server (the check). A
+//     SET of the stored value (redis-benchmark without -r sets one key to
+//     the same bytes) costs one compare pass against segment memory, made
+//     cheap by the bounce buffer (see "Copies": profiled at 1 client, the
+//     compare was 17-29% of the CPU and the copy out of the kernel into a
+//     value buffer that had dropped out of cache 25-27%); redis-server
+//     allocates, fills and frees a 1 MiB buffer instead. In 4 runs of 5-7
+//     alternated rounds (2026-12-02 05:47-05:59 UTC, load 5-10) SET was
+//     1.02-1.13 x redis-server at 1 client. Measured on the way and
+//     dropped: one read per value with SO_RCVLOWAT set to what is left of
+//     it (a connection stalled with the sender window-limited and the
+//     receiver waiting for the mark); spinning on the socket for 30 or
+//     100 us in the middle of a value, and touching the next 128 KiB of
+//     segment memory while waiting for the socket (both within noise).
+//   - 50 clients, 1 MiB: redis-benchmark (one thread) sets the rate.
+//     Over a run it is on a CPU or queued for one (schedstat run_delay)
+//     98-100% of its wall time against kvtier and against the ceiling,
+//     85-99% against redis-server (BenchmarkRESP reports it,
+//     *_loadgen_busy+queued_*): it hardly ever waits for the server.
+//     The ceiling, a server doing no work, gets 0.92-1.49 x
+//     redis-server's rate (medians of 4 runs); no server can show 2 x
+//     redis-server with this client on these 2 vCPUs. Pinning
+//     redis-benchmark to one vCPU and redis-server to the other, kvtier
+//     free on both (KVTIER_RESP_CLIENT_CPUS=0 KVTIER_RESP_REDIS_CPUS=1),
+//     one run: SET 1.95 x, GET 1.10 x at 50 clients, with the ceiling at
+//     1.96 / 1.14 x: redis-server then shares its one vCPU with the
+//     other jobs on the box, so this measures the box, not the servers.
 //   - 4 KiB: system calls and wake-ups, as for any server; a goroutine per
 //     connection costs one more read per request than redis-server's
 //     event loop (the read that finds the socket empty before the
@@ -247,7 +286,13 @@
 //     server with a goroutine per connection (bufio, no store) measured
 //     the same requests per second as this front end beside redis-server
 //     at 50 clients. Spinning on the socket after an answer was tried and
-//     cost CPU without gain.
+//     cost CPU without gain. Heap allocations per request (the whole
+//     process, TestAllocsPerShortCommand): GET 2 (the key as a string for
+//     the SDK's and this package's maps; the checksum state in
+//     crc32c.CopyUpdate), SET of the stored value 1 (the key), down from
+//     8 each (a closure per socket read and write, the bulk terminator);
+//     CPU per request fell 0-16% with it, within the noise at 1 and 4
+//     clients.
 //   - 4 KiB with the event loop (Config.EventLoop; BenchmarkRESP runs a
 //     second kvtier with --resp-event-loop in the same rounds, kvloop_*):
 //     two runs of 5 rounds (2026-12-02 03:52-03:56 UTC), against the

@@ -233,37 +233,56 @@ func (c *conn) holdsInPlace(key string, val []byte) (same, ok bool) {
 // returns the stored bytes in segment memory, so that the value is
 // compared with them while it arrives, a chunk at a time while the chunk
 // is in cache, instead of in one more pass after it arrived. The bytes are
-// read without the key's lock (the client may be slow); receivedSame
-// checks afterwards, under the lock, that they were the key's all along.
-func (c *conn) watchSet(args [][]byte, nargs int64, size int) []byte {
+// read without the key's lock (the client may be slow). On a TCP
+// connection the watch is registered (watch.go: compared through a bounce
+// buffer, its verdict final); otherwise receivedSame checks afterwards,
+// under the lock, that they were the key's all along.
+func (c *conn) watchSet(args [][]byte, nargs int64, dst []byte) *watchState {
 	c.watched = client.View{}
 	if nargs != 3 || len(args) != 2 || !bytes.EqualFold(args[0], []byte("set")) {
 		return nil
 	}
 	s := c.s
 	key := string(args[1])
-	if n, ok := s.recent.get(key); !ok || n != size || !c.authed {
+	if n, ok := s.recent.get(key); !ok || n != len(dst) || !c.authed {
 		return nil
 	}
 	l := s.keyLock(key)
 	l.RLock()
+	defer l.RUnlock()
 	v, ok, err := s.store.View(s.ctx, key, s.cfg.Segments)
-	l.RUnlock()
-	if err != nil || !ok || len(v.Bytes) != size {
+	if err != nil || !ok || len(v.Bytes) != len(dst) {
 		return nil
 	}
+	w := &watchState{key: key, seg: v.Bytes, dst: dst, same: true}
+	if until := v.Deadline.Add(-watchMargin); c.raw != nil && time.Now().Before(until) {
+		// Registered under the key's lock: a removal either ran before
+		// the View (which then found the new object or none) or keeps
+		// this watch's prefix first.
+		w.until = until
+		s.watching.add(w)
+		return w
+	}
 	c.watched, c.watchedKey = v, key
-	return v.Bytes
+	return w
 }
 
 // receivedSame reports what comparing SET key val with the stored bytes
 // while val arrived found: same (the key holds val: nothing to write),
 // and whether it knows (false: no comparison ran, or the stored object may
-// have changed under it; the caller compares again). The comparison holds
-// when the key's replica list is still the one it used, under the same
-// lease grant, still running: a removal of the key by this front end drops
-// that list from the lease cache, so a View afterwards returns another.
+// have changed under it; the caller compares again). Through the bounce
+// buffer the verdict is final (readWatched). Otherwise the comparison
+// holds when the key's replica list is still the one it used, under the
+// same lease grant, still running: a removal of the key by this front end
+// drops that list from the lease cache, so a View afterwards returns
+// another.
 func (c *conn) receivedSame(key string, val []byte) (same, known bool) {
+	if c.r.bounced {
+		if c.r.same {
+			c.s.watchSame.Add(1)
+		}
+		return c.r.same, c.r.compared
+	}
 	w := c.watched
 	c.watched = client.View{}
 	if !c.r.compared || w.Bytes == nil || c.watchedKey != key || len(w.Bytes) != len(val) {

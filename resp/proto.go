@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"time"
 )
 
 // Parser limits. They match redis-server's defaults where it has one.
@@ -39,6 +40,7 @@ func protoErr(format string, args ...any) error {
 // space-separated words, what telnet and redis-cli's simple mode send).
 type reader struct {
 	br      *bufio.Reader
+	src     io.Reader // what br reads
 	maxBulk int
 	pool    *bufPool
 
@@ -47,20 +49,31 @@ type reader struct {
 	bigs  []*buffer // pooled buffers of long arguments, given back by release
 
 	// watch, when set, is asked before a long argument is read, with the
-	// arguments read so far, the array's length and the argument's size,
-	// for bytes to compare it with as it arrives (nil: none). compared
-	// and same are the outcome, for the current command.
-	watch    func(args [][]byte, nargs int64, size int) []byte
+	// arguments read so far, the array's length and the argument's buffer,
+	// for the stored bytes to compare it with as it arrives (nil: none;
+	// watch.go). compared and same are the outcome, for the current
+	// command; lost: the argument's bytes could not all be kept (its
+	// command must fail); bounced: the comparison was made through the
+	// bounce buffer and its verdict is final (readWatched).
+	watch    func(args [][]byte, nargs int64, dst []byte) *watchState
 	compared bool
 	same     bool
+	lost     bool
+	bounced  bool
+	cur      *watchState // the current command's watch, ended by release
+	crlf     [2]byte     // a bulk string's terminator, read by next
 }
 
 func newReader(r io.Reader, size, maxBulk int, pool *bufPool) *reader {
-	return &reader{br: bufio.NewReaderSize(r, size), maxBulk: maxBulk, pool: pool}
+	return &reader{br: bufio.NewReaderSize(r, size), src: r, maxBulk: maxBulk, pool: pool}
 }
 
 // release gives back the pooled buffers of the current command.
 func (r *reader) release() {
+	if r.cur != nil {
+		r.cur.end()
+		r.cur = nil
+	}
 	for i, b := range r.bigs {
 		r.pool.put(b)
 		r.bigs[i] = nil
@@ -74,7 +87,7 @@ func (r *reader) release() {
 func (r *reader) next() ([][]byte, error) {
 	r.release()
 	r.args = r.args[:0]
-	r.compared, r.same = false, false
+	r.compared, r.same, r.lost, r.bounced = false, false, false, false
 	if cap(r.arena) > maxArena {
 		r.arena = nil
 	}
@@ -107,18 +120,18 @@ func (r *reader) next() ([][]byte, error) {
 			return nil, protoErr("invalid bulk length")
 		}
 		dst := r.alloc(int(l))
-		var cmp []byte
+		var w *watchState
 		if r.watch != nil && len(dst) >= bigArg {
-			cmp = r.watch(r.args, n, len(dst))
+			w = r.watch(r.args, n, dst)
+			r.cur = w
 		}
-		if err := r.readArg(dst, cmp); err != nil {
+		if err := r.readArg(dst, w); err != nil {
 			return nil, eof(err)
 		}
-		var crlf [2]byte
-		if _, err := io.ReadFull(r.br, crlf[:]); err != nil {
+		if _, err := io.ReadFull(r.br, r.crlf[:]); err != nil { // a field: a local would escape to the heap
 			return nil, eof(err)
 		}
-		if crlf != [2]byte{'\r', '\n'} {
+		if r.crlf != [2]byte{'\r', '\n'} {
 			return nil, protoErr("bulk string not terminated by CRLF")
 		}
 		r.args = append(r.args, dst)
@@ -130,14 +143,24 @@ func (r *reader) next() ([][]byte, error) {
 // compared: small enough that the bytes are still in cache.
 const cmpChunk = 128 << 10
 
-// readArg reads len(dst) bytes of an argument. With cmp (len(dst) bytes)
-// it compares them as they arrive and records whether all were equal
-// (compared, same).
-func (r *reader) readArg(dst, cmp []byte) error {
-	if cmp == nil {
+// readArg reads len(dst) bytes of an argument. With w it compares them
+// with w.seg as they arrive and records whether all were equal
+// (compared, same): through the bounce buffer when w is registered and
+// the source reads long arguments itself (readWatched), else in dst.
+func (r *reader) readArg(dst []byte, w *watchState) error {
+	lr, long := r.src.(longReader)
+	switch {
+	case long && w != nil && w.table != nil:
+		r.bounced = true
+		return r.readWatched(lr, w)
+	case long && w == nil && len(dst) >= bigArg:
+		return r.readLong(lr, dst)
+	case w == nil:
 		_, err := io.ReadFull(r.br, dst)
 		return err
 	}
+	w.end()
+	cmp := w.seg
 	same := true
 	for off := 0; off < len(dst); {
 		end := min(off+cmpChunk, len(dst))
@@ -148,6 +171,25 @@ func (r *reader) readArg(dst, cmp []byte) error {
 		off = end
 	}
 	r.compared, r.same = true, same
+	return nil
+}
+
+// readLong reads a long argument: what the read buffer holds, then
+// straight from the socket in reads as large as what is left.
+func (r *reader) readLong(lr longReader, dst []byte) error {
+	defer lr.endLong()
+	off := 0
+	for off < len(dst) && r.br.Buffered() > 0 {
+		n, _ := r.br.Read(dst[off:])
+		off += n
+	}
+	for off < len(dst) {
+		n, err := lr.readLong(dst[off:], time.Time{})
+		off += n
+		if err != nil && off < len(dst) {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -195,9 +195,12 @@ func TestReaderWatchCompares(t *testing.T) {
 			raw := append(encode([][]byte{[]byte("SET"), []byte("k"), val}), encode([][]byte{[]byte("GET"), []byte("k")})...)
 			r := newReader(bytes.NewReader(raw), 64, 1<<20, &pool)
 			var asked []string
-			r.watch = func(args [][]byte, nargs int64, size int) []byte {
-				asked = append(asked, fmt.Sprintf("%s/%d/%d", args[0], nargs, size))
-				return tc.cmp()
+			r.watch = func(args [][]byte, nargs int64, dst []byte) *watchState {
+				asked = append(asked, fmt.Sprintf("%s/%d/%d", args[0], nargs, len(dst)))
+				if cmp := tc.cmp(); cmp != nil {
+					return &watchState{seg: cmp, dst: dst, same: true}
+				}
+				return nil
 			}
 			args, err := r.next()
 			if err != nil || !bytes.Equal(args[2], val) {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -33,6 +34,21 @@ type rawIO struct {
 	// connection over as soon as pending is not empty).
 	nowait  bool
 	pending []byte
+
+	// read's and Write's arguments and results, passed to the calls they
+	// make through rc (readFn and writeFn: method values made once, so
+	// that a call allocates no closure).
+	rp      []byte
+	rwait   bool
+	rn      uintptr
+	rerrno  syscall.Errno
+	readFn  func(fd uintptr) bool
+	wp      []byte
+	wdone   int
+	werrno  syscall.Errno
+	writeFn func(fd uintptr) bool
+
+	deadline bool // readLong set a read deadline; endLong clears it
 }
 
 // errWouldBlock: a read in event-loop mode found the socket empty.
@@ -52,7 +68,9 @@ func newRawIO(nc net.Conn) *rawIO {
 	if err != nil {
 		return nil
 	}
-	return &rawIO{nc: nc, rc: rc}
+	r := &rawIO{nc: nc, rc: rc}
+	r.readFn, r.writeFn = r.readSome, r.writeAll
+	return r
 }
 
 func (r *rawIO) Read(p []byte) (int, error) {
@@ -66,16 +84,10 @@ func (r *rawIO) Read(p []byte) (int, error) {
 // goroutine in Go's poller until data comes; without it the answer is
 // errWouldBlock at once.
 func (r *rawIO) read(p []byte, wait bool) (int, error) {
-	var n uintptr
-	var errno syscall.Errno
-	err := r.rc.Read(func(fd uintptr) bool {
-		for {
-			n, _, errno = syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-			if errno != syscall.EINTR {
-				return !wait || errno != syscall.EAGAIN
-			}
-		}
-	})
+	r.rp, r.rwait = p, wait
+	err := r.rc.Read(r.readFn)
+	n, errno := r.rn, r.rerrno
+	r.rp, r.rn, r.rerrno = nil, 0, 0
 	switch {
 	case err != nil:
 		return 0, err
@@ -87,6 +99,16 @@ func (r *rawIO) read(p []byte, wait bool) (int, error) {
 		return 0, io.EOF
 	}
 	return int(n), nil
+}
+
+// readSome is read's call under rc.Read (readFn).
+func (r *rawIO) readSome(fd uintptr) bool {
+	for {
+		r.rn, _, r.rerrno = syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&r.rp[0])), uintptr(len(r.rp)))
+		if r.rerrno != syscall.EINTR {
+			return !r.rwait || r.rerrno != syscall.EAGAIN
+		}
+	}
 }
 
 // writeNow writes as much of p as the socket takes without waiting.
@@ -151,28 +173,35 @@ func (r *rawIO) Write(p []byte) (int, error) {
 	if len(p) >= bigWrite {
 		return r.nc.Write(p)
 	}
-	done := 0
-	var errno syscall.Errno
-	err := r.rc.Write(func(fd uintptr) bool {
-		for done < len(p) {
-			n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[done])), uintptr(len(p)-done))
-			switch e {
-			case 0:
-				done += int(n)
-			case syscall.EINTR:
-			case syscall.EAGAIN:
-				return false // wait until the socket takes more
-			default:
-				errno = e
-				return true
-			}
-		}
-		return true
-	})
+	r.wp = p
+	err := r.rc.Write(r.writeFn)
+	done, errno := r.wdone, r.werrno
+	r.wp, r.wdone, r.werrno = nil, 0, 0
 	if err == nil && errno != 0 {
 		err = &net.OpError{Op: "write", Net: "tcp", Err: errno}
 	}
 	return done, err
+}
+
+// writeAll is Write's call under rc.Write (writeFn): it writes r.wp
+// until the socket is full (then it waits in the poller and is called
+// again) or all went.
+func (r *rawIO) writeAll(fd uintptr) bool {
+	p := r.wp
+	for r.wdone < len(p) {
+		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[r.wdone])), uintptr(len(p)-r.wdone))
+		switch e {
+		case 0:
+			r.wdone += int(n)
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			return false // wait until the socket takes more
+		default:
+			r.werrno = e
+			return true
+		}
+	}
+	return true
 }
 
 // writevNow writes as much of bufs as the socket takes without waiting
@@ -215,4 +244,35 @@ func (r *rawIO) writevNow(bufs [][]byte) (int, error) {
 		return 0, &net.OpError{Op: "writev", Net: "tcp", Err: errno}
 	}
 	return int(done), nil
+}
+
+// readLong reads into p what the socket holds (at most len(p)), waiting
+// only when it holds nothing: the rest of a long argument, in reads as
+// large as what is left of it. With until set, a wait ends then
+// (os.ErrDeadlineExceeded).
+func (r *rawIO) readLong(p []byte, until time.Time) (int, error) {
+	if until.IsZero() && r.deadline {
+		// A deadline that passed fails every read (Go's poller checks it
+		// first): clear the one set for an earlier read.
+		r.endLong()
+	}
+	n, err := r.read(p, false)
+	if err != errWouldBlock {
+		return n, err
+	}
+	if !until.IsZero() && !r.deadline {
+		if err := r.nc.SetReadDeadline(until); err != nil {
+			return 0, err
+		}
+		r.deadline = true
+	}
+	return r.read(p, true)
+}
+
+// endLong clears what readLong set.
+func (r *rawIO) endLong() {
+	if r.deadline {
+		_ = r.nc.SetReadDeadline(time.Time{})
+		r.deadline = false
+	}
 }

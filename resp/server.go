@@ -77,6 +77,7 @@ type Server struct {
 	cursors  cursorTable
 	recent   *recentTable
 	suspects suspectSet // keys read through the copying path for a while (inplace.go)
+	watching watchTable // long SETs compared while they arrive (watch.go)
 	keyLocks [256]sync.RWMutex
 	lockSeed maphash.Seed   // of keyLock's hash
 	wg       sync.WaitGroup // connections and event loops
@@ -88,6 +89,7 @@ type Server struct {
 	rejected   atomic.Uint64
 	commands   atomic.Uint64
 	loopRuns   atomic.Uint64 // commands run by an event loop (tests)
+	watchSame  atomic.Uint64 // SETs found equal through the bounce buffer (tests)
 	hits       atomic.Uint64
 	misses     atomic.Uint64
 	port       atomic.Int64

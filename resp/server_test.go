@@ -43,7 +43,14 @@ func startServerWith(t *testing.T, cfg Config) (*Server, string) {
 // with inPlace, sets Config.Segments to its segment memory.
 func startServerOn(t *testing.T, cfg Config, inPlace bool) (*Server, string, *appliance.Appliance) {
 	t.Helper()
-	m, err := master.New(master.Config{})
+	return startServerLease(t, cfg, inPlace, 0)
+}
+
+// startServerLease is startServerOn with the master's read lease time
+// (0: its default).
+func startServerLease(t *testing.T, cfg Config, inPlace bool, lease time.Duration) (*Server, string, *appliance.Appliance) {
+	t.Helper()
+	m, err := master.New(master.Config{LeaseTTL: lease})
 	if err != nil {
 		t.Fatal(err)
 	}

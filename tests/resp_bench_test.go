@@ -33,9 +33,21 @@ import (
 // (kvloop_x_redis, kvloop_x_kvtier: its ratios to redis-server and to
 // the default goroutine-per-connection mode).
 //
+// For every server it also reports how redis-benchmark spent its wall
+// time (*_loadgen_busy_*: on a CPU; *_loadgen_busy+queued_*: on a CPU or
+// queued for one, from /proc/PID/schedstat): near 1, the load generator
+// never waited for the server, so the server did not set the rate. At
+// 50 clients and 1 MiB it measured 0.98-1.00 against kvtier and the
+// ceiling and 0.85-0.99 against redis-server, with the ceiling at
+// 0.92-1.49 x redis-server (4 runs, 2026-12-02 05:47-05:59 UTC, load
+// 5-10): 2 x redis-server cannot be shown with redis-benchmark on this
+// 2-vCPU machine, by any server.
+//
 // KVTIER_RESP_ROUNDS sets the rounds (default 5). KVTIER_RESP_SERVER_CPUS
 // and KVTIER_RESP_CLIENT_CPUS (taskset lists, e.g. 1 and 0) pin both
-// servers and redis-benchmark, so that each server gets the same CPUs.
+// servers and redis-benchmark, so that each server gets the same CPUs;
+// KVTIER_RESP_REDIS_CPUS pins redis-server alone (it runs one thread;
+// e.g. 1, with the client on 0 and kvtier free on both).
 func BenchmarkRESP(b *testing.B) {
 	for _, tool := range []string{"redis-benchmark", "redis-server", "redis-cli"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -43,7 +55,7 @@ func BenchmarkRESP(b *testing.B) {
 		}
 	}
 	srvCPUs, cliCPUs := os.Getenv("KVTIER_RESP_SERVER_CPUS"), os.Getenv("KVTIER_RESP_CLIENT_CPUS")
-	if srvCPUs != "" || cliCPUs != "" {
+	if srvCPUs != "" || cliCPUs != "" || os.Getenv("KVTIER_RESP_REDIS_CPUS") != "" {
 		if _, err := exec.LookPath("taskset"); err != nil {
 			b.Skipf("KVTIER_RESP_*_CPUS set but taskset is not installed: %v", err)
 		}
@@ -55,7 +67,11 @@ func BenchmarkRESP(b *testing.B) {
 	loopAddr, loopPid := startRESPServer(b, srvCPUs, kvtierBin, "standalone", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
 		"--resp-addr", "127.0.0.1:0", "--name", "bench-loop", "--dram", "256MiB", "--ssd-dir", "", "--offload", "off",
 		"--resp-event-loop")
-	redis, redisPid := startRedisServer(b, srvCPUs)
+	redisCPUs := srvCPUs
+	if v := os.Getenv("KVTIER_RESP_REDIS_CPUS"); v != "" {
+		redisCPUs = v
+	}
+	redis, redisPid := startRedisServer(b, redisCPUs)
 	ceiling := serveCeiling(b, 1<<20)
 	rounds := 5
 	if v, err := strconv.Atoi(os.Getenv("KVTIER_RESP_ROUNDS")); err == nil && v > 0 {
@@ -80,7 +96,9 @@ func BenchmarkRESP(b *testing.B) {
 					for _, srv := range servers {
 						for _, op := range []string{"set", "get"} {
 							before := cpuTime(srv.pid)
-							rps := runRedisBenchmark(b, cliCPUs, srv.addr, op, size, clients, n)
+							rps, busy, queued := runRedisBenchmark(b, cliCPUs, srv.addr, op, size, clients, n)
+							res[op+"_loadgen_"+srv.name] = append(res[op+"_loadgen_"+srv.name], busy)
+							res[op+"_queued_"+srv.name] = append(res[op+"_queued_"+srv.name], queued)
 							if srv.pid != 0 {
 								res[op+"_cpu_"+srv.name] = append(res[op+"_cpu_"+srv.name], float64((cpuTime(srv.pid)-before).Microseconds())/float64(n))
 							}
@@ -102,8 +120,15 @@ func BenchmarkRESP(b *testing.B) {
 					if c := res[op+"_ceiling"]; len(c) > 0 {
 						b.ReportMetric(median(c)/r, op+"_ceiling_x_redis")
 					}
-					b.Logf("%s %s: kvtier %v, event loop %v, redis-server %v, ceiling %v req/s; CPU per request kvtier %v, event loop %v, redis-server %v us",
-						op, name, res[op+"_kvtier"], res[op+"_kvloop"], res[op+"_redis"], res[op+"_ceiling"], res[op+"_cpu_kvtier"], res[op+"_cpu_kvloop"], res[op+"_cpu_redis"])
+					// redis-benchmark's time: busy on a CPU, and busy or
+					// waiting for one (not for the server), per server.
+					for _, srv := range servers {
+						b.ReportMetric(median(res[op+"_loadgen_"+srv.name]), op+"_loadgen_busy_"+srv.name)
+						b.ReportMetric(median(sum(res[op+"_loadgen_"+srv.name], res[op+"_queued_"+srv.name])), op+"_loadgen_busy+queued_"+srv.name)
+					}
+					b.Logf("%s %s: kvtier %v, event loop %v, redis-server %v, ceiling %v req/s; CPU per request kvtier %v, event loop %v, redis-server %v us; redis-benchmark busy or queued for a CPU against kvtier %v, redis-server %v, ceiling %v",
+						op, name, res[op+"_kvtier"], res[op+"_kvloop"], res[op+"_redis"], res[op+"_ceiling"], res[op+"_cpu_kvtier"], res[op+"_cpu_kvloop"], res[op+"_cpu_redis"],
+						sum(res[op+"_loadgen_kvtier"], res[op+"_queued_kvtier"]), sum(res[op+"_loadgen_redis"], res[op+"_queued_redis"]), sum(res[op+"_loadgen_ceiling"], res[op+"_queued_ceiling"]))
 				}
 			})
 		}
@@ -247,6 +272,15 @@ func readCeilingRequest(br *bufio.Reader) (string, error) {
 	return cmd, nil
 }
 
+// sum adds a and b element by element.
+func sum(a, b []float64) []float64 {
+	s := make([]float64, min(len(a), len(b)))
+	for i := range s {
+		s[i] = a[i] + b[i]
+	}
+	return s
+}
+
 func median(v []float64) float64 {
 	if len(v) == 0 {
 		return 0
@@ -258,28 +292,66 @@ func median(v []float64) float64 {
 
 // runRedisBenchmark runs `redis-benchmark -t op -d size -c clients -n n
 // -P 1` against addr (pinned to cpus when set) and returns its requests
-// per second.
-func runRedisBenchmark(b *testing.B, cpus, addr, op string, size, clients, n int) float64 {
+// per second and how its wall time went: busy, its user + system time
+// (1 = one CPU kept busy; redis-benchmark runs one thread), and queued,
+// the time it was ready to run but waited for a CPU (its schedstat
+// run_delay, sampled every 10 ms while it runs), both over its wall time.
+// busy + queued near 1 means it never waited for the server: the load
+// generator, not the server, set the rate.
+func runRedisBenchmark(b *testing.B, cpus, addr, op string, size, clients, n int) (rps, busy, queued float64) {
 	b.Helper()
 	host, port, _ := net.SplitHostPort(addr)
-	out, err := taskset(cpus, "redis-benchmark", "-h", host, "-p", port, "-t", op, "-d", strconv.Itoa(size),
-		"-c", strconv.Itoa(clients), "-n", strconv.Itoa(n), "-P", "1", "--csv").Output()
-	if err != nil {
-		b.Fatalf("redis-benchmark against %s: %v\n%s", addr, err, out)
+	cmd := taskset(cpus, "redis-benchmark", "-h", host, "-p", port, "-t", op, "-d", strconv.Itoa(size),
+		"-c", strconv.Itoa(clients), "-n", strconv.Itoa(n), "-P", "1", "--csv")
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		b.Fatalf("redis-benchmark: %v", err)
 	}
-	recs, err := csv.NewReader(strings.NewReader(string(out))).ReadAll()
+	done := make(chan struct{})
+	delay := make(chan time.Duration, 1)
+	go func() {
+		var last time.Duration
+		path := fmt.Sprintf("/proc/%d/schedstat", cmd.Process.Pid)
+		for {
+			// on-CPU ns, run_delay ns, timeslices
+			if raw, err := os.ReadFile(path); err == nil {
+				if f := strings.Fields(string(raw)); len(f) >= 2 {
+					if v, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+						last = time.Duration(v)
+					}
+				}
+			}
+			select {
+			case <-done:
+				delay <- last
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}()
+	err := cmd.Wait()
+	wall := time.Since(start)
+	close(done)
+	queued = float64(<-delay) / float64(wall)
 	if err != nil {
-		b.Fatalf("redis-benchmark --csv output: %v\n%s", err, out)
+		b.Fatalf("redis-benchmark against %s: %v\n%s", addr, err, out.Bytes())
+	}
+	busy = float64(cmd.ProcessState.UserTime()+cmd.ProcessState.SystemTime()) / float64(wall)
+	recs, err := csv.NewReader(strings.NewReader(out.String())).ReadAll()
+	if err != nil {
+		b.Fatalf("redis-benchmark --csv output: %v\n%s", err, out.Bytes())
 	}
 	for _, r := range recs[1:] { // "test","rps",...
 		if strings.EqualFold(r[0], op) {
 			if v, err := strconv.ParseFloat(r[1], 64); err == nil && v > 0 {
-				return v
+				return v, busy, queued
 			}
 		}
 	}
-	b.Fatalf("redis-benchmark against %s: no %s figure:\n%s", addr, op, out)
-	return 0
+	b.Fatalf("redis-benchmark against %s: no %s figure:\n%s", addr, op, out.Bytes())
+	return 0, 0, 0
 }
 
 // startRedisServer runs redis-server (pinned to cpus when set) on a free
