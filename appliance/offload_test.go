@@ -18,10 +18,17 @@ import (
 	"github.com/kvtier/kvtier/master"
 )
 
-// startMasterWith is startMaster with server options (an interceptor).
+// startMasterWith is startMaster with offload immediate and server options
+// (an interceptor).
 func startMasterWith(t *testing.T, opts ...grpc.ServerOption) (string, kvtierpb.MasterClient) {
 	t.Helper()
-	m, err := master.New(master.Config{OffloadMode: master.OffloadImmediate})
+	return startMasterCfg(t, master.Config{OffloadMode: master.OffloadImmediate}, opts...)
+}
+
+// startMasterCfg runs a real master of cfg on a loopback gRPC server.
+func startMasterCfg(t *testing.T, cfg master.Config, opts ...grpc.ServerOption) (string, kvtierpb.MasterClient) {
+	t.Helper()
+	m, err := master.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,9 +12,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
 	"github.com/kvtier/kvtier/appliance"
@@ -32,26 +28,7 @@ const gpuHost = "nqn.2026-11.io.kvtier:gpu-1"
 // address and a MasterClient for assertions.
 func startMaster(t *testing.T) (string, kvtierpb.MasterClient) {
 	t.Helper()
-	m, err := master.New(master.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := grpc.NewServer()
-	kvtierpb.RegisterMasterServer(s, master.NewGRPCServer(m))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); m.Run(ctx) }()
-	go func() { _ = s.Serve(lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(); s.Stop(); cancel(); <-done })
-	return lis.Addr().String(), kvtierpb.NewMasterClient(conn)
+	return startMasterCfg(t, master.Config{})
 }
 
 // startFake serves a FakeSPDK (a named fake: no SPDK can run here) on a real
