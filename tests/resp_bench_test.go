@@ -25,6 +25,14 @@ import (
 //
 //	go test -run '^$' -bench RESP -benchtime 1x ./tests/
 //
+// redis-benchmark's SET writes one key again and again with the same
+// bytes, which kvtier (immutable objects) answers by comparing the value
+// with the stored one; so for 1 MiB values a third op, setnew, is SET with
+// -r over a key space of 10^9 (nearly every SET a new key): kvtier stores
+// each one, evicting at its DRAM's high watermark after the first few
+// hundred, while redis-server only grows (it is emptied, untimed, after
+// each of its setnew runs).
+//
 // For 1 MiB values a third server runs beside them: a ceiling that answers
 // GET with a constant value from memory and drops what SET sends (see
 // serveCeiling), the most any server can get out of redis-benchmark on
@@ -92,9 +100,13 @@ func BenchmarkRESP(b *testing.B) {
 			name := fmt.Sprintf("%dKiB/c%d", size>>10, clients)
 			b.Run(name, func(b *testing.B) {
 				res := map[string][]float64{}
+				ops := []string{"set", "get"}
+				if size >= 1<<20 {
+					ops = append(ops, "setnew")
+				}
 				for range rounds {
 					for _, srv := range servers {
-						for _, op := range []string{"set", "get"} {
+						for _, op := range ops {
 							before := cpuTime(srv.pid)
 							rps, busy, queued := runRedisBenchmark(b, cliCPUs, srv.addr, op, size, clients, n)
 							res[op+"_loadgen_"+srv.name] = append(res[op+"_loadgen_"+srv.name], busy)
@@ -103,10 +115,13 @@ func BenchmarkRESP(b *testing.B) {
 								res[op+"_cpu_"+srv.name] = append(res[op+"_cpu_"+srv.name], float64((cpuTime(srv.pid)-before).Microseconds())/float64(n))
 							}
 							res[op+"_"+srv.name] = append(res[op+"_"+srv.name], rps)
+							if op == "setnew" && srv.name == "redis" {
+								flushRedis(b, srv.addr) // untimed: redis-server keeps every new key
+							}
 						}
 					}
 				}
-				for _, op := range []string{"set", "get"} {
+				for _, op := range ops {
 					k, r := median(res[op+"_kvtier"]), median(res[op+"_redis"])
 					b.ReportMetric(k, op+"_kvtier_rps")
 					b.ReportMetric(r, op+"_redis_rps")
@@ -301,8 +316,13 @@ func median(v []float64) float64 {
 func runRedisBenchmark(b *testing.B, cpus, addr, op string, size, clients, n int) (rps, busy, queued float64) {
 	b.Helper()
 	host, port, _ := net.SplitHostPort(addr)
-	cmd := taskset(cpus, "redis-benchmark", "-h", host, "-p", port, "-t", op, "-d", strconv.Itoa(size),
-		"-c", strconv.Itoa(clients), "-n", strconv.Itoa(n), "-P", "1", "--csv")
+	args := []string{"redis-benchmark", "-h", host, "-p", port, "-t", op, "-d", strconv.Itoa(size),
+		"-c", strconv.Itoa(clients), "-n", strconv.Itoa(n), "-P", "1", "--csv"}
+	if op == "setnew" { // SET of key:__rand_int__ over a huge key space: nearly every SET a new key
+		args[6] = "set"
+		args = append(args, "-r", "1000000000")
+	}
+	cmd := taskset(cpus, args...)
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	start := time.Now()
@@ -344,7 +364,7 @@ func runRedisBenchmark(b *testing.B, cpus, addr, op string, size, clients, n int
 		b.Fatalf("redis-benchmark --csv output: %v\n%s", err, out.Bytes())
 	}
 	for _, r := range recs[1:] { // "test","rps",...
-		if strings.EqualFold(r[0], op) {
+		if strings.EqualFold(r[0], args[6]) {
 			if v, err := strconv.ParseFloat(r[1], 64); err == nil && v > 0 {
 				return v, busy, queued
 			}
@@ -357,6 +377,16 @@ func runRedisBenchmark(b *testing.B, cpus, addr, op string, size, clients, n int
 // startRedisServer runs redis-server (pinned to cpus when set) on a free
 // loopback port without persistence and returns its address and process
 // id.
+// flushRedis empties redis-server (FLUSHALL), so that rounds of SETs of
+// new 1 MiB keys do not pile up gigabytes in it.
+func flushRedis(b *testing.B, addr string) {
+	b.Helper()
+	_, port, _ := net.SplitHostPort(addr)
+	if out, err := exec.Command("redis-cli", "-p", port, "FLUSHALL").CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "OK" {
+		b.Fatalf("redis-cli FLUSHALL: %v %s", err, out)
+	}
+}
+
 func startRedisServer(b *testing.B, cpus string) (string, int) {
 	b.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
