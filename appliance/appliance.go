@@ -274,7 +274,7 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 		if pm == nil { // a master in another process: coalesce its calls
 			pm = newCoalescer(masterPuts{a.client.Master()})
 		}
-		a.engine.SetPutHandler(cfg.Name, &putHandler{a: a, pm: pm})
+		a.engine.SetPutHandler(cfg.Name, &putHandler{a: a, pm: pm, inproc: cfg.PutMaster != nil})
 	}
 	for i, mem := range dram.Split(a.region.Bytes(), cfg.SegmentSize) {
 		name := fmt.Sprintf("%s/mem%d", cfg.Name, i)

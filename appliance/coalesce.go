@@ -125,7 +125,7 @@ func (c *coalescer) PutStart(ctx context.Context, r *kvtierpb.PutStartRequest) (
 				w.err = kverr.New(kverr.Code(resp.Results[i].GetCode()), string(w.req.Key), "%s", resp.Results[i].GetMessage())
 			default:
 				w.resp = &kvtierpb.PutStartResponse{Replicas: resp.Results[i].GetReplicas(),
-					DramOutbox: resp.Results[i].GetDramOutbox(), DramSeq: resp.Results[i].GetDramSeq()}
+					DramOutbox: resp.Results[i].GetDramOutbox(), DramSeq: resp.Results[i].GetDramSeq(), DramFreeSeq: resp.Results[i].GetDramFreeSeq()}
 			}
 		}
 	})

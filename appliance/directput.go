@@ -33,14 +33,28 @@ type PutMaster interface {
 	BatchPutRevoke(context.Context, *kvtierpb.BatchKeysRequest) (*kvtierpb.BatchResponse, error)
 }
 
-// directPutTimeout bounds each master call a direct put makes (PutStart
-// may wait for space while offloads land: master PutSpaceWait).
+// directPutTimeout bounds each master call a direct put makes to a master
+// in another process (PutStart may wait for space while offloads land:
+// master PutSpaceWait).
 const directPutTimeout = 10 * time.Second
 
 // putHandler places direct puts for the engine (transfer.PutHandler).
 type putHandler struct {
 	a  *Appliance
 	pm PutMaster
+	// inproc: pm is the master of this process (Config.PutMaster), which
+	// bounds its own waits (PutSpaceWait, DramSyncTimeout), so its calls
+	// get no deadline of their own: two context.WithTimeout a put were
+	// 4 % of a standalone's CPU under 64 KiB direct puts, 4 callers.
+	inproc bool
+}
+
+// callCtx bounds the master calls of one StartPuts or EndPuts.
+func (h *putHandler) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if h.inproc {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, directPutTimeout)
 }
 
 var _ transfer.PutHandler = (*putHandler)(nil)
@@ -56,17 +70,27 @@ func (h *putHandler) startReq(id transfer.PutIdentity, p *transfer.DirectPut, wi
 }
 
 // placement turns a PutStart answer into where the engine writes; its
-// token is the commit record's place in the master's outbox.
-func (h *putHandler) placement(key string, reps []*kvtierpb.Replica, outbox, seq uint64) transfer.PutPlacement {
+// token is the records' places in the master's outbox: the commit
+// record's seq, and the last free of the segment before the placement
+// (tokFreeSeq; tokDrained once this box applied the records up to it
+// before the bytes were read).
+func (h *putHandler) placement(key string, reps []*kvtierpb.Replica, outbox, seq, freeSeq uint64) transfer.PutPlacement {
 	if len(reps) != 1 || reps[0].GetType() != kvtierpb.ReplicaType_MEMORY || reps[0].GetNode() != h.a.cfg.Name {
 		return transfer.PutPlacement{Err: kverr.New(kverr.InternalError, key, "master placed a direct put elsewhere (%d replicas)", len(reps))}
 	}
-	return transfer.PutPlacement{Segment: reps[0].GetSegment(), Offset: reps[0].GetOffset(), Token: [2]uint64{outbox, seq}}
+	return transfer.PutPlacement{Segment: reps[0].GetSegment(), Offset: reps[0].GetOffset(), Token: [3]uint64{outbox, seq, freeSeq}}
 }
+
+// A placement's Token: the outbox, the commit record's seq, and the free
+// seq (dram_free_seq) until StartPuts waited for it, then tokDrained.
+const (
+	tokOutbox, tokSeq, tokFree = 0, 1, 2
+	tokDrained                 = ^uint64(0)
+)
 
 func (h *putHandler) StartPuts(ctx context.Context, id transfer.PutIdentity, puts []transfer.DirectPut) []transfer.PutPlacement {
 	out := make([]transfer.PutPlacement, len(puts))
-	ctx, cancel := context.WithTimeout(ctx, directPutTimeout)
+	ctx, cancel := h.callCtx(ctx)
 	defer cancel()
 	defer h.drainBefore(ctx, puts, out)
 	if len(puts) == 1 {
@@ -75,7 +99,7 @@ func (h *putHandler) StartPuts(ctx context.Context, id transfer.PutIdentity, put
 			out[0].Err = kverr.FromGRPC(err)
 			return out
 		}
-		out[0] = h.placement(puts[0].Key, resp.GetReplicas(), resp.GetDramOutbox(), resp.GetDramSeq())
+		out[0] = h.placement(puts[0].Key, resp.GetReplicas(), resp.GetDramOutbox(), resp.GetDramSeq(), resp.GetDramFreeSeq())
 		return out
 	}
 	req := &kvtierpb.BatchPutStartRequest{ClientId: id.Client, Tenant: id.Tenant, PutTicket: id.Ticket,
@@ -94,20 +118,21 @@ func (h *putHandler) StartPuts(ctx context.Context, id transfer.PutIdentity, put
 		case resp.Results[i].GetCode() != kvtierpb.ErrorCode_OK:
 			out[i].Err = kverr.New(kverr.Code(resp.Results[i].GetCode()), puts[i].Key, "%s", resp.Results[i].GetMessage())
 		default:
-			out[i] = h.placement(puts[i].Key, resp.Results[i].GetReplicas(), resp.Results[i].GetDramOutbox(), resp.Results[i].GetDramSeq())
+			r := resp.Results[i]
+			out[i] = h.placement(puts[i].Key, r.GetReplicas(), r.GetDramOutbox(), r.GetDramSeq(), r.GetDramFreeSeq())
 		}
 	}
 	return out
 }
 
 // recheckMax is the largest frame whose bytes EndPuts checks again after
-// the records up to its commits were applied (a put that small is still
-// in the CPU's cache: it was read straight into its extent). For a larger
-// frame a second pass would cost more than the wait (a large put is
-// written with non-temporal stores, so it would be read from memory; a
-// batch's second pass was 6 % of a standalone's CPU under 64 KiB x 16
-// batch puts): StartPuts waits for the records before a byte is read
-// (drainBefore) instead.
+// the records up to its commits were applied, when the master did not
+// say where the extents' last frees are (dram_free_seq 0: a master that
+// predates it, or a segment never freed): a put that small is still in
+// the CPU's cache (it was read straight into its extent). A larger frame
+// waits for the records up to its commits before a byte is read instead
+// (a large put is written with non-temporal stores, so a second pass
+// would read it from memory).
 const recheckMax = 128 << 10
 
 // frameBytes sums the sizes of a frame's puts.
@@ -119,38 +144,58 @@ func frameBytes(puts []transfer.DirectPut) uint64 {
 	return n
 }
 
-// drainBefore waits, for a frame larger than recheckMax, until
-// this box applied the DRAM records up to the frame's commits (the frees
-// of the extents' previous occupants among them: their stale grants'
-// frames drained, grant.Revocations) before the engine reads the bytes.
+// drainBefore waits, before the engine reads a frame's bytes, until this
+// box applied the DRAM records that free the extents' earlier occupants
+// (their stale write grants voided and those grants' frames drained,
+// grant.Revocations), so no such frame can change the bytes after they
+// land. With the master's dram_free_seq that is the records up to the
+// last free of each segment before the placement, almost always applied
+// long ago: the placements are marked tokDrained and EndPuts checks
+// nothing again. Without it (an older master, a segment never freed), a
+// frame larger than recheckMax waits for the records up to its own
+// commits, and a smaller one is checked again by EndPuts.
 func (h *putHandler) drainBefore(ctx context.Context, puts []transfer.DirectPut, places []transfer.PutPlacement) {
 	if h.a.cfg.NoDramDirectory || h.a.cfg.NoGrantRevocation || !h.a.engine.GrantsEnforced() {
 		return
 	}
-	if frameBytes(puts) <= recheckMax {
-		return
-	}
-	var outbox, seq uint64
+	var outbox, seq, free uint64
+	marked := true
 	for i := range puts {
-		if places[i].Err == nil && places[i].Token[1] != 0 {
-			outbox, seq = places[i].Token[0], max(seq, places[i].Token[1])
+		t := places[i].Token
+		if places[i].Err != nil || t[tokSeq] == 0 {
+			continue
 		}
+		if t[tokFree] == 0 || (outbox != 0 && t[tokOutbox] != outbox) {
+			marked = false
+		}
+		outbox, seq, free = t[tokOutbox], max(seq, t[tokSeq]), max(free, t[tokFree])
 	}
-	if seq != 0 {
+	switch {
+	case seq == 0:
+	case marked:
+		if h.a.dirSeen.wait(ctx, outbox, free, dramSelfWait) {
+			for i := range places {
+				if places[i].Err == nil && places[i].Token[tokSeq] != 0 {
+					places[i].Token[tokFree] = tokDrained
+				}
+			}
+		}
+	case frameBytes(puts) > recheckMax:
 		h.a.dirSeen.wait(ctx, outbox, seq, dramSelfWait)
 	}
 }
 
 func (h *putHandler) EndPuts(ctx context.Context, id transfer.PutIdentity, puts []transfer.DirectPut, places []transfer.PutPlacement, errs []error) []error {
-	ctx, cancel := context.WithTimeout(ctx, directPutTimeout)
+	ctx, cancel := h.callCtx(ctx)
 	defer cancel()
 	// The commit records this box must have applied before it answers: it
 	// confirms them itself (holder_applies), so PutEnd does not wait for
 	// their acknowledgement to travel back to the master. Applying them
 	// (and every record before them: the frees of the extents' previous
 	// occupants) also drains the data-port frames of stale write grants
-	// for these extents (grant.Revocations), after which the bytes are
-	// checked once more: no such frame can have changed them since.
+	// for these extents (grant.Revocations); the bytes of a put whose
+	// frees were not applied before they were read (drainBefore) are
+	// checked once more then: no such frame can have changed them since.
 	var outbox, seq uint64
 	self := !h.a.cfg.NoDramDirectory && len(id.Ticket) > 0
 	placed := false
@@ -160,18 +205,20 @@ func (h *putHandler) EndPuts(ctx context.Context, id transfer.PutIdentity, puts 
 		}
 		placed = true
 		t := places[i].Token
-		if t[1] == 0 || (outbox != 0 && t[0] != outbox) {
+		if t[tokSeq] == 0 || (outbox != 0 && t[tokOutbox] != outbox) {
 			self = false
 		}
-		outbox, seq = t[0], max(seq, t[1])
+		outbox, seq = t[tokOutbox], max(seq, t[tokSeq])
 	}
 	if self && placed {
-		if !h.a.dirSeen.follows(outbox) || !h.a.dirSeen.wait(ctx, outbox, seq, dramSelfWait) {
+		ok := h.a.dirSeen.follows(outbox) && h.a.dirSeen.wait(ctx, outbox, seq, dramSelfWait)
+		if !ok {
 			self = false // not (yet) this master's records: PutEnd waits for them
 		} else if !h.a.cfg.NoGrantRevocation && h.a.engine.GrantsEnforced() && frameBytes(puts) <= recheckMax {
-			// (a larger frame waited before its bytes were read)
+			// (a larger frame waited before its bytes were read; a put
+			// whose extents' frees were applied before needs no check)
 			for i := range puts {
-				if places[i].Err != nil || errs[i] != nil {
+				if places[i].Err != nil || errs[i] != nil || places[i].Token[tokFree] == tokDrained {
 					continue
 				}
 				mem := h.a.segmentBytes(places[i].Segment, places[i].Offset, puts[i].Size)

@@ -212,3 +212,18 @@ func (m *Master) commitMark(client, tenant, key string) (outbox, seq uint64) {
 	}
 	return 0, 0
 }
+
+// lastFreeSeq is a direct put's dram_free_seq: the latest FreeSeq of its
+// MEMORY replicas (read when they were placed, after the allocation), at
+// or after the free record of every earlier occupant of their extents.
+// The node writes the put's bytes once it applied the records up to it,
+// so no frame under a stale write grant for the extent still runs.
+func lastFreeSeq(reps []Replica) uint64 {
+	var seq uint64
+	for i := range reps {
+		if reps[i].Type == Memory {
+			seq = max(seq, reps[i].FreeSeq)
+		}
+	}
+	return seq
+}

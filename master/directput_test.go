@@ -2,6 +2,7 @@ package master
 
 import (
 	"testing"
+	"time"
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
 	"github.com/kvtier/kvtier/internal/auth"
@@ -142,5 +143,64 @@ func TestPutTicketItems(t *testing.T) {
 		if err != nil || info.Writer != w || len(info.Replicas) != 1 || info.Replicas[0].State != Complete {
 			t.Fatalf("%s: %+v %v", k, info, err)
 		}
+	}
+}
+
+// TestDirectPutFreeSeq: a direct put's PutStart (single and batch) names
+// the last free record queued for its segment before the placement
+// (dram_free_seq), in the outbox of its commit record and before it: at
+// 0 while the segment was never freed, then at or after the free of the
+// extent's previous occupant, which the box applies before it writes the
+// new put's bytes (no stale write grant's frame runs there after that).
+func TestDirectPutFreeSeq(t *testing.T) {
+	m, _ := newTest(t, Config{DramSyncTimeout: 5 * time.Second})
+	s := &grpcServer{m: m}
+	if _, err := m.Heartbeat(ctx, HeartbeatRequest{Client: "box", Endpoint: "box:1", DramDirectory: true}); err != nil {
+		t.Fatal(err)
+	}
+	mountMem(t, m, "box", "box/mem0", 1<<20)
+	m.EnsureGrantKeys("box", "inc-1")
+	twin := startTwin(m, "box") // acknowledges the records, as the box would
+	defer twin.close()
+	tr, err := s.PutTicket(ctx, &kvtierpb.PutTicketRequest{ClientId: "gpu1", Node: "box"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func(key string) *kvtierpb.PutStartResponse {
+		t.Helper()
+		ps, err := s.PutStart(ctx, &kvtierpb.PutStartRequest{ClientId: "gpu1", Key: []byte(key), Size: 1 << 20,
+			HasChecksum: true, Crc32C: 1, PutTicket: tr.Ticket})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ps.DramSeq == 0 || ps.DramOutbox == 0 || ps.DramFreeSeq >= ps.DramSeq {
+			t.Fatalf("%s: outbox %d commit seq %d free seq %d: want a commit after the last free", key, ps.DramOutbox, ps.DramSeq, ps.DramFreeSeq)
+		}
+		return ps
+	}
+	if ps := start("k1"); ps.DramFreeSeq != 0 {
+		t.Fatalf("a segment never freed: free seq %d", ps.DramFreeSeq)
+	}
+	if _, err := s.PutEnd(ctx, &kvtierpb.KeyRequest{ClientId: "gpu1", Key: []byte("k1"), PutTicket: tr.Ticket}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Remove(ctx, "", "k1", true); err != nil { // frees the whole segment: k2 takes the same extent
+		t.Fatal(err)
+	}
+	ps := start("k2")
+	if ps.Replicas[0].Offset != 0 || ps.DramFreeSeq == 0 {
+		t.Fatalf("k2 at %d after k1's free: free seq %d", ps.Replicas[0].Offset, ps.DramFreeSeq)
+	}
+	if _, err := s.PutRevoke(ctx, &kvtierpb.KeyRequest{ClientId: "gpu1", Key: []byte("k2"), PutTicket: tr.Ticket}); err != nil {
+		t.Fatal(err)
+	}
+	// The batch form (a box coalescing its connections' PutStarts).
+	resp, err := s.BatchPutStart(ctx, &kvtierpb.BatchPutStartRequest{PerItemTickets: true, Items: []*kvtierpb.PutStartRequest{
+		{ClientId: "gpu1", Key: []byte("k3"), Size: 1 << 20, HasChecksum: true, PutTicket: tr.Ticket}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := resp.Results[0]; r.Code != 0 || r.DramFreeSeq <= ps.DramFreeSeq || r.DramFreeSeq >= r.DramSeq {
+		t.Fatalf("batch after k2's revoke: %v (k2's free seq %d)", r, ps.DramFreeSeq)
 	}
 }

@@ -57,7 +57,12 @@
 //     wait for that node's acknowledgement of it (only for other holders',
 //     of which a direct put has none): the node answers its client once it
 //     applied the record itself, so an acknowledged put is in its holder's
-//     directory as before, one master-appliance round trip sooner. A box
+//     directory as before, one master-appliance round trip sooner. It
+//     also names the last free record queued for the replica's segment
+//     before the placement (dram_free_seq, read after the allocation: the
+//     frees of the extent's earlier occupants are at or before it); the
+//     node writes the bytes once it applied the records up to it, so no
+//     frame under a stale write grant for the extent runs after. A box
 //     coalescing the direct puts of many clients sends BatchPutStart with
 //     per_item_tickets and BatchPutEnd with items: each put keeps its own
 //     client ID, tenant and ticket, checked one by one (an open master

@@ -216,6 +216,7 @@ func (s *grpcServer) PutStart(ctx context.Context, r *kvtierpb.PutStartRequest) 
 		s.signWrites(s.session(ctx, r.GetClientId()), s.writeExpiry(), reps, out.Replicas)
 	} else {
 		out.DramOutbox, out.DramSeq = s.m.commitMark(req.Client, req.Tenant, req.Key)
+		out.DramFreeSeq = lastFreeSeq(reps)
 	}
 	return out, nil
 }
@@ -346,6 +347,7 @@ func (s *grpcServer) BatchPutStart(ctx context.Context, r *kvtierpb.BatchPutStar
 			s.signWrites(sess, exp, x.Replicas, g.Replicas)
 		} else if x.Err == nil {
 			g.DramOutbox, g.DramSeq = s.m.commitMark(r.GetClientId(), r.GetTenant(), reqs[i].Key)
+			g.DramFreeSeq = lastFreeSeq(x.Replicas)
 		}
 		out.Results[i] = g
 	}
@@ -944,6 +946,7 @@ func (s *grpcServer) batchPutStartItems(ctx context.Context, r *kvtierpb.BatchPu
 		}
 		g.Replicas = replicasToPB(reps)
 		g.DramOutbox, g.DramSeq = s.m.commitMark(req.Client, req.Tenant, req.Key)
+		g.DramFreeSeq = lastFreeSeq(reps)
 	}
 	return out, nil
 }

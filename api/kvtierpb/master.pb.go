@@ -739,8 +739,16 @@ type PutStartResponse struct {
 	// queued for the node that placed it (the master's outbox and the
 	// record's seq; 0: none). The node answers its client once it applied
 	// it, and asks PutEnd not to wait for it (KeyRequest.holder_applies).
-	DramOutbox    uint64 `protobuf:"varint,390,opt,name=dram_outbox,json=dramOutbox,proto3" json:"dram_outbox,omitempty"`
-	DramSeq       uint64 `protobuf:"varint,391,opt,name=dram_seq,json=dramSeq,proto3" json:"dram_seq,omitempty"`
+	DramOutbox uint64 `protobuf:"varint,390,opt,name=dram_outbox,json=dramOutbox,proto3" json:"dram_outbox,omitempty"`
+	DramSeq    uint64 `protobuf:"varint,391,opt,name=dram_seq,json=dramSeq,proto3" json:"dram_seq,omitempty"`
+	// A direct put: the seq of the last DRAM directory free record queued
+	// for the replica's segment when it was placed (in dram_outbox; 0:
+	// none). Every free of the extent's earlier occupants is at or before
+	// it, so once the node applied the records up to it no stale write
+	// grant for the extent can still move bytes there: the node writes the
+	// put's bytes only after that (usually at once: the frees went long
+	// before), instead of waiting for the commit record (dram_seq).
+	DramFreeSeq   uint64 `protobuf:"varint,410,opt,name=dram_free_seq,json=dramFreeSeq,proto3" json:"dram_free_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -792,6 +800,13 @@ func (x *PutStartResponse) GetDramOutbox() uint64 {
 func (x *PutStartResponse) GetDramSeq() uint64 {
 	if x != nil {
 		return x.DramSeq
+	}
+	return 0
+}
+
+func (x *PutStartResponse) GetDramFreeSeq() uint64 {
+	if x != nil {
+		return x.DramFreeSeq
 	}
 	return 0
 }
@@ -1309,6 +1324,7 @@ type PutStartResult struct {
 	Replicas      []*Replica             `protobuf:"bytes,3,rep,name=replicas,proto3" json:"replicas,omitempty"`
 	DramOutbox    uint64                 `protobuf:"varint,390,opt,name=dram_outbox,json=dramOutbox,proto3" json:"dram_outbox,omitempty"` // as PutStartResponse
 	DramSeq       uint64                 `protobuf:"varint,391,opt,name=dram_seq,json=dramSeq,proto3" json:"dram_seq,omitempty"`
+	DramFreeSeq   uint64                 `protobuf:"varint,410,opt,name=dram_free_seq,json=dramFreeSeq,proto3" json:"dram_free_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1374,6 +1390,13 @@ func (x *PutStartResult) GetDramOutbox() uint64 {
 func (x *PutStartResult) GetDramSeq() uint64 {
 	if x != nil {
 		return x.DramSeq
+	}
+	return 0
+}
+
+func (x *PutStartResult) GetDramFreeSeq() uint64 {
+	if x != nil {
+		return x.DramFreeSeq
 	}
 	return 0
 }
@@ -5425,12 +5448,13 @@ const file_master_proto_rawDesc = "" +
 	"\fhas_checksum\x18\x06 \x01(\bR\vhasChecksum\x12,\n" +
 	"\x06config\x18\a \x01(\v2\x14.kvtier.v1.PutConfigR\x06config\x12\x1e\n" +
 	"\n" +
-	"put_ticket\x18\x86\x03 \x01(\fR\tputTicket\"\x80\x01\n" +
+	"put_ticket\x18\x86\x03 \x01(\fR\tputTicket\"\xa5\x01\n" +
 	"\x10PutStartResponse\x12.\n" +
 	"\breplicas\x18\x01 \x03(\v2\x12.kvtier.v1.ReplicaR\breplicas\x12 \n" +
 	"\vdram_outbox\x18\x86\x03 \x01(\x04R\n" +
 	"dramOutbox\x12\x1a\n" +
-	"\bdram_seq\x18\x87\x03 \x01(\x04R\adramSeq\"\xb1\x01\n" +
+	"\bdram_seq\x18\x87\x03 \x01(\x04R\adramSeq\x12#\n" +
+	"\rdram_free_seq\x18\x9a\x03 \x01(\x04R\vdramFreeSeq\"\xb1\x01\n" +
 	"\n" +
 	"KeyRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x16\n" +
@@ -5467,14 +5491,15 @@ const file_master_proto_rawDesc = "" +
 	"\x05items\x18\x03 \x03(\v2\x1a.kvtier.v1.PutStartRequestR\x05items\x12\x1e\n" +
 	"\n" +
 	"put_ticket\x18\x86\x03 \x01(\fR\tputTicket\x12)\n" +
-	"\x10per_item_tickets\x18\x87\x03 \x01(\bR\x0eperItemTickets\"\xc2\x01\n" +
+	"\x10per_item_tickets\x18\x87\x03 \x01(\bR\x0eperItemTickets\"\xe7\x01\n" +
 	"\x0ePutStartResult\x12(\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x14.kvtier.v1.ErrorCodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12.\n" +
 	"\breplicas\x18\x03 \x03(\v2\x12.kvtier.v1.ReplicaR\breplicas\x12 \n" +
 	"\vdram_outbox\x18\x86\x03 \x01(\x04R\n" +
 	"dramOutbox\x12\x1a\n" +
-	"\bdram_seq\x18\x87\x03 \x01(\x04R\adramSeq\"L\n" +
+	"\bdram_seq\x18\x87\x03 \x01(\x04R\adramSeq\x12#\n" +
+	"\rdram_free_seq\x18\x9a\x03 \x01(\x04R\vdramFreeSeq\"L\n" +
 	"\x15BatchPutStartResponse\x123\n" +
 	"\aresults\x18\x01 \x03(\v2\x19.kvtier.v1.PutStartResultR\aresults\"\xe7\x01\n" +
 	"\x10BatchKeysRequest\x12\x1b\n" +

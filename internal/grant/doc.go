@@ -134,11 +134,15 @@
 //
 // Early revocation covers direct puts too: the node places the put, so no
 // write grant exists for it, but a stale grant for the extent's previous
-// occupant could still be writing there. The node counts the put's bytes
-// only after it applied the DRAM records up to the put's commit record
-// (the previous occupant's free among them, which drains that grant's
-// frames): before reading them for a frame above 128 KiB (a large put or
-// a batch), or by checking them again afterwards for a smaller one.
+// occupant could still be writing there. The node writes the put's bytes
+// only after it applied the DRAM records up to the last free record of
+// the put's segment queued before the placement (PutStart's
+// dram_free_seq: the previous occupant's free among them, which drains
+// that grant's frames; almost always applied long before). With a master
+// that does not say (dram_free_seq 0), it counts them only after it
+// applied the records up to the put's commit record: before reading them
+// for a frame above 128 KiB, or by checking them again afterwards for a
+// smaller one.
 //
 // Layout (big-endian):
 //

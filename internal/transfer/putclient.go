@@ -31,8 +31,7 @@ type putConn struct {
 	nc  net.Conn
 	id  uint64
 	hdr []byte // header, ticket and descriptors of the frame being sent
-	rh  [responseHeaderLen]byte
-	res []byte // the answer's payload
+	res []byte // the answer: header and payload (or message)
 }
 
 func (p *putConns) take(ep string) *putConn {
@@ -175,34 +174,46 @@ func (c *putConn) do(ctx context.Context, e *Engine, ticket []byte, puts []Direc
 	if _, err := iov.WriteTo(c.nc); err != nil {
 		return nil, false, err
 	}
-	n, err := io.ReadFull(c.nc, c.rh[:])
+	// The answer in one read when every put succeeded (the header and K
+	// 4-byte results): one syscall, not two. Nothing follows the answer
+	// on this connection (one frame at a time), so a read never takes
+	// bytes of another.
+	short := int(responseHeaderLen) + len(puts)*putResultFixed
+	if cap(c.res) < short {
+		c.res = make([]byte, short)
+	}
+	n, err := io.ReadAtLeast(c.nc, c.res[:short], responseHeaderLen)
 	if err != nil {
 		return nil, n > 0, err
 	}
-	h, err := parseResponseHeader(c.rh[:])
+	h, err := parseResponseHeader(c.res[:n])
 	if err != nil {
 		return nil, true, err
 	}
 	if h.op != opPut || h.id != c.id {
 		return nil, true, errors.New("direct put: answer out of step")
 	}
+	body := h.payloadLen
 	if h.status != 0 {
-		msg := make([]byte, h.msgLen)
-		if _, err := io.ReadFull(c.nc, msg); err != nil {
-			return nil, true, err
-		}
-		return nil, true, kverr.New(kverr.Code(h.status), "", "direct put to %s: %s", c.nc.RemoteAddr(), msg)
-	}
-	if h.msgLen != 0 || h.payloadLen > uint64(len(puts))*(putResultFixed+maxMessageLen) {
+		body = uint64(h.msgLen) // an error answer carries its message only
+	} else if h.msgLen != 0 || h.payloadLen > uint64(len(puts))*(putResultFixed+maxMessageLen) {
 		return nil, true, errors.New("direct put: malformed answer")
 	}
-	if cap(c.res) < int(h.payloadLen) {
-		c.res = make([]byte, h.payloadLen)
+	alen := int(responseHeaderLen) + int(body)
+	if n > alen {
+		return nil, true, errors.New("direct put: answer longer than it says")
 	}
-	res := c.res[:h.payloadLen]
-	if _, err := io.ReadFull(c.nc, res); err != nil {
+	if cap(c.res) < alen {
+		c.res = append(make([]byte, 0, alen), c.res[:n]...)
+	}
+	in := c.res[:alen]
+	if _, err := io.ReadFull(c.nc, in[n:]); err != nil {
 		return nil, true, err
 	}
+	if h.status != 0 {
+		return nil, true, kverr.New(kverr.Code(h.status), "", "direct put to %s: %s", c.nc.RemoteAddr(), in[responseHeaderLen:])
+	}
+	res := in[responseHeaderLen:]
 	errs, err := parsePutResults(res, puts)
 	if err != nil {
 		return nil, true, err

@@ -29,8 +29,8 @@ type PutPlacement struct {
 	Offset  uint64
 	Err     error
 	// Token is the handler's own (the appliance: its DRAM directory
-	// record's place), handed back to EndPuts untouched.
-	Token [2]uint64
+	// records' places), handed back to EndPuts untouched.
+	Token [3]uint64
 }
 
 // PutHandler places the puts of direct-put frames for the serving side
