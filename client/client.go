@@ -566,13 +566,32 @@ func (c *Client) heartbeatLoop(ctx context.Context) {
 	t := time.NewTicker(c.cfg.HeartbeatInterval)
 	defer t.Stop()
 	for {
-		c.Heartbeat(ctx)
+		bctx, done := finishOnStop(ctx)
+		c.Heartbeat(bctx)
+		done()
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
 	}
+}
+
+// beatFinishWait is how long a heartbeat in flight may still take once
+// its loop is stopped.
+const beatFinishWait = time.Second
+
+// finishOnStop is the loop's context for one beat: when the loop is
+// stopped (Close, Leave) a beat in flight is given beatFinishWait to
+// finish instead of being abandoned at once. An abandoned beat may still
+// reach the master after the goodbye that Leave sends next, on another
+// stream, and bring the departed client's row back (seen under load:
+// TestCLICallsAreNotNodes); a finished one was applied before it.
+// done releases it once the beat returned.
+func finishOnStop(loop context.Context) (ctx context.Context, done func()) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(loop))
+	stop := context.AfterFunc(loop, func() { time.AfterFunc(beatFinishWait, cancel) })
+	return ctx, func() { stop(); cancel() }
 }
 
 // Heartbeat sends one beat now. Errors are logged, not returned: the next beat
