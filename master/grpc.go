@@ -851,27 +851,34 @@ func (s *grpcServer) TakeDramRecords(stream grpc.BidiStreamingServer[kvtierpb.Ta
 		if answered && len(rs) == 0 && !reset {
 			continue
 		}
-		out.Outbox, out.Reset_ = outbox, reset
-		if cap(recs) < len(rs) {
-			recs = make([]kvtierpb.DramRecord, len(rs))
-		}
-		recs, keys = recs[:len(rs)], keys[:0]
-		out.Records = out.Records[:0]
-		for i, d := range rs {
-			k := len(keys)
-			keys = append(keys, d.Key...)
-			r := &recs[i]
-			r.Seq, r.Free, r.Tenant, r.Key, r.Segment = d.Seq, d.Free, d.Tenant, keys[k:len(keys):len(keys)], d.Segment
-			r.Offset, r.Size, r.Crc32C, r.HasChecksum, r.Version = d.Offset, d.Size, d.CRC32C, d.HasChecksum, d.Version
-			r.GrantsExpire = d.GrantsExpire
-			out.Records = append(out.Records, r)
-		}
+		dramRecordsPB(&out, &recs, &keys, outbox, reset, rs)
 		if err := stream.Send(&out); err != nil {
 			return err
 		}
 		if len(rs) > 0 {
 			sent = rs[len(rs)-1].Seq
 		}
+	}
+}
+
+// dramRecordsPB fills out with outbox, reset and rs, reusing recs and
+// keys (and out.Records) from the previous answer: out is valid until the
+// next call.
+func dramRecordsPB(out *kvtierpb.TakeDramRecordsResponse, recs *[]kvtierpb.DramRecord, keys *[]byte, outbox uint64, reset bool, rs []DramRecord) {
+	out.Outbox, out.Reset_ = outbox, reset
+	if cap(*recs) < len(rs) {
+		*recs = make([]kvtierpb.DramRecord, len(rs))
+	}
+	*recs, *keys = (*recs)[:len(rs)], (*keys)[:0]
+	out.Records = out.Records[:0]
+	for i, d := range rs {
+		k := len(*keys)
+		*keys = append(*keys, d.Key...)
+		r := &(*recs)[i]
+		r.Seq, r.Free, r.Tenant, r.Key, r.Segment = d.Seq, d.Free, d.Tenant, (*keys)[k:len(*keys):len(*keys)], d.Segment
+		r.Offset, r.Size, r.Crc32C, r.HasChecksum, r.Version = d.Offset, d.Size, d.CRC32C, d.HasChecksum, d.Version
+		r.GrantsExpire = d.GrantsExpire
+		out.Records = append(out.Records, r)
 	}
 }
 
