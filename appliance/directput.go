@@ -306,8 +306,10 @@ func (m masterPuts) BatchPutRevoke(ctx context.Context, r *kvtierpb.BatchKeysReq
 // DramRecordsStream is the appliance's side of a TakeDramRecords stream
 // (dramdir.go): the gRPC client stream, or an in-process one
 // (Config.DramRecords). PutEnd waits for the holder's acknowledgement of a
-// put's commit record on it, so a standalone's direct puts wait for two
-// channel hand-overs instead of two HTTP/2 messages over loopback.
+// put's commit record on it, so a standalone's direct puts wait for the
+// appliance's stream goroutine only instead of two HTTP/2 messages over
+// loopback. An answer of Recv may be reused by the next Recv (the
+// in-process stream does): dramStream copies what it keeps.
 type DramRecordsStream interface {
 	Send(*kvtierpb.TakeDramRecordsRequest) error
 	Recv() (*kvtierpb.TakeDramRecordsResponse, error)

@@ -510,7 +510,7 @@ func newStandaloneCmd() *cobra.Command {
 				// no encoding between the box and its master. Not with
 				// --etcd: this process's master may not be the leader.
 				cfg.PutMaster = rm.ms
-				cfg.DramRecords = inprocDramRecords(rm.ms)
+				cfg.DramRecords = inprocDramRecords(rm.m)
 			}
 			if rm.sec.tls != nil {
 				// --tls-cert covers the data port too (tls:// endpoints);

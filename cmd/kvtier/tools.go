@@ -84,7 +84,7 @@ func startLocal(ctx context.Context, dramBytes uint64, mf masterFlags) (*localCl
 	}
 	a, err := appliance.Start(ctx, appliance.Config{Name: "local", MasterAddr: rm.grpcAddr.String(), DRAM: dramBytes,
 		Hugepages: dram.HugepageAuto, Logger: log, PutMaster: rm.ms,
-		DramRecords: inprocDramRecords(rm.ms)})
+		DramRecords: inprocDramRecords(rm.m)})
 	if err != nil {
 		rm.stop()
 		return nil, err
