@@ -197,6 +197,9 @@ func (m *Master) putStartOnce(t, k string, req *PutRequest) (_ []Replica, retry 
 		o.lastRead = int64(m.queueCommitLocked(t, req.Key, o))
 	}
 	m.ctr.add(cPutsStarted, 1)
+	if c.OnlyNode != "" {
+		m.ctr.add(cPutsDirect, 1)
+	}
 	if m.eventsWanted() && m.putSeq.Add(1)%uint64(m.cfg.PutEventSample) == 1 {
 		m.publish(Event{Kind: "put", Tenant: t, Key: req.Key, Bytes: req.Size, Segment: reps[0].seg.spec.Name, Message: "started (sampled)"})
 	}

@@ -47,6 +47,7 @@ const (
 	cDramCommitsUnconfirmed
 	cDramObjectsRestored
 	cDramCommitWaits // PutEnds (and revokes) that found a DRAM-directory record not yet applied and waited
+	cPutsDirect      // PutStarts an appliance made for its client (direct puts: only_node), a subset of puts_started
 	numCounters
 )
 
@@ -61,6 +62,7 @@ var counterNames = [numCounters]string{
 	"disk_buckets_dropped", "events_dropped", "eviction_history_hits",
 	"cached_reads", "removals_unconfirmed", "appliance_restarts",
 	"dram_commits_unconfirmed", "dram_objects_restored", "dram_commit_waits",
+	"puts_direct",
 }
 
 // CounterNames lists the names of the counters Stats reports.

@@ -128,6 +128,7 @@ func newClusterCollector(src Source, timeout time.Duration) *clusterCollector {
 		one("disk_buckets_dropped", "kvtier_disk_buckets_dropped_total", "SSD buckets whose replicas the master dropped."),
 		one("events_dropped", "kvtier_events_dropped_total", "Operator events dropped because a watcher was slow."),
 		one("cached_reads", "kvtier_cached_reads_total", "Reads clients served from their lease cache, reported with heartbeats."),
+		one("puts_direct", "kvtier_direct_puts_total", "Puts an appliance placed for its client, which sent key and bytes to its data port in one frame (direct puts); a subset of kvtier_puts_total{result=\"started\"}."),
 	}
 	return c
 }

@@ -182,6 +182,11 @@ func directScenario(t *testing.T, addr string) {
 	if err != nil || st.GetCounters()["dram_commits_unconfirmed"] != 0 {
 		t.Fatalf("unconfirmed commits: %v %v", st.GetCounters()["dram_commits_unconfirmed"], err)
 	}
+	// The master counts the puts boxes placed for their clients: the 16 of
+	// the batch among them, and not the classic ones (single/big, classic/1).
+	if d, s := st.GetCounters()["puts_direct"], st.GetCounters()["puts_started"]; d < 16 || d > s-2 {
+		t.Fatalf("puts_direct %d of puts_started %d", d, s)
+	}
 }
 
 // TestDirectPutStandalone: direct puts against a standalone (appliance and
