@@ -226,17 +226,11 @@ func (s *grpcServer) PutEnd(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtie
 	if err := s.m.fenceErr(); err != nil {
 		return nil, toGRPC(err)
 	}
-	var holder string
-	if tok := r.GetPutTicket(); len(tok) > 0 {
-		node, err := s.checkTicket(ctx, tok, r.GetTenant(), r.GetClientId())
-		if err != nil {
-			return nil, toGRPC(err)
-		}
-		if r.GetHolderApplies() {
-			holder = node
-		}
+	holder, err := s.endHolder(ctx, r.GetPutTicket(), r.GetTenant(), r.GetClientId(), r.GetHolderApplies())
+	if err != nil {
+		return nil, toGRPC(err)
 	}
-	err := s.m.putEndExcept(ctx, r.GetClientId(), r.GetTenant(), string(r.GetKey()), holder)
+	err = s.m.putEndExcept(ctx, r.GetClientId(), r.GetTenant(), string(r.GetKey()), holder)
 	if err == nil {
 		err = s.m.fenceErr() // deposed while waiting: do not acknowledge
 	}
@@ -355,6 +349,20 @@ func (s *grpcServer) BatchPutStart(ctx context.Context, r *kvtierpb.BatchPutStar
 	return out, nil
 }
 
+// endHolder checks a PutEnd's put ticket (none: a classic put) and returns
+// the node whose commit record PutEnd need not wait for: the ticket's node
+// when it said it applies the record itself (holder_applies), else "".
+func (s *grpcServer) endHolder(ctx context.Context, tok []byte, tenant, client string, applies bool) (string, error) {
+	if len(tok) == 0 {
+		return "", nil
+	}
+	node, err := s.checkTicket(ctx, tok, tenant, client)
+	if err != nil || !applies {
+		return "", err
+	}
+	return node, nil
+}
+
 func (s *grpcServer) BatchPutEnd(ctx context.Context, r *kvtierpb.BatchKeysRequest) (*kvtierpb.BatchResponse, error) {
 	if err := s.m.fenceErr(); err != nil {
 		return nil, toGRPC(err)
@@ -366,15 +374,9 @@ func (s *grpcServer) BatchPutEnd(ctx context.Context, r *kvtierpb.BatchKeysReque
 		}
 		out = keyResults(s.batchPutEndItems(ctx, items))
 	} else {
-		var holder string
-		if tok := r.GetPutTicket(); len(tok) > 0 {
-			node, err := s.checkTicket(ctx, tok, r.GetTenant(), r.GetClientId())
-			if err != nil {
-				return nil, toGRPC(err)
-			}
-			if r.GetHolderApplies() {
-				holder = node
-			}
+		holder, err := s.endHolder(ctx, r.GetPutTicket(), r.GetTenant(), r.GetClientId(), r.GetHolderApplies())
+		if err != nil {
+			return nil, toGRPC(err)
 		}
 		out = keyResults(s.m.batchPutEndExcept(ctx, r.GetClientId(), r.GetTenant(), keysOf(r.GetKeys()), holder))
 	}
