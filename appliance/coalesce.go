@@ -22,21 +22,16 @@ import (
 type coalescer struct {
 	PutMaster // revokes and the batch calls of multi-put frames: straight through
 
-	mu sync.Mutex
-	// guarded by mu: per identity, the calls queued behind the one in
-	// flight (an entry exists while a call of that identity is in flight).
-	starts map[coalesceKey]*lane[*kvtierpb.PutStartRequest, *kvtierpb.PutStartResponse]
-	ends   map[coalesceKey]*lane[*kvtierpb.KeyRequest, *kvtierpb.Empty]
+	starts lane[*kvtierpb.PutStartRequest, *kvtierpb.PutStartResponse]
+	ends   lane[*kvtierpb.KeyRequest, *kvtierpb.Empty]
 }
 
-// coalesceKey names a lane. One lane per kind of call now (every
-// identity shares it, the batch calls carrying per-item identities); kept
-// as a key so lanes could be split again (per master, say).
-type coalesceKey struct{}
-
-// lane is one identity's queue of calls of one kind.
+// lane is one kind of call: whether one is in flight, and the calls
+// queued behind it.
 type lane[Q, R any] struct {
-	queue []*waiter[Q, R]
+	mu    sync.Mutex
+	busy  bool            // guarded by mu: a call of this lane is in flight
+	queue []*waiter[Q, R] // guarded by mu
 }
 
 // waiter is one call: its request, and once done its answer, or the
@@ -49,62 +44,52 @@ type waiter[Q, R any] struct {
 	done chan struct{} // closed when resp/err or lead is set
 }
 
-func newCoalescer(pm PutMaster) *coalescer {
-	return &coalescer{PutMaster: pm,
-		starts: map[coalesceKey]*lane[*kvtierpb.PutStartRequest, *kvtierpb.PutStartResponse]{},
-		ends:   map[coalesceKey]*lane[*kvtierpb.KeyRequest, *kvtierpb.Empty]{}}
-}
+func newCoalescer(pm PutMaster) *coalescer { return &coalescer{PutMaster: pm} }
 
-// join queues req under k in lanes and runs batches with run while it
-// leads; it returns req's answer.
-func join[Q, R any](mu *sync.Mutex, lanes map[coalesceKey]*lane[Q, R], k coalesceKey, req Q, run func([]*waiter[Q, R])) (R, error) {
+// join queues req in l and runs batches with run while it leads; it
+// returns req's answer.
+func (l *lane[Q, R]) join(req Q, run func([]*waiter[Q, R])) (R, error) {
 	w := &waiter[Q, R]{req: req, done: make(chan struct{})}
-	mu.Lock()
-	l, inFlight := lanes[k]
-	if !inFlight {
-		l = &lane[Q, R]{}
-		lanes[k] = l
-	} else {
+	l.mu.Lock()
+	queued := l.busy
+	if queued {
 		l.queue = append(l.queue, w)
 	}
-	mu.Unlock()
-	if inFlight {
+	l.busy = true
+	l.mu.Unlock()
+	batch := []*waiter[Q, R]{w}
+	if queued {
 		<-w.done // w.lead and the answer are written before done closes
 		if !w.lead {
 			return w.resp, w.err
 		}
-	}
-	// Leading: run the batch (this call alone, or the queue it was handed),
-	// then hand the lead to the first call queued meanwhile, if any.
-	batch := []*waiter[Q, R]{w}
-	if inFlight { // handed the lead: the queue behind it, this call first
-		mu.Lock()
-		batch, l.queue = l.queue, nil
-		mu.Unlock()
-		batch = append([]*waiter[Q, R]{w}, batch...)
+		// Handed the lead: this call first, then the queue behind it.
+		l.mu.Lock()
+		batch, l.queue = append(batch, l.queue...), nil
+		l.mu.Unlock()
 	}
 	run(batch)
-	mu.Lock()
+	// Hand the lead to the first call queued meanwhile, if any.
+	var next *waiter[Q, R]
+	l.mu.Lock()
 	if len(l.queue) == 0 {
-		delete(lanes, k)
-		mu.Unlock()
+		l.busy = false
 	} else {
-		next := l.queue[0]
-		l.queue = l.queue[1:]
-		mu.Unlock()
+		next, l.queue = l.queue[0], l.queue[1:]
+	}
+	l.mu.Unlock()
+	if next != nil {
 		next.lead = true
 		close(next.done)
 	}
-	for _, x := range batch {
-		if x != w {
-			close(x.done)
-		}
+	for _, x := range batch[1:] {
+		close(x.done)
 	}
 	return w.resp, w.err
 }
 
 func (c *coalescer) PutStart(ctx context.Context, r *kvtierpb.PutStartRequest) (*kvtierpb.PutStartResponse, error) {
-	return join(&c.mu, c.starts, coalesceKey{}, r, func(ws []*waiter[*kvtierpb.PutStartRequest, *kvtierpb.PutStartResponse]) {
+	return c.starts.join(r, func(ws []*waiter[*kvtierpb.PutStartRequest, *kvtierpb.PutStartResponse]) {
 		if len(ws) == 1 {
 			ws[0].resp, ws[0].err = c.PutMaster.PutStart(ctx, ws[0].req)
 			return
@@ -114,25 +99,19 @@ func (c *coalescer) PutStart(ctx context.Context, r *kvtierpb.PutStartRequest) (
 			req.Items[i] = w.req
 		}
 		resp, err := c.PutMaster.BatchPutStart(ctx, req)
-		if err == nil && len(resp.GetResults()) != len(ws) {
-			err = kverr.New(kverr.RPCFail, "", "master answered %d results for %d puts", len(resp.GetResults()), len(ws))
-		}
+		errs := itemErrs(resp.GetResults(), err, len(ws), func(i int) string { return string(ws[i].req.Key) })
 		for i, w := range ws {
-			switch {
-			case err != nil:
-				w.err = err
-			case resp.Results[i].GetCode() != kvtierpb.ErrorCode_OK:
-				w.err = kverr.New(kverr.Code(resp.Results[i].GetCode()), string(w.req.Key), "%s", resp.Results[i].GetMessage())
-			default:
-				w.resp = &kvtierpb.PutStartResponse{Replicas: resp.Results[i].GetReplicas(),
-					DramOutbox: resp.Results[i].GetDramOutbox(), DramSeq: resp.Results[i].GetDramSeq(), DramFreeSeq: resp.Results[i].GetDramFreeSeq()}
+			if w.err = errs[i]; w.err == nil {
+				r := resp.Results[i]
+				w.resp = &kvtierpb.PutStartResponse{Replicas: r.GetReplicas(),
+					DramOutbox: r.GetDramOutbox(), DramSeq: r.GetDramSeq(), DramFreeSeq: r.GetDramFreeSeq()}
 			}
 		}
 	})
 }
 
 func (c *coalescer) PutEnd(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtierpb.Empty, error) {
-	return join(&c.mu, c.ends, coalesceKey{}, r, func(ws []*waiter[*kvtierpb.KeyRequest, *kvtierpb.Empty]) {
+	return c.ends.join(r, func(ws []*waiter[*kvtierpb.KeyRequest, *kvtierpb.Empty]) {
 		if len(ws) == 1 {
 			ws[0].resp, ws[0].err = c.PutMaster.PutEnd(ctx, ws[0].req)
 			return
@@ -142,18 +121,37 @@ func (c *coalescer) PutEnd(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtier
 			req.Items[i] = w.req
 		}
 		resp, err := c.PutMaster.BatchPutEnd(ctx, req)
-		if err == nil && len(resp.GetResults()) != len(ws) {
-			err = kverr.New(kverr.RPCFail, "", "master answered %d results for %d puts", len(resp.GetResults()), len(ws))
-		}
+		errs := itemErrs(resp.GetResults(), err, len(ws), func(i int) string { return string(ws[i].req.Key) })
 		for i, w := range ws {
-			switch {
-			case err != nil:
-				w.err = err
-			case resp.Results[i].GetCode() != kvtierpb.ErrorCode_OK:
-				w.err = kverr.New(kverr.Code(resp.Results[i].GetCode()), string(w.req.Key), "%s", resp.Results[i].GetMessage())
-			default:
+			if w.err = errs[i]; w.err == nil {
 				w.resp = &kvtierpb.Empty{LeaderEpoch: resp.GetLeaderEpoch()}
 			}
 		}
 	})
+}
+
+// itemResult is one item of a batch answer (PutStartResult, KeyResult).
+type itemResult interface {
+	GetCode() kvtierpb.ErrorCode
+	GetMessage() string
+}
+
+// itemErrs turns a batch call's answer for n items into one error per
+// item (nil: OK): the call's own error for every item, an answer with
+// another number of results as RPC_FAIL, else each item's code under its
+// key.
+func itemErrs[X itemResult](results []X, err error, n int, key func(i int) string) []error {
+	if err == nil && len(results) != n {
+		err = kverr.New(kverr.RPCFail, "", "master answered %d results for %d puts", len(results), n)
+	}
+	errs := make([]error, n)
+	for i := range errs {
+		switch {
+		case err != nil:
+			errs[i] = kverr.FromGRPC(err)
+		case results[i].GetCode() != kvtierpb.ErrorCode_OK:
+			errs[i] = kverr.New(kverr.Code(results[i].GetCode()), key(i), "%s", results[i].GetMessage())
+		}
+	}
+	return errs
 }

@@ -108,16 +108,9 @@ func (h *putHandler) StartPuts(ctx context.Context, id transfer.PutIdentity, put
 		req.Items[i] = h.startReq(id, &puts[i], false)
 	}
 	resp, err := h.pm.BatchPutStart(ctx, req)
-	if err == nil && len(resp.GetResults()) != len(puts) {
-		err = kverr.New(kverr.RPCFail, "", "master answered %d results for %d puts", len(resp.GetResults()), len(puts))
-	}
+	errs := itemErrs(resp.GetResults(), err, len(puts), func(i int) string { return puts[i].Key })
 	for i := range puts {
-		switch {
-		case err != nil:
-			out[i].Err = kverr.FromGRPC(err)
-		case resp.Results[i].GetCode() != kvtierpb.ErrorCode_OK:
-			out[i].Err = kverr.New(kverr.Code(resp.Results[i].GetCode()), puts[i].Key, "%s", resp.Results[i].GetMessage())
-		default:
+		if out[i].Err = errs[i]; out[i].Err == nil {
 			r := resp.Results[i]
 			out[i] = h.placement(puts[i].Key, r.GetReplicas(), r.GetDramOutbox(), r.GetDramSeq(), r.GetDramFreeSeq())
 		}
@@ -248,19 +241,12 @@ func (h *putHandler) EndPuts(ctx context.Context, id transfer.PutIdentity, puts 
 		}
 	} else if len(commit) > 0 {
 		resp, err := h.pm.BatchPutEnd(ctx, &kvtierpb.BatchKeysRequest{ClientId: id.Client, Tenant: id.Tenant, Keys: commit, PutTicket: id.Ticket, HolderApplies: self})
-		if err == nil && len(resp.GetResults()) != len(commit) {
-			err = kverr.New(kverr.RPCFail, "", "master answered %d results for %d puts", len(resp.GetResults()), len(commit))
-		}
+		ends := itemErrs(resp.GetResults(), err, len(commit), func(j int) string { return puts[commitIdx[j]].Key })
 		for j, i := range commitIdx {
-			switch {
-			case err != nil:
-				errs[i] = kverr.FromGRPC(err)
-			case resp.Results[j].GetCode() != kvtierpb.ErrorCode_OK:
-				errs[i] = kverr.New(kverr.Code(resp.Results[j].GetCode()), puts[i].Key, "%s", resp.Results[j].GetMessage())
-			default:
-				continue
+			if ends[j] != nil {
+				errs[i] = ends[j]
+				revoke = append(revoke, commit[j])
 			}
-			revoke = append(revoke, commit[j])
 		}
 	}
 	if len(revoke) > 0 {
