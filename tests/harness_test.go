@@ -167,9 +167,16 @@ func (c *cluster) appliance(name string, extra ...string) *proc {
 // client connects an in-process SDK client (a pure caller) to the cluster.
 func (c *cluster) client(t *testing.T) *client.Client {
 	t.Helper()
+	return c.clientWith(t, client.Config{})
+}
+
+// clientWith is client with cfg (MasterAddr and a 200 ms heartbeat filled in).
+func (c *cluster) clientWith(t *testing.T, cfg client.Config) *client.Client {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cl, err := client.New(ctx, client.Config{MasterAddr: c.grpc, HeartbeatInterval: 200 * time.Millisecond})
+	cfg.MasterAddr, cfg.HeartbeatInterval = c.grpc, 200*time.Millisecond
+	cl, err := client.New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,28 +48,18 @@ func TestNOFAuthentication(t *testing.T) {
 		"--nvme-host-key", host+"=@"+keyFile, "--nvme-host-key", ctrlHost+"="+good, "--nvme-ctrl-key", ctrlHost+"="+ctrlKey)
 	nvmeAddr := box.addrs["nvme"]
 	ctx := context.Background()
-	newClient := func(cfg client.Config) *client.Client {
-		t.Helper()
-		cfg.MasterAddr, cfg.HeartbeatInterval = c.grpc, 200*time.Millisecond
-		cl, err := client.New(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cl.Close() })
-		return cl
-	}
 	nof := client.WithOptions(client.PutOptions{NOFReplicas: 1})
 	v := randomBytes(77, 100<<10)
 
 	// Right secret (from a file), unidirectional and bidirectional.
-	cl := newClient(client.Config{NVMeHostNQN: host, NVMeSecret: "@" + keyFile})
+	cl := c.clientWith(t, client.Config{NVMeHostNQN: host, NVMeSecret: "@" + keyFile})
 	if err := cl.Put(ctx, "auth/a", v, nof); err != nil {
 		t.Fatalf("put with the right secret: %v", err)
 	}
 	if got, err := cl.Get(ctx, "auth/a"); err != nil || !bytes.Equal(got, v) {
 		t.Fatalf("get with the right secret: %v", err)
 	}
-	bidi := newClient(client.Config{NVMeHostNQN: ctrlHost, NVMeSecret: good, NVMeCtrlSecret: ctrlKey})
+	bidi := c.clientWith(t, client.Config{NVMeHostNQN: ctrlHost, NVMeSecret: good, NVMeCtrlSecret: ctrlKey})
 	if got, err := bidi.Get(ctx, "auth/a"); err != nil || !bytes.Equal(got, v) {
 		t.Fatalf("get with bidirectional authentication: %v", err)
 	}
@@ -81,7 +71,7 @@ func TestNOFAuthentication(t *testing.T) {
 		"host without a key":      {NVMeHostNQN: "nqn.2026-11.io.kvtier:stranger", NVMeSecret: good},
 		"wrong controller secret": {NVMeHostNQN: ctrlHost, NVMeSecret: good, NVMeCtrlSecret: wrong},
 	} {
-		bad := newClient(cfg)
+		bad := c.clientWith(t, cfg)
 		if _, err := bad.Get(ctx, "auth/a"); err == nil {
 			t.Fatalf("%s: get succeeded", name)
 		}

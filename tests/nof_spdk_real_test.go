@@ -74,18 +74,8 @@ func TestSPDKBackendDHCHAPReal(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	newClient := func(cfg client.Config) *client.Client {
-		t.Helper()
-		cfg.MasterAddr, cfg.HeartbeatInterval = c.grpc, 200*time.Millisecond
-		cl, err := client.New(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cl.Close() })
-		return cl
-	}
 	v := randomBytes(18, 200<<10)
-	cl := newClient(client.Config{NVMeHostNQN: host, NVMeSecret: "@" + keyFile, NVMeCtrlSecret: ctrlKey})
+	cl := c.clientWith(t, client.Config{NVMeHostNQN: host, NVMeSecret: "@" + keyFile, NVMeCtrlSecret: ctrlKey})
 	if err := cl.Put(ctx, "spdk/a", v, client.WithOptions(client.PutOptions{NOFReplicas: 1})); err != nil {
 		t.Fatalf("put of a NOF replica through SPDK with DH-HMAC-CHAP: %v", err)
 	}
@@ -96,7 +86,7 @@ func TestSPDKBackendDHCHAPReal(t *testing.T) {
 		"--host-nqn", host, "--dhchap-secret", "@"+keyFile, "--dhchap-ctrl-secret", ctrlKey); code != 0 || !strings.Contains(out, "namespace 1") {
 		t.Fatalf("kvtier nvme identify against SPDK: exit %d\n%s\n%s", code, out, errs)
 	}
-	bad := newClient(client.Config{NVMeHostNQN: host})
+	bad := c.clientWith(t, client.Config{NVMeHostNQN: host})
 	if err := bad.Put(ctx, "spdk/b", v, client.WithOptions(client.PutOptions{NOFReplicas: 1})); err == nil || !strings.Contains(err.Error(), "authentication") {
 		t.Fatalf("put without the secret: %v", err)
 	}
