@@ -73,6 +73,29 @@ func replicaToPB(r Replica) *kvtierpb.Replica {
 
 // fillReplicaPB sets the fields of a zero p from r (batch answers allocate
 // their replicas together).
+// replicaSlab hands out the replica messages of one batch answer, all
+// allocated together.
+type replicaSlab struct {
+	reps []kvtierpb.Replica
+	ptrs []*kvtierpb.Replica
+}
+
+func newReplicaSlab(n int) replicaSlab {
+	return replicaSlab{reps: make([]kvtierpb.Replica, n), ptrs: make([]*kvtierpb.Replica, n)}
+}
+
+// take fills the next len(rs) messages from rs and returns them.
+func (s *replicaSlab) take(rs []Replica) []*kvtierpb.Replica {
+	k := len(rs)
+	out := s.ptrs[:k:k]
+	for j, r := range rs {
+		fillReplicaPB(&s.reps[j], r)
+		out[j] = &s.reps[j]
+	}
+	s.reps, s.ptrs = s.reps[k:], s.ptrs[k:]
+	return out
+}
+
 func fillReplicaPB(p *kvtierpb.Replica, r Replica) {
 	p.Type, p.State, p.Segment = kvtierpb.ReplicaType(r.Type), kvtierpb.ReplicaState(r.State), r.Segment
 	p.Node, p.Endpoint, p.Offset, p.Length, p.Bucket = r.Node, r.Endpoint, r.Offset, r.Length, r.Bucket
@@ -323,21 +346,14 @@ func (s *grpcServer) BatchPutStart(ctx context.Context, r *kvtierpb.BatchPutStar
 		n += len(x.Replicas)
 	}
 	slab := make([]kvtierpb.PutStartResult, len(res))
-	reps := make([]kvtierpb.Replica, n)
-	ptrs := make([]*kvtierpb.Replica, n)
+	rs := newReplicaSlab(n)
 	out := &kvtierpb.BatchPutStartResponse{Results: make([]*kvtierpb.PutStartResult, len(res))}
 	for i, x := range res {
 		g := &slab[i]
 		if x.Err != nil {
 			g.Code, g.Message = kvtierpb.ErrorCode(kverr.CodeOf(x.Err)), x.Err.Error()
 		}
-		k := len(x.Replicas)
-		g.Replicas = ptrs[:k:k]
-		for j, rp := range x.Replicas {
-			fillReplicaPB(&reps[j], rp)
-			g.Replicas[j] = &reps[j]
-		}
-		reps, ptrs = reps[k:], ptrs[k:]
+		g.Replicas = rs.take(x.Replicas)
 		if node == "" {
 			s.signWrites(sess, exp, x.Replicas, g.Replicas)
 		} else if x.Err == nil {
@@ -405,8 +421,7 @@ func (s *grpcServer) BatchGetReplicaList(ctx context.Context, r *kvtierpb.BatchK
 	}
 	slab := make([]kvtierpb.GetReplicaListResult, len(res))
 	lists := make([]kvtierpb.GetReplicaListResponse, len(res))
-	reps := make([]kvtierpb.Replica, n)
-	ptrs := make([]*kvtierpb.Replica, n)
+	rs := newReplicaSlab(n)
 	out := &kvtierpb.BatchGetReplicaListResponse{Results: make([]*kvtierpb.GetReplicaListResult, len(res))}
 	for i, x := range res {
 		g := &slab[i]
@@ -415,13 +430,7 @@ func (s *grpcServer) BatchGetReplicaList(ctx context.Context, r *kvtierpb.BatchK
 		} else {
 			l, v := x.List, &lists[i]
 			v.Size, v.Crc32C, v.HasChecksum, v.LeaseDeadlineMs = l.Size, l.CRC32C, l.HasChecksum, ms(l.LeaseDeadline)
-			k := len(l.Replicas)
-			v.Replicas = ptrs[:k:k]
-			for j, rp := range l.Replicas {
-				fillReplicaPB(&reps[j], rp)
-				v.Replicas[j] = &reps[j]
-			}
-			reps, ptrs = reps[k:], ptrs[k:]
+			v.Replicas = rs.take(l.Replicas)
 			g.Value = v
 			s.signReads(sess, l, v)
 		}
