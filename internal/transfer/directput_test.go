@@ -101,6 +101,10 @@ func TestDirectPut(t *testing.T) {
 	if err != nil || errs[0] != nil || errs[1] != nil {
 		t.Fatalf("put: %v %v", err, errs)
 	}
+	// Both frames so far (the refused one too) went by reference.
+	if n, total := cli.Stats().SplicedBytes, 2*(len(vals[0])+len(vals[1])); n != uint64(total) {
+		t.Fatalf("%d bytes sent by reference, want the two frames' %d", n, total)
+	}
 	pl.mu.Lock() // orders the test's reads after the serving goroutine's writes (EndPuts holds it)
 	defer pl.mu.Unlock()
 	for i, k := range []string{"a", "b"} {
@@ -342,6 +346,9 @@ func TestDirectPutLargeFrame(t *testing.T) {
 	errs, err := cli.PutDirect(context.Background(), addr, tk, puts, vals)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if n := cli.Stats().SplicedBytes; n != 0 {
+		t.Fatalf("%d bytes of a frame above spliceMax sent by reference", n)
 	}
 	pl.mu.Lock()
 	defer pl.mu.Unlock()

@@ -82,7 +82,7 @@ type Config struct {
 	MaxInflightBytes int64         // client bytes in flight, and server extent buffer bytes (default 256 MiB)
 	DialTimeout      time.Duration // default 5s
 	IOTimeout        time.Duration // deadline for one frame's I/O (default 30s)
-	SocketBuffer     int           // SO_SNDBUF/SO_RCVBUF; 0 keeps kernel autotuning
+	SocketBuffer     int           // SO_SNDBUF/SO_RCVBUF; 0 keeps kernel autotuning, else >= 64 KiB
 	// DisableSharedMemory keeps every request to a peer on TCP even when
 	// the peer runs on this host and shares its segments' memory.
 	DisableSharedMemory bool
@@ -145,8 +145,10 @@ func (c Config) Validate() error {
 		return kverr.New(kverr.InvalidParams, "", "transfer: MaxInflightBytes %d < 0", c.MaxInflightBytes)
 	case c.DialTimeout < 0 || c.IOTimeout < 0 || c.IdleTimeout < 0:
 		return kverr.New(kverr.InvalidParams, "", "transfer: negative timeout")
-	case c.SocketBuffer < 0:
-		return kverr.New(kverr.InvalidParams, "", "transfer: SocketBuffer %d < 0", c.SocketBuffer)
+	case c.SocketBuffer < 0 || (c.SocketBuffer > 0 && c.SocketBuffer < minSocketBuffer):
+		// Below 16 KiB a receiver stalls a sender that splices (splice.go):
+		// seen with 4 KiB, the connection then waits out its IOTimeout.
+		return kverr.New(kverr.InvalidParams, "", "transfer: SocketBuffer %d: 0 (kernel autotuning) or at least %d", c.SocketBuffer, minSocketBuffer)
 	}
 	d := c.withDefaults()
 	if d.MaxInflightBytes < int64(d.SliceSize) {
@@ -231,6 +233,9 @@ type Stats struct {
 	// node committed (also counted in TCPRequests and TCPBytes);
 	// ServedDirectPuts the puts of such frames this engine committed.
 	DirectPuts, ServedDirectPuts uint64
+	// SplicedBytes are payload bytes sent by reference (splice.go)
+	// rather than copied into the socket.
+	SplicedBytes uint64
 }
 
 type counters struct {
@@ -241,7 +246,7 @@ type counters struct {
 	shmRequests, shmBytes, shmFailed, shmRefused     atomic.Uint64
 	acceptErrors, fallbacks                          atomic.Uint64
 	rdmaRequests, rdmaBytes, memRequests, memBytes   atomic.Uint64
-	directPuts, servedDirectPuts                     atomic.Uint64
+	directPuts, servedDirectPuts, splicedBytes       atomic.Uint64
 }
 
 // segment is registered memory; refs counts requests using mem.
@@ -620,6 +625,7 @@ func (e *Engine) Stats() Stats {
 		GrantRefusals: e.grants.refusalCounts(), GrantKeys: len(e.grants.keys.IDs()),
 		ClientConns: e.tcp.connCount(), SharedPeers: e.shm.peerCount(),
 		DirectPuts: c.directPuts.Load(), ServedDirectPuts: c.servedDirectPuts.Load(),
+		SplicedBytes: c.splicedBytes.Load(),
 	}
 	e.mu.RLock()
 	st.ServerConns = len(e.srvConns)

@@ -333,7 +333,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 	bad := []Config{
 		{ConnsPerPeer: -1}, {SliceSize: 100}, {SliceSize: MaxFrameLength + 1}, {MaxInflightBytes: -1},
-		{SliceSize: 1 << 20, MaxInflightBytes: 1 << 10}, {IOTimeout: -1}, {PipelineDepth: -2}, {SocketBuffer: -1},
+		{SliceSize: 1 << 20, MaxInflightBytes: 1 << 10}, {IOTimeout: -1}, {PipelineDepth: -2}, {SocketBuffer: -1}, {SocketBuffer: 4096},
 	}
 	for _, c := range bad {
 		if err := c.Validate(); !kverr.Is(err, kverr.InvalidParams) {

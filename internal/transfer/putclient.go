@@ -28,10 +28,13 @@ type putConns struct {
 const maxIdlePutConns = 64
 
 type putConn struct {
-	nc  net.Conn
-	id  uint64
-	hdr []byte // header, ticket and descriptors of the frame being sent
-	res []byte // the answer: header and payload (or message)
+	nc net.Conn
+	sp *splicer // large payloads go by reference (splice.go); nil until one does
+	// noSplice: this connection could not get a splicer; it writes.
+	noSplice bool
+	id       uint64
+	hdr      []byte // header, ticket and descriptors of the frame being sent
+	res      []byte // the answer: header and payload (or message)
 }
 
 func (p *putConns) take(ep string) *putConn {
@@ -57,7 +60,7 @@ func (p *putConns) give(ep string, c *putConn) {
 		return
 	}
 	p.mu.Unlock()
-	c.nc.Close()
+	c.close()
 }
 
 func (p *putConns) close() {
@@ -66,7 +69,7 @@ func (p *putConns) close() {
 	p.closed = true
 	for _, cs := range p.idle {
 		for _, c := range cs {
-			c.nc.Close()
+			c.close()
 		}
 	}
 	p.idle = nil
@@ -117,7 +120,7 @@ func (e *Engine) PutDirect(ctx context.Context, endpoint string, ticket []byte, 
 			e.dput.give(endpoint, c)
 			return nil, err
 		}
-		c.nc.Close()
+		c.abort()
 		// A pooled connection the peer closed while idle fails at once:
 		// retried once on a fresh one. Any other failure is the caller's.
 		if reused && attempt == 0 && !sent && ctx.Err() == nil {
@@ -171,7 +174,7 @@ func (c *putConn) do(ctx context.Context, e *Engine, ticket []byte, puts []Direc
 		stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(time.Now()) })
 		defer stop()
 	}
-	if _, err := iov.WriteTo(c.nc); err != nil {
+	if err := c.send(e, iov, total); err != nil {
 		return nil, false, err
 	}
 	// The answer in one read when every put succeeded (the header and K
@@ -220,6 +223,46 @@ func (c *putConn) do(ctx context.Context, e *Engine, ticket []byte, puts []Direc
 	}
 	_ = c.nc.SetDeadline(time.Time{})
 	return errs, true, nil
+}
+
+// send writes a frame: its header (iov[0]) and payload (the rest). A
+// payload of spliceMin to spliceMax bytes goes by reference (splice.go).
+func (c *putConn) send(e *Engine, iov net.Buffers, total uint64) error {
+	splice := total >= spliceMin && total <= spliceMax
+	if splice && c.sp == nil && !c.noSplice {
+		sp, err := newSplicer(c.nc)
+		c.sp, c.noSplice = sp, err != nil
+	}
+	if !splice || c.sp == nil {
+		_, err := iov.WriteTo(c.nc)
+		return err
+	}
+	if _, err := c.nc.Write(iov[0]); err != nil {
+		return err
+	}
+	if err := c.sp.send(iov[1:]); err != nil {
+		return err
+	}
+	e.stats.splicedBytes.Add(total)
+	return nil
+}
+
+// close closes an idle connection (every frame it sent was answered).
+func (c *putConn) close() {
+	if c.sp != nil {
+		c.sp.close()
+	}
+	c.nc.Close()
+}
+
+// abort closes the connection after a failure. One that sent bytes by
+// reference is reset: the kernel drops what it still had queued rather
+// than sending pages the caller may reuse once the put has failed.
+func (c *putConn) abort() {
+	if tc, ok := c.nc.(*net.TCPConn); ok && c.sp != nil {
+		_ = tc.SetLinger(0)
+	}
+	c.close()
 }
 
 // Route names the transport a request for segment at endpoint (offering
