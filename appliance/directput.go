@@ -62,7 +62,11 @@ var _ transfer.PutHandler = (*putHandler)(nil)
 func (h *putHandler) startReq(id transfer.PutIdentity, p *transfer.DirectPut, withID bool) *kvtierpb.PutStartRequest {
 	r := &kvtierpb.PutStartRequest{Key: []byte(p.Key), Size: p.Size, Crc32C: p.CRC32C, HasChecksum: true,
 		Config: &kvtierpb.PutConfig{ReplicaNum: 1, PreferredSegment: p.PreferredSegment, SoftPin: p.SoftPin, HardPin: p.HardPin,
-			SoftPinTtlMs: uint64(p.SoftPinTTL.Milliseconds()), OnlyNode: h.a.cfg.Name}}
+			SoftPinTtlMs: uint64(p.SoftPinTTL.Milliseconds()), OnlyNode: h.a.cfg.Name,
+			// The box takes the commit record itself (pullOwnRecords) when
+			// its master is in this process and it confirms its commits
+			// (EndPuts' self): no stream goroutine woken.
+			HolderPulls: h.inproc && h.confirmsOwn(id) && h.a.rec.puller.Load() != nil}}
 	if withID {
 		r.ClientId, r.Tenant, r.PutTicket = id.Client, id.Tenant, id.Ticket
 	}
@@ -166,7 +170,7 @@ func (h *putHandler) drainBefore(ctx context.Context, puts []transfer.DirectPut,
 	switch {
 	case seq == 0:
 	case marked:
-		if h.a.dirSeen.wait(ctx, outbox, free, dramSelfWait) {
+		if h.a.awaitRecords(ctx, outbox, free) {
 			for i := range places {
 				if places[i].Err == nil && places[i].Token[tokSeq] != 0 {
 					places[i].Token[tokFree] = tokDrained
@@ -174,8 +178,15 @@ func (h *putHandler) drainBefore(ctx context.Context, puts []transfer.DirectPut,
 			}
 		}
 	case frameBytes(puts) > recheckMax:
-		h.a.dirSeen.wait(ctx, outbox, seq, dramSelfWait)
+		h.a.awaitRecords(ctx, outbox, seq)
 	}
+}
+
+// confirmsOwn reports whether this box confirms the commit records of
+// puts by id itself (holder_applies): it keeps a DRAM directory and the
+// master checks the client's ticket.
+func (h *putHandler) confirmsOwn(id transfer.PutIdentity) bool {
+	return !h.a.cfg.NoDramDirectory && len(id.Ticket) > 0
 }
 
 func (h *putHandler) EndPuts(ctx context.Context, id transfer.PutIdentity, puts []transfer.DirectPut, places []transfer.PutPlacement, errs []error) []error {
@@ -190,7 +201,7 @@ func (h *putHandler) EndPuts(ctx context.Context, id transfer.PutIdentity, puts 
 	// frees were not applied before they were read (drainBefore) are
 	// checked once more then: no such frame can have changed them since.
 	var outbox, seq uint64
-	self := !h.a.cfg.NoDramDirectory && len(id.Ticket) > 0
+	self := h.confirmsOwn(id)
 	placed := false
 	for i := range puts {
 		if places[i].Err != nil || errs[i] != nil {
@@ -204,7 +215,7 @@ func (h *putHandler) EndPuts(ctx context.Context, id transfer.PutIdentity, puts 
 		outbox, seq = t[tokOutbox], max(seq, t[tokSeq])
 	}
 	if self && placed {
-		ok := h.a.dirSeen.follows(outbox) && h.a.dirSeen.wait(ctx, outbox, seq, dramSelfWait)
+		ok := h.a.dirSeen.follows(outbox) && h.a.awaitRecords(ctx, outbox, seq)
 		if !ok {
 			self = false // not (yet) this master's records: PutEnd waits for them
 		} else if !h.a.cfg.NoGrantRevocation && h.a.engine.GrantsEnforced() && frameBytes(puts) <= recheckMax {
@@ -220,6 +231,9 @@ func (h *putHandler) EndPuts(ctx context.Context, id transfer.PutIdentity, puts 
 				}
 			}
 		}
+	}
+	if !self && h.inproc {
+		h.a.wakeRecords() // PutEnd waits for the acknowledgement of a quiet record
 	}
 	var commit, revoke [][]byte
 	var commitIdx []int
@@ -309,6 +323,12 @@ const dramSelfWait = 2 * time.Second
 // records: the outbox followed and the last seq applied (dramdir.go), for
 // direct puts, which answer their client only once their commit record is
 // in the directory.
+// awaitRecords waits until this box applied the records of outbox up to
+// seq (dramSeen.wait), applying them itself where it can (pullOwnRecords).
+func (a *Appliance) awaitRecords(ctx context.Context, outbox, seq uint64) bool {
+	return a.pullOwnRecords(outbox, seq) || a.dirSeen.wait(ctx, outbox, seq, dramSelfWait)
+}
+
 type dramSeen struct {
 	mu sync.Mutex
 	// guarded by mu:

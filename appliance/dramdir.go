@@ -3,6 +3,7 @@ package appliance
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/btree"
@@ -120,9 +121,8 @@ func (a *Appliance) DramDirectoryLen() int { return a.dir.len() }
 // has nothing of the old one to acknowledge; a broken stream is opened
 // again after takeBackoff.
 func (a *Appliance) takeDramRecords(ctx context.Context) {
-	var outbox, ack uint64
 	for ctx.Err() == nil {
-		err := a.dramStream(ctx, &outbox, &ack)
+		err := a.dramStream(ctx)
 		if ctx.Err() != nil {
 			return
 		}
@@ -138,8 +138,36 @@ func (a *Appliance) takeDramRecords(ctx context.Context) {
 	}
 }
 
+// recState is how far this appliance applied its master's DRAM records.
+// Two may apply them: the stream goroutine (dramStream), and in a
+// standalone a direct put taking its own commit record from the master
+// of its process (pullOwnRecords: no stream goroutine woken, nothing to
+// wait for). Both apply under mu, in seq order, each record once: a
+// record applied by one comes again to the other, and is skipped.
+type recState struct {
+	mu sync.Mutex
+	// guarded by mu:
+	outbox, applied uint64
+	ack             kvtierpb.TakeDramRecordsRequest // pullOwnRecords' acknowledgement, reused
+	// puller is the in-process stream once it has started (nil otherwise).
+	puller atomic.Pointer[recordsPuller]
+	pulled atomic.Uint64 // records applied by pullOwnRecords
+}
+
+// DramRecordsPulled counts the DRAM records direct puts applied
+// themselves (pullOwnRecords) rather than through the stream goroutine.
+func (a *Appliance) DramRecordsPulled() uint64 { return a.rec.pulled.Load() }
+
+// recordsPuller is the in-process records stream of a standalone
+// (master.DramRecordsConn): records can be taken from it without waiting.
+type recordsPuller interface {
+	DramRecordsStream
+	TryRecv(after uint64) (*kvtierpb.TakeDramRecordsResponse, bool)
+	Wake()
+}
+
 // dramStream runs one TakeDramRecords stream until it breaks.
-func (a *Appliance) dramStream(ctx context.Context, outbox, ack *uint64) error {
+func (a *Appliance) dramStream(ctx context.Context) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var stream DramRecordsStream
@@ -154,25 +182,32 @@ func (a *Appliance) dramStream(ctx context.Context, outbox, ack *uint64) error {
 	}
 	req := &kvtierpb.TakeDramRecordsRequest{ClientId: a.cfg.Name} // reused: Send has marshalled it when it returns
 	send := func() error {
-		req.Outbox, req.AckThrough = *outbox, *ack
+		a.rec.mu.Lock()
+		req.Outbox, req.AckThrough = a.rec.outbox, a.rec.applied
+		a.rec.mu.Unlock()
 		return stream.Send(req)
 	}
 	if err := send(); err != nil {
 		return err
+	}
+	if p, ok := stream.(recordsPuller); ok && !a.cfg.NoDramDirectory {
+		a.rec.puller.Store(&p)
+		defer a.rec.puller.Store(nil)
 	}
 	for {
 		resp, err := stream.Recv()
 		if err != nil {
 			return err
 		}
-		if resp.Outbox != *outbox {
-			if *outbox != 0 {
+		a.rec.mu.Lock()
+		if resp.Outbox != a.rec.outbox {
+			if a.rec.outbox != 0 {
 				// Another master (restarted or newly elected): beat now
 				// rather than up to an interval later, so it learns of
 				// this appliance and its DRAM objects at once.
 				go a.client.Heartbeat(ctx)
 			}
-			*outbox, *ack = resp.Outbox, 0
+			a.rec.outbox, a.rec.applied = resp.Outbox, 0
 		}
 		// Grants are revoked in this master's seqs from now on (a no-op
 		// for the outbox followed already).
@@ -183,18 +218,78 @@ func (a *Appliance) dramStream(ctx context.Context, outbox, ack *uint64) error {
 			a.log.Warn("master dropped DRAM directory records this appliance missed: directory cleared")
 			a.dir.clear()
 		}
-		if len(resp.Records) == 0 {
-			a.dirSeen.applied(*outbox, *ack) // the outbox followed, from its first answer on
+		rs := resp.Records
+		for len(rs) > 0 && rs[0].Seq <= a.rec.applied {
+			rs = rs[1:] // applied already by a direct put (pullOwnRecords)
 		}
-		if n := len(resp.Records); n > 0 {
-			a.applyDramRecords(resp.Records)
-			*ack = resp.Records[n-1].Seq
-			a.dirSeen.applied(*outbox, *ack)
+		if len(rs) > 0 {
+			a.applyDramRecords(rs)
+			a.rec.applied = rs[len(rs)-1].Seq
+		}
+		// (from the first answer on: the outbox followed)
+		a.dirSeen.applied(a.rec.outbox, a.rec.applied)
+		a.rec.mu.Unlock()
+		if len(resp.Records) > 0 {
 			if err := send(); err != nil {
 				return err
 			}
 		}
 	}
+}
+
+// wakeRecords wakes the in-process stream (when there is one) for quiet
+// commit records a direct put will not take itself.
+func (a *Appliance) wakeRecords() {
+	if pp := a.rec.puller.Load(); pp != nil {
+		(*pp).Wake()
+	}
+}
+
+// pullOwnRecords applies, in the caller's goroutine, the records of outbox
+// up to seq (a direct put's own commit record and those before it),
+// taking them from the in-process stream of a standalone without waiting
+// (recordsPuller.TryRecv); true once they are applied. It leaves the
+// records to the stream goroutine (and wakes it: a quiet commit record,
+// PutConfig.HolderPulls, woke nothing) when they include a free, whose
+// revocation drains data-port frames (applyDramRecords), when the stream
+// goroutine holds them, or when the master has none this way.
+func (a *Appliance) pullOwnRecords(outbox, seq uint64) bool {
+	pp := a.rec.puller.Load()
+	if pp == nil {
+		return false
+	}
+	p := *pp
+	if !a.rec.mu.TryLock() {
+		return false // the stream goroutine is applying records
+	}
+	defer a.rec.mu.Unlock()
+	if a.rec.outbox != outbox {
+		p.Wake()
+		return false
+	}
+	if a.rec.applied >= seq {
+		return true
+	}
+	resp, ok := p.TryRecv(a.rec.applied)
+	if !ok || resp.Outbox != outbox || len(resp.Records) == 0 || resp.Records[len(resp.Records)-1].Seq < seq {
+		p.Wake()
+		return false
+	}
+	for _, r := range resp.Records {
+		if r.Free {
+			p.Wake()
+			return false
+		}
+	}
+	a.applyDramRecords(resp.Records)
+	a.rec.pulled.Add(uint64(len(resp.Records)))
+	a.rec.applied = resp.Records[len(resp.Records)-1].Seq
+	a.dirSeen.applied(outbox, a.rec.applied)
+	a.rec.ack.ClientId, a.rec.ack.Outbox, a.rec.ack.AckThrough = a.cfg.Name, outbox, a.rec.applied
+	if err := p.Send(&a.rec.ack); err != nil {
+		a.log.Debug("acknowledging own dram records", "err", err)
+	}
+	return true
 }
 
 // applyDramRecords applies records in order; a free also revokes the

@@ -84,7 +84,9 @@ func (q *dramOutbox) init() {
 
 // addLocked queues r for node if the node takes records; it returns the
 // seq to wait for (0: none). q.mu must be held.
-func (q *dramOutbox) addLocked(node string, r DramRecord) uint64 {
+// quiet: the node takes this record itself (PutConfig.HolderPulls), so
+// its waiting streams are not woken for it.
+func (q *dramOutbox) addLocked(node string, r DramRecord, quiet bool) uint64 {
 	n := q.byNode[node]
 	if n == nil {
 		return 0
@@ -95,7 +97,7 @@ func (q *dramOutbox) addLocked(node string, r DramRecord) uint64 {
 	q.next++
 	r.Seq = q.next
 	n.pending = append(n.pending, r)
-	if n.armed {
+	if n.armed && !quiet {
 		close(n.ready)
 		n.ready, n.armed = make(chan struct{}), false
 	}
@@ -211,7 +213,7 @@ func (q *dramOutbox) waitAcked(ctx context.Context, ws []dramWait, timeout time.
 // client's checksum (the record travels while the client writes, and the
 // appliance's report proves the bytes landed, see doc.go "Rebuild");
 // PutEnd for one without.
-func (m *Master) queueCommitLocked(t, key string, o *object) uint64 {
+func (m *Master) queueCommitLocked(t, key string, o *object, quiet bool) uint64 {
 	var last uint64
 	m.dram.mu.Lock()
 	defer m.dram.mu.Unlock()
@@ -221,7 +223,7 @@ func (m *Master) queueCommitLocked(t, key string, o *object) uint64 {
 			continue
 		}
 		seq := m.dram.addLocked(r.seg.owner.id, DramRecord{Tenant: t, Key: key, Segment: r.seg.spec.Name,
-			Offset: r.offset, Size: o.size, CRC32C: o.crc, HasChecksum: o.flags&flagHasCRC != 0, Version: o.started})
+			Offset: r.offset, Size: o.size, CRC32C: o.crc, HasChecksum: o.flags&flagHasCRC != 0, Version: o.started}, quiet)
 		last = max(last, seq)
 	}
 	return last
@@ -264,7 +266,7 @@ func (m *Master) queueFreeLocked(r *replica) uint64 {
 	m.dram.mu.Lock()
 	defer m.dram.mu.Unlock()
 	seq := m.dram.addLocked(r.seg.owner.id, DramRecord{Free: true, Segment: r.seg.spec.Name, Offset: r.offset,
-		Size: r.length, GrantsExpire: m.now().Add(life).UnixNano()})
+		Size: r.length, GrantsExpire: m.now().Add(life).UnixNano()}, false)
 	if seq != 0 {
 		r.seg.freeSeq.Store(seq) // under dram.mu: never goes back
 	}
@@ -457,6 +459,36 @@ func (m *Master) nextDramRecords(ctx context.Context, client string, after uint6
 		case <-ctx.Done():
 			return q.id, false, nil, nil
 		}
+	}
+}
+
+// peekDramRecords returns this master's outbox and client's records with
+// a seq above after (at most MaxTakeDramRecords), without waiting and
+// without marking anything: ok is false when the client's queue is
+// unknown or must first tell it to clear its directory (a stream takes
+// that). For an appliance that applies its own commit records
+// (DramRecordsConn.TryRecv).
+func (m *Master) peekDramRecords(client string, after uint64, out []DramRecord) (uint64, []DramRecord, bool) {
+	q := &m.dram
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := q.byNode[client]
+	if n == nil || n.reset {
+		return q.id, out, false
+	}
+	i, _ := slices.BinarySearchFunc(n.pending, after+1, func(r DramRecord, seq uint64) int { return cmp.Compare(r.Seq, seq) })
+	return q.id, append(out, n.pending[i:min(len(n.pending), i+MaxTakeDramRecords)]...), true
+}
+
+// wakeDramRecords wakes the client's streams waiting for records (an
+// appliance that took none of a quiet record itself hands it back).
+func (m *Master) wakeDramRecords(client string) {
+	q := &m.dram
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if n := q.byNode[client]; n != nil && n.armed {
+		close(n.ready)
+		n.ready, n.armed = make(chan struct{}), false
 	}
 }
 

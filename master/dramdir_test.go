@@ -543,7 +543,7 @@ func FuzzDramOutbox(f *testing.F) {
 			switch op {
 			case 0: // a record for node
 				q.mu.Lock()
-				seq := q.addLocked(node, DramRecord{Segment: "s", Offset: uint64(arg)})
+				seq := q.addLocked(node, DramRecord{Segment: "s", Offset: uint64(arg)}, false)
 				q.mu.Unlock()
 				model[node] = append(model[node], rec{seq: seq})
 				// A put with replicas on both nodes waits for each at its

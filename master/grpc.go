@@ -116,7 +116,7 @@ func putFromPB(p *kvtierpb.PutStartRequest) PutRequest {
 	pc := PutConfig{
 		Replicas: int(c.GetReplicaNum()), NOFReplicas: int(c.GetNofReplicaNum()),
 		PreferredSegment: c.GetPreferredSegment(), SoftPin: c.GetSoftPin(), HardPin: c.GetHardPin(),
-		SoftPinTTL: msDur(c.GetSoftPinTtlMs()), OnlyNode: c.GetOnlyNode(),
+		SoftPinTTL: msDur(c.GetSoftPinTtlMs()), OnlyNode: c.GetOnlyNode(), HolderPulls: c.GetHolderPulls() && c.GetOnlyNode() != "",
 	}
 	if pc.Replicas == 0 && pc.NOFReplicas == 0 {
 		pc.Replicas = 1 // wire: replica_num 0 means 1
@@ -1013,6 +1013,41 @@ type DramRecordsConn struct {
 	out      kvtierpb.TakeDramRecordsResponse
 	recs     []kvtierpb.DramRecord
 	keys     []byte
+	// TryRecv's own answer and records (its callers are serialized by the
+	// appliance, not with Recv's goroutine).
+	tout  kvtierpb.TakeDramRecordsResponse
+	trecs []kvtierpb.DramRecord
+	tkeys []byte
+	tbuf  []DramRecord
+}
+
+// TryRecv returns at once the records with a seq above after, for an
+// appliance that applies its own commit records (PutConfig.HolderPulls)
+// instead of waiting for its stream goroutine to; ok is false when there
+// is nothing this way (the stream has not started, the queue is unknown
+// or must reset the appliance's directory first). It changes nothing in
+// the outbox, and may be called beside Recv; its answer is reused by the
+// next TryRecv.
+func (c *DramRecordsConn) TryRecv(after uint64) (*kvtierpb.TakeDramRecordsResponse, bool) {
+	if c.client == "" || c.ctx.Err() != nil {
+		return nil, false
+	}
+	outbox, rs, ok := c.m.peekDramRecords(c.client, after, c.tbuf[:0])
+	c.tbuf = rs[:0]
+	if !ok {
+		return nil, false
+	}
+	dramRecordsPB(&c.tout, &c.trecs, &c.tkeys, outbox, false, rs)
+	return &c.tout, true
+}
+
+// Wake wakes the streams waiting for this client's records: an appliance
+// that asked for quiet commit records (HolderPulls) and could not take one
+// itself leaves it to them.
+func (c *DramRecordsConn) Wake() {
+	if c.client != "" {
+		c.m.wakeDramRecords(c.client)
+	}
 }
 
 // OpenDramRecords opens an in-process DRAM records stream; it ends with

@@ -194,7 +194,7 @@ func (m *Master) putStartOnce(t, k string, req *PutRequest) (_ []Replica, retry 
 		// The commit record travels to the appliances now, while the
 		// client writes, instead of after PutEnd: PutEnd then rarely
 		// waits (doc.go, "Rebuild"). Kept in lastRead until PutEnd.
-		o.lastRead = int64(m.queueCommitLocked(t, req.Key, o))
+		o.lastRead = int64(m.queueCommitLocked(t, req.Key, o, c.HolderPulls))
 	}
 	m.ctr.add(cPutsStarted, 1)
 	if c.OnlyNode != "" {
@@ -348,7 +348,7 @@ func (m *Master) putEnd(client, tenant, key string) ([]dramWait, error) {
 		// No client checksum: the appliance could not tell a landed
 		// write from a torn one, so the record goes now, after the write.
 		t, _ := splitCK(k)
-		seq = m.queueCommitLocked(t, key, o)
+		seq = m.queueCommitLocked(t, key, o, false)
 	}
 	return dramWaitsLocked(o, seq), nil
 }

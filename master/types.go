@@ -87,6 +87,10 @@ type PutConfig struct {
 	// OnlyNode places MEMORY replicas only on this node's segments, at
 	// most one (a direct put: the node has the bytes; directput.go).
 	OnlyNode string
+	// HolderPulls (with OnlyNode): the node takes the commit record from
+	// its outbox itself (DramRecordsConn.TryRecv), so queueing it wakes
+	// none of its streams.
+	HolderPulls bool
 }
 
 // PutRequest starts a put.

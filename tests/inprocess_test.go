@@ -3,7 +3,9 @@ package tests
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/kvtier/kvtier/client"
 	"github.com/kvtier/kvtier/dram"
 	"github.com/kvtier/kvtier/internal/fastrpc"
+	"github.com/kvtier/kvtier/internal/transfer"
 	"github.com/kvtier/kvtier/kverr"
 	"github.com/kvtier/kvtier/master"
 )
@@ -207,5 +210,79 @@ func TestFastPathAndGRPCOnlyClientsAgree(t *testing.T) {
 		if err := c.Remove(ctx, "via/fast", false); kverr.CodeOf(err) != kverr.ObjectHasLease {
 			t.Fatalf("remove of a leased object: %v", err)
 		}
+	}
+}
+
+// TestStandaloneBoxAppliesItsOwnCommits: in a standalone (master and
+// appliance in one process), a direct put's box takes its own commit
+// record from the master's outbox and applies it (appliance
+// pullOwnRecords) instead of waking its records stream for it. Every put
+// is in the box's DRAM directory when the client has its answer; a
+// removal's free still reaches the directory through the stream, which
+// skips the records the box applied itself; the bytes read back are the
+// ones put.
+func TestStandaloneBoxAppliesItsOwnCommits(t *testing.T) {
+	ip := startInproc(t, master.Config{})
+	a := ip.appliance(t, appliance.Config{Name: "box", PutMaster: master.NewGRPCServer(ip.m),
+		DramRecords: func(ctx context.Context) (appliance.DramRecordsStream, error) { return ip.m.OpenDramRecords(ctx), nil }})
+	c, err := client.New(context.Background(), client.Config{MasterAddr: ip.addr, HeartbeatInterval: 100 * time.Millisecond,
+		Transfer: transfer.Config{DisableSharedMemory: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	const n = 48
+	val := func(i int) []byte { return bytes.Repeat([]byte{byte(i), byte(i >> 8), 7}, 20000+i) }
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := g; i < n; i += 4 {
+				if err := c.Put(ctx, fmt.Sprintf("own/%d", i), val(i)); err != nil {
+					t.Errorf("put %d: %v", i, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if st := c.Engine().Stats(); st.DirectPuts != n {
+		t.Fatalf("%d of %d puts went direct", st.DirectPuts, n)
+	}
+	if got := a.DramDirectoryLen(); got != n {
+		t.Fatalf("directory holds %d entries after %d acknowledged puts", got, n)
+	}
+	if a.DramRecordsPulled() == 0 {
+		t.Fatal("the box applied none of its own commit records")
+	}
+	keys := make([]string, 0, n/2)
+	for i := 0; i < n; i += 2 {
+		keys = append(keys, fmt.Sprintf("own/%d", i))
+	}
+	for _, err := range c.BatchRemove(ctx, keys, true) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A removal answers once its frees are acknowledged: applied.
+	if got := a.DramDirectoryLen(); got != n/2 {
+		t.Fatalf("directory holds %d entries after removing %d of %d", got, n/2, n)
+	}
+	buf := make([]byte, 64<<10)
+	for i := 1; i < n; i += 2 {
+		got, err := c.GetInto(ctx, fmt.Sprintf("own/%d", i), buf)
+		if err != nil || !bytes.Equal(buf[:got], val(i)) {
+			t.Fatalf("get %d: %v, equal %v", i, err, bytes.Equal(buf[:got], val(i)))
+		}
+	}
+	// Puts after the removals (the stream caught up on the frees) are
+	// taken by the box again.
+	before := a.DramRecordsPulled()
+	for i := range 8 {
+		if err := c.Put(ctx, fmt.Sprintf("own/again/%d", i), val(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a.DramRecordsPulled() == before || a.DramDirectoryLen() != n/2+8 {
+		t.Fatalf("after the removals: pulled %d -> %d, directory %d", before, a.DramRecordsPulled(), a.DramDirectoryLen())
 	}
 }

@@ -546,7 +546,12 @@ type PutConfig struct {
 	// Direct puts (an appliance placing a put for a client it received the
 	// bytes from): MEMORY replicas only on this node's segments, and at most
 	// one; NO_AVAILABLE_HANDLE when they have no room.
-	OnlyNode      string `protobuf:"bytes,390,opt,name=only_node,json=onlyNode,proto3" json:"only_node,omitempty"`
+	OnlyNode string `protobuf:"bytes,390,opt,name=only_node,json=onlyNode,proto3" json:"only_node,omitempty"`
+	// With only_node, from the appliance of a standalone: it takes the
+	// put's commit record from its master's outbox itself before it answers
+	// (master.DramRecordsConn.TryRecv), so queueing the record wakes no
+	// stream goroutine.
+	HolderPulls   bool `protobuf:"varint,430,opt,name=holder_pulls,json=holderPulls,proto3" json:"holder_pulls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -628,6 +633,13 @@ func (x *PutConfig) GetOnlyNode() string {
 		return x.OnlyNode
 	}
 	return ""
+}
+
+func (x *PutConfig) GetHolderPulls() bool {
+	if x != nil {
+		return x.HolderPulls
+	}
+	return false
 }
 
 type PutStartRequest struct {
@@ -5429,7 +5441,7 @@ const file_master_proto_rawDesc = "" +
 	"\x05grant\x18\xfa\x01 \x01(\fR\x05grant\x12\x1c\n" +
 	"\trdma_addr\x18\xac\x02 \x01(\tR\brdmaAddr\x12\x1c\n" +
 	"\trdma_base\x18\xad\x02 \x01(\x04R\brdmaBase\x12\x1c\n" +
-	"\trdma_rkey\x18\xae\x02 \x01(\rR\brdmaRkey\"\xfc\x01\n" +
+	"\trdma_rkey\x18\xae\x02 \x01(\rR\brdmaRkey\"\xa0\x02\n" +
 	"\tPutConfig\x12\x1f\n" +
 	"\vreplica_num\x18\x01 \x01(\rR\n" +
 	"replicaNum\x12+\n" +
@@ -5438,7 +5450,8 @@ const file_master_proto_rawDesc = "" +
 	"\bhard_pin\x18\x04 \x01(\bR\ahardPin\x12%\n" +
 	"\x0fsoft_pin_ttl_ms\x18\x05 \x01(\x04R\fsoftPinTtlMs\x12&\n" +
 	"\x0fnof_replica_num\x18\x06 \x01(\rR\rnofReplicaNum\x12\x1c\n" +
-	"\tonly_node\x18\x86\x03 \x01(\tR\bonlyNode\"\xf5\x01\n" +
+	"\tonly_node\x18\x86\x03 \x01(\tR\bonlyNode\x12\"\n" +
+	"\fholder_pulls\x18\xae\x03 \x01(\bR\vholderPulls\"\xf5\x01\n" +
 	"\x0fPutStartRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x10\n" +
