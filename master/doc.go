@@ -67,6 +67,15 @@
 //     per_item_tickets and BatchPutEnd with items: each put keeps its own
 //     client ID, tenant and ticket, checked one by one (an open master
 //     takes an item without a ticket as it takes a PutStart's identity).
+//     In a standalone the node also asks for its commit record quietly
+//     (PutConfig.HolderPulls): queueing it wakes none of the node's
+//     streams, and the node takes it from the outbox itself
+//     (DramRecordsConn.TryRecv, which changes nothing there), applies it
+//     and acknowledges it as a stream would; where it cannot (a free
+//     among the records, whose revocation the stream goroutine drains) it
+//     wakes the streams (DramRecordsConn.Wake). That saves a goroutine
+//     wake-up in PutStart and the wait for the stream in the node: 1 MiB
+//     direct puts with 4 callers 1.04-1.15 -> 1.31-1.40 x raw TCP.
 //     Every other rule of a put holds unchanged.
 //   - GetReplicaList returns the COMPLETE replicas — MEMORY, then NOF, then
 //     LOCAL_DISK; replicas on DRAINING storage after all others; none on a
