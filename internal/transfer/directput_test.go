@@ -101,10 +101,24 @@ func TestDirectPut(t *testing.T) {
 	if err != nil || errs[0] != nil || errs[1] != nil {
 		t.Fatalf("put: %v %v", err, errs)
 	}
-	// Both frames so far (the refused one too) went by reference.
-	if n, total := cli.Stats().SplicedBytes, 2*(len(vals[0])+len(vals[1])); n != uint64(total) {
-		t.Fatalf("%d bytes sent by reference, want the two frames' %d", n, total)
+	// A frame with a small value is written; one of large values only
+	// goes by reference (splice.go).
+	if n := cli.Stats().SplicedBytes; n != 0 {
+		t.Fatalf("%d bytes of frames with a small value sent by reference", n)
 	}
+	big := bytes.Repeat([]byte{9, 8, 7}, 100<<10)
+	errs, err = cli.PutDirect(ctx, addr, tk, directPuts([]string{"big"}, [][]byte{big}), [][]byte{big})
+	if err != nil || errs[0] != nil {
+		t.Fatalf("put big: %v %v", err, errs)
+	}
+	if n := cli.Stats().SplicedBytes; n != uint64(len(big)) {
+		t.Fatalf("%d bytes sent by reference, want the large value's %d", n, len(big))
+	}
+	pl.mu.Lock()
+	if c := pl.committed["big"]; !bytes.Equal(mem[c.Offset:c.Offset+uint64(len(big))], big) {
+		t.Fatal("big: bytes differ")
+	}
+	pl.mu.Unlock()
 	pl.mu.Lock() // orders the test's reads after the serving goroutine's writes (EndPuts holds it)
 	defer pl.mu.Unlock()
 	for i, k := range []string{"a", "b"} {

@@ -226,9 +226,16 @@ func (c *putConn) do(ctx context.Context, e *Engine, ticket []byte, puts []Direc
 }
 
 // send writes a frame: its header (iov[0]) and payload (the rest). A
-// payload of spliceMin to spliceMax bytes goes by reference (splice.go).
+// payload of spliceMin to spliceMax bytes in values of at least spliceMin
+// each goes by reference (splice.go). Frames of many small values are
+// written: 16 x 64 KiB with 4 callers measured 0.87-1.03 x raw TCP
+// written against 0.59-0.72 spliced (the node reads each small value
+// straight into its extent, and spliced pages cost it more to read).
 func (c *putConn) send(e *Engine, iov net.Buffers, total uint64) error {
 	splice := total >= spliceMin && total <= spliceMax
+	for _, v := range iov[1:] {
+		splice = splice && len(v) >= spliceMin
+	}
 	if splice && c.sp == nil && !c.noSplice {
 		sp, err := newSplicer(c.nc)
 		c.sp, c.noSplice = sp, err != nil
