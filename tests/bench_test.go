@@ -378,6 +378,34 @@ func (l *latencies) report(b *testing.B) {
 // under load; BenchmarkBatchPutGet's notes). Targets #17 (1 MiB >= 0.8,
 // 64 KiB >= 0.5) still not met.
 //
+// Session 9 (#17): three changes, each measured against the tree before
+// it in the same run (test binaries of both trees alternated, load 2-4
+// from a helper's tests):
+//   - The client sends a direct put of 256 KiB to 1 MiB by reference
+//     (internal/transfer splice.go: vmsplice into a pipe, splice into the
+//     socket), so its writev's copy into socket buffers (~350 µs of a
+//     1 MiB put) is gone; on loopback the box copies straight out of the
+//     client's pages. 1 MiB c1 0.66-0.72 -> 0.74-1.09, c4 0.72-0.77 ->
+//     0.89-1.02. Measured and dropped: spliced 16 MiB direct puts (0.85-0.94
+//     -> 0.55-0.62: several pipe rounds), spliced 1 MiB slices of the
+//     classic write path (16 MiB 0.81-0.98 -> 0.56-0.64), spliced frames
+//     of many 64 KiB values (batch 16 x 64 KiB c4 0.87-1.03 -> 0.59-0.72).
+//   - The box reads a direct put's bytes through a 256 KiB chunk of its
+//     own (was 64 KiB): 1 MiB c4 0.68-0.81 -> 1.12-1.29 (p50 1087-1220 ->
+//     634-730 µs). Measured and dropped: reading straight into the extent
+//     and summing each 256 KiB there (c1 p50 290-331 -> 385-411 µs), a
+//     64 KiB chunk per socket read of a verifying get instead of 256 KiB
+//     kept (1 MiB get c4 0.80-0.83 -> 0.79-0.81), polling the box's
+//     socket for 50 µs before parking (64 KiB c4 0.48-0.50 -> 0.28-0.32:
+//     a spinner takes the CPU the writer needs on 2 cores).
+//   - A standalone's box applies its own commit record (appliance
+//     pullOwnRecords; PutConfig.holder_pulls keeps PutStart from waking
+//     the records stream, which was 6.5 % of the box's CPU in futex
+//     wake-ups at 64 KiB c1): 1 MiB c1 0.84-1.05 -> 1.07-1.18, c4
+//     1.04-1.15 -> 1.31-1.40 (p50 700-918 -> 579-591 µs); 64 KiB c4
+//     0.40-0.50 -> 0.52-0.56, c1 p50 56-82 -> 32-90 µs (raw TCP's own 64
+//     KiB rate moves 2x between runs here).
+//
 //	go test -run '^$' -bench BenchmarkClientPutGet -benchtime 2s ./tests/
 func BenchmarkClientPutGet(b *testing.B) {
 	if testing.Short() {
