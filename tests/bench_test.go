@@ -381,6 +381,7 @@ func (l *latencies) report(b *testing.B) {
 // Session 9 (#17): three changes, each measured against the tree before
 // it in the same run (test binaries of both trees alternated, load 2-4
 // from a helper's tests):
+//
 //   - The client sends a direct put of 256 KiB to 1 MiB by reference
 //     (internal/transfer splice.go: vmsplice into a pipe, splice into the
 //     socket), so its writev's copy into socket buffers (~350 µs of a
@@ -390,6 +391,7 @@ func (l *latencies) report(b *testing.B) {
 //     -> 0.55-0.62: several pipe rounds), spliced 1 MiB slices of the
 //     classic write path (16 MiB 0.81-0.98 -> 0.56-0.64), spliced frames
 //     of many 64 KiB values (batch 16 x 64 KiB c4 0.87-1.03 -> 0.59-0.72).
+//
 //   - The box reads a direct put's bytes through a 256 KiB chunk of its
 //     own (was 64 KiB): 1 MiB c4 0.68-0.81 -> 1.12-1.29 (p50 1087-1220 ->
 //     634-730 µs). Measured and dropped: reading straight into the extent
@@ -398,6 +400,7 @@ func (l *latencies) report(b *testing.B) {
 //     kept (1 MiB get c4 0.80-0.83 -> 0.79-0.81), polling the box's
 //     socket for 50 µs before parking (64 KiB c4 0.48-0.50 -> 0.28-0.32:
 //     a spinner takes the CPU the writer needs on 2 cores).
+//
 //   - A standalone's box applies its own commit record (appliance
 //     pullOwnRecords; PutConfig.holder_pulls keeps PutStart from waking
 //     the records stream, which was 6.5 % of the box's CPU in futex
@@ -406,7 +409,7 @@ func (l *latencies) report(b *testing.B) {
 //     0.40-0.50 -> 0.52-0.56, c1 p50 56-82 -> 32-90 µs (raw TCP's own 64
 //     KiB rate moves 2x between runs here).
 //
-//	go test -run '^$' -bench BenchmarkClientPutGet -benchtime 2s ./tests/
+//     go test -run '^$' -bench BenchmarkClientPutGet -benchtime 2s ./tests/
 func BenchmarkClientPutGet(b *testing.B) {
 	if testing.Short() {
 		b.Skip("multi-process benchmark skipped under -short")
