@@ -327,8 +327,9 @@
 // and their bytes to a node, which places them itself: its PutHandler
 // (the appliance) asks the master (PutStart on the node's own segments),
 // the serving side reads each put's bytes straight from the socket into
-// the extent placed for it (a large one through the 64 KiB bounce buffer,
-// as a WRITE), computing the CRC32C as they land, and the handler commits
+// the extent placed for it (one of 128 KiB or more through a 256 KiB
+// chunk of the connection's, moved into the extent with non-temporal
+// stores), computing the CRC32C as they land, and the handler commits
 // the puts whose bytes arrived with the declared checksum (PutEnd) and
 // revokes the others; the answer says per put what happened. The caller
 // makes one round trip; the master still decides placement and never
@@ -343,7 +344,12 @@
 // connection of its own pool (one frame at a time per connection: the
 // serving side waits on the master inside a frame), Engine.Route says
 // whether a request would cross TCP at all (only then does a direct put
-// save anything).
+// save anything). A frame of 256 KiB to 1 MiB whose values are each
+// 256 KiB or more goes by reference (splice.go): the sender's pages are
+// mapped into a pipe and spliced into the socket, with no copy into
+// socket buffers; the caller's values must not change until the answer,
+// which Engine.PutDirect waits for, and a connection that fails before
+// it is reset so nothing queued is sent later.
 //
 // Request: the 40-byte header with its fields read as
 //
