@@ -94,7 +94,7 @@ func (m *Master) admit(c *client, id Identity, endpoint string, now int64) error
 	}
 	c.ident = id
 	c.mu.Unlock()
-	m.restartNode(c, cur.Incarnation, id.Incarnation)
+	m.restartNode(c, cur.Incarnation, id.Incarnation, id.DiskID != "" || c.hadSSD())
 	return nil
 }
 
@@ -102,21 +102,34 @@ func (m *Master) admit(c *client, id Identity, endpoint string, now int64) error
 // segments are unmounted at once (their MEMORY and NOF replicas dropped;
 // objects left with none disappear, so a re-put works; a pending drain
 // ends with them), its offload tasks are reset, its in-flight puts
-// revoked, and its LOCAL_DISK replicas dropped: the new incarnation
-// registers what its SSD tier recovered (RegisterDiskObjects), so
-// registered copies come back and missing or quarantined ones stay gone.
-// Removals pending for the name stay queued for the new incarnation.
-func (m *Master) restartNode(c *client, oldInc, newInc string) {
+// revoked. Its LOCAL_DISK replicas (disk: it has an SSD tier) become
+// unconfirmed until the new incarnation has registered what its SSD tier
+// recovered (RegisterDiskObjects, then its end): registered copies are
+// kept, missing or quarantined ones dropped then (diskindex.go,
+// "Restarts"). Removals pending for the name stay queued for the new
+// incarnation.
+func (m *Master) restartNode(c *client, oldInc, newInc string, disk bool) {
+	if disk {
+		// First, so that a Remove from now on reaches the new incarnation.
+		m.beginDiskRegistration(c)
+	}
+	// The old incarnation's offload tasks end here; one it was writing
+	// may have left a durable copy: a placeholder stands for it (before
+	// the unmount drops its DRAM source, so the object does not vanish).
+	for _, k := range m.offload.dropNode(c.id) {
+		m.resetOffloadAfterRestart(k, c, disk)
+	}
+	if disk {
+		m.forEachShard(func(sh *shard) { markRestartedLocked(sh, c) })
+	} else {
+		m.dropDisk(c, 0, true, false)
+	}
 	for _, s := range m.segs.all() {
 		if s.owner == c {
 			m.unmountNow(s, "owner restarted")
 		}
 	}
-	m.dropReplicas(func(r *replica) bool { return r.disk == c })
 	m.dram.forget(c.id) // records of the old incarnation's DRAM mean nothing to the new one
-	for _, k := range m.offload.dropNode(c.id) {
-		m.resetOffload(k)
-	}
 	m.revokePutsOf(c.id)
 	m.ctr.add(cApplianceRestarts, 1)
 	m.publish(Event{Kind: "client", Node: c.id, Message: "restarted: incarnation " + oldInc + " replaced by " + newInc})
