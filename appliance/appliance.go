@@ -363,11 +363,12 @@ func (a *Appliance) diskSegment() string { return a.cfg.Name + "/ssd" }
 // re-registration runs (TakeRemovals runs beside the one a heartbeat
 // starts) either came first, and the copy is left out, or is recorded
 // after the master saw the chunk, so it was still pending there and the
-// master refused the copy. A copy refused because the key holds an object
-// of another size is removed (still at the refused place): kept, the
-// master would never name it in a removal, and it would come back at the
-// next restart. (A copy refused for a pending removal goes with that
-// removal.)
+// master refused the copy. A copy the master refuses as unknown (its
+// object was removed, or the master never acknowledged it: an offload
+// written after the master forgot the task) or as stale (the key holds an
+// object of another size) is removed, if still at the refused place: kept,
+// the master would never name it in a removal, and a later registration
+// (after a master restart) would bring it back.
 func (a *Appliance) registerDisk(ctx context.Context) error {
 	objs := a.tier.Objects()
 	const chunk = 1024
@@ -399,7 +400,7 @@ func (a *Appliance) registerDisk(ctx context.Context) error {
 				continue
 			}
 			a.log.Warn("ssd object not re-registered", "key", string(req.Objects[i].Key), "code", r.Code, "msg", r.Message)
-			if r.Code == kvtierpb.ErrorCode_OBJECT_ALREADY_EXISTS {
+			if r.Code == kvtierpb.ErrorCode_OBJECT_ALREADY_EXISTS || r.Code == kvtierpb.ErrorCode_OBJECT_NOT_FOUND {
 				stale = append(stale, req.Objects[i])
 			}
 		}
@@ -410,7 +411,7 @@ func (a *Appliance) registerDisk(ctx context.Context) error {
 	return nil
 }
 
-// dropStale removes the copies in ds the master refused as stale, each
+// dropStale removes the copies in ds the master refused, each
 // only if it is still the key's copy at the refused place (removeMu held:
 // an offload stores a key anew only through a removal, see putReplacing).
 func (a *Appliance) dropStale(ctx context.Context, ds []*kvtierpb.DiskObject) int {

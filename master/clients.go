@@ -360,7 +360,7 @@ func (m *Master) clientGone(c *client) {
 		}
 	}
 	c.registering.Store(0) // gone: every copy of it is dropped below
-	m.dropDisk(c, 0, true, false)
+	m.dropDisk(c, 0, dropGone)
 	for _, k := range m.offload.dropNode(c.id) {
 		m.resetOffload(k)
 	}

@@ -110,23 +110,32 @@ func (m *Master) addDiskReplicaLocked(sh *shard, k string, o *object, c *client,
 	indexDiskLocked(sh, canonicalKeyLocked(sh, k, o), c, bucket)
 }
 
-// dropDisk drops node c's LOCAL_DISK replicas: those of bucket (or of
-// every bucket when all), and of those only the unconfirmed ones when
-// onlyUnconfirmed. Objects left with no replica disappear. It visits only
-// the objects the index names. It returns how many replicas it dropped.
-func (m *Master) dropDisk(c *client, bucket uint64, all, onlyUnconfirmed bool) int {
+// dropMode says which of a node's LOCAL_DISK replicas dropDisk drops.
+type dropMode uint8
+
+const (
+	dropBucket      dropMode = iota // those of one bucket (DropBucket)
+	dropAll                         // all (a node without an SSD tier any more)
+	dropUnconfirmed                 // the unconfirmed ones (end of a re-registration)
+	dropGone                        // all, remembering their keys (the node is gone)
+)
+
+// dropDisk drops node c's LOCAL_DISK replicas that mode names. Objects
+// left with no replica disappear. It visits only the objects the index
+// names, and returns how many replicas it dropped.
+func (m *Master) dropDisk(c *client, bucket uint64, mode dropMode) int {
 	n := 0
 	for i := range m.shards {
 		sh := &m.shards[i]
 		sh.mu.Lock()
-		if all {
+		if mode == dropBucket {
+			n += m.dropDiskLocked(sh, diskRef{c, bucket}, mode)
+		} else {
 			for ref := range sh.disk {
 				if ref.node == c {
-					n += m.dropDiskLocked(sh, ref, onlyUnconfirmed)
+					n += m.dropDiskLocked(sh, ref, mode)
 				}
 			}
-		} else {
-			n += m.dropDiskLocked(sh, diskRef{c, bucket}, onlyUnconfirmed)
 		}
 		sh.mu.Unlock()
 	}
@@ -134,31 +143,31 @@ func (m *Master) dropDisk(c *client, bucket uint64, all, onlyUnconfirmed bool) i
 }
 
 // dropDiskLocked drops the replicas of ref in sh (see dropDisk).
-func (m *Master) dropDiskLocked(sh *shard, ref diskRef, onlyUnconfirmed bool) int {
+func (m *Master) dropDiskLocked(sh *shard, ref diskRef, mode dropMode) int {
 	set := sh.disk[ref]
 	n := 0
 	for k := range set {
 		o := sh.objs[k]
-		if o == nil {
-			delete(set, k) // cannot happen while the index is kept; harmless
-			continue
-		}
 		j := -1
-		for i := range o.replicas {
+		for i := 0; o != nil && i < len(o.replicas); i++ {
 			r := &o.replicas[i]
 			if r.typ == LocalDisk && r.disk == ref.node && r.bucket == ref.bucket {
 				j = i
 				break
 			}
 		}
-		if j < 0 || onlyUnconfirmed && !o.replicas[j].unconfirmed {
-			if j < 0 {
-				delete(set, k)
-			}
+		if j < 0 { // cannot happen while the index is kept; harmless
+			delete(set, k)
+			continue
+		}
+		if mode == dropUnconfirmed && !o.replicas[j].unconfirmed {
 			continue
 		}
 		delete(set, k)
 		n++
+		if mode == dropGone && ref.bucket != noBucket {
+			rememberGoneLocked(sh, ref.node, k)
+		}
 		last := len(o.replicas) - 1
 		copy(o.replicas[j:], o.replicas[j+1:]) // order kept: readers rank replicas stably
 		o.replicas[last] = replica{}
@@ -171,6 +180,54 @@ func (m *Master) dropDiskLocked(sh *shard, ref diskRef, onlyUnconfirmed bool) in
 		delete(sh.disk, ref)
 	}
 	return n
+}
+
+// rememberGoneLocked records that node's copy of k was dropped when the
+// node went gone: when it comes back, its re-registration may bring the
+// object back (see mayCreateLocked).
+func rememberGoneLocked(sh *shard, node *client, k string) {
+	set := sh.gone[node]
+	if set == nil {
+		set = make(map[string]struct{})
+		sh.gone[node] = set
+	}
+	set[k] = struct{}{}
+}
+
+// forgetGoneLocked forgets k in every gone set of sh (k was removed: no
+// returning node may bring it back).
+func forgetGoneLocked(sh *shard, k string) {
+	for node, set := range sh.gone {
+		delete(set, k)
+		if len(set) == 0 {
+			delete(sh.gone, node)
+		}
+	}
+}
+
+// mayCreateLocked says whether c's registration of a copy of k, an object
+// the master does not hold, may create it. A master that knows c's past (c
+// is re-registering after a restart or a return from GONE) holds every
+// object c has a copy of that it acknowledged, unconfirmed, or dropped
+// when c went gone (remembered in sh.gone): any other copy is one it never
+// acknowledged or whose object was removed since (an offload written after
+// the master forgot the task, say), and must not come back. A master that
+// does not know c's past (it restarted; c's first contact) takes every
+// copy: its table is what the appliances report. On success the gone entry
+// is used up.
+func mayCreateLocked(sh *shard, c *client, k string) bool {
+	if !c.isRegistering() {
+		return true
+	}
+	set := sh.gone[c]
+	if _, ok := set[k]; !ok {
+		return false
+	}
+	delete(set, k)
+	if len(set) == 0 {
+		delete(sh.gone, c)
+	}
+	return true
 }
 
 // markRestartedLocked makes c's disk replicas in sh unconfirmed.
@@ -224,7 +281,8 @@ func (m *Master) endDiskRegistration(c *client, how string) {
 		return
 	}
 	before := m.nObjects.Load()
-	n := m.dropDisk(c, 0, true, true)
+	n := m.dropDisk(c, 0, dropUnconfirmed)
+	m.forEachShard(func(sh *shard) { delete(sh.gone, c) }) // copies it did not bring back are forgotten
 	if n == 0 {
 		return
 	}

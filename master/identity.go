@@ -122,7 +122,7 @@ func (m *Master) restartNode(c *client, oldInc, newInc string, disk bool) {
 	if disk {
 		m.forEachShard(func(sh *shard) { markRestartedLocked(sh, c) })
 	} else {
-		m.dropDisk(c, 0, true, false)
+		m.dropDisk(c, 0, dropAll)
 	}
 	for _, s := range m.segs.all() {
 		if s.owner == c {

@@ -98,7 +98,10 @@ type shard struct {
 	// and bucket (diskindex.go), so that dropping a bucket or a node's
 	// copies visits only those objects. Guarded by mu.
 	disk map[diskRef]map[string]struct{}
-	_    [16]byte
+	// gone: per node gone (or back and re-registering), the keys whose
+	// copy on it was dropped when it went; guarded by mu (diskindex.go).
+	gone map[*client]map[string]struct{}
+	_    [8]byte
 }
 
 // reservation is space of a taken-over put, freed at releaseAt.
@@ -195,6 +198,7 @@ func New(cfg Config) (*Master, error) {
 		m.shards[i].objs = make(map[string]*object)
 		m.shards[i].inflight = make(map[string]*object)
 		m.shards[i].disk = make(map[diskRef]map[string]struct{})
+		m.shards[i].gone = make(map[*client]map[string]struct{})
 	}
 	switch {
 	case cfg.EvictionHistory > 0:

@@ -592,6 +592,7 @@ func (m *Master) removeLocked(sh *shard, k string, o *object) {
 		m.countReplica(&o.replicas[i], -1)
 	}
 	unindexDiskReplicasLocked(sh, k, o)
+	forgetGoneLocked(sh, k)
 	o.replicas = nil
 	m.dropObjectLocked(sh, k, o)
 	m.ctr.add(cRemoves, 1)

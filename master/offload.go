@@ -597,6 +597,9 @@ func (m *Master) registerDisk(c *client, d DiskObject, now int64) error {
 		m.addDiskReplicaLocked(sh, k, o, c, d.Bucket, d.Offset, d.Length)
 		return nil
 	}
+	if !mayCreateLocked(sh, c, k) {
+		return kverr.New(kverr.ObjectNotFound, d.Key, "no such object: %s is re-registering after a restart, and this copy is not one the master acknowledged (or its object was removed since)", c.id)
+	}
 	if m.nObjects.Add(1) > int64(m.cfg.MaxObjects) {
 		m.nObjects.Add(-1)
 		return kverr.New(kverr.ObjectCountExceeded, d.Key, "object count limit %d reached", m.cfg.MaxObjects)
@@ -620,7 +623,7 @@ func (m *Master) DropBucket(ctx context.Context, clientID string, bucket uint64)
 	if bucket == noBucket {
 		return kverr.New(kverr.InvalidParams, "", "drop bucket: bucket %d is not a bucket id", bucket)
 	}
-	m.dropDisk(c, bucket, false, false)
+	m.dropDisk(c, bucket, dropBucket)
 	m.ctr.add(cDiskBucketsDropped, 1)
 	m.publish(Event{Kind: "bucket_delete", Node: clientID, Segment: clientID + "/ssd", Message: "bucket dropped"})
 	return nil
