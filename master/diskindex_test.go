@@ -277,7 +277,7 @@ func runDiskModel(t *testing.T, data []byte) {
 	m.EndDiskRegistration(ctx, "A")
 	mountMem(t, m, "B", "B/0", 1<<20)
 	keyOf := func(b byte) string { return fmt.Sprintf("k%d", b%8) }
-	removed := map[string]bool{}      // removed, not put again since
+	removed := map[string]bool{}       // removed, not put again since
 	acked := map[string]DiskLocation{} // copies the master acknowledged on A
 	beatA := func() {
 		m.Heartbeat(ctx, HeartbeatRequest{Client: "A", Endpoint: "A:1", Identity: Identity{Incarnation: fmt.Sprint("i", a.inc), DiskID: "dA"}, Disk: &DiskStats{Capacity: 1 << 30}})
