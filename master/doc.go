@@ -201,9 +201,12 @@
 //     skipped task (OffloadResult.Retry: the appliance's queue was full)
 //     only releases the pin. Failure events carry the cause, at most one a
 //     second per node, counting the ones left out.
-//     DropBucket forgets a bucket's LOCAL_DISK replicas; RegisterDiskObjects
-//     re-announces them after an appliance restart. Every HeartbeatReply
-//     carries the current SSD TierSettings.
+//     DropBucket forgets a bucket's LOCAL_DISK replicas, visiting only the
+//     objects of that bucket (the disk index, diskindex.go); bucket
+//     noBucket (2^64-1) is refused, INVALID_PARAMS. RegisterDiskObjects
+//     re-announces them after an appliance restart; a call with last set
+//     ends that appliance's re-registration (see "Appliance identity").
+//     Every HeartbeatReply carries the current SSD TierSettings.
 //   - Tenants: every call carries one ("" = "default", at most 255 bytes).
 //     TenantQuota counts logical object bytes (size once per object, any
 //     tier) from PutStart until the object disappears.
@@ -402,10 +405,24 @@
 // kill -9'd appliance stops beating at once). A restart drops the old
 // incarnation's segments at once (their MEMORY and NOF replicas; objects
 // left with none disappear, so a re-put works; a pending drain ends with
-// them), resets its offload tasks, revokes its in-flight puts and drops its
-// LOCAL_DISK replicas; the new incarnation mounts its segments at its own
-// address and registers what its SSD tier recovered, so registered copies
-// are kept and missing or quarantined ones stay dropped (counter
+// them), resets its offload tasks and revokes its in-flight puts; its
+// LOCAL_DISK replicas stay, unconfirmed (never handed to readers: a read
+// of an object with nothing else answers UNAVAILABLE_IN_CURRENT_STATUS
+// naming the node, Exist says no), and an offload task it had taken
+// becomes an unconfirmed placeholder replica, since its copy may be
+// durable. The new incarnation mounts its segments at its own address and
+// registers what its SSD tier recovered (RegisterDiskObjects, the last call
+// marked last); then its copies still unconfirmed are dropped (at the
+// latest DiskRegisterWait, 2 min, after the restart): registered copies
+// are kept and missing or quarantined ones dropped, so an object the box
+// held on SSD never vanishes in between (a get of it 4 s after a restart
+// once answered "no such object"). Until then every Remove also queues the
+// key's removal for the box, and its registration creates an object the
+// master does not hold only when the master dropped that copy when the box
+// went gone (a copy written after the master forgot its task, or whose
+// object was removed meanwhile, never comes back; the appliance removes
+// copies refused so). A box that comes back after it was declared gone
+// registers under the same rules (diskindex.go, "Restarts"; counter
 // appliance_restarts, a "client" event). Otherwise two live processes claim
 // one name: the newcomer's mounts, heartbeats and unmounts are refused with
 // ILLEGAL_CLIENT naming both incarnations and addresses (the appliance
@@ -471,7 +488,8 @@
 // candidate transiently. The eviction history costs ~15 bytes per entry
 // (fingerprint 4, count 2, sequence 4, index slot 4 at load ≤ 0.75) plus
 // the rings' slack: 65 B per live object at its default 4 entries
-// per object.
+// per object. The disk index costs 52 B per LOCAL_DISK replica (measured
+// at 200,000 SSD-only objects, 8,192 a bucket: TestDiskIndexMemory).
 //
 // # Figures
 //
@@ -502,6 +520,10 @@
 //	                          objects 0.54-0.67 x that (16 x when passes scanned
 //	                          every object), BenchmarkEvictPassTiered
 //	select 5% of 10M          128 ms, one core (target < 1 s); full sort 1,878 ms (14.7×)
+//	DropBucket of 64 objects  beside 10k SSD objects 19-20 µs, beside 1M 28-29 µs
+//	                          (the scan it replaced: 0.26-0.28 ms and 175-191 ms,
+//	                          alternated in one run, load average 1.3-3.3;
+//	                          BenchmarkDropBucket, 2026-12-02)
 //
 // # Caveats
 //
