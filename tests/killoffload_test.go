@@ -426,10 +426,12 @@ func TestKillApplianceWithOffloadsInFlight(t *testing.T) {
 	// A second start of box-a (a clean one this time) brings back no
 	// removed key either.
 	a = c.appliance("box-a", boxArgs(dirA)...)
-	eventually(t, 20*time.Second, "box-a's copies served again after its second start", func() bool {
-		for _, rs := range koList(t, cl) {
+	why := ""
+	served := func() bool {
+		for key, rs := range koList(t, cl) {
 			for _, r := range rs {
 				if r.unavailable {
+					why = fmt.Sprintf("%s: replica %+v unavailable", key, r)
 					return false
 				}
 			}
@@ -438,12 +440,18 @@ func TestKillApplianceWithOffloadsInFlight(t *testing.T) {
 			for _, r := range rs {
 				if r.node == "box-a" && r.typ == kvtierpb.ReplicaType_LOCAL_DISK {
 					if _, err := cl.Stat(ctx, key); err != nil {
+						why = fmt.Sprintf("%s: %v", key, err)
 						return false
 					}
 				}
 			}
 		}
 		return true
-	})
+	}
+	for deadline := time.Now().Add(20 * time.Second); !served(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("box-a's copies not served again 20 s after its second start: %s\nbox-a:\n%s", why, a.output())
+		}
+	}
 	checkRemoved("after box-a's second start")
 }
