@@ -361,9 +361,11 @@ func (m *Master) clientGone(c *client) {
 	}
 	c.registering.Store(0) // gone: every copy of it is dropped below
 	m.dropDisk(c, 0, dropGone)
-	for _, k := range m.offload.dropNode(c.id) {
+	voided := m.offload.dropNode(c.id)
+	for _, k := range voided {
 		m.resetOffload(k)
 	}
+	m.reofferOffloads(voided)
 	m.revokePutsOf(c.id)
 	// Operators must see what a lost node took with it (puts running
 	// meanwhile make the count approximate).

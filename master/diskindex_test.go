@@ -493,3 +493,41 @@ func TestDiskIndexRandomOps(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) { runDiskModel(t, data) })
 	}
 }
+
+// An offload task a restarted (or lost) box will never finish is offered
+// again, with "immediate", from another box's DRAM copy: the object would
+// otherwise hold no SSD copy until eviction.
+func TestVoidedOffloadOfferedAgain(t *testing.T) {
+	m, fc := newTest(t, Config{OffloadMode: OffloadImmediate, RemoveSyncTimeout: -1})
+	restartA(t, m, 1)
+	beatB := func() {
+		if _, err := m.Heartbeat(ctx, HeartbeatRequest{Client: "B", Endpoint: "B:1", Disk: &DiskStats{Capacity: 1 << 30}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	beatB()
+	mountMem(t, m, "B", "B/0", 1<<20)
+	for _, k := range []string{"x", "y"} {
+		putCfg(t, m, "w", k, 64, PutConfig{Replicas: 2, PreferredSegment: "A/0"})
+	}
+	if tasks, err := m.TakeOffload(ctx, "A", 16, time.Millisecond); err != nil || len(tasks) != 2 {
+		t.Fatalf("tasks of A: %+v, %v", tasks, err)
+	}
+	restartA(t, m, 2)
+	tasks, err := m.TakeOffload(ctx, "B", 16, time.Millisecond)
+	if err != nil || len(tasks) != 2 || tasks[0].Source.Node != "B" {
+		t.Fatalf("the voided offloads are not offered to B: %+v, %v", tasks, err)
+	}
+	m.EndDiskRegistration(ctx, "A")
+	// Lost instead of restarted: the same.
+	putCfg(t, m, "w", "z", 64, PutConfig{Replicas: 2, PreferredSegment: "A/0"})
+	if tasks, err := m.TakeOffload(ctx, "A", 16, time.Millisecond); err != nil || len(tasks) != 1 {
+		t.Fatalf("tasks of A: %+v, %v", tasks, err)
+	}
+	fc.Advance(DefaultClientTTL + DefaultClientGrace + time.Second)
+	beatB()
+	m.Reap(ctx)
+	if tasks, err := m.TakeOffload(ctx, "B", 16, time.Millisecond); err != nil || len(tasks) != 1 || tasks[0].Key != "z" {
+		t.Fatalf("the offload voided by A's loss is not offered to B: %+v, %v", tasks, err)
+	}
+}

@@ -98,7 +98,8 @@
 //     suspicion in ClientInfo.Problems and evented when it changes.
 //     Silent for ClientTTL + ClientGrace → GONE (segments unmounted,
 //     LOCAL_DISK replicas dropped, PROCESSING puts revoked, offload tasks
-//     forgotten). A heartbeat makes it LIVE again and re-announces segments;
+//     forgotten, and with "immediate" offered again from another node's
+//     DRAM copy, as after a restart). A heartbeat makes it LIVE again and re-announces segments;
 //     HeartbeatReply.Known is false for an unknown or GONE client. A beat's
 //     SSD figures (when present) and NVMe/TCP figures replace the last ones;
 //     a beat without NVMe figures clears them. ListClients returns copies.

@@ -116,7 +116,8 @@ func (m *Master) restartNode(c *client, oldInc, newInc string, disk bool) {
 	// The old incarnation's offload tasks end here; one it was writing
 	// may have left a durable copy: a placeholder stands for it (before
 	// the unmount drops its DRAM source, so the object does not vanish).
-	for _, k := range m.offload.dropNode(c.id) {
+	voided := m.offload.dropNode(c.id)
+	for _, k := range voided {
 		m.resetOffloadAfterRestart(k, c, disk)
 	}
 	if disk {
@@ -130,6 +131,7 @@ func (m *Master) restartNode(c *client, oldInc, newInc string, disk bool) {
 		}
 	}
 	m.dram.forget(c.id) // records of the old incarnation's DRAM mean nothing to the new one
+	m.reofferOffloads(voided)
 	m.revokePutsOf(c.id)
 	m.ctr.add(cApplianceRestarts, 1)
 	m.publish(Event{Kind: "client", Node: c.id, Message: "restarted: incarnation " + oldInc + " replaced by " + newInc})

@@ -406,6 +406,24 @@ func (m *Master) resetOffloadAfterRestart(k string, c *client, disk bool) {
 	o.offload = offloadNone
 }
 
+// reofferOffloads queues again, with offload "immediate", the offloads of
+// keys whose task a lost or restarted node will never finish, from another
+// node's MEMORY replica: otherwise such an object would hold no SSD copy
+// until eviction offered it again, though "immediate" promises one.
+func (m *Master) reofferOffloads(keys []string) {
+	if m.settings.Load().ssd.OffloadMode != OffloadImmediate {
+		return
+	}
+	for _, k := range keys {
+		sh := m.shardOf(k)
+		sh.mu.Lock()
+		if o := sh.objs[k]; o != nil && o.complete && o.offload == offloadNone && !hasDiskCopy(o) {
+			m.queueOffloadLocked(k, o)
+		}
+		sh.mu.Unlock()
+	}
+}
+
 func (m *Master) resetOffload(k string) {
 	sh := m.shardOf(k)
 	sh.mu.Lock()
