@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -84,6 +85,20 @@ func koList(t *testing.T, cl *client.Client) map[string][]koReplica {
 	}
 }
 
+// koWarnings are the WARN and ERROR lines of p's log.
+func koWarnings(p *proc) string {
+	var out []string
+	for _, l := range strings.Split(p.output(), "\n") {
+		if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
+			out = append(out, l)
+		}
+	}
+	if len(out) > 40 {
+		out = append(out[:40], fmt.Sprintf("... %d more", len(out)-40))
+	}
+	return strings.Join(out, "\n")
+}
+
 // koState is node's state as the master lists it.
 func koState(t *testing.T, cl *client.Client, node string) kvtierpb.ClientState {
 	t.Helper()
@@ -136,7 +151,7 @@ func TestKillApplianceWithOffloadsInFlight(t *testing.T) {
 		return []string{"--dram", "32MiB", "--ssd-dir", dir, "--ssd-capacity", "2GiB"}
 	}
 	a := c.appliance("box-a", boxArgs(dirA)...)
-	c.appliance("box-b", boxArgs(dirB)...)
+	b := c.appliance("box-b", boxArgs(dirB)...)
 	cl := c.client(t)
 	ctx := context.Background()
 
@@ -307,7 +322,8 @@ func TestKillApplianceWithOffloadsInFlight(t *testing.T) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("(a) %s (listed before the kill: %+v) not readable 20 s after box-a's restart: %v", key, before[key], err)
+				t.Fatalf("(a) %s (listed before the kill: %+v) not readable 20 s after box-a's restart: %v\nbox-a's warnings:\n%s\nbox-b's warnings:\n%s\nmaster:\n%s",
+					key, before[key], err, koWarnings(a), koWarnings(b), koWarnings(c.master))
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
