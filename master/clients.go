@@ -40,6 +40,7 @@ type client struct {
 	segments map[string]struct{} // guarded by mu
 	drained  map[string]struct{} // guarded by mu: names heartbeats must not remount
 	ident    Identity            // guarded by mu: the incarnation holding the name (identity.go)
+	retired  []string            // guarded by mu: the last incarnations replaced by a restart (identity.go)
 	health   clientHealth        // guarded by mu: what its last beat said of itself
 }
 

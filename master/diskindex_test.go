@@ -531,3 +531,20 @@ func TestVoidedOffloadOfferedAgain(t *testing.T) {
 		t.Fatalf("the offload voided by A's loss is not offered to B: %+v, %v", tasks, err)
 	}
 }
+
+// A late call of the process a restart replaced is refused: taking the
+// name back (same SSD directory) would void its successor's registration.
+func TestReplacedIncarnationRefused(t *testing.T) {
+	m, _ := newTest(t, Config{OffloadMode: OffloadOff})
+	restartA(t, m, 1)
+	mustRegister(t, m, diskObj("x", 1, 0))
+	m.EndDiskRegistration(ctx, "A")
+	restartA(t, m, 2)
+	mustRegister(t, m, diskObj("x", 1, 0))
+	m.EndDiskRegistration(ctx, "A")
+	_, err := m.Heartbeat(ctx, HeartbeatRequest{Client: "A", Endpoint: "A:1", Identity: Identity{Incarnation: "i1", DiskID: "dA"}, Disk: &DiskStats{Capacity: 1 << 30}})
+	wantCode(t, err, kverr.IllegalClient)
+	if !exists(t, m, "x") {
+		t.Fatal("a late beat of the replaced process voided its successor's copies")
+	}
+}

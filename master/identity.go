@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/kvtier/kvtier/kverr"
@@ -80,6 +81,14 @@ func (m *Master) admit(c *client, id Identity, endpoint string, now int64) error
 		c.mu.Unlock()
 		return nil
 	}
+	if slices.Contains(c.retired, id.Incarnation) {
+		// A late call of a process a restart already replaced (its
+		// successor holds the same SSD directory, so it would otherwise
+		// take the name back and void the successor's registration).
+		c.mu.Unlock()
+		return kverr.New(kverr.IllegalClient, "", "appliance %q: incarnation %s was replaced by %s when the appliance restarted",
+			c.id, id.Incarnation, cur.Incarnation)
+	}
 	oldAddr := c.getEndpoint()
 	st := ClientState(c.state.Load())
 	takeover := id.DiskID != "" && id.DiskID == cur.DiskID ||
@@ -93,10 +102,17 @@ func (m *Master) admit(c *client, id Identity, endpoint string, now int64) error
 			c.id, cur.Incarnation, oldAddr, silent.Round(time.Millisecond), id.Incarnation, endpoint, m.cfg.RestartTakeover)
 	}
 	c.ident = id
+	c.retired = append(c.retired, cur.Incarnation)
+	if len(c.retired) > maxRetired {
+		c.retired = slices.Delete(c.retired, 0, len(c.retired)-maxRetired)
+	}
 	c.mu.Unlock()
 	m.restartNode(c, cur.Incarnation, id.Incarnation, id.DiskID != "" || c.hadSSD())
 	return nil
 }
+
+// maxRetired is how many replaced incarnations of a name admit remembers.
+const maxRetired = 4
 
 // restartNode forgets what the old incarnation of c held in memory: its
 // segments are unmounted at once (their MEMORY and NOF replicas dropped;
