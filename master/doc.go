@@ -424,7 +424,9 @@
 // object was removed meanwhile, never comes back; the appliance removes
 // copies refused so). A box that comes back after it was declared gone
 // registers under the same rules (diskindex.go, "Restarts"; counter
-// appliance_restarts, a "client" event). Otherwise two live processes claim
+// appliance_restarts, a "client" event). A late contact of a replaced
+// incarnation (the last four are remembered) is refused, ILLEGAL_CLIENT,
+// rather than taken for another restart. Otherwise two live processes claim
 // one name: the newcomer's mounts, heartbeats and unmounts are refused with
 // ILLEGAL_CLIENT naming both incarnations and addresses (the appliance
 // retries for 10 s, then exits non-zero). Nodes that send no incarnation
