@@ -548,3 +548,23 @@ func TestReplacedIncarnationRefused(t *testing.T) {
 		t.Fatal("a late beat of the replaced process voided its successor's copies")
 	}
 }
+
+// A box restarted on another SSD directory (another DiskID) cannot bring
+// back the old directory's copies: they are dropped at once, and its
+// registration is a first one (every copy it holds is taken).
+func TestRestartOnAnotherDisk(t *testing.T) {
+	m, _ := newTest(t, Config{OffloadMode: OffloadOff})
+	restartA(t, m, 1)
+	mustRegister(t, m, diskObj("old", 1, 0))
+	m.EndDiskRegistration(ctx, "A")
+	id := Identity{Incarnation: "i2", DiskID: "other"}
+	if _, err := m.Heartbeat(ctx, HeartbeatRequest{Client: "A", Endpoint: "A:1", Identity: id, Disk: &DiskStats{Capacity: 1 << 30}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.GetObject(ctx, "", "old"); err == nil {
+		t.Fatal("a copy of the old directory survived a restart on another one")
+	}
+	if errs := mustRegister(t, m, diskObj("new", 1, 0)); errs[0] != nil {
+		t.Fatalf("the new directory's copy refused: %v", errs[0])
+	}
+}

@@ -107,7 +107,8 @@ func (m *Master) admit(c *client, id Identity, endpoint string, now int64) error
 		c.retired = slices.Delete(c.retired, 0, len(c.retired)-maxRetired)
 	}
 	c.mu.Unlock()
-	m.restartNode(c, cur.Incarnation, id.Incarnation, id.DiskID != "" || c.hadSSD())
+	// Its copies can come back only from the same SSD directory.
+	m.restartNode(c, cur.Incarnation, id.Incarnation, id.DiskID != "" && id.DiskID == cur.DiskID)
 	return nil
 }
 
@@ -118,7 +119,8 @@ const maxRetired = 4
 // segments are unmounted at once (their MEMORY and NOF replicas dropped;
 // objects left with none disappear, so a re-put works; a pending drain
 // ends with them), its offload tasks are reset, its in-flight puts
-// revoked. Its LOCAL_DISK replicas (disk: it has an SSD tier) become
+// revoked. Its LOCAL_DISK replicas (disk: it restarted on the same SSD
+// directory; else they are dropped at once) become
 // unconfirmed until the new incarnation has registered what its SSD tier
 // recovered (RegisterDiskObjects, then its end): registered copies are
 // kept, missing or quarantined ones dropped then (diskindex.go,
