@@ -407,7 +407,8 @@
 // incarnation's segments at once (their MEMORY and NOF replicas; objects
 // left with none disappear, so a re-put works; a pending drain ends with
 // them), resets its offload tasks and revokes its in-flight puts; its
-// LOCAL_DISK replicas stay, unconfirmed (never handed to readers: a read
+// LOCAL_DISK replicas (dropped at once when it comes back with another
+// DiskID) stay, unconfirmed (never handed to readers: a read
 // of an object with nothing else answers UNAVAILABLE_IN_CURRENT_STATUS
 // naming the node, Exist says no), and an offload task it had taken
 // becomes an unconfirmed placeholder replica, since its copy may be
