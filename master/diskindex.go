@@ -41,6 +41,19 @@ import (
 // quarantined ones are gone, and nothing is half-present. A node that
 // comes back after it was declared gone (its replicas were dropped then)
 // registers the same way.
+//
+// # Caveats
+//
+//   - A put of a key whose only copies are unconfirmed answers "already
+//     stored"; if the box then does not register the copy (quarantined),
+//     the object disappears at the end of the registration (an event
+//     counts such objects).
+//   - A Remove of a key the master does not hold (its only copy was on a
+//     box declared gone) answers OBJECT_NOT_FOUND and queues nothing: the
+//     box's return may bring the key back, as before. The keys a gone box
+//     held stay in sh.gone (a string header and a map slot each) until it
+//     returns and ends its registration, forever for a box that never
+//     returns.
 
 // diskRef names one SSD bucket of one node.
 type diskRef struct {
