@@ -354,34 +354,87 @@ func (a *Appliance) segment(name string) ([]byte, bool) { return a.engine.Segmen
 
 func (a *Appliance) diskSegment() string { return a.cfg.Name + "/ssd" }
 
-// registerDisk re-announces every object recovered from SSD, in chunks.
+// registerDisk re-announces every object recovered from SSD, in chunks;
+// the last call (Last, sent even when there is nothing to register) tells
+// the master the registration is over, so it drops the copies of this
+// appliance it still holds unconfirmed (master/diskindex.go, "Restarts").
+//
+// Each chunk is checked and sent with removeMu read-locked, as offload
+// reports are (see stillStored): a removal recorded while a
+// re-registration runs (TakeRemovals runs beside the one a heartbeat
+// starts) either came first, and the copy is left out, or is recorded
+// after the master saw the chunk, so it was still pending there and the
+// master refused the copy. A copy the master refuses as unknown (its
+// object was removed, or the master never acknowledged it: an offload
+// written after the master forgot the task) or as stale (the key holds an
+// object of another size) is removed, if still at the refused place: kept,
+// the master would never name it in a removal, and a later registration
+// (after a master restart) would bring it back.
 func (a *Appliance) registerDisk(ctx context.Context) error {
 	objs := a.tier.Objects()
 	const chunk = 1024
-	registered := 0
-	for len(objs) > 0 {
+	registered, dropped := 0, 0
+	for first := true; first || len(objs) > 0; first = false {
 		n := min(chunk, len(objs))
-		req := &kvtierpb.RegisterDiskObjectsRequest{ClientId: a.cfg.Name}
+		req := &kvtierpb.RegisterDiskObjectsRequest{ClientId: a.cfg.Name, Last: n == len(objs)}
+		a.removeMu.RLock()
 		for _, e := range objs[:n] {
+			if cur, ok := a.tier.Lookup(e.Tenant, e.Key); !ok || cur.Loc != e.Loc {
+				continue // removed (or replaced) since the listing
+			}
 			req.Objects = append(req.Objects, &kvtierpb.DiskObject{
 				Tenant: e.Tenant, Key: []byte(e.Key), Size: e.Size, Crc32C: e.CRC32C,
 				Bucket: e.Loc.Bucket, Offset: e.Loc.Offset, Length: e.Loc.Length})
 		}
 		resp, err := a.client.Master().RegisterDiskObjects(ctx, req)
+		a.removeMu.RUnlock()
 		if err != nil {
 			return fmt.Errorf("appliance: re-register SSD objects: %w", kverr.FromGRPC(err))
 		}
+		var stale []*kvtierpb.DiskObject
 		for i, r := range resp.Results {
+			if i >= len(req.Objects) {
+				break
+			}
 			if r.Code == kvtierpb.ErrorCode_OK {
 				registered++
-			} else {
-				a.log.Warn("ssd object not re-registered", "key", string(req.Objects[i].Key), "code", r.Code, "msg", r.Message)
+				continue
+			}
+			a.log.Warn("ssd object not re-registered", "key", string(req.Objects[i].Key), "code", r.Code, "msg", r.Message)
+			if r.Code == kvtierpb.ErrorCode_OBJECT_ALREADY_EXISTS || r.Code == kvtierpb.ErrorCode_OBJECT_NOT_FOUND {
+				stale = append(stale, req.Objects[i])
 			}
 		}
+		dropped += a.dropStale(ctx, stale)
 		objs = objs[n:]
 	}
-	a.log.Info("ssd index loaded", "objects_registered", registered)
+	a.log.Info("ssd index loaded", "objects_registered", registered, "stale_removed", dropped)
 	return nil
+}
+
+// dropStale removes the copies in ds the master refused, each
+// only if it is still the key's copy at the refused place (removeMu held:
+// an offload stores a key anew only through a removal, see putReplacing).
+func (a *Appliance) dropStale(ctx context.Context, ds []*kvtierpb.DiskObject) int {
+	if len(ds) == 0 {
+		return 0
+	}
+	a.removeMu.Lock()
+	defer a.removeMu.Unlock()
+	var rs []ssd.Removal
+	for _, d := range ds {
+		if e, ok := a.tier.Lookup(d.Tenant, string(d.Key)); ok && e.Loc == (ssd.Location{Bucket: d.Bucket, Offset: d.Offset, Length: d.Length}) {
+			rs = append(rs, ssd.Removal{Tenant: d.Tenant, Key: string(d.Key)})
+		}
+	}
+	if len(rs) == 0 {
+		return 0
+	}
+	if _, err := a.tier.Remove(ctx, rs); err != nil {
+		a.log.Warn("cannot remove stale SSD copies", "copies", len(rs), "err", err)
+		return 0
+	}
+	return len(rs)
 }
 
 // Close drains and shuts the appliance down. Safe to call twice.

@@ -13,7 +13,12 @@
 // privately with a warning. With an SSD directory it opens the SSD tier (rebuilding its index
 // from the bucket metadata after a restart), serves bucket extents to readers
 // through the same engine (extent source "<name>/ssd") and re-registers every
-// recovered object with the master as a LOCAL_DISK replica.
+// recovered object with the master as a LOCAL_DISK replica; the last
+// RegisterDiskObjects call says the registration is over (the master then
+// drops the copies it held for this box and did not get back). A copy the
+// master refuses as unknown or stale (its object removed, never
+// acknowledged, or of another size) is removed from the SSD tier, so no
+// later registration brings it back (appliance.go, registerDisk).
 //
 // Its data port also takes direct puts (directput.go; internal/transfer
 // "Direct puts"): a client's frame of keys, checksums and bytes, placed on

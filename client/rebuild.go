@@ -11,7 +11,10 @@ import (
 // UNAVAILABLE_IN_CURRENT_STATUS to PutStart or GetReplicaList: it is
 // rebuilding its object table from the appliances' reports (a restart or
 // a new HA leader; package master, "Rebuild"), which takes about one
-// heartbeat interval. Those two calls answer that code for nothing else.
+// heartbeat interval. GetReplicaList also answers it for an object whose
+// only copies are on the SSD of an appliance that restarted and is
+// re-registering them (milliseconds). Those two calls answer that code for
+// nothing else.
 const rebuildRetry = 5 * time.Second
 
 // whileRebuilding runs call until it does not answer

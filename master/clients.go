@@ -22,6 +22,10 @@ type client struct {
 	state    atomic.Int32 // ClientState
 	interval atomic.Int64 // reported beat period in ns (0: unknown)
 	storage  atomic.Bool  // has mounted a segment or reported an SSD tier
+	// registering: the deadline (unix ns) of the re-registration of its
+	// SSD copies after a restart or a return from GONE; 0 when none runs
+	// (diskindex.go, "Restarts").
+	registering atomic.Int64
 
 	// awaitDram: the master waits for this node's DRAM directory report
 	// (dramdir.go); awaitSince (guarded by mu) is when it started.
@@ -36,6 +40,7 @@ type client struct {
 	segments map[string]struct{} // guarded by mu
 	drained  map[string]struct{} // guarded by mu: names heartbeats must not remount
 	ident    Identity            // guarded by mu: the incarnation holding the name (identity.go)
+	retired  []string            // guarded by mu: the last incarnations replaced by a restart (identity.go)
 	health   clientHealth        // guarded by mu: what its last beat said of itself
 }
 
@@ -190,6 +195,12 @@ func (m *Master) Heartbeat(ctx context.Context, req HeartbeatRequest) (Heartbeat
 	}
 	c := m.clients.getOrCreate(m.intern(req.Client), req.Endpoint, now)
 	_ = m.admit(c, req.Identity, req.Endpoint, now) // adopts the identity of a new client
+	if ClientState(c.state.Load()) == ClientGone && c.hadSSD() {
+		// Back from GONE: its copies were dropped, yet its SSD may hold
+		// them; removals keep reaching it until it re-registered them.
+		// Before it is LIVE again, so no Remove falls between.
+		m.beginDiskRegistration(c)
+	}
 	prev := ClientState(c.state.Swap(int32(ClientLive)))
 	if prev == ClientGone {
 		known = false
@@ -279,6 +290,7 @@ func (m *Master) setClientSegments(c *client, from, to SegmentState) {
 // allocations, replicas kept but not handed out); past TTL+grace → GONE.
 func (m *Master) checkClients(ctx context.Context, now int64) {
 	ttl, grace := int64(m.cfg.ClientTTL), int64(m.cfg.ClientGrace)
+	m.expireRegistrations(now)
 	for _, c := range m.clients.list() {
 		c.mu.Lock()
 		silent := now - c.lastBeat
@@ -315,6 +327,13 @@ func (c *client) problemsLocked(now int64) []string {
 	return append(out, c.health.unhealthy...)
 }
 
+// hadSSD reports whether c ever reported an SSD tier.
+func (c *client) hadSSD() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.disk.Capacity > 0 || c.hasSSD.Load()
+}
+
 // servable reports whether r may be handed to a reader: its storage is
 // mounted and its node LIVE. A suspect node (GRACE) keeps its replicas, but
 // handing them out would send readers to a box that may be dead.
@@ -322,7 +341,7 @@ func servable(r *replica) bool {
 	if r.seg != nil {
 		return !r.seg.removed.Load() && ClientState(r.seg.owner.state.Load()) == ClientLive
 	}
-	return r.disk == nil || ClientState(r.disk.state.Load()) == ClientLive
+	return r.disk == nil || ClientState(r.disk.state.Load()) == ClientLive && !r.unconfirmed
 }
 
 // clientGone unmounts c's segments, drops its LOCAL_DISK replicas, revokes
@@ -341,10 +360,13 @@ func (m *Master) clientGone(c *client) {
 			m.unmountNow(s, "owner gone")
 		}
 	}
-	m.dropReplicas(func(r *replica) bool { return r.disk == c })
-	for _, k := range m.offload.dropNode(c.id) {
+	c.registering.Store(0) // gone: every copy of it is dropped below
+	m.dropDisk(c, 0, dropGone)
+	voided := m.offload.dropNode(c.id)
+	for _, k := range voided {
 		m.resetOffload(k)
 	}
+	m.reofferOffloads(voided)
 	m.revokePutsOf(c.id)
 	// Operators must see what a lost node took with it (puts running
 	// meanwhile make the count approximate).

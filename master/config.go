@@ -20,6 +20,7 @@ const (
 	DefaultClientGrace       = 30 * time.Second
 	DefaultRemoveSyncTimeout = 5 * time.Second
 	DefaultRestartTakeover   = 3 * time.Second
+	DefaultDiskRegisterWait  = 2 * time.Minute
 	DefaultHighWatermark     = 0.90
 	DefaultEvictionRatio     = 0.05
 	DefaultEvictInterval     = 5 * time.Millisecond
@@ -83,6 +84,11 @@ type Config struct {
 	// over once the old one has been silent this long (doc.go, "Appliance
 	// identity").
 	RestartTakeover time.Duration
+	// DiskRegisterWait bounds a restarted appliance's re-registration of
+	// its SSD copies (RegisterDiskObjects until its last call): past it the
+	// copies it has not registered are dropped as if it had finished
+	// (diskindex.go, "Restarts"); default 2 min.
+	DiskRegisterWait time.Duration
 	// DramSyncTimeout bounds how long PutEnd waits for the appliances
 	// holding the MEMORY replicas to record the put in their DRAM
 	// directories (dramdir.go); default 2 s. Past it the put still
@@ -175,6 +181,7 @@ func (c Config) withDefaults() Config {
 	d(&c.ClientGrace, DefaultClientGrace)
 	d(&c.RemoveSyncTimeout, DefaultRemoveSyncTimeout)
 	d(&c.RestartTakeover, DefaultRestartTakeover)
+	d(&c.DiskRegisterWait, DefaultDiskRegisterWait)
 	d(&c.DramSyncTimeout, 2*time.Second)
 	d(&c.RebuildWait, 10*time.Second)
 	d(&c.RebuildWindow, 3*time.Second)
@@ -236,7 +243,7 @@ func (c Config) Validate() error {
 		"SoftPinTTL": c.SoftPinTTL, "MaxSoftPinTTL": c.MaxSoftPinTTL, "ClientTTL": c.ClientTTL,
 		"ClientGrace": c.ClientGrace, "EvictInterval": c.EvictInterval, "FrequencyBonus": c.FrequencyBonus,
 		"FrequencyMaxBonus": c.FrequencyMaxBonus, "OffloadTimeout": c.OffloadTimeout, "RestartTakeover": c.RestartTakeover,
-		"RebuildWait": c.RebuildWait, "RebuildWindow": c.RebuildWindow,
+		"DiskRegisterWait": c.DiskRegisterWait, "RebuildWait": c.RebuildWait, "RebuildWindow": c.RebuildWindow,
 		"GrantKeyRotation": c.GrantKeyRotation, "PutTicketLife": c.PutTicketLife,
 	} {
 		if v < 0 {

@@ -681,6 +681,9 @@ func (s *grpcServer) RegisterDiskObjects(ctx context.Context, r *kvtierpb.Regist
 			Bucket: d.GetBucket(), Offset: d.GetOffset(), Length: d.GetLength()}
 	}
 	errs, err := s.m.RegisterDiskObjects(ctx, r.GetClientId(), objs)
+	if err == nil && r.GetLast() {
+		err = s.m.EndDiskRegistration(ctx, r.GetClientId())
+	}
 	if err != nil {
 		return nil, toGRPC(err)
 	}

@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/kvtier/kvtier/kverr"
@@ -80,6 +81,14 @@ func (m *Master) admit(c *client, id Identity, endpoint string, now int64) error
 		c.mu.Unlock()
 		return nil
 	}
+	if slices.Contains(c.retired, id.Incarnation) {
+		// A late call of a process a restart already replaced (its
+		// successor holds the same SSD directory, so it would otherwise
+		// take the name back and void the successor's registration).
+		c.mu.Unlock()
+		return kverr.New(kverr.IllegalClient, "", "appliance %q: incarnation %s was replaced by %s when the appliance restarted",
+			c.id, id.Incarnation, cur.Incarnation)
+	}
 	oldAddr := c.getEndpoint()
 	st := ClientState(c.state.Load())
 	takeover := id.DiskID != "" && id.DiskID == cur.DiskID ||
@@ -93,30 +102,54 @@ func (m *Master) admit(c *client, id Identity, endpoint string, now int64) error
 			c.id, cur.Incarnation, oldAddr, silent.Round(time.Millisecond), id.Incarnation, endpoint, m.cfg.RestartTakeover)
 	}
 	c.ident = id
+	c.retired = append(c.retired, cur.Incarnation)
+	if len(c.retired) > maxRetired {
+		c.retired = slices.Delete(c.retired, 0, len(c.retired)-maxRetired)
+	}
 	c.mu.Unlock()
-	m.restartNode(c, cur.Incarnation, id.Incarnation)
+	// Its copies can come back only from the same SSD directory.
+	m.restartNode(c, cur.Incarnation, id.Incarnation, id.DiskID != "" && id.DiskID == cur.DiskID)
 	return nil
 }
+
+// maxRetired is how many replaced incarnations of a name admit remembers.
+const maxRetired = 4
 
 // restartNode forgets what the old incarnation of c held in memory: its
 // segments are unmounted at once (their MEMORY and NOF replicas dropped;
 // objects left with none disappear, so a re-put works; a pending drain
 // ends with them), its offload tasks are reset, its in-flight puts
-// revoked, and its LOCAL_DISK replicas dropped: the new incarnation
-// registers what its SSD tier recovered (RegisterDiskObjects), so
-// registered copies come back and missing or quarantined ones stay gone.
-// Removals pending for the name stay queued for the new incarnation.
-func (m *Master) restartNode(c *client, oldInc, newInc string) {
+// revoked. Its LOCAL_DISK replicas (disk: it restarted on the same SSD
+// directory; else they are dropped at once) become
+// unconfirmed until the new incarnation has registered what its SSD tier
+// recovered (RegisterDiskObjects, then its end): registered copies are
+// kept, missing or quarantined ones dropped then (diskindex.go,
+// "Restarts"). Removals pending for the name stay queued for the new
+// incarnation.
+func (m *Master) restartNode(c *client, oldInc, newInc string, disk bool) {
+	if disk {
+		// First, so that a Remove from now on reaches the new incarnation.
+		m.beginDiskRegistration(c)
+	}
+	// The old incarnation's offload tasks end here; one it was writing
+	// may have left a durable copy: a placeholder stands for it (before
+	// the unmount drops its DRAM source, so the object does not vanish).
+	voided := m.offload.dropNode(c.id)
+	for _, k := range voided {
+		m.resetOffloadAfterRestart(k, c, disk)
+	}
+	if disk {
+		m.forEachShard(func(sh *shard) { markRestartedLocked(sh, c) })
+	} else {
+		m.dropDisk(c, 0, dropAll)
+	}
 	for _, s := range m.segs.all() {
 		if s.owner == c {
 			m.unmountNow(s, "owner restarted")
 		}
 	}
-	m.dropReplicas(func(r *replica) bool { return r.disk == c })
 	m.dram.forget(c.id) // records of the old incarnation's DRAM mean nothing to the new one
-	for _, k := range m.offload.dropNode(c.id) {
-		m.resetOffload(k)
-	}
+	m.reofferOffloads(voided)
 	m.revokePutsOf(c.id)
 	m.ctr.add(cApplianceRestarts, 1)
 	m.publish(Event{Kind: "client", Node: c.id, Message: "restarted: incarnation " + oldInc + " replaced by " + newInc})

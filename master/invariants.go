@@ -16,7 +16,10 @@ import (
 //     the DRAM index holds exactly the objects with a MEMORY replica;
 //   - an in-flight object has only PROCESSING replicas, a complete one none;
 //   - each shard's eviction history is within its limit and its index finds
-//     exactly the remembered fingerprints (each once).
+//     exactly the remembered fingerprints (each once);
+//   - each shard's disk index holds exactly its objects' LOCAL_DISK
+//     replicas (node, bucket, key), at most one per node and object, and
+//     only a node still re-registering has unconfirmed ones.
 func (m *Master) CheckInvariants() error {
 	for i := range m.shards {
 		m.shards[i].mu.Lock()
@@ -42,7 +45,7 @@ func (m *Master) CheckInvariants() error {
 	var objects int64
 	for i := range m.shards {
 		sh := &m.shards[i]
-		inflight, memObjects := 0, 0
+		inflight, memObjects, diskReplicas := 0, 0, 0
 		for k, o := range sh.objs {
 			objects++
 			t, key := splitCK(k)
@@ -69,10 +72,22 @@ func (m *Master) CheckInvariants() error {
 				if o.complete != (r.state == Complete) {
 					return fmt.Errorf("object %s complete=%v has a %v replica", name, o.complete, r.state)
 				}
+				if r.unconfirmed && (r.typ != LocalDisk || r.disk.registering.Load() == 0) {
+					return fmt.Errorf("object %s has an unconfirmed %v replica outside a re-registration", name, r.typ)
+				}
 				if r.typ == LocalDisk {
 					if r.disk == nil || ClientState(r.disk.state.Load()) == ClientGone {
 						return fmt.Errorf("object %s has a disk replica of a gone client", name)
 					}
+					if _, ok := sh.disk[diskRef{r.disk, r.bucket}][k]; !ok {
+						return fmt.Errorf("object %s: disk replica on %s bucket %d missing from the disk index", name, r.disk.id, r.bucket)
+					}
+					for _, q := range o.replicas[:j] {
+						if q.typ == LocalDisk && q.disk == r.disk {
+							return fmt.Errorf("object %s has two disk replicas on %s", name, r.disk.id)
+						}
+					}
+					diskReplicas++
 					continue
 				}
 				if !mounted[r.seg] || r.seg.removed.Load() {
@@ -81,6 +96,16 @@ func (m *Master) CheckInvariants() error {
 				ranges[r.seg] = append(ranges[r.seg], rng{r.offset, r.allocLen(), name})
 				counts[r.seg]++
 			}
+		}
+		indexed := 0
+		for ref, set := range sh.disk {
+			if len(set) == 0 {
+				return fmt.Errorf("shard %d: empty disk index set for %s bucket %d", i, ref.node.id, ref.bucket)
+			}
+			indexed += len(set)
+		}
+		if indexed != diskReplicas {
+			return fmt.Errorf("shard %d: %d disk replicas, the disk index has %d entries", i, diskReplicas, indexed)
 		}
 		if memObjects != len(sh.mem) {
 			return fmt.Errorf("shard %d: %d objects hold DRAM, the DRAM index has %d entries", i, memObjects, len(sh.mem))

@@ -66,6 +66,12 @@ type replica struct {
 	bucket uint64
 	typ    ReplicaType
 	state  ReplicaState
+	// unconfirmed (LOCAL_DISK only): a copy the node's previous
+	// incarnation held, or may hold (an offload it was writing), that its
+	// new incarnation has not re-registered yet; kept so the object does
+	// not vanish and a Remove reaches the node, never handed to readers
+	// (diskindex.go, "Restarts").
+	unconfirmed bool
 }
 
 // allocLen is the number of allocator bytes the replica holds.
@@ -88,7 +94,14 @@ type shard struct {
 	// dropObjectLocked.
 	mem  []memRef
 	hist history // guarded by mu: eviction history of this shard's keys
-	_    [24]byte
+	// disk: the keys of this shard holding a LOCAL_DISK replica, by node
+	// and bucket (diskindex.go), so that dropping a bucket or a node's
+	// copies visits only those objects. Guarded by mu.
+	disk map[diskRef]map[string]struct{}
+	// gone: per node gone (or back and re-registering), the keys whose
+	// copy on it was dropped when it went; guarded by mu (diskindex.go).
+	gone map[*client]map[string]struct{}
+	_    [8]byte
 }
 
 // reservation is space of a taken-over put, freed at releaseAt.
@@ -184,6 +197,8 @@ func New(cfg Config) (*Master, error) {
 	for i := range m.shards {
 		m.shards[i].objs = make(map[string]*object)
 		m.shards[i].inflight = make(map[string]*object)
+		m.shards[i].disk = make(map[diskRef]map[string]struct{})
+		m.shards[i].gone = make(map[*client]map[string]struct{})
 	}
 	switch {
 	case cfg.EvictionHistory > 0:

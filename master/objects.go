@@ -223,6 +223,7 @@ func (m *Master) takeOverLocked(sh *shard, k string, o *object) {
 		m.countReplica(r, -1)
 	}
 	m.abandonedMu.Unlock()
+	unindexDiskReplicasLocked(sh, k, o)
 	o.replicas = nil
 	m.dropObjectLocked(sh, k, o)
 	m.ctr.add(cAbandonedPutsReclaimed, 1)
@@ -240,6 +241,7 @@ func (m *Master) revokeLocked(sh *shard, k string, o *object) uint64 {
 	if o.lastRead == 0 {
 		last = 0 // nothing of it reached a directory: nothing to wait for
 	}
+	unindexDiskReplicasLocked(sh, k, o)
 	o.replicas = nil
 	m.dropObjectLocked(sh, k, o)
 	return last
@@ -435,9 +437,14 @@ func (m *Master) GetReplicaList(ctx context.Context, client, tenant, key string)
 	var rk [8]int
 	ranks := rk[:0]
 	var suspect *replica // a replica skipped because its node is suspect
+	var restarted string // a node re-registering the replica skipped
 	for i := range o.replicas {
 		r := &o.replicas[i]
 		if r.state != Complete || (r.seg != nil && r.seg.removed.Load()) {
+			continue
+		}
+		if r.unconfirmed && ClientState(r.disk.state.Load()) == ClientLive {
+			restarted = r.disk.id
 			continue
 		}
 		if !servable(r) {
@@ -463,6 +470,12 @@ func (m *Master) GetReplicaList(ctx context.Context, client, tenant, key string)
 		if suspectNode != "" {
 			return ReplicaList{}, kverr.New(kverr.ObjectNotFound, key,
 				"no live replica: its replicas are on %s, which is not heartbeating (suspect)", suspectNode)
+		}
+		if restarted != "" {
+			// Transient: the copy is served again once registered, or
+			// dropped then (the object disappears if it was the last).
+			return ReplicaList{}, kverr.New(kverr.UnavailableInCurrentStatus, key,
+				"its copy is on the SSD of %s, which restarted and is re-registering its SSD copies: retry", restarted)
 		}
 		return ReplicaList{}, kverr.New(kverr.ObjectNotFound, key, "no live replica")
 	}
@@ -578,6 +591,8 @@ func (m *Master) removeLocked(sh *shard, k string, o *object) {
 		m.freeReplicaLocked(&o.replicas[i])
 		m.countReplica(&o.replicas[i], -1)
 	}
+	unindexDiskReplicasLocked(sh, k, o)
+	forgetGoneLocked(sh, k)
 	o.replicas = nil
 	m.dropObjectLocked(sh, k, o)
 	m.ctr.add(cRemoves, 1)

@@ -251,7 +251,7 @@ func offloadSource(o *object) *replica {
 
 func hasDiskCopy(o *object) bool {
 	for i := range o.replicas {
-		if o.replicas[i].typ == LocalDisk && o.replicas[i].state == Complete {
+		if o.replicas[i].typ == LocalDisk && o.replicas[i].state == Complete && !o.replicas[i].unconfirmed {
 			return true
 		}
 	}
@@ -385,6 +385,45 @@ func (m *Master) markOffloadFailed(k string) {
 	sh.mu.Unlock()
 }
 
+// resetOffloadAfterRestart ends k's offload task of node c, whose process
+// restarted (disk: it has an SSD tier). A task it had taken may have left a
+// durable copy it never reported: the object gets an unconfirmed
+// placeholder replica on c until c's re-registration says (diskindex.go,
+// "Restarts").
+func (m *Master) resetOffloadAfterRestart(k string, c *client, disk bool) {
+	sh := m.shardOf(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	o := sh.objs[k]
+	if o == nil {
+		return
+	}
+	if disk && o.offload == offloadDispatched && o.complete &&
+		!slices.ContainsFunc(o.replicas, func(r replica) bool { return r.typ == LocalDisk && r.disk == c }) {
+		o.replicas = append(o.replicas, replica{disk: c, bucket: noBucket, length: o.size, typ: LocalDisk, state: Complete, unconfirmed: true})
+		indexDiskLocked(sh, canonicalKeyLocked(sh, k, o), c, noBucket)
+	}
+	o.offload = offloadNone
+}
+
+// reofferOffloads queues again, with offload "immediate", the offloads of
+// keys whose task a lost or restarted node will never finish, from another
+// node's MEMORY replica: otherwise such an object would hold no SSD copy
+// until eviction offered it again, though "immediate" promises one.
+func (m *Master) reofferOffloads(keys []string) {
+	if m.settings.Load().ssd.OffloadMode != OffloadImmediate {
+		return
+	}
+	for _, k := range keys {
+		sh := m.shardOf(k)
+		sh.mu.Lock()
+		if o := sh.objs[k]; o != nil && o.complete && o.offload == offloadNone && !hasDiskCopy(o) {
+			m.queueOffloadLocked(k, o)
+		}
+		sh.mu.Unlock()
+	}
+}
+
 func (m *Master) resetOffload(k string) {
 	sh := m.shardOf(k)
 	sh.mu.Lock()
@@ -490,6 +529,9 @@ func (m *Master) offloadDoneLocked(sh *shard, c *client, t, k string, res *Offlo
 	if res.OK && res.Length != o.size {
 		return kverr.New(kverr.InvalidParams, res.Key, "disk length %d differs from object size %d", res.Length, o.size)
 	}
+	if res.OK && res.Bucket == noBucket {
+		return kverr.New(kverr.InvalidParams, res.Key, "bucket %d is not a bucket id", res.Bucket)
+	}
 	if o.offload == offloadDispatched {
 		m.offload.forget(k)
 		o.offload = offloadNone
@@ -521,24 +563,12 @@ func (m *Master) offloadDoneLocked(sh *shard, c *client, t, k string, res *Offlo
 		m.ctr.add(cOffloadsFailed, 1)
 		return kverr.New(kverr.ObjectNotFound, res.Key, "a removal of this key is pending on %s: copy not kept", c.id)
 	}
-	m.addDiskReplicaLocked(o, c, res.Bucket, res.Offset, res.Length)
+	m.addDiskReplicaLocked(sh, k, o, c, res.Bucket, res.Offset, res.Length)
 	m.ctr.add(cOffloadsCompleted, 1)
 	if m.eventsWanted() {
 		m.publish(Event{Kind: "offload", Tenant: t, Key: res.Key, Node: c.id, Bytes: o.size, Message: "complete"})
 	}
 	return nil
-}
-
-// addDiskReplicaLocked adds (or moves) c's LOCAL_DISK replica of o.
-func (m *Master) addDiskReplicaLocked(o *object, c *client, bucket, off, length uint64) {
-	for i := range o.replicas {
-		r := &o.replicas[i]
-		if r.typ == LocalDisk && r.disk == c {
-			r.bucket, r.offset, r.length, r.state = bucket, off, length, Complete
-			return
-		}
-	}
-	o.replicas = append(o.replicas, replica{disk: c, bucket: bucket, offset: off, length: length, typ: LocalDisk, state: Complete})
 }
 
 // RegisterDiskObjects re-announces LOCAL_DISK replicas an appliance found on
@@ -566,6 +596,9 @@ func (m *Master) registerDisk(c *client, d DiskObject, now int64) error {
 	if d.Size == 0 || d.Length != d.Size {
 		return kverr.New(kverr.InvalidParams, d.Key, "disk object size %d, length %d", d.Size, d.Length)
 	}
+	if d.Bucket == noBucket {
+		return kverr.New(kverr.InvalidParams, d.Key, "bucket %d is not a bucket id", d.Bucket)
+	}
 	sh := m.shardOf(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -579,8 +612,11 @@ func (m *Master) registerDisk(c *client, d DiskObject, now int64) error {
 		if !o.complete {
 			return kverr.New(kverr.ReplicaIsNotReady, d.Key, "a put of this key is in flight")
 		}
-		m.addDiskReplicaLocked(o, c, d.Bucket, d.Offset, d.Length)
+		m.addDiskReplicaLocked(sh, k, o, c, d.Bucket, d.Offset, d.Length)
 		return nil
+	}
+	if !mayCreateLocked(sh, c, k) {
+		return kverr.New(kverr.ObjectNotFound, d.Key, "no such object: %s is re-registering after a restart, and this copy is not one the master acknowledged (or its object was removed since)", c.id)
 	}
 	if m.nObjects.Add(1) > int64(m.cfg.MaxObjects) {
 		m.nObjects.Add(-1)
@@ -589,6 +625,7 @@ func (m *Master) registerDisk(c *client, d DiskObject, now int64) error {
 	o := &object{writer: c.id, size: d.Size, started: now, created: now, crc: d.CRC32C, complete: true, flags: flagHasCRC}
 	o.replicas = []replica{{disk: c, bucket: d.Bucket, offset: d.Offset, length: d.Length, typ: LocalDisk, state: Complete}}
 	sh.objs[k] = o
+	indexDiskLocked(sh, k, c, d.Bucket)
 	m.tenantUsage(t).Add(d.Size)
 	return nil
 }
@@ -601,7 +638,10 @@ func (m *Master) DropBucket(ctx context.Context, clientID string, bucket uint64)
 	if c == nil {
 		return kverr.New(kverr.ClientNotFound, "", "drop bucket: unknown client %q", clientID)
 	}
-	m.dropReplicas(func(r *replica) bool { return r.disk == c && r.bucket == bucket })
+	if bucket == noBucket {
+		return kverr.New(kverr.InvalidParams, "", "drop bucket: bucket %d is not a bucket id", bucket)
+	}
+	m.dropDisk(c, bucket, dropBucket)
 	m.ctr.add(cDiskBucketsDropped, 1)
 	m.publish(Event{Kind: "bucket_delete", Node: clientID, Segment: clientID + "/ssd", Message: "bucket dropped"})
 	return nil

@@ -297,10 +297,13 @@ const goneQueueCap = 65536
 // queueGoneLocked queues the removal of key for every gone appliance that
 // had an SSD tier: the master dropped their replicas when they went, but
 // their SSD may still hold a copy they would re-register when they come
-// back. Nobody waits for these. Called with the key's shard locked.
+// back. The same for an appliance still re-registering after a restart or
+// a return (its SSD may hold a copy the master cannot name, such as an
+// offload never reported: diskindex.go, "Restarts"). Nobody waits for
+// these. Called with the key's shard locked.
 func (m *Master) queueGoneLocked(tenant, key string, skip map[string]*pendingRemoval) {
 	for _, c := range m.diskNodes() {
-		if ClientState(c.state.Load()) != ClientGone || skip[c.id] != nil {
+		if ClientState(c.state.Load()) != ClientGone && !c.isRegistering() || skip[c.id] != nil {
 			continue
 		}
 		m.rmq.addGone(c.id, tenant, key)

@@ -56,6 +56,21 @@ var listenLine = regexp.MustCompile(`^listening (.*)$`)
 // start runs `kvtier args...` and waits for its "listening" line.
 func start(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
+	p, ready := launch(t, name, args...)
+	select {
+	case <-ready:
+	case <-p.exited:
+		t.Fatalf("%s exited before listening:\n%s", name, p.output())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("%s did not report its addresses within 60s:\n%s", name, p.output())
+	}
+	return p
+}
+
+// launch runs `kvtier args...`; ready is closed at its "listening" line
+// (p.addrs is filled then).
+func launch(t *testing.T, name string, args ...string) (*proc, <-chan struct{}) {
+	t.Helper()
 	p := &proc{t: t, name: name, addrs: map[string]string{}, exited: make(chan struct{})}
 	p.cmd = exec.Command(kvtierBin, args...)
 	stdout, err := p.cmd.StdoutPipe()
@@ -89,14 +104,7 @@ func start(t *testing.T, name string, args ...string) *proc {
 	}()
 	go func() { _ = p.cmd.Wait(); close(p.exited) }()
 	t.Cleanup(func() { p.kill() })
-	select {
-	case <-ready:
-	case <-p.exited:
-		t.Fatalf("%s exited before listening:\n%s", name, p.output())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("%s did not report its addresses within 60s:\n%s", name, p.output())
-	}
-	return p
+	return p, ready
 }
 
 func (p *proc) collect(r io.Reader) {

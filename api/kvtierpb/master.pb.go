@@ -3385,9 +3385,12 @@ func (x *DiskObject) GetLength() uint64 {
 }
 
 type RegisterDiskObjectsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	Objects       []*DiskObject          `protobuf:"bytes,2,rep,name=objects,proto3" json:"objects,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Objects  []*DiskObject          `protobuf:"bytes,2,rep,name=objects,proto3" json:"objects,omitempty"`
+	// last: this call ends the appliance's re-registration after a restart;
+	// its copies the master still holds unconfirmed are then dropped.
+	Last          bool `protobuf:"varint,420,opt,name=last,proto3" json:"last,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3434,6 +3437,13 @@ func (x *RegisterDiskObjectsRequest) GetObjects() []*DiskObject {
 		return x.Objects
 	}
 	return nil
+}
+
+func (x *RegisterDiskObjectsRequest) GetLast() bool {
+	if x != nil {
+		return x.Last
+	}
+	return false
 }
 
 type DropBucketRequest struct {
@@ -5691,10 +5701,11 @@ const file_master_proto_rawDesc = "" +
 	"\x06crc32c\x18\x04 \x01(\rR\x06crc32c\x12\x16\n" +
 	"\x06bucket\x18\x05 \x01(\x04R\x06bucket\x12\x16\n" +
 	"\x06offset\x18\x06 \x01(\x04R\x06offset\x12\x16\n" +
-	"\x06length\x18\a \x01(\x04R\x06length\"j\n" +
+	"\x06length\x18\a \x01(\x04R\x06length\"\x7f\n" +
 	"\x1aRegisterDiskObjectsRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12/\n" +
-	"\aobjects\x18\x02 \x03(\v2\x15.kvtier.v1.DiskObjectR\aobjects\"H\n" +
+	"\aobjects\x18\x02 \x03(\v2\x15.kvtier.v1.DiskObjectR\aobjects\x12\x13\n" +
+	"\x04last\x18\xa4\x03 \x01(\bR\x04last\"H\n" +
 	"\x11DropBucketRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x16\n" +
 	"\x06bucket\x18\x02 \x01(\x04R\x06bucket\"\x93\x01\n" +
