@@ -271,6 +271,7 @@ func (m *Master) evictPassAt(ctx context.Context, need uint64, trigger float64) 
 		m.lastReport = rep
 		return rep
 	}
+	m.ctr.add(cEvictionScans, 1)
 	first, soft, refs := m.scanFirst[:0], m.scanSoft[:0], m.scanRefs[:0]
 	memObjects, memBytes := 0, uint64(0)
 	m.forEachShard(func(sh *shard) {

@@ -62,7 +62,7 @@ func (m *Master) evictCachedLocked(rep *EvictionReport, st *settings, pol LeaseP
 	// A pass policy that moved (the frequency bonus's bound follows the
 	// tier's lifetime) reorders objects: the kept keys are no longer the
 	// earliest, so the pass scans.
-	if len(c.cands) == 0 || c.st != st || c.pol != pol || now >= c.until || c.stale {
+	if len(c.cands) == 0 || c.st != st || !nearPolicy(c.pol, pol) || now >= c.until || c.stale {
 		m.dropEvictCacheLocked()
 		return false
 	}
@@ -73,6 +73,28 @@ func (m *Master) evictCachedLocked(rep *EvictionReport, st *settings, pol LeaseP
 	}
 	m.dropEvictCacheLocked()
 	return false
+}
+
+// nearPolicy reports whether a pass ordering by pol may take the
+// candidates a scan kept under kept (which they stay ordered by): the same
+// policy, or the frequency policy whose lifetime bound (Extra) moved by at
+// most a quarter. That bound follows the DRAM lifetime (passPolicyLocked),
+// which a full store's passes measure anew each time, a few per cent
+// apart: compared exactly, every pass of a full store under the default
+// policy scanned every DRAM object (4 KiB batch puts at the watermark:
+// the scan was 12 % of a standalone's CPU). Within a quarter, only objects
+// read twice or more near that bound can order differently, for at most
+// evictCacheTTL.
+func nearPolicy(kept, pol LeasePolicy) bool {
+	if kept == pol {
+		return true
+	}
+	k, ok := kept.(FrequencyPolicy)
+	p, ok2 := pol.(FrequencyPolicy)
+	if !ok || !ok2 || k.Bonus != p.Bonus || k.MaxBonus != p.MaxBonus || k.Extra <= 0 || p.Extra <= 0 {
+		return false
+	}
+	return p.Extra >= k.Extra-k.Extra/4 && p.Extra <= k.Extra+k.Extra/4
 }
 
 // fillCacheLocked keeps rest (candidates of the scan whose refs are refs,

@@ -161,3 +161,59 @@ func TestEvictCacheSkipsReadSinceScan(t *testing.T) {
 		t.Error("6 should have gone before 5")
 	}
 }
+
+// Under the frequency policy (the default), whose pass policy follows the
+// DRAM lifetime, consecutive passes keep using the candidates one scan
+// selected while the lifetime bound moves by less than a quarter
+// (nearPolicy); the lifetime measured anew at every pass once made every
+// pass of a full store scan every object.
+func TestEvictCacheKeptAcrossLifetimeDrift(t *testing.T) {
+	m, fc := newTest(t, Config{OffloadMode: OffloadOff, LeaseTTL: 100 * time.Millisecond, HighWatermark: 0.9, EvictionRatio: 0.05})
+	mountMem(t, m, "a", "a/0", 200*64)
+	// Turn the tier over steadily, so that passes have a lifetime.
+	for i := 0; i < 600; i++ {
+		put(t, m, "w", fmt.Sprintf("warm%03d", i), 64)
+		if i%10 == 9 {
+			fc.Advance(50 * time.Millisecond)
+			m.EvictNow(ctx)
+		}
+	}
+	m.evictMu.Lock()
+	_, known := m.turnover.Lifetime(m.now().UnixNano(), m.turnoverCap)
+	m.evictMu.Unlock()
+	if !known {
+		t.Fatal("test premise: no lifetime after turning the tier over")
+	}
+	scans := m.ctr.get(cEvictionScans)
+	for i := 0; i < 4; i++ {
+		for j := 0; j < 10; j++ {
+			put(t, m, "w", fmt.Sprintf("p%d-%d", i, j), 64)
+		}
+		fc.Advance(time.Duration(50+3*i) * time.Millisecond) // passes a little irregular, as they are
+		if rep := m.EvictNow(ctx); rep.FreedObjects == 0 {
+			t.Fatalf("pass %d freed nothing: %+v", i, rep)
+		}
+	}
+	if n := m.ctr.get(cEvictionScans) - scans; n > 1 {
+		t.Fatalf("4 passes scanned %d times: want at most 1 (the others from the kept candidates)", n)
+	}
+}
+
+func TestNearPolicy(t *testing.T) {
+	f := FrequencyPolicy{Bonus: time.Second, MaxBonus: time.Minute, Extra: 8 * time.Second}
+	with := func(extra time.Duration) FrequencyPolicy { g := f; g.Extra = extra; return g }
+	for _, c := range []struct {
+		kept, pol LeasePolicy
+		want      bool
+	}{
+		{f, f, true}, {PlainPolicy{}, PlainPolicy{}, true},
+		{f, with(9 * time.Second), true}, {f, with(7 * time.Second), true},
+		{f, with(11 * time.Second), false}, {f, with(5 * time.Second), false},
+		{f, FrequencyPolicy{Bonus: 2 * time.Second, MaxBonus: time.Minute, Extra: 8 * time.Second}, false},
+		{f, with(0), false}, {with(0), f, false}, {f, PlainPolicy{}, false},
+	} {
+		if got := nearPolicy(c.kept, c.pol); got != c.want {
+			t.Errorf("nearPolicy(%+v, %+v) = %v, want %v", c.kept, c.pol, got, c.want)
+		}
+	}
+}

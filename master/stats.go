@@ -48,6 +48,7 @@ const (
 	cDramObjectsRestored
 	cDramCommitWaits // PutEnds (and revokes) that found a DRAM-directory record not yet applied and waited
 	cPutsDirect      // PutStarts an appliance made for its client (direct puts: only_node), a subset of puts_started
+	cEvictionScans   // eviction passes that scanned every DRAM object (the others took kept candidates: evictor.go)
 	numCounters
 )
 
@@ -62,7 +63,7 @@ var counterNames = [numCounters]string{
 	"disk_buckets_dropped", "events_dropped", "eviction_history_hits",
 	"cached_reads", "removals_unconfirmed", "appliance_restarts",
 	"dram_commits_unconfirmed", "dram_objects_restored", "dram_commit_waits",
-	"puts_direct",
+	"puts_direct", "eviction_scans",
 }
 
 // CounterNames lists the names of the counters Stats reports.

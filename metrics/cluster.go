@@ -124,6 +124,7 @@ func newClusterCollector(src Source, timeout time.Duration) *clusterCollector {
 		one("evictions", "kvtier_evictions_total", "Objects evicted from DRAM."),
 		one("evicted_bytes", "kvtier_evicted_bytes_total", "Bytes evicted from DRAM."),
 		one("eviction_passes", "kvtier_eviction_passes_total", "Eviction passes run."),
+		one("eviction_scans", "kvtier_eviction_scans_total", "Eviction passes that scanned every DRAM object; the others took candidates an earlier scan kept."),
 		one("abandoned_puts_reclaimed", "kvtier_abandoned_puts_reclaimed_total", "Puts never finished whose space was reclaimed."),
 		one("disk_buckets_dropped", "kvtier_disk_buckets_dropped_total", "SSD buckets whose replicas the master dropped."),
 		one("events_dropped", "kvtier_events_dropped_total", "Operator events dropped because a watcher was slow."),
