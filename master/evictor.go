@@ -59,9 +59,10 @@ func backgroundTrigger(d DramSettings) float64 {
 // the caller scans (rep keeps what was freed). evictMu must be held.
 func (m *Master) evictCachedLocked(rep *EvictionReport, st *settings, pol LeasePolicy, now int64) bool {
 	c := &m.evc
-	// A pass policy that moved (the frequency bonus's bound follows the
-	// tier's lifetime) reorders objects: the kept keys are no longer the
-	// earliest, so the pass scans.
+	// A pass policy that moved far (the frequency bonus's bound follows
+	// the tier's lifetime) reorders objects: the kept keys are no longer
+	// the earliest, so the pass scans; one that barely moved keeps them
+	// (nearPolicy).
 	if len(c.cands) == 0 || c.st != st || !nearPolicy(c.pol, pol) || now >= c.until || c.stale {
 		m.dropEvictCacheLocked()
 		return false
