@@ -23,9 +23,11 @@ import "time"
 // candidate is evicted only if it still would be by a fresh scan: evictOne
 // rechecks lease, pins, in-flight state and pending offloads under the
 // object's lock, and skips an object whose order key moved (it was read).
-// The cache is dropped after evictCacheTTL, when the settings change, and
-// when it cannot meet a pass's target (that pass then scans, with the soft
-// pin second pass and the shortfall report as before). Objects put after
+// The cache is dropped after evictCacheTTL, when the settings change, when
+// the pass policy moved by more than nearPolicy allows, and when it cannot
+// meet a pass's target (that pass then scans, with the soft pin second
+// pass and the shortfall report as before). Counter eviction_scans counts
+// the passes that scanned. Objects put after
 // the scan have later keys than the kept ones under the plain policy; under
 // the frequency policy one could order before a kept, often-read one, for
 // at most evictCacheTTL.
