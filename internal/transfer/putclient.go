@@ -237,7 +237,7 @@ func (c *putConn) send(e *Engine, iov net.Buffers, total uint64) error {
 		splice = splice && len(v) >= spliceMin
 	}
 	if splice && c.sp == nil && !c.noSplice {
-		sp, err := newSplicer(c.nc, e.cfg.SocketBuffer == 0)
+		sp, err := newSplicer(c.nc)
 		c.sp, c.noSplice = sp, err != nil
 	}
 	if !splice || c.sp == nil {

@@ -3,10 +3,6 @@ package transfer
 import (
 	"errors"
 	"net"
-	"os"
-	"strconv"
-	"strings"
-	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -50,28 +46,6 @@ const splicePipe = 1 << 20
 // send (TestSplicerSlowReader stalls with 4 KiB, passes with 16 KiB).
 const minSocketBuffer = 64 << 10
 
-// spliceSendBuffer is the SO_SNDBUF a splicing connection asks for (the
-// kernel doubles it). The socket is charged for spliced pages a page at a
-// time, and the send buffer the kernel autotunes for copied bytes
-// sometimes stayed too small for a 1 MiB payload: the sender then waited
-// for the receiver every few pages. 1 MiB sends over loopback, a new
-// connection each round: 1.9-2.4 GB/s in one round of three, 8-12 in the
-// others; with this buffer 4.5-11.6 in every round. Asked only where
-// net.core.wmem_max grants it (setting a smaller one would end autotuning
-// below what it reaches, tcp_wmem's maximum).
-const spliceSendBuffer = 2 << 20
-
-// spliceSendBufferOK reports whether net.core.wmem_max grants
-// spliceSendBuffer (read once).
-var spliceSendBufferOK = sync.OnceValue(func() bool {
-	b, err := os.ReadFile("/proc/sys/net/core/wmem_max")
-	if err != nil {
-		return false
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	return err == nil && n >= spliceSendBuffer
-})
-
 // splicer sends payloads of one connection by reference.
 type splicer struct {
 	rc     syscall.RawConn
@@ -81,9 +55,8 @@ type splicer struct {
 }
 
 // newSplicer returns a splicer for nc, or an error where the socket or the
-// kernel cannot take one (the caller writes instead). grow asks for
-// spliceSendBuffer (false: the caller set the socket's buffers itself).
-func newSplicer(nc net.Conn, grow bool) (*splicer, error) {
+// kernel cannot take one (the caller writes instead).
+func newSplicer(nc net.Conn) (*splicer, error) {
 	sc, ok := nc.(syscall.Conn)
 	if !ok {
 		return nil, errors.New("splice: not a socket")
@@ -95,9 +68,6 @@ func newSplicer(nc net.Conn, grow bool) (*splicer, error) {
 	var p [2]int
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
 		return nil, err
-	}
-	if tc, ok := nc.(*net.TCPConn); ok && grow && spliceSendBufferOK() {
-		_ = tc.SetWriteBuffer(spliceSendBuffer)
 	}
 	_, _ = unix.FcntlInt(uintptr(p[1]), unix.F_SETPIPE_SZ, splicePipe)
 	return &splicer{rc: rc, pr: p[0], pw: p[1]}, nil

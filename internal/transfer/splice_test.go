@@ -32,10 +32,10 @@ func tcpPair(t *testing.T) (a, b net.Conn) {
 	return a, b
 }
 
-// splicerOn is newSplicer for a test, closed at its end.
-func splicerOn(t *testing.T, nc net.Conn, grow bool) *splicer {
+// splicerOn is newSplicer for a test: closed at its end.
+func splicerOn(t *testing.T, nc net.Conn) *splicer {
 	t.Helper()
-	sp, err := newSplicer(nc, grow)
+	sp, err := newSplicer(nc)
 	if err != nil {
 		t.Fatalf("no splicer on a TCP connection: %v", err)
 	}
@@ -49,7 +49,7 @@ func splicerOn(t *testing.T, nc net.Conn, grow bool) *splicer {
 // slice of values is left as it was.
 func TestSplicerSends(t *testing.T) {
 	a, b := tcpPair(t)
-	sp := splicerOn(t, a, true)
+	sp := splicerOn(t, a)
 	big := make([]byte, 3<<20+17)
 	for i := range big {
 		big[i] = byte(i*31 + i>>11)
@@ -98,7 +98,7 @@ func TestSplicerSlowReader(t *testing.T) {
 	// to vmsplice.
 	_ = a.(*net.TCPConn).SetWriteBuffer(16384)
 	_ = b.(*net.TCPConn).SetReadBuffer(16384)
-	sp := splicerOn(t, a, false) // the small buffers stay
+	sp := splicerOn(t, a)
 	val := make([]byte, 6<<20+5)
 	for i := range val {
 		val[i] = byte(i ^ i>>9)
@@ -132,7 +132,7 @@ func TestSplicerSlowReader(t *testing.T) {
 // reader is the same loop: a send blocked forever that way).
 func TestSplicerFullPipe(t *testing.T) {
 	a, _ := tcpPair(t)
-	sp := splicerOn(t, a, true)
+	sp := splicerOn(t, a)
 	val := make([]byte, 2*splicePipe)
 	rest, n, err := sp.fill([][]byte{val})
 	if err != nil || n == 0 || n > splicePipe || len(rest) != 1 || len(rest[0]) != len(val)-n {
@@ -160,7 +160,7 @@ func TestSplicerFullPipe(t *testing.T) {
 // send then fails at the connection's write deadline instead of hanging.
 func TestSplicerDeadline(t *testing.T) {
 	a, _ := tcpPair(t)
-	sp := splicerOn(t, a, true)
+	sp := splicerOn(t, a)
 	_ = a.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
 	done := make(chan error, 1)
 	go func() { done <- sp.send([][]byte{make([]byte, 64<<20)}) }()
