@@ -409,6 +409,25 @@ func (l *latencies) report(b *testing.B) {
 //     0.40-0.50 -> 0.52-0.56, c1 p50 56-82 -> 32-90 µs (raw TCP's own 64
 //     KiB rate moves 2x between runs here).
 //
+// A spliced 1 MiB put with 1 caller runs in one of two modes: p50 ~250
+// µs, or ~600-680 µs in about one run of four of the c1 row after the
+// get-tcp rows (base, unspliced: ~450). Under the machine's BBR, spliced
+// pages are charged to the socket a page each; in a loopback microbenchmark
+// (a new connection per round) one round in three ran at 1.6-2.4 GB/s
+// against 8-12, with retransmits and BBR's bandwidth estimate collapsed,
+// and a 4 MiB receive buffer on the receiving side made every round fast
+// (so accepted data connections ask for one, server.go dataRecvBuffer; a
+// 2 MiB send buffer did not help). The slow mode still shows in this
+// benchmark at about that rate; not found further (next: ss -tmi of both
+// ends while it happens, and TCP_CONGESTION reno on a loopback peer, which
+// ran every microbenchmark round at 10-12 GB/s).
+//
+// End of session 9, three runs (09:17 UTC, load average 2-3.7), x raw
+// TCP (p50 µs), 1 / 4 callers: Get 1 MiB 0.89-0.96 / 0.82-0.83; Get 16
+// MiB 1.08-1.11 / 0.91-0.94; Put 1 MiB 0.86, 1.21 and 0.54 (the slow
+// mode, p50 675) / 1.24-1.26 (p50 539-584); Put 64 KiB 0.37-0.52 (median
+// 0.47, p50 80-87) / 0.52-0.57; Put 16 MiB (classic path) 0.94 / 0.92-0.96.
+//
 //     go test -run '^$' -bench BenchmarkClientPutGet -benchtime 2s ./tests/
 func BenchmarkClientPutGet(b *testing.B) {
 	if testing.Short() {
