@@ -428,7 +428,7 @@ func (l *latencies) report(b *testing.B) {
 // mode, p50 675) / 1.24-1.26 (p50 539-584); Put 64 KiB 0.37-0.52 (median
 // 0.47, p50 80-87) / 0.52-0.57; Put 16 MiB (classic path) 0.94 / 0.92-0.96.
 //
-//     go test -run '^$' -bench BenchmarkClientPutGet -benchtime 2s ./tests/
+//	go test -run '^$' -bench BenchmarkClientPutGet -benchtime 2s ./tests/
 func BenchmarkClientPutGet(b *testing.B) {
 	if testing.Short() {
 		b.Skip("multi-process benchmark skipped under -short")
