@@ -418,9 +418,14 @@ func (l *latencies) report(b *testing.B) {
 // and a 4 MiB receive buffer on the receiving side made every round fast
 // (so accepted data connections ask for one, server.go dataRecvBuffer; a
 // 2 MiB send buffer did not help). The slow mode still shows in this
-// benchmark at about that rate; not found further (next: ss -tmi of both
-// ends while it happens, and TCP_CONGESTION reno on a loopback peer, which
-// ran every microbenchmark round at 10-12 GB/s).
+// benchmark at about that rate. What nstat shows over a run of the c1
+// rows: ~200 retransmitted segments, all fast retransmits, with
+// TCPSACKReorder, TCPTSReorder and TCPOFOQueue counting as many: loopback
+// delivers segments out of order (two CPUs' backlogs), the sender takes
+// them for losses, and BBR backs off; no drop counter moves (softnet,
+// backlog, prune). Not mended: TCP_CONGESTION reno on a loopback peer ran
+// every microbenchmark round at 10-12 GB/s, but would tune loopback, not
+// the remote path this row stands for.
 //
 // End of session 9, three runs (09:17 UTC, load average 2-3.7), x raw
 // TCP (p50 µs), 1 / 4 callers: Get 1 MiB 0.89-0.96 / 0.82-0.83; Get 16
