@@ -423,7 +423,9 @@ func (l *latencies) report(b *testing.B) {
 // TCPSACKReorder, TCPTSReorder and TCPOFOQueue counting as many: loopback
 // delivers segments out of order (two CPUs' backlogs), the sender takes
 // them for losses, and BBR backs off; no drop counter moves (softnet,
-// backlog, prune). Not mended: TCP_CONGESTION reno on a loopback peer ran
+// backlog, prune). The tree before splicing counts as many (207-330 a
+// run): the unspliced put is slower than the pace BBR falls back to,
+// the spliced one is not. Not mended: TCP_CONGESTION reno on a loopback peer ran
 // every microbenchmark round at 10-12 GB/s, but would tune loopback, not
 // the remote path this row stands for.
 //
