@@ -176,14 +176,7 @@ func TestRemoveDuringRestartRegistration(t *testing.T) {
 // queued for it, so the registration cannot bring it back.
 func TestRemoveWhileReturnedApplianceRegisters(t *testing.T) {
 	m, fc := newTest(t, Config{OffloadMode: OffloadOff, RemoveSyncTimeout: -1})
-	diskAppliance(t, m, diskObj("g", 1, 0))
-	mountMem(t, m, "B", "B/0", 1<<20)
-	fc.Advance(DefaultClientTTL + DefaultClientGrace + time.Second)
-	m.Heartbeat(ctx, HeartbeatRequest{Client: "B", Endpoint: "B:1"})
-	m.Reap(ctx)
-	if exists(t, m, "g") {
-		t.Fatal("a gone node's copy kept")
-	}
+	diskNodeGone(t, m, fc, "g")
 	put(t, m, "w", "g", 64) // the same key again, MEMORY on B
 	// Back; it has not registered yet when g is removed.
 	if _, err := m.Heartbeat(ctx, HeartbeatRequest{Client: "A", Endpoint: "A:7", Disk: &DiskStats{Capacity: 1 << 30}}); err != nil {

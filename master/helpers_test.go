@@ -103,3 +103,18 @@ func checkInv(t testing.TB, m *Master) {
 }
 
 func contextWithCancel() (context.Context, context.CancelFunc) { return context.WithCancel(ctx) }
+
+// diskNodeGone makes appliance A hold key on its SSD only, mounts B's
+// memory, and lets A fall silent past TTL and grace (B beats) until the
+// reaper declares it gone: key is no longer listed.
+func diskNodeGone(t *testing.T, m *Master, fc *clock.Fake, key string) {
+	t.Helper()
+	diskAppliance(t, m, diskObj(key, 1, 0))
+	mountMem(t, m, "B", "B/0", 1<<20)
+	fc.Advance(DefaultClientTTL + DefaultClientGrace + time.Second)
+	m.Heartbeat(ctx, HeartbeatRequest{Client: "B", Endpoint: "B:1"})
+	m.Reap(ctx)
+	if exists(t, m, key) {
+		t.Fatalf("the gone appliance's disk-only object %s is still listed", key)
+	}
+}

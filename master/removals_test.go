@@ -304,14 +304,7 @@ func TestRemountCancelsDrain(t *testing.T) {
 // from its SSD when it comes back, before its copy could be re-registered.
 func TestRemoveWhileApplianceGone(t *testing.T) {
 	m, fc := newTest(t, Config{OffloadMode: OffloadOff})
-	diskAppliance(t, m, diskObj("k", 1, 0))
-	mountMem(t, m, "B", "B/0", 1<<20)
-	fc.Advance(DefaultClientTTL + DefaultClientGrace + time.Second)
-	m.Heartbeat(ctx, HeartbeatRequest{Client: "B", Endpoint: "B:1"})
-	m.Reap(ctx)
-	if exists(t, m, "k") {
-		t.Fatal("the gone appliance's disk-only object is still listed")
-	}
+	diskNodeGone(t, m, fc, "k")
 	put(t, m, "w", "k", 64) // k again, in B's memory
 	start := time.Now()
 	if err := m.Remove(ctx, "", "k", false); err != nil {
