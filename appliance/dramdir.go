@@ -251,8 +251,8 @@ func (a *Appliance) wakeRecords() {
 // (recordsPuller.TryRecv); true once they are applied. It leaves the
 // records to the stream goroutine (and wakes it: a quiet commit record,
 // PutConfig.HolderPulls, woke nothing) when they include a free, whose
-// revocation drains data-port frames (applyDramRecords), when the stream
-// goroutine holds them, or when the master has none this way.
+// revocation drains data-port frames (applyDramRecords), when another
+// goroutine is applying records, or when the master has none this way.
 func (a *Appliance) pullOwnRecords(outbox, seq uint64) bool {
 	pp := a.rec.puller.Load()
 	if pp == nil {
@@ -260,7 +260,14 @@ func (a *Appliance) pullOwnRecords(outbox, seq uint64) bool {
 	}
 	p := *pp
 	if !a.rec.mu.TryLock() {
-		return false // the stream goroutine is applying records
+		// The stream goroutine, or another direct put, is applying
+		// records. Another put's may end before this put's record (its
+		// TryRecv came before this record was queued), and a quiet
+		// record wakes nothing: without this the stream goroutine could
+		// sleep on until its next poll, a second later
+		// (TestPullOwnRecordsBusyWakes).
+		p.Wake()
+		return false
 	}
 	defer a.rec.mu.Unlock()
 	if a.rec.outbox != outbox {

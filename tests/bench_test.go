@@ -21,6 +21,7 @@ import (
 	"github.com/kvtier/kvtier/client"
 	"github.com/kvtier/kvtier/dram"
 	"github.com/kvtier/kvtier/internal/transfer"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // The benchmarks compare kvtier with plain Go TCP moving the same bytes
@@ -47,12 +48,25 @@ func init() {
 
 const rawMaxSize = 16 << 20
 
+// rawColdSize is the cold working set of the raw server's 'C' reads.
+const rawColdSize = 128 << 20
+
+// rawWorkingSet is how many distinct objects of size bytes a get row of
+// BenchmarkClientPutGet reads in turn (and the raw server's 'C' sends):
+// 64, or fewer so they take at most rawColdSize, well inside the
+// appliance's DRAM.
+func rawWorkingSet(size uint64) uint64 { return min(64, rawColdSize/size) }
+
 func serveRawTCP() error {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
 	src := bytes.Repeat([]byte{0xab}, rawMaxSize) // touched once: no first-touch cost later
+	// cold: what 'C' sends from, a working set as large as the one a
+	// BenchmarkClientPutGet get row reads (rawWorkingSet), so its bytes
+	// come from DRAM, not the cache, as a kvtier get's do.
+	cold := bytes.Repeat([]byte{0xab}, rawColdSize)
 	fmt.Printf("listening raw=%s\n", lis.Addr())
 	// Stop when the parent goes away (its end of stdin closes).
 	go func() { _, _ = io.Copy(io.Discard, os.Stdin); os.Exit(0) }()
@@ -65,6 +79,7 @@ func serveRawTCP() error {
 			defer c.Close()
 			var cmd [9]byte
 			var buf []byte
+			var next uint64 // 'C': the working set's next object
 			for {
 				if _, err := io.ReadFull(c, cmd[:]); err != nil {
 					return
@@ -74,6 +89,12 @@ func serveRawTCP() error {
 					return
 				}
 				switch cmd[0] {
+				case 'C':
+					off := next % rawWorkingSet(n) * n
+					next++
+					if _, err := c.Write(cold[off : off+n]); err != nil {
+						return
+					}
 				case 'R':
 					if _, err := c.Write(src[:n]); err != nil {
 						return
@@ -138,12 +159,14 @@ func (s *rawServer) conns(b *testing.B, p int) []net.Conn {
 }
 
 // rawOp returns one raw operation on connection c: 'R' reads size bytes
-// into buf, 'W' writes val and waits for the ack.
+// into buf (the server sends them from one buffer, hot in its cache), 'C'
+// the same from the server's cold working set, 'W' writes val and waits
+// for the ack.
 func rawOp(c net.Conn, op byte, val, buf []byte) error {
 	var cmd [9]byte
 	cmd[0] = op
 	binary.BigEndian.PutUint64(cmd[1:], uint64(len(val)))
-	if op == 'R' {
+	if op == 'R' || op == 'C' {
 		if _, err := c.Write(cmd[:]); err != nil {
 			return err
 		}
@@ -232,12 +255,13 @@ func (l *latencies) add(d time.Duration) {
 	l.mu.Unlock()
 }
 
-// report adds p50-µs and p99-µs.
+// report adds p50-µs, p99-µs and max-µs (a stall shows there first).
 func (l *latencies) report(b *testing.B) {
 	slices.Sort(l.d)
 	if n := len(l.d); n > 0 {
 		b.ReportMetric(float64(l.d[n/2].Microseconds()), "p50-µs")
 		b.ReportMetric(float64(l.d[n*99/100].Microseconds()), "p99-µs")
+		b.ReportMetric(float64(l.d[n-1].Microseconds()), "max-µs")
 	}
 }
 
@@ -478,7 +502,7 @@ func BenchmarkClientPutGet(b *testing.B) {
 			}
 			ctx := context.Background()
 			val := bytes.Repeat([]byte{0xab}, size)
-			nkeys := min(64, (128<<20)/size) // stay well inside the appliance's DRAM
+			nkeys := int(rawWorkingSet(uint64(size))) // well inside the appliance's DRAM
 			bufs := make([][]byte, p)
 			for i := range bufs {
 				bufs[i] = make([]byte, size)
@@ -494,6 +518,9 @@ func BenchmarkClientPutGet(b *testing.B) {
 						b.Fatalf("%s: %v", keys[i], err)
 					}
 				}
+				// Removed when the row ends, so later rows do not start
+				// with DRAM near its watermark.
+				defer removeBenchKeys(b, cl, keys)
 			}
 			var lat latencies // of the kvtier contender's calls
 			kvGet := func(pp int) func(n int64) (time.Duration, error) {
@@ -531,16 +558,10 @@ func BenchmarkClientPutGet(b *testing.B) {
 				}
 			}
 			kvPut := func(pp int) func(n int64) (time.Duration, error) { return kvPutWith(cl, pp, pp == p) }
+			var evicted int
 			cleanup := func(int64) {
-				for len(putKeys) > 0 {
-					k := putKeys[:min(len(putKeys), 256)]
-					putKeys = putKeys[len(k):]
-					for _, err := range cl.BatchRemove(ctx, k, true) {
-						if err != nil {
-							b.Fatal(err)
-						}
-					}
-				}
+				evicted += removeBenchKeys(b, cl, putKeys)
+				putKeys = putKeys[:0]
 			}
 			rawCs := raw.conns(b, p)
 			op := byte('R')
@@ -563,6 +584,16 @@ func BenchmarkClientPutGet(b *testing.B) {
 				return parallel(p, n, func(g int, _ int64) error { return rawOp(rawCs[g], op, val, bufs[g]) })
 			}}
 			cs := []*contender{kv, rc}
+			// A get over TCP reads objects the appliance's CPU has not
+			// touched lately: rawTCP-cold sends from a working set as
+			// large (rawWorkingSet), beside rawTCP's one hot buffer.
+			var cold *contender
+			if tc.op == "get-tcp" {
+				cold = &contender{name: "rawTCP-cold", run: func(n int64) (time.Duration, error) {
+					return parallel(p, n, func(g int, _ int64) error { return rawOp(rawCs[g], 'C', val, bufs[g]) })
+				}}
+				cs = append(cs, cold)
+			}
 			if single != nil {
 				cs = append(cs, single)
 			}
@@ -580,6 +611,12 @@ func BenchmarkClientPutGet(b *testing.B) {
 			b.ReportMetric(kv.rate(size)/1e9, "GB/s")
 			b.ReportMetric(rc.rate(size)/1e9, "rawTCP-GB/s")
 			b.ReportMetric(kv.rate(size)/rc.rate(size), "x-rawTCP")
+			if cold != nil {
+				b.ReportMetric(kv.rate(size)/cold.rate(size), "x-rawTCP-cold")
+			}
+			if evicted > 0 {
+				b.ReportMetric(float64(evicted), "evicted")
+			}
 			lat.report(b)
 			if single != nil {
 				b.ReportMetric(single.rate(size)/1e9, "c1-GB/s")
@@ -591,6 +628,26 @@ func BenchmarkClientPutGet(b *testing.B) {
 			}
 		})
 	}
+}
+
+// removeBenchKeys removes what a benchmark stored and returns how many
+// of keys were gone already: evicted, which a store at its watermark
+// does to objects nobody reads (the put rows' objects, once earlier rows
+// have filled DRAM).
+func removeBenchKeys(b *testing.B, cl *client.Client, keys []string) (evicted int) {
+	for len(keys) > 0 {
+		k := keys[:min(len(keys), 256)]
+		keys = keys[len(k):]
+		for i, err := range cl.BatchRemove(context.Background(), k, true) {
+			switch {
+			case kverr.Is(err, kverr.ObjectNotFound):
+				evicted++
+			case err != nil:
+				b.Fatalf("%s: %v", k[i], err)
+			}
+		}
+	}
+	return evicted
 }
 
 // BenchmarkSameProcessGet: a client that serves its own segment reads
