@@ -16,7 +16,7 @@ func (w *wakeCounter) Recv() (*kvtierpb.TakeDramRecordsResponse, error) {
 	select {} // never used here
 }
 func (w *wakeCounter) TryRecv(uint64) (*kvtierpb.TakeDramRecordsResponse, bool) { return nil, false }
-func (w *wakeCounter) Wake()                                                   { w.wakes++ }
+func (w *wakeCounter) Wake()                                                    { w.wakes++ }
 
 // TestPullOwnRecordsBusyWakes: a direct put that finds another goroutine
 // applying records leaves its own record to the stream goroutine, and
