@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -82,7 +83,38 @@ type Options struct {
 	System         string  // name in results; "" means "kvtier"
 	Replicas       int     // copied into results (the Store wrapper applies it)
 	Seed           uint64  // key choice for gets; 0 means time-based
+	// KeepKeys leaves the objects the run stored; by default Run removes
+	// every key under KeyPrefix when it ends, where the Store can
+	// (Cleaner).
+	KeepKeys bool
 }
+
+// Cleaner is a Store that can remove keys by pattern (the client SDK's
+// RemoveByRegex). Run removes what it stored when it ends, so a store it
+// measured is left as it was found: a run against a live appliance leaves
+// no objects behind, and the next run does not start with DRAM full of
+// this one's, evicting its own pre-loaded keys while it reads them.
+type Cleaner interface {
+	RemoveByRegex(ctx context.Context, expr string, force bool) (int, error)
+}
+
+// CleanupError is Run's error when the results are complete but the
+// objects it stored could not be removed (a credential without the right
+// to remove, say): the caller reports the results and warns.
+type CleanupError struct {
+	Prefix string
+	Err    error
+}
+
+func (e *CleanupError) Error() string {
+	return fmt.Sprintf("bench: the objects under %q were left in the store: %v", e.Prefix, e.Err)
+}
+
+func (e *CleanupError) Unwrap() error { return e.Err }
+
+// cleanupTimeout bounds Run's removal of what it stored (it runs even
+// when ctx was cancelled, by an interrupt say).
+const cleanupTimeout = 30 * time.Second
 
 // Validate reports options Run cannot use.
 func (o Options) Validate() error {
@@ -222,14 +254,22 @@ func (p *bufPool) put(b []byte) { p.ch <- b }
 // A bar is drawn on progress only when it is a terminal. Store errors are
 // counted in Result.Errors; Run fails only on bad options, a cancelled ctx or
 // a get/exist workload whose keys could not be loaded.
-func Run(ctx context.Context, o Options, s Store, progressW io.Writer) ([]Result, error) {
+func Run(ctx context.Context, o Options, s Store, progressW io.Writer) (out []Result, err error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
 	o = o.withDefaults()
+	if cl, ok := s.(Cleaner); ok && !o.KeepKeys {
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+			defer cancel()
+			if _, cerr := cl.RemoveByRegex(cctx, "^"+regexp.QuoteMeta(o.KeyPrefix), true); cerr != nil && err == nil {
+				err = &CleanupError{Prefix: o.KeyPrefix, Err: cerr}
+			}
+		}()
+	}
 	total := int64(len(o.Ops) * len(o.Sizes) * len(o.Concurrency))
 	bar := progress.New(progressW, "bench", total)
-	var out []Result
 	done := int64(0)
 	loaded := map[int][]string{} // size -> pre-loaded keys
 	for _, op := range o.Ops {

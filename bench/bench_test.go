@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -437,5 +438,54 @@ func TestRunBatchGetUsesBatchGetInto(t *testing.T) {
 	defer s.mu.Unlock()
 	if s.keys["batchget"] != 0 || int64(s.keys["batchgetinto"]) != rs[0].Ops || rs[0].Ops == 0 || rs[0].Errors != 0 {
 		t.Errorf("batchget %d, batchgetinto %d, result %d ops %d errors", s.keys["batchget"], s.keys["batchgetinto"], rs[0].Ops, rs[0].Errors)
+	}
+}
+
+// cleanStore is a testMemStore that removes by pattern (Cleaner).
+type cleanStore struct {
+	*testMemStore
+	exprs []string
+}
+
+func (s *cleanStore) RemoveByRegex(_ context.Context, expr string, force bool) (int, error) {
+	re, err := regexp.Compile(expr)
+	if err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.exprs = append(s.exprs, expr)
+	n := 0
+	for k := range s.data {
+		if re.MatchString(k) {
+			delete(s.data, k)
+			n++
+		}
+	}
+	return n, nil
+}
+
+// TestRunRemovesWhatItStored: a run leaves the store as it found it (keys
+// of others untouched), unless KeepKeys; a prefix with regexp
+// metacharacters is matched literally.
+func TestRunRemovesWhatItStored(t *testing.T) {
+	for _, keep := range []bool{false, true} {
+		s := &cleanStore{testMemStore: newTestMemStore()}
+		s.data["other/x"] = []byte("not the benchmark's")
+		s.data["t.x/load-0"] = []byte("matches t./ only as a pattern")
+		o := Options{Ops: []string{OpPut, OpGet}, Sizes: []int{4096}, Duration: 20 * time.Millisecond, KeyPrefix: "t./", KeyBudgetBytes: 64 << 10, KeepKeys: keep}
+		if _, err := Run(context.Background(), o, s, nil); err != nil {
+			t.Fatal(err)
+		}
+		var left []string
+		for k := range s.data {
+			left = append(left, k)
+		}
+		switch {
+		case keep && (len(s.exprs) != 0 || len(left) <= 2):
+			t.Fatalf("KeepKeys: removals %q, %d keys left", s.exprs, len(left))
+		case !keep && (len(s.exprs) != 1 || len(left) != 2 || s.data["other/x"] == nil || s.data["t.x/load-0"] == nil):
+			t.Fatalf("removals %q, keys left %q", s.exprs, left)
+		}
 	}
 }

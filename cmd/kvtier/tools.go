@@ -126,7 +126,7 @@ func newBenchCmd() *cobra.Command {
 	var conc []int
 	var batch, replicas int
 	var duration time.Duration
-	var jsonOut, shm, directPut bool
+	var jsonOut, shm, directPut, keepKeys bool
 	var rdmaDevice string
 	var cpuProfile string
 	var tcpSink int
@@ -158,7 +158,7 @@ results of a 'make bench' run into results.md, results.json and throughput.svg.`
 			if err != nil {
 				return fmt.Errorf("--size: %w", err)
 			}
-			o := bench.Options{Ops: ops, Sizes: sz, Concurrency: conc, Batch: batch, Duration: duration, Replicas: replicas}
+			o := bench.Options{Ops: ops, Sizes: sz, Concurrency: conc, Batch: batch, Duration: duration, Replicas: replicas, KeepKeys: keepKeys}
 			if baseline == bench.BaselineTCPProcess {
 				if o.SinkCommand, err = bench.SelfSink(); err != nil {
 					return err
@@ -196,6 +196,10 @@ results of a 'make bench' run into results.md, results.json and throughput.svg.`
 				defer c.Close()
 				warmUp(ctx, c)
 				results, err = bench.Run(ctx, o, store{c, replicas}, progress)
+				if ce := (*bench.CleanupError)(nil); errors.As(err, &ce) {
+					fmt.Fprintln(os.Stderr, "warning:", err)
+					err = nil
+				}
 				if err != nil {
 					return err
 				}
@@ -226,6 +230,7 @@ results of a 'make bench' run into results.md, results.json and throughput.svg.`
 	fs.StringVar(&report, "report", "", "write the report of a results directory (make bench)")
 	fs.Var(&dramSize, "dram", "DRAM of the store started without --master")
 	fs.BoolVar(&shm, "shm", true, "map the memory of appliances on this host (false: every transfer over TCP)")
+	fs.BoolVar(&keepKeys, "keep", false, "leave the objects the run stored (default: removed when it ends, under the run's key prefix)")
 	fs.BoolVar(&directPut, "direct-put", true, "puts over TCP go to the appliance in one frame (false: PutStart, write, PutEnd)")
 	fs.StringVar(&rdmaDevice, "rdma-device", "auto", rdmaDeviceHelp)
 	sec.register(cmd)
