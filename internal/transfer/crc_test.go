@@ -70,3 +70,38 @@ func TestCopyCRCParallel(t *testing.T) {
 		}
 	}
 }
+
+// TestReadSplitInHalves: a segment READ of splitReadMin up to SliceSize
+// travels as two frames while the peer's connections are idle (page-
+// aligned halves, checksums combined in order), a smaller one as one
+// frame, and a WRITE is never cut this way.
+func TestReadSplitInHalves(t *testing.T) {
+	const segSize = 4 << 20
+	srv, mem, addr := serverEngine(t, "s0", segSize)
+	cli := newEngine(t, Config{})
+	for _, tc := range []struct{ n, frames int }{
+		{splitReadMin - 1, 1}, {splitReadMin, 2}, {700<<10 + 3, 2}, {DefaultSliceSize, 2}, {DefaultSliceSize + 1, 2},
+	} {
+		off := uint64(segSize - tc.n - 5)
+		want := crc32.Checksum(mem[off:off+uint64(tc.n)], castagnoli)
+		var sum uint32
+		dst := make([]byte, tc.n)
+		before := srv.Stats().ServedFrames
+		if err := do1(t, cli, Request{Op: Read, Endpoint: addr, Segment: "s0", Offset: off, Buf: dst, Sum: &sum}); err != nil {
+			t.Fatalf("read %d: %v", tc.n, err)
+		}
+		if got := srv.Stats().ServedFrames - before; got != uint64(tc.frames) {
+			t.Errorf("read %d: %d frames, want %d", tc.n, got, tc.frames)
+		}
+		if sum != want || !bytes.Equal(dst, mem[off:off+uint64(tc.n)]) {
+			t.Fatalf("read %d: sum %08x, want %08x (bytes equal %v)", tc.n, sum, want, bytes.Equal(dst, mem[off:off+uint64(tc.n)]))
+		}
+	}
+	before := srv.Stats().ServedFrames
+	if err := do1(t, cli, Request{Op: Write, Endpoint: addr, Segment: "s0", Buf: make([]byte, DefaultSliceSize)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := srv.Stats().ServedFrames - before; got != 1 {
+		t.Errorf("1 MiB write: %d frames, want 1", got)
+	}
+}

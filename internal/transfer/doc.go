@@ -58,7 +58,9 @@
 //     Submit performs it before returning.
 //   - TCP: otherwise, over the framed protocol below, to Endpoint. Each peer
 //     gets Config.ConnsPerPeer connections; a request larger than
-//     Config.SliceSize is cut into frames spread over them; each connection
+//     Config.SliceSize is cut into frames spread over them (a segment READ
+//     of 512 KiB up to SliceSize in two halves while two connections are
+//     idle, so both sides work on it at once); each connection
 //     pipelines up to Config.PipelineDepth frames. Payload bytes go from the
 //     source memory to the socket in one writev with their header and from the
 //     socket straight into the destination (the server's segment memory for
