@@ -492,6 +492,16 @@ func (l *latencies) report(b *testing.B) {
 // connections (c4 0.72-0.75 against 0.71-0.77); explicit hugepages for
 // the appliance's DRAM (0.77-0.80, the same).
 //
+// After a READ of 512 KiB to 1 MiB travels in two halves while two
+// connections are idle (internal/transfer splitReadMin), two runs
+// (11:31-11:40 UTC), 1 / 4 callers: Get 1 MiB 0.96 / 0.70-0.72 (cold
+// baseline 0.96-1.01 / 0.81-0.84); Get 16 MiB 0.99-1.03 / 0.79-0.85; Put
+// 1 MiB 0.79-0.96 / 0.82-0.97; Put 64 KiB 0.65-0.99 / 0.63-0.70; Put 16
+// MiB 0.81-0.85 / 0.84-0.88; 50 callers Get 1 MiB 0.80-0.81, Put 1.03-1.04.
+// A verifying read's socket reads of 256 KiB instead of 64 KiB
+// (readSumChunk), three alternations: Get 1 MiB c4 0.69-0.74 against
+// 0.71-0.75, 16 MiB c4 0.78-0.85 against 0.80-0.89; kept at 64 KiB.
+//
 // Two runs of the -tcp rows in seven collapsed in a put row: Put 64 KiB
 // with 4 callers at 0.15 (p50 92 µs and p99 770 normal, ~4 s more in
 // total: a few puts waited about a second each) and Put 1 MiB with 50
