@@ -501,6 +501,14 @@ func (l *latencies) report(b *testing.B) {
 // A verifying read's socket reads of 256 KiB instead of 64 KiB
 // (readSumChunk), three alternations: Get 1 MiB c4 0.69-0.74 against
 // 0.71-0.75, 16 MiB c4 0.78-0.85 against 0.80-0.89; kept at 64 KiB.
+// Put 16 MiB (the classic path: PutStart, 16 frames of 1 MiB over 4
+// connections, PutEnd) with 4 callers, perf split as above: per put the
+// client spends ~1.5 x raw TCP's CPU (its CRC32C of 16 MiB before
+// PutStart, and 2.7 x the softirq time: the box's 64 KiB reads return
+// window updates on four connections), the box ~1.35 x the raw server's
+// (its copy out of the bounce buffer into the extent). A 256 KiB bounce
+// for these writes (bounceSize), three alternations: c1 0.86-0.90 against
+// 0.89-0.93, c4 0.75-0.80 against 0.76-0.82; kept at 64 KiB.
 //
 // Two runs of the -tcp rows in seven collapsed in a put row: Put 64 KiB
 // with 4 callers at 0.15 (p50 92 µs and p99 770 normal, ~4 s more in
