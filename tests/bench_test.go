@@ -504,8 +504,9 @@ func (l *latencies) report(b *testing.B) {
 // Put 16 MiB (the classic path: PutStart, 16 frames of 1 MiB over 4
 // connections, PutEnd) with 4 callers, perf split as above: per put the
 // client spends ~1.5 x raw TCP's CPU (its CRC32C of 16 MiB before
-// PutStart, and 2.7 x the softirq time: the box's 64 KiB reads return
-// window updates on four connections), the box ~1.35 x the raw server's
+// PutStart, and 2.7 x the softirq time, not traced further: perhaps the
+// box's 64 KiB reads sending more window updates), the box ~1.35 x the
+// raw server's
 // (its copy out of the bounce buffer into the extent). A 256 KiB bounce
 // for these writes (bounceSize), three alternations: c1 0.86-0.90 against
 // 0.89-0.93, c4 0.75-0.80 against 0.76-0.82; kept at 64 KiB.
