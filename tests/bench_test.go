@@ -506,10 +506,10 @@ func (l *latencies) report(b *testing.B) {
 // client spends ~1.5 x raw TCP's CPU (its CRC32C of 16 MiB before
 // PutStart, and 2.7 x the softirq time, not traced further: perhaps the
 // box's 64 KiB reads sending more window updates), the box ~1.35 x the
-// raw server's
-// (its copy out of the bounce buffer into the extent). A 256 KiB bounce
-// for these writes (bounceSize), three alternations: c1 0.86-0.90 against
-// 0.89-0.93, c4 0.75-0.80 against 0.76-0.82; kept at 64 KiB.
+// raw server's (its copy out of the bounce buffer into the extent). A 256
+// KiB bounce for these writes (bounceSize), three alternations: c1
+// 0.86-0.90 against 0.89-0.93, c4 0.75-0.80 against 0.76-0.82; kept at
+// 64 KiB.
 //
 // Two runs of the -tcp rows in seven collapsed in a put row: Put 64 KiB
 // with 4 callers at 0.15 (p50 92 µs and p99 770 normal, ~4 s more in
