@@ -624,6 +624,7 @@ func BenchmarkClientPutGet(b *testing.B) {
 			}
 			kvPut := func(pp int) func(n int64) (time.Duration, error) { return kvPutWith(cl, pp, pp == p) }
 			var evicted int
+			evictions0 := masterEvictions(b, cl)
 			cleanup := func(int64) {
 				evicted += removeBenchKeys(b, cl, putKeys)
 				putKeys = putKeys[:0]
@@ -680,6 +681,11 @@ func BenchmarkClientPutGet(b *testing.B) {
 				b.ReportMetric(kv.rate(size)/cold.rate(size), "x-rawTCP-cold")
 			}
 			if evicted > 0 {
+				// Only eviction may take a put's object: as many as
+				// were gone must have been evicted meanwhile.
+				if n := masterEvictions(b, cl) - evictions0; uint64(evicted) > n {
+					b.Fatalf("%d stored objects gone before their removal, but the master evicted only %d", evicted, n)
+				}
 				b.ReportMetric(float64(evicted), "evicted")
 			}
 			lat.report(b)
@@ -695,10 +701,20 @@ func BenchmarkClientPutGet(b *testing.B) {
 	}
 }
 
+// masterEvictions is the master's count of objects evicted from DRAM.
+func masterEvictions(b *testing.B, cl *client.Client) uint64 {
+	st, err := cl.Master().Stats(context.Background(), &kvtierpb.Empty{})
+	if err != nil {
+		b.Fatalf("master stats: %v", kverr.FromGRPC(err))
+	}
+	return st.Counters["evictions"]
+}
+
 // removeBenchKeys removes what a benchmark stored and returns how many
 // of keys were gone already: evicted, which a store at its watermark
 // does to objects nobody reads (the put rows' objects, once earlier rows
-// have filled DRAM).
+// have filled DRAM; BenchmarkClientPutGet checks the master's evictions
+// account for them).
 func removeBenchKeys(b *testing.B, cl *client.Client, keys []string) (evicted int) {
 	for len(keys) > 0 {
 		k := keys[:min(len(keys), 256)]

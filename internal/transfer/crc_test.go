@@ -72,9 +72,10 @@ func TestCopyCRCParallel(t *testing.T) {
 }
 
 // TestReadSplitInHalves: a segment READ of splitReadMin up to SliceSize
-// travels as two frames while the peer's connections are idle (page-
-// aligned halves, checksums combined in order), a smaller one as one
-// frame, and a WRITE is never cut this way.
+// travels as two frames while two of the peer's connections are idle
+// (page-aligned halves, checksums combined in order), a smaller one as
+// one frame, as does one to a peer with a single connection, and a WRITE
+// is never cut this way.
 func TestReadSplitInHalves(t *testing.T) {
 	const segSize = 4 << 20
 	srv, mem, addr := serverEngine(t, "s0", segSize)
@@ -103,5 +104,14 @@ func TestReadSplitInHalves(t *testing.T) {
 	}
 	if got := srv.Stats().ServedFrames - before; got != 1 {
 		t.Errorf("1 MiB write: %d frames, want 1", got)
+	}
+	// One connection to the peer: never two idle ones, so no halves.
+	one := newEngine(t, Config{ConnsPerPeer: 1})
+	before = srv.Stats().ServedFrames
+	if err := do1(t, one, Request{Op: Read, Endpoint: addr, Segment: "s0", Buf: make([]byte, DefaultSliceSize)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := srv.Stats().ServedFrames - before; got != 1 {
+		t.Errorf("1 MiB read over one connection: %d frames, want 1", got)
 	}
 }

@@ -190,9 +190,11 @@ func (t *tcpTransport) dispatchFrom(ctx context.Context, ss []*slice, bigInline 
 // caller's batch every connection and concurrent callers one each.
 // BenchmarkClientPutGet get-tcp 1 MiB, session 10, alternated: always
 // cut, one caller 0.83-0.93 x raw TCP against 0.75-0.78, four callers
-// 0.73-0.75 against 0.72-0.80 (p50 956-1040 µs against 758-979). Larger
-// reads are cut by SliceSize alone (16 MiB in 512 KiB frames measured no
-// better).
+// 0.73-0.75 against 0.72-0.80 (p50 956-1040 µs against 758-979); cut
+// only while two connections are idle (this), one caller 0.75-0.95
+// against 0.73-0.82, four callers 0.70-0.76 against 0.71-0.77 (p50
+// 863-890 against 945-1031). Larger reads are cut by SliceSize alone (16
+// MiB in 512 KiB frames measured no better).
 const splitReadMin = 512 << 10
 
 // idlePeer reports whether the peer at endpoint has two connections with
