@@ -123,43 +123,77 @@ func SendTCP(ctx context.Context, addr string, size, conns int, duration time.Du
 	if size <= 0 || conns <= 0 || duration <= 0 {
 		return Result{}, fmt.Errorf("bench: SendTCP needs size, conns and duration > 0")
 	}
-	senders := make([]net.Conn, 0, conns)
-	defer func() {
-		for _, c := range senders {
-			c.Close()
-		}
-	}()
+	s, err := dialSenders(ctx, addr, size, conns)
+	if err != nil {
+		return Result{}, err
+	}
+	defer s.close()
+	var h hdr.Histogram
+	ops, failed, elapsed, err := s.run(ctx, duration, &h)
+	if err != nil {
+		return Result{}, err
+	}
+	r := Result{Op: "send", Size: size, Concurrency: conns, Batch: 1, Ops: ops, Errors: failed}
+	r.finish(elapsed, &h)
+	return r, nil
+}
+
+// tcpSenders are SendTCP's connections, kept open across the rounds of a
+// workload measured beside kvtier (besideSession), as kvtier keeps its own.
+type tcpSenders struct {
+	conns []net.Conn
+	msgs  [][]byte // one message buffer per connection, pre-faulted
+	hists []hdr.Histogram
+}
+
+func dialSenders(ctx context.Context, addr string, size, conns int) (*tcpSenders, error) {
+	s := &tcpSenders{hists: make([]hdr.Histogram, conns)}
 	var d net.Dialer
 	for i := 0; i < conns; i++ {
 		c, err := d.DialContext(ctx, "tcp", addr)
 		if err != nil {
-			return Result{}, fmt.Errorf("bench: dial: %w", err)
+			s.close()
+			return nil, fmt.Errorf("bench: dial: %w", err)
 		}
-		senders = append(senders, c)
+		msg := make([]byte, size)
+		for j := 0; j < len(msg); j += 4096 {
+			msg[j] = 1
+		}
+		s.conns, s.msgs = append(s.conns, c), append(s.msgs, msg)
 	}
+	return s, nil
+}
+
+func (s *tcpSenders) close() {
+	for _, c := range s.conns {
+		c.Close()
+	}
+}
+
+// run sends on every connection for duration (each completes at least one
+// message) and merges the calls' latencies into h. A connection that fails
+// stops (counted in failed); run fails only when no message at all was
+// acknowledged.
+func (s *tcpSenders) run(ctx context.Context, duration time.Duration, h *hdr.Histogram) (ops, failed int64, elapsed time.Duration, err error) {
 	var stop atomic.Bool
-	hists := make([]hdr.Histogram, conns)
-	counts := make([]int64, conns)
-	errs := make([]error, conns)
+	counts := make([]int64, len(s.conns))
+	errs := make([]error, len(s.conns))
+	for i := range s.hists {
+		s.hists[i] = hdr.Histogram{}
+	}
 	var wg sync.WaitGroup
 	start := time.Now()
 	timer := time.AfterFunc(duration, func() { stop.Store(true) })
 	defer timer.Stop()
 	stopOnCancel := context.AfterFunc(ctx, func() {
-		for _, c := range senders {
+		for _, c := range s.conns {
 			c.SetDeadline(time.Now())
 		}
 	})
 	defer stopOnCancel()
-	for i, c := range senders {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			msg := make([]byte, size)
-			for j := 0; j < len(msg); j += 4096 {
-				msg[j] = 1
-			}
-			ack := make([]byte, 1)
+	for i, c := range s.conns {
+		wg.Go(func() {
+			msg, ack := s.msgs[i], make([]byte, 1)
 			for first := true; first || !stop.Load(); first = false {
 				t0 := time.Now()
 				if _, err := c.Write(msg); err != nil {
@@ -170,30 +204,27 @@ func SendTCP(ctx context.Context, addr string, size, conns int, duration time.Du
 					errs[i] = err
 					return
 				}
-				hists[i].Record(time.Since(t0).Nanoseconds())
+				s.hists[i].Record(time.Since(t0).Nanoseconds())
 				counts[i]++
 			}
-		}()
+		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
+	elapsed = time.Since(start)
 	if err := ctx.Err(); err != nil {
-		return Result{}, err
+		return 0, 0, 0, err
 	}
-	r := Result{Op: "send", Size: size, Concurrency: conns, Batch: 1}
-	var h hdr.Histogram
-	for i := range hists {
-		h.Merge(&hists[i])
-		r.Ops += counts[i]
+	for i := range s.hists {
+		h.Merge(&s.hists[i])
+		ops += counts[i]
 		if errs[i] != nil {
-			r.Errors++
+			failed++
 		}
 	}
-	if err := errors.Join(errs...); err != nil && r.Ops == 0 {
-		return Result{}, fmt.Errorf("bench: raw TCP: %w", err)
+	if err := errors.Join(errs...); err != nil && ops == 0 {
+		return 0, 0, 0, fmt.Errorf("bench: raw TCP: %w", err)
 	}
-	r.finish(elapsed, &h)
-	return r, nil
+	return ops, failed, elapsed, nil
 }
 
 // RawTCPProcess is RawTCP with the receiver in another process, as kvtier's

@@ -87,6 +87,14 @@ type Options struct {
 	// every key under KeyPrefix when it ends, where the Store can
 	// (Cleaner).
 	KeepKeys bool
+	// Beside names a baseline (tcp or tcp-process, the latter with
+	// SinkCommand) measured in turns with every workload: Rounds rounds,
+	// each running the workload and the baseline (same size, as many
+	// connections as callers) for Duration/Rounds, in alternating order,
+	// so both see the same machine. The workload's Result carries the
+	// baseline's rate and the ratios (besideSession says why).
+	Beside string
+	Rounds int // turns with Beside; 0 means DefaultRounds
 }
 
 // Cleaner is a Store that can remove keys by pattern (the client SDK's
@@ -144,6 +152,29 @@ func (o Options) Validate() error {
 		return fmt.Errorf("bench: byte budgets must not be negative")
 	case o.ReadFraction < 0 || o.ReadFraction > 1:
 		return fmt.Errorf("bench: read fraction %v outside [0,1]", o.ReadFraction)
+	case o.Rounds < 0:
+		return fmt.Errorf("bench: rounds %d is negative", o.Rounds)
+	case o.Rounds > 0 && o.Beside == "":
+		return errors.New("bench: rounds are the turns of a workload measured beside a baseline: give beside too")
+	}
+	switch o.Beside {
+	case "":
+	case BaselineTCP, BaselineTCPProcess:
+		if o.Beside == BaselineTCPProcess && len(o.SinkCommand) == 0 {
+			return errors.New("bench: beside tcp-process needs the sink command")
+		}
+		d, rounds := o.Duration, o.Rounds
+		if d == 0 {
+			d = DefaultDuration
+		}
+		if rounds == 0 {
+			rounds = DefaultRounds
+		}
+		if d/time.Duration(rounds) < minRound {
+			return fmt.Errorf("bench: duration %v in %d rounds gives turns under %v: fewer rounds or a longer duration", d, rounds, minRound)
+		}
+	default:
+		return fmt.Errorf("bench: beside %q: want tcp or tcp-process", o.Beside)
 	}
 	return nil
 }
@@ -182,6 +213,9 @@ func (o Options) withDefaults() Options {
 	if o.Seed == 0 {
 		o.Seed = uint64(time.Now().UnixNano())
 	}
+	if o.Beside != "" && o.Rounds == 0 {
+		o.Rounds = DefaultRounds
+	}
 	return o
 }
 
@@ -209,6 +243,17 @@ type Result struct {
 	Transport string `json:"transport,omitempty"`
 	Skipped   bool   `json:"skipped,omitempty"`
 	Note      string `json:"note,omitempty"`
+	// With Options.Beside: the baseline measured in turns with this
+	// workload, in how many rounds, its rate and p50 over all its turns,
+	// and this workload's rate over it: whole, and the lowest and highest
+	// of single rounds (each against the baseline's turn beside it).
+	Beside             string  `json:"beside,omitempty"`
+	Rounds             int     `json:"rounds,omitempty"`
+	BesideGBytesPerSec float64 `json:"beside_gbytes_per_sec,omitempty"`
+	BesideP50US        float64 `json:"beside_p50_us,omitempty"`
+	VsBeside           float64 `json:"over_beside,omitempty"`
+	VsBesideMin        float64 `json:"over_beside_min,omitempty"`
+	VsBesideMax        float64 `json:"over_beside_max,omitempty"`
 }
 
 func (r *Result) finish(elapsed time.Duration, h *hdr.Histogram) {
@@ -348,7 +393,7 @@ func (sh *shared) noteErr(err error) {
 	sh.errMu.Unlock()
 }
 
-func runOne(ctx context.Context, o Options, s Store, op string, size, conc int, keys []string) (Result, error) {
+func runOne(ctx context.Context, o Options, s Store, op string, size, conc int, keys []string) (r Result, err error) {
 	sh := &shared{o: o, s: s, op: op, size: size, keys: keys}
 	tc, _ := s.(TransferCounter)
 	var shm0, tcp0, loc0 uint64
@@ -356,44 +401,101 @@ func runOne(ctx context.Context, o Options, s Store, op string, size, conc int, 
 		shm0, tcp0, loc0 = tc.TransferCounts()
 	}
 	sh.pool = newBufPool(size*o.Batch, o.MaxInFlightBytes, conc)
-	hists := make([]hdr.Histogram, conc)
-	okOps := make([]int64, conc)
-	errOps := make([]int64, conc)
-	var wg sync.WaitGroup
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	start := time.Now()
-	timer := time.AfterFunc(o.Duration, func() { sh.stop.Store(true) })
-	defer timer.Stop()
-	for w := 0; w < conc; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(o.Seed, uint64(w)))
-			okOps[w], errOps[w] = sh.work(wctx, w, rng, &hists[w])
-		}(w)
+	var side *besideSession
+	rounds := 1
+	if o.Beside != "" {
+		if side, err = startBeside(ctx, o, size, conc); err != nil {
+			return Result{}, err
+		}
+		defer func() {
+			if cerr := side.close(); cerr != nil && err == nil {
+				err = cerr
+			}
+		}()
+		rounds = o.Rounds
 	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	if err := ctx.Err(); err != nil {
-		return Result{}, err
+	turn := o.Duration / time.Duration(rounds)
+	w := &workers{hists: make([]hdr.Histogram, conc), ok: make([]int64, conc), bad: make([]int64, conc), rngs: make([]*rand.Rand, conc)}
+	for i := range w.rngs {
+		w.rngs[i] = rand.New(rand.NewPCG(o.Seed, uint64(i)))
+	}
+	var elapsed time.Duration
+	var t turns
+	for i := range rounds {
+		// Alternate which side goes first, so neither always follows
+		// the other's wake-ups.
+		var base float64
+		if side != nil && i%2 == 1 {
+			if base, err = side.round(ctx, turn); err != nil {
+				return Result{}, err
+			}
+		}
+		ops0 := w.okOps()
+		d := sh.round(ctx, w, turn)
+		elapsed += d
+		if err := ctx.Err(); err != nil {
+			return Result{}, err
+		}
+		if side != nil && i%2 == 0 {
+			if base, err = side.round(ctx, turn); err != nil {
+				return Result{}, err
+			}
+		}
+		t.add(rate(w.okOps()-ops0, size, d), base)
 	}
 	var h hdr.Histogram
-	r := Result{System: o.System, Op: op, Size: size, Concurrency: conc, Batch: o.Batch, Replicas: o.Replicas}
+	r = Result{System: o.System, Op: op, Size: size, Concurrency: conc, Batch: o.Batch, Replicas: o.Replicas}
 	if tc != nil {
 		shm1, tcp1, loc1 := tc.TransferCounts()
 		r.Transport = transportName(shm1-shm0, tcp1-tcp0, loc1-loc0)
 	}
-	for w := range hists {
-		h.Merge(&hists[w])
-		r.Ops += okOps[w]
-		r.Errors += errOps[w]
+	for i := range w.hists {
+		h.Merge(&w.hists[i])
+		r.Ops += w.ok[i]
+		r.Errors += w.bad[i]
 	}
 	if sh.firstErr != nil {
 		r.FirstError = sh.firstErr.Error()
 	}
 	r.finish(elapsed, &h)
+	if side != nil {
+		side.fill(&r, t, rounds)
+	}
 	return r, nil
+}
+
+// workers is the per-caller state of one workload, kept across its rounds.
+type workers struct {
+	hists   []hdr.Histogram
+	ok, bad []int64
+	rngs    []*rand.Rand
+}
+
+func (w *workers) okOps() (n int64) {
+	for _, v := range w.ok {
+		n += v
+	}
+	return n
+}
+
+// round runs one caller per worker for d and returns the time it took.
+func (sh *shared) round(ctx context.Context, w *workers, d time.Duration) time.Duration {
+	var wg sync.WaitGroup
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sh.stop.Store(false)
+	start := time.Now()
+	timer := time.AfterFunc(d, func() { sh.stop.Store(true) })
+	defer timer.Stop()
+	for i := range w.hists {
+		wg.Go(func() {
+			ok, bad := sh.work(wctx, i, w.rngs[i], &w.hists[i])
+			w.ok[i] += ok
+			w.bad[i] += bad
+		})
+	}
+	wg.Wait()
+	return time.Since(start)
 }
 
 // transportName names the paths that carried transfers ("shm+tcp" when the

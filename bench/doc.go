@@ -35,7 +35,21 @@
 // gbytes_per_sec (10^9 B/s of object data), p50_us, p99_us, p999_us,
 // first_error when any operation failed (a workload where all failed makes
 // the CLI exit non-zero: see Failed), transport for kvtier, and for
-// baselines skipped and note.
+// baselines skipped and note. A workload measured beside a baseline
+// (Options.Beside, kvtier bench --beside) adds beside, rounds,
+// beside_gbytes_per_sec, beside_p50_us, over_beside and, from single
+// rounds, over_beside_min and over_beside_max.
+//
+// # Measuring in turns
+//
+// On a shared machine the same loopback transfer runs at half or twice
+// its rate from one minute to the next, so a kvtier figure and a baseline
+// measured minutes apart give a ratio that is mostly noise. With Beside,
+// each workload runs in Rounds turns against a tcp or tcp-process
+// baseline of the same size with a connection per caller (kept open
+// across turns, as kvtier keeps its own), Duration/Rounds a side, the
+// order alternating each round; kvtier's figures cover its own turns
+// only. scripts/bench.sh measures its TCP-only pass this way.
 //
 // # Report input directory (written by scripts/bench.sh, read by LoadDir)
 //
@@ -50,6 +64,6 @@
 // handling and report; its "kvtier" numbers measure a map and mean nothing.
 //
 // Ratios match a kvtier result with the tcp result of the same size and
-// concurrency, and the redis result of the same op (put = SET), size and
-// client count.
+// concurrency (or the baseline it was measured beside in turns), and the
+// redis result of the same op (put = SET), size and client count.
 package bench

@@ -325,11 +325,19 @@ type Ratio struct {
 	VsTCPProcess   float64 `json:"kvtier_over_tcp_process,omitempty"`
 	RedisGBps      float64 `json:"redis_gbytes_per_sec,omitempty"`
 	VsRedis        float64 `json:"kvtier_over_redis,omitempty"`
+	// InTurns: the tcp or tcp-process figures are the baseline measured
+	// in turns with this workload (kvtier bench --beside), not a separate
+	// baseline run; TurnsMin and TurnsMax are the lowest and highest ratio
+	// of single rounds.
+	InTurns  bool    `json:"in_turns,omitempty"`
+	TurnsMin float64 `json:"turns_min,omitempty"`
+	TurnsMax float64 `json:"turns_max,omitempty"`
 }
 
 // Ratios matches every kvtier result with the tcp and tcp-process results of
 // the same size and concurrency and the redis result of the same op, size
-// and client count.
+// and client count. A result measured beside a baseline in turns
+// (Result.Beside) takes that baseline's figures from its own turns instead.
 func Ratios(rs []Result) []Ratio {
 	find := func(sys, op string, size, c int) *Result {
 		for i := range rs {
@@ -354,6 +362,15 @@ func Ratios(rs []Result) []Ratio {
 		}
 		if d := find("redis", r.Op, r.Size, r.Concurrency); d != nil && d.GBytesPerSec > 0 {
 			q.RedisGBps, q.VsRedis = d.GBytesPerSec, r.GBytesPerSec/d.GBytesPerSec
+		}
+		if r.BesideGBytesPerSec > 0 {
+			switch r.Beside {
+			case BaselineTCP:
+				q.TCPGBps, q.VsTCP = r.BesideGBytesPerSec, r.VsBeside
+			case BaselineTCPProcess:
+				q.TCPProcessGBps, q.VsTCPProcess = r.BesideGBytesPerSec, r.VsBeside
+			}
+			q.InTurns, q.TurnsMin, q.TurnsMax = true, r.VsBesideMin, r.VsBesideMax
 		}
 		out = append(out, q)
 	}
@@ -421,7 +438,7 @@ func WriteMarkdown(w io.Writer, rs []Result, notes ...string) error {
 	b.WriteString("| op | size | clients | path | kvtier GB/s | ops/s | p50 µs | p99 µs | p99.9 µs | TCP GB/s | kvtier/TCP | TCP 2-proc GB/s | kvtier/2-proc | Redis GB/s | kvtier/Redis |\n")
 	b.WriteString("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	ratios := Ratios(rs)
-	i := 0
+	i, turns := 0, false
 	for _, r := range rs {
 		if r.System != "kvtier" || r.Skipped {
 			continue
@@ -432,9 +449,22 @@ func WriteMarkdown(w io.Writer, rs []Result, notes ...string) error {
 		if path == "" {
 			path = "–"
 		}
+		vsTCP, vsProc := ratioCell(q.VsTCP), ratioCell(q.VsTCPProcess)
+		if q.InTurns {
+			turns = true
+			cell := fmt.Sprintf("%s (%.2f–%.2f)†", ratioCell(r.VsBeside), q.TurnsMin, q.TurnsMax)
+			if r.Beside == BaselineTCP {
+				vsTCP = cell
+			} else {
+				vsProc = cell
+			}
+		}
 		fmt.Fprintf(&b, "| %s | %s | %d | %s | %.3f | %.0f | %.0f | %.0f | %.0f | %s | %s | %s | %s | %s | %s |\n",
 			r.Op, SizeString(r.Size), r.Concurrency, path, r.GBytesPerSec, r.OpsPerSec, r.P50US, r.P99US, r.P999US,
-			gbCell(q.TCPGBps), ratioCell(q.VsTCP), gbCell(q.TCPProcessGBps), ratioCell(q.VsTCPProcess), gbCell(q.RedisGBps), ratioCell(q.VsRedis))
+			gbCell(q.TCPGBps), vsTCP, gbCell(q.TCPProcessGBps), vsProc, gbCell(q.RedisGBps), ratioCell(q.VsRedis))
+	}
+	if turns {
+		b.WriteString("\n† measured in turns with the workload (kvtier bench --beside): the two alternate in short rounds, so both see the same machine; in brackets the lowest and highest ratio of single rounds.\n")
 	}
 	b.WriteString("\n## Baselines\n\n| system | op | size | clients | GB/s | ops/s | p50 µs | p99 µs | note |\n|---|---|---:|---:|---:|---:|---:|---:|---|\n")
 	base := make([]Result, 0, len(rs))

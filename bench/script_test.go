@@ -41,6 +41,14 @@ func TestBenchScript(t *testing.T) {
 			t.Errorf("results.md lacks %q:\n%s", want, md)
 		}
 	}
+	// The TCP-only pass (BENCH_TCP_SIZES, 1 MiB by default) runs in turns
+	// with raw TCP to another process: its rows carry that baseline's rate
+	// and the ratio marked as measured in turns.
+	for _, want := range []string{"| put | 1 MiB | 2 |", "| get | 1 MiB | 1 |", "†", "measured in turns"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("results.md lacks %q:\n%s", want, md)
+		}
+	}
 	for tool, row := range map[string]string{"redis-benchmark": "| redis | get | 64 KiB | 2 |", "iperf3": "| iperf3 | stream |", "fio": "| fio | seq-read |"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			// "| iperf3 | stream |" -> "iperf3: skipped (not installed)", as bench.sh's skip writes it.

@@ -21,7 +21,9 @@
 #   BENCH_TCP_SIZES  sizes measured again with --shm=false (1MiB; empty: none): the
 #                    bench client runs on the appliance's host, so by default it maps
 #                    the appliance's memory; this pass shows the loopback-TCP path
-#                    remote clients use
+#                    remote clients use, in turns with raw TCP to another process
+#                    (--beside tcp-process, 4 rounds of BENCH_DURATION/2 a side), so
+#                    its ratio holds on a machine whose speed drifts
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -165,9 +167,9 @@ done
 for op in "${OP_LIST[@]}"; do
 	for size in "${TCP_SIZE_LIST[@]}"; do
 		for c in "${CLIENT_LIST[@]}"; do
-			log "kvtier $op size $size clients $c, TCP only"
+			log "kvtier $op size $size clients $c, TCP only, in turns with raw TCP to another process"
 			"$BIN" bench --master "$MASTER" --json --op "$op" --size "$size" --concurrency "$c" \
-				--duration "${DURATION}s" --shm=false >>"$RAW/kvtier.jsonl"
+				--duration "$((2 * DURATION))s" --shm=false --beside tcp-process >>"$RAW/kvtier.jsonl"
 		done
 	done
 done

@@ -121,10 +121,10 @@ func parseSizes(list []string) ([]int, error) {
 }
 
 func newBenchCmd() *cobra.Command {
-	var master, report, baseline string
+	var master, report, baseline, beside string
 	var ops, sizes []string
 	var conc []int
-	var batch, replicas int
+	var batch, replicas, rounds int
 	var duration time.Duration
 	var jsonOut, shm, directPut, keepKeys bool
 	var rdmaDevice string
@@ -137,8 +137,10 @@ func newBenchCmd() *cobra.Command {
 		Short: "Measure put/get/exist throughput and latency (against --master, or a store it starts itself)",
 		Long: `Measure kvtier: one workload per op, size and concurrency, with p50/p99/p999 latency.
 Without --master it starts a master and an appliance in this process (DRAM --dram, no SSD).
---baseline tcp|memcpy measures the physical limits instead; --report DIR turns the raw
-results of a 'make bench' run into results.md, results.json and throughput.svg.`,
+--baseline tcp|memcpy measures the physical limits instead; --beside tcp-process measures
+raw TCP in turns with every workload, for a ratio both sides earned on the same machine
+state; --report DIR turns the raw results of a 'make bench' run into results.md,
+results.json and throughput.svg.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if report != "" {
@@ -158,8 +160,12 @@ results of a 'make bench' run into results.md, results.json and throughput.svg.`
 			if err != nil {
 				return fmt.Errorf("--size: %w", err)
 			}
-			o := bench.Options{Ops: ops, Sizes: sz, Concurrency: conc, Batch: batch, Duration: duration, Replicas: replicas, KeepKeys: keepKeys}
-			if baseline == bench.BaselineTCPProcess {
+			o := bench.Options{Ops: ops, Sizes: sz, Concurrency: conc, Batch: batch, Duration: duration, Replicas: replicas, KeepKeys: keepKeys,
+				Beside: beside, Rounds: rounds}
+			if baseline != "" && beside != "" {
+				return errors.New("--beside measures a baseline in turns with kvtier's workloads; --baseline measures one alone: give one of them")
+			}
+			if baseline == bench.BaselineTCPProcess || beside == bench.BaselineTCPProcess {
 				if o.SinkCommand, err = bench.SelfSink(); err != nil {
 					return err
 				}
@@ -225,6 +231,8 @@ results of a 'make bench' run into results.md, results.json and throughput.svg.`
 	fs.DurationVar(&duration, "duration", 5*time.Second, "time per workload")
 	fs.BoolVar(&jsonOut, "json", false, "one JSON object per line and workload")
 	fs.StringVar(&baseline, "baseline", "", "measure a baseline instead: tcp | tcp-process (receiver in another process) | memcpy")
+	fs.StringVar(&beside, "beside", "", "measure a baseline in turns with every workload: tcp | tcp-process (same size, a connection per caller; the results carry its rate and kvtier's ratio to it)")
+	fs.IntVar(&rounds, "rounds", 0, "turns of each workload and its --beside baseline, each duration/rounds long (default 4)")
 	fs.IntVar(&tcpSink, "tcp-sink", 0, "serve as the receiving process of --baseline tcp-process for messages of this many bytes")
 	_ = fs.MarkHidden("tcp-sink")
 	fs.StringVar(&report, "report", "", "write the report of a results directory (make bench)")

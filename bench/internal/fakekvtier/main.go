@@ -79,6 +79,8 @@ func benchCmd(args []string) error {
 	baseline := fs.String("baseline", "", "")
 	report := fs.String("report", "", "")
 	tcpSink := fs.Int("tcp-sink", 0, "")
+	beside := fs.String("beside", "", "")
+	rounds := fs.Int("rounds", 0, "")
 	_ = fs.Bool("shm", true, "accepted like the real CLI; the map store has no transport")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -93,8 +95,8 @@ func benchCmd(args []string) error {
 	if err != nil {
 		return err
 	}
-	o := bench.Options{Ops: []string{*op}, Sizes: []int{sz}, Concurrency: []int{*conc}, Duration: *dur}
-	if *baseline == bench.BaselineTCPProcess {
+	o := bench.Options{Ops: []string{*op}, Sizes: []int{sz}, Concurrency: []int{*conc}, Duration: *dur, Beside: *beside, Rounds: *rounds}
+	if *baseline == bench.BaselineTCPProcess || *beside == bench.BaselineTCPProcess {
 		if o.SinkCommand, err = bench.SelfSink(); err != nil {
 			return err
 		}

@@ -1,0 +1,130 @@
+package bench
+
+import (
+	"context"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// stampedStore is a testMemStore that notes when each Put ran.
+type stampedStore struct {
+	*testMemStore
+	mu    sync.Mutex
+	times []time.Time // guarded by mu
+}
+
+func (s *stampedStore) Put(ctx context.Context, k string, v []byte) error {
+	s.mu.Lock()
+	s.times = append(s.times, time.Now())
+	s.mu.Unlock()
+	time.Sleep(200 * time.Microsecond) // a call that takes time, as a real put does
+	return s.testMemStore.Put(ctx, k, v)
+}
+
+// TestRunBesideInTurns measures puts beside the tcp baseline in 4 rounds,
+// which alternate their order (kvtier first, then the baseline first): the
+// store is called in 3 bursts, K BB KK BB K, with the baseline's turns
+// between them,
+// the kvtier figures cover only kvtier's turns, and the result carries the
+// baseline's rate and the ratios, which the report uses in place of a
+// separate baseline run.
+func TestRunBesideInTurns(t *testing.T) {
+	s := &stampedStore{testMemStore: newTestMemStore()}
+	const d, rounds = 800 * time.Millisecond, 4
+	o := Options{Ops: []string{OpPut}, Sizes: []int{64 << 10}, Concurrency: []int{2}, Duration: d, KeyPrefix: "t/",
+		Beside: BaselineTCP, Rounds: rounds}
+	start := time.Now()
+	rs, err := Run(context.Background(), o, s, nil)
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rs[0]
+	if r.Beside != BaselineTCP || r.Rounds != rounds || r.BesideGBytesPerSec <= 0 || r.BesideP50US <= 0 {
+		t.Fatalf("no baseline figures in %+v", r)
+	}
+	if want := r.GBytesPerSec / r.BesideGBytesPerSec; r.VsBeside < want*0.999 || r.VsBeside > want*1.001 {
+		t.Errorf("over_beside %v, want %v", r.VsBeside, want)
+	}
+	// The whole ratio is a mean of the rounds' (turns of equal length).
+	if r.VsBesideMin <= 0 || r.VsBesideMin > r.VsBesideMax || r.VsBeside < r.VsBesideMin*0.9 || r.VsBeside > r.VsBesideMax*1.1 {
+		t.Errorf("round ratios %v-%v against the whole %v", r.VsBesideMin, r.VsBesideMax, r.VsBeside)
+	}
+	// kvtier's seconds are its own turns; the run also spent the
+	// baseline's.
+	if r.Seconds < d.Seconds()*0.95 || r.Seconds > d.Seconds()*1.5 {
+		t.Errorf("kvtier measured %.2f s, want about %v", r.Seconds, d)
+	}
+	if took < 2*d*95/100 {
+		t.Errorf("run took %v: the baseline's turns did not run (want about %v)", took, 2*d)
+	}
+	// Three bursts of puts: two pauses of two baseline turns between them.
+	s.mu.Lock()
+	times := slices.Clone(s.times)
+	s.mu.Unlock()
+	turn := d / rounds
+	var gaps int
+	for i := 1; i < len(times); i++ {
+		if times[i].Sub(times[i-1]) > turn {
+			gaps++
+		}
+	}
+	if gaps != rounds/2 {
+		t.Errorf("%d pauses between the store's puts, want %d (K BB KK BB K)", gaps, rounds/2)
+	}
+	q := Ratios(rs)[0]
+	if !q.InTurns || q.TCPGBps != r.BesideGBytesPerSec || q.VsTCP != r.VsBeside || q.TCPProcessGBps != 0 {
+		t.Errorf("report ratio %+v does not use the turns' baseline", q)
+	}
+	var md strings.Builder
+	if err := WriteMarkdown(&md, rs); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(md.String(), "†") || !strings.Contains(md.String(), "measured in turns") {
+		t.Errorf("report does not mark the ratio as measured in turns:\n%s", md.String())
+	}
+}
+
+// TestRunBesideTCPProcess runs gets beside a sink in a second process.
+func TestRunBesideTCPProcess(t *testing.T) {
+	t.Setenv(sinkEnv, "1")
+	o := Options{Ops: []string{OpGet}, Sizes: []int{64 << 10}, Concurrency: []int{1}, Duration: 400 * time.Millisecond,
+		KeyBudgetBytes: 1 << 20, Beside: BaselineTCPProcess, SinkCommand: []string{os.Args[0], "-test.run=^$"}}
+	rs, err := Run(context.Background(), o, newTestMemStore(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rs[0]
+	if r.Beside != BaselineTCPProcess || r.Rounds != DefaultRounds || r.BesideGBytesPerSec <= 0 || r.VsBeside <= 0 {
+		t.Fatalf("no baseline figures in %+v", r)
+	}
+	if q := Ratios(rs)[0]; !q.InTurns || q.TCPProcessGBps != r.BesideGBytesPerSec || q.TCPGBps != 0 {
+		t.Errorf("report ratio %+v does not use the turns' baseline", q)
+	}
+}
+
+func TestBesideOptionsValidate(t *testing.T) {
+	for _, tc := range []struct {
+		o    Options
+		want string
+	}{
+		{Options{Rounds: 3}, "give beside too"},
+		{Options{Beside: "redis"}, "want tcp or tcp-process"},
+		{Options{Beside: BaselineTCPProcess}, "sink command"},
+		{Options{Beside: BaselineTCP, Rounds: -1}, "negative"},
+		{Options{Beside: BaselineTCP, Duration: time.Second, Rounds: 20}, "turns under"},
+	} {
+		s := newTestMemStore()
+		_, err := Run(context.Background(), tc.o, s, nil)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: error %v, want one saying %q", tc.o, err, tc.want)
+		}
+		if len(s.calls) != 0 {
+			t.Errorf("%+v: refused options still called the store: %v", tc.o, s.calls)
+		}
+	}
+}
