@@ -67,6 +67,40 @@ func TestBenchJSONAgainstACluster(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &r); err != nil || r["transport"] != "tcp" {
 		t.Fatalf("--shm=false: want transport tcp: %q (%v)", out, err)
 	}
+
+	// In turns with raw TCP to a second kvtier process: the result carries
+	// the baseline's rate and kvtier's ratio to it, whole and per round.
+	out = runKvtier(t, "bench", "--master", c.grpc, "--json", "--op", "put", "--size", "64KiB", "--concurrency", "2",
+		"--duration", "600ms", "--shm=false", "--beside", "tcp-process", "--rounds", "3")
+	var tr struct {
+		Ops        int64   `json:"ops"`
+		Rounds     int     `json:"rounds"`
+		GBps       float64 `json:"gbytes_per_sec"`
+		Beside     string  `json:"beside"`
+		BesideGBps float64 `json:"beside_gbytes_per_sec"`
+		Over       float64 `json:"over_beside"`
+		OverMin    float64 `json:"over_beside_min"`
+		OverMax    float64 `json:"over_beside_max"`
+	}
+	if err := json.Unmarshal([]byte(out), &tr); err != nil {
+		t.Fatalf("--beside: %q: %v", out, err)
+	}
+	if tr.Beside != "tcp-process" || tr.Rounds != 3 || tr.Ops <= 0 || tr.BesideGBps <= 0 ||
+		math.Abs(tr.Over-tr.GBps/tr.BesideGBps) > 1e-6*tr.Over || tr.OverMin <= 0 || tr.OverMin > tr.OverMax {
+		t.Fatalf("--beside tcp-process: want the baseline's figures and kvtier's ratio: %s", out)
+	}
+	for _, bad := range [][]string{
+		{"--beside", "redis"},
+		{"--rounds", "3"},
+		{"--beside", "tcp", "--baseline", "tcp"},
+		{"--beside", "tcp", "--rounds", "50", "--duration", "1s"},
+	} {
+		args := append([]string{"bench", "--master", c.grpc, "--op", "put", "--size", "4KiB"}, bad...)
+		_, errs, code := runKvtierCode(t, nil, args...)
+		if code == 0 || (!strings.Contains(errs, "beside") && !strings.Contains(errs, "turns")) {
+			t.Errorf("bench %v: exit %d, stderr %q; want a refusal", bad, code, errs)
+		}
+	}
 }
 
 func sampleTrace(t *testing.T, n int) string {
