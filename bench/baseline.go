@@ -22,6 +22,12 @@ import (
 const (
 	BaselineTCP        = "tcp"
 	BaselineTCPProcess = "tcp-process" // the receiver in another process
+	// BaselineTCPProcessCold is tcp-process sending from a working set of
+	// DefaultKeyBudgetBytes (at least 4 messages), message after message,
+	// so the bytes come from DRAM rather than the CPU's cache, as an
+	// appliance's get reads objects nobody touched lately. tcp-process
+	// sends one buffer per connection, hot in the cache.
+	BaselineTCPProcessCold = "tcp-process-cold"
 	BaselineMemcpy     = "memcpy"
 )
 
@@ -120,10 +126,15 @@ func ServeSink(ctx context.Context, ln net.Listener, size int) error {
 // for the one-byte acknowledgement of each, for duration. The result has
 // no System; the caller names it.
 func SendTCP(ctx context.Context, addr string, size, conns int, duration time.Duration) (Result, error) {
+	return sendTCP(ctx, addr, size, conns, duration, nil)
+}
+
+// sendTCP is SendTCP sending from the working set cold when it is set.
+func sendTCP(ctx context.Context, addr string, size, conns int, duration time.Duration, cold []byte) (Result, error) {
 	if size <= 0 || conns <= 0 || duration <= 0 {
 		return Result{}, fmt.Errorf("bench: SendTCP needs size, conns and duration > 0")
 	}
-	s, err := dialSenders(ctx, addr, size, conns)
+	s, err := dialSenders(ctx, addr, size, conns, cold)
 	if err != nil {
 		return Result{}, err
 	}
@@ -144,10 +155,15 @@ type tcpSenders struct {
 	conns []net.Conn
 	msgs  [][]byte // one message buffer per connection, pre-faulted
 	hists []hdr.Histogram
+	// cold, when set, is the working set messages are sent from in turn
+	// (next: the message number), instead of msgs.
+	cold []byte
+	next atomic.Uint64
+	size int
 }
 
-func dialSenders(ctx context.Context, addr string, size, conns int) (*tcpSenders, error) {
-	s := &tcpSenders{hists: make([]hdr.Histogram, conns)}
+func dialSenders(ctx context.Context, addr string, size, conns int, cold []byte) (*tcpSenders, error) {
+	s := &tcpSenders{hists: make([]hdr.Histogram, conns), cold: cold, size: size}
 	var d net.Dialer
 	for i := 0; i < conns; i++ {
 		c, err := d.DialContext(ctx, "tcp", addr)
@@ -155,9 +171,12 @@ func dialSenders(ctx context.Context, addr string, size, conns int) (*tcpSenders
 			s.close()
 			return nil, fmt.Errorf("bench: dial: %w", err)
 		}
-		msg := make([]byte, size)
-		for j := 0; j < len(msg); j += 4096 {
-			msg[j] = 1
+		var msg []byte
+		if cold == nil {
+			msg = make([]byte, size)
+			for j := 0; j < len(msg); j += 4096 {
+				msg[j] = 1
+			}
 		}
 		s.conns, s.msgs = append(s.conns, c), append(s.msgs, msg)
 	}
@@ -194,7 +213,13 @@ func (s *tcpSenders) run(ctx context.Context, duration time.Duration, h *hdr.His
 	for i, c := range s.conns {
 		wg.Go(func() {
 			msg, ack := s.msgs[i], make([]byte, 1)
+			size := uint64(s.size)
 			for first := true; first || !stop.Load(); first = false {
+				if s.cold != nil {
+					k := s.next.Add(1) - 1
+					off := k % (uint64(len(s.cold)) / size) * size
+					msg = s.cold[off : off+size]
+				}
 				t0 := time.Now()
 				if _, err := c.Write(msg); err != nil {
 					errs[i] = err
@@ -233,14 +258,54 @@ func (s *tcpSenders) run(ctx context.Context, duration time.Duration, h *hdr.His
 // process's goroutines mostly avoid, so this is the limit for bytes that
 // cross from one program to another over loopback.
 func RawTCPProcess(ctx context.Context, sink []string, size, conns int, duration time.Duration) (Result, error) {
+	return rawTCPProcess(ctx, sink, size, conns, duration, false)
+}
+
+// RawTCPProcessCold is RawTCPProcess sending from a working set in DRAM
+// (BaselineTCPProcessCold, coldWorkingSet).
+func RawTCPProcessCold(ctx context.Context, sink []string, size, conns int, duration time.Duration) (Result, error) {
+	return rawTCPProcess(ctx, sink, size, conns, duration, true)
+}
+
+func rawTCPProcess(ctx context.Context, sink []string, size, conns int, duration time.Duration, cold bool) (Result, error) {
+	if size <= 0 || conns <= 0 || duration <= 0 {
+		return Result{}, fmt.Errorf("bench: raw TCP needs size, conns and duration > 0")
+	}
+	var set []byte
+	name := BaselineTCPProcess
+	if cold {
+		set, name = coldWorkingSet(size), BaselineTCPProcessCold
+	}
 	addr, stopSink, err := StartSink(ctx, sink, size)
 	if err != nil {
 		return Result{}, err
 	}
-	r, err := SendTCP(ctx, addr, size, conns, duration)
-	r.System = BaselineTCPProcess
+	r, err := sendTCP(ctx, addr, size, conns, duration, set)
+	r.System = name
 	return r, errors.Join(err, stopSink())
 }
+
+// coldWorkingSet returns a pre-faulted buffer of at least 4 messages of
+// size bytes and of DefaultKeyBudgetBytes or more: the bytes a get
+// workload pre-loads, far larger than the CPU's caches. One buffer serves
+// the process's cold senders (read only), grown when a size needs more.
+func coldWorkingSet(size int) []byte {
+	need := max(DefaultKeyBudgetBytes/size, 4) * size
+	coldMu.Lock()
+	defer coldMu.Unlock()
+	if len(coldSet) < need {
+		coldSet = make([]byte, need)
+		for i := 0; i < need; i += 4096 {
+			coldSet[i] = 1
+		}
+	}
+	return coldSet[:need/size*size]
+}
+
+var (
+	coldMu  sync.Mutex
+	coldSet []byte // guarded by coldMu
+)
 
 // RunSink is the sink process's side of StartSink: it listens on a free
 // loopback port, prints SinkBanner and the address on out, and serves
@@ -363,7 +428,7 @@ func Memcpy(size int, duration time.Duration) Result {
 	return r
 }
 
-// RunBaseline measures baseline name (tcp, tcp-process or memcpy) at every
+// RunBaseline measures baseline name (tcp, tcp-process, tcp-process-cold or memcpy) at every
 // size of o (and, for the TCP ones, every concurrency), each for
 // o.Duration. tcp-process starts o.SinkCommand (see StartSink) once per
 // size and concurrency.
@@ -380,14 +445,14 @@ func RunBaseline(ctx context.Context, name string, o Options) ([]Result, error) 
 				return out, err
 			}
 			out = append(out, Memcpy(size, o.Duration))
-		case BaselineTCP, BaselineTCPProcess:
+		case BaselineTCP, BaselineTCPProcess, BaselineTCPProcessCold:
 			for _, c := range o.Concurrency {
 				var r Result
 				var err error
 				if name == BaselineTCP {
 					r, err = RawTCP(ctx, size, c, o.Duration)
 				} else {
-					r, err = RawTCPProcess(ctx, o.SinkCommand, size, c, o.Duration)
+					r, err = rawTCPProcess(ctx, o.SinkCommand, size, c, o.Duration, name == BaselineTCPProcessCold)
 				}
 				if err != nil {
 					return out, err
@@ -395,7 +460,7 @@ func RunBaseline(ctx context.Context, name string, o Options) ([]Result, error) 
 				out = append(out, r)
 			}
 		default:
-			return nil, fmt.Errorf("bench: unknown baseline %q (want tcp, tcp-process or memcpy)", name)
+			return nil, fmt.Errorf("bench: unknown baseline %q (want tcp, tcp-process, tcp-process-cold or memcpy)", name)
 		}
 	}
 	return out, nil

@@ -52,15 +52,19 @@ func startBeside(ctx context.Context, o Options, size, conc int) (*besideSession
 		served := make(chan struct{})
 		go func() { defer close(served); _ = ServeSink(sctx, ln, size) }()
 		addr, stop = ln.Addr().String(), func() error { cancel(); <-served; return nil }
-	case BaselineTCPProcess:
+	case BaselineTCPProcess, BaselineTCPProcessCold:
 		var err error
 		if addr, stop, err = StartSink(ctx, o.SinkCommand, size); err != nil {
 			return nil, err
 		}
 	default:
-		return nil, fmt.Errorf("bench: cannot measure beside %q (want tcp or tcp-process)", o.Beside)
+		return nil, fmt.Errorf("bench: cannot measure beside %q (want tcp, tcp-process or tcp-process-cold)", o.Beside)
 	}
-	senders, err := dialSenders(ctx, addr, size, conc)
+	var cold []byte
+	if o.Beside == BaselineTCPProcessCold {
+		cold = coldWorkingSet(size)
+	}
+	senders, err := dialSenders(ctx, addr, size, conc, cold)
 	if err != nil {
 		return nil, errors.Join(err, stop())
 	}

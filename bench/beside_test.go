@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvtier/kvtier/bench/hdr"
 )
 
 // stampedStore is a testMemStore that notes when each Put ran.
@@ -113,7 +115,7 @@ func TestBesideOptionsValidate(t *testing.T) {
 		want string
 	}{
 		{Options{Rounds: 3}, "give beside too"},
-		{Options{Beside: "redis"}, "want tcp or tcp-process"},
+		{Options{Beside: "redis"}, "want tcp, tcp-process or tcp-process-cold"},
 		{Options{Beside: BaselineTCPProcess}, "sink command"},
 		{Options{Beside: BaselineTCP, Rounds: -1}, "negative"},
 		{Options{Beside: BaselineTCP, Duration: time.Second, Rounds: 20}, "turns under"},
@@ -126,5 +128,64 @@ func TestBesideOptionsValidate(t *testing.T) {
 		if len(s.calls) != 0 {
 			t.Errorf("%+v: refused options still called the store: %v", tc.o, s.calls)
 		}
+	}
+}
+
+// TestTCPProcessCold runs the cold baseline alone and beside a workload:
+// its sender sends from a working set of at least DefaultKeyBudgetBytes
+// and four messages, message after message, named tcp-process-cold in
+// the results and marked cold in the report.
+func TestTCPProcessCold(t *testing.T) {
+	t.Setenv(sinkEnv, "1")
+	sink := []string{os.Args[0], "-test.run=^$"}
+	for _, size := range []int{64 << 10, 100 << 20} {
+		set := coldWorkingSet(size)
+		if len(set) < 4*size || len(set) < DefaultKeyBudgetBytes-size || len(set)%size != 0 {
+			t.Errorf("working set of %d B for messages of %d B: want >= 4 messages and ~%d B, whole messages", len(set), size, DefaultKeyBudgetBytes)
+		}
+	}
+	rs, err := RunBaseline(context.Background(), BaselineTCPProcessCold, Options{Sizes: []int{1 << 20}, Concurrency: []int{2},
+		Duration: 300 * time.Millisecond, SinkCommand: sink})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := rs[0]; r.System != BaselineTCPProcessCold || r.Ops <= 0 || r.GBytesPerSec <= 0 {
+		t.Fatalf("implausible cold baseline %+v", r)
+	}
+	// Every message came from the working set in turn: the senders'
+	// counter passed as many messages as were acknowledged.
+	s, err := func() (*tcpSenders, error) {
+		ctx := context.Background()
+		addr, stop, err := StartSink(ctx, sink, 64<<10)
+		if err != nil {
+			return nil, err
+		}
+		t.Cleanup(func() { _ = stop() })
+		return dialSenders(ctx, addr, 64<<10, 2, coldWorkingSet(64<<10))
+	}()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	var h hdr.Histogram
+	ops, _, _, err := s.run(context.Background(), 100*time.Millisecond, &h)
+	if err != nil || ops <= 0 || s.next.Load() != uint64(ops) {
+		t.Fatalf("cold sends: %d acknowledged, %d taken from the working set (%v)", ops, s.next.Load(), err)
+	}
+
+	rs, err = Run(context.Background(), Options{Ops: []string{OpGet}, Sizes: []int{64 << 10}, Duration: 400 * time.Millisecond,
+		KeyBudgetBytes: 1 << 20, Beside: BaselineTCPProcessCold, Rounds: 2, SinkCommand: sink}, newTestMemStore(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs[0].Beside != BaselineTCPProcessCold || rs[0].VsBeside <= 0 {
+		t.Fatalf("no cold baseline figures in %+v", rs[0])
+	}
+	var md strings.Builder
+	if err := WriteMarkdown(&md, rs); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(md.String(), "† cold") {
+		t.Errorf("report does not mark the turns' baseline as cold:\n%s", md.String())
 	}
 }

@@ -330,6 +330,7 @@ type Ratio struct {
 	// baseline run; TurnsMin and TurnsMax are the lowest and highest ratio
 	// of single rounds.
 	InTurns  bool    `json:"in_turns,omitempty"`
+	Beside   string  `json:"beside,omitempty"` // the baseline of the turns
 	TurnsMin float64 `json:"turns_min,omitempty"`
 	TurnsMax float64 `json:"turns_max,omitempty"`
 }
@@ -367,10 +368,10 @@ func Ratios(rs []Result) []Ratio {
 			switch r.Beside {
 			case BaselineTCP:
 				q.TCPGBps, q.VsTCP = r.BesideGBytesPerSec, r.VsBeside
-			case BaselineTCPProcess:
+			case BaselineTCPProcess, BaselineTCPProcessCold:
 				q.TCPProcessGBps, q.VsTCPProcess = r.BesideGBytesPerSec, r.VsBeside
 			}
-			q.InTurns, q.TurnsMin, q.TurnsMax = true, r.VsBesideMin, r.VsBesideMax
+			q.InTurns, q.Beside, q.TurnsMin, q.TurnsMax = true, r.Beside, r.VsBesideMin, r.VsBesideMax
 		}
 		out = append(out, q)
 	}
@@ -453,6 +454,9 @@ func WriteMarkdown(w io.Writer, rs []Result, notes ...string) error {
 		if q.InTurns {
 			turns = true
 			cell := fmt.Sprintf("%s (%.2f–%.2f)†", ratioCell(r.VsBeside), q.TurnsMin, q.TurnsMax)
+			if r.Beside == BaselineTCPProcessCold {
+				cell += " cold"
+			}
 			if r.Beside == BaselineTCP {
 				vsTCP = cell
 			} else {
@@ -464,7 +468,7 @@ func WriteMarkdown(w io.Writer, rs []Result, notes ...string) error {
 			gbCell(q.TCPGBps), vsTCP, gbCell(q.TCPProcessGBps), vsProc, gbCell(q.RedisGBps), ratioCell(q.VsRedis))
 	}
 	if turns {
-		b.WriteString("\n† measured in turns with the workload (kvtier bench --beside): the two alternate in short rounds, so both see the same machine; in brackets the lowest and highest ratio of single rounds.\n")
+		b.WriteString("\n† measured in turns with the workload (kvtier bench --beside): the two alternate in short rounds, so both see the same machine; in brackets the lowest and highest ratio of single rounds; \"cold\": raw TCP sending from a working set in DRAM (tcp-process-cold), as a get reads objects nobody touched lately.\n")
 	}
 	b.WriteString("\n## Baselines\n\n| system | op | size | clients | GB/s | ops/s | p50 µs | p99 µs | note |\n|---|---|---:|---:|---:|---:|---:|---:|---|\n")
 	base := make([]Result, 0, len(rs))

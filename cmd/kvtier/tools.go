@@ -165,7 +165,8 @@ results.json and throughput.svg.`,
 			if baseline != "" && beside != "" {
 				return errors.New("--beside measures a baseline in turns with kvtier's workloads; --baseline measures one alone: give one of them")
 			}
-			if baseline == bench.BaselineTCPProcess || beside == bench.BaselineTCPProcess {
+			if baseline == bench.BaselineTCPProcess || beside == bench.BaselineTCPProcess ||
+				baseline == bench.BaselineTCPProcessCold || beside == bench.BaselineTCPProcessCold {
 				if o.SinkCommand, err = bench.SelfSink(); err != nil {
 					return err
 				}
@@ -230,8 +231,8 @@ results.json and throughput.svg.`,
 	fs.IntVar(&replicas, "replicas", 1, "replicas per put")
 	fs.DurationVar(&duration, "duration", 5*time.Second, "time per workload")
 	fs.BoolVar(&jsonOut, "json", false, "one JSON object per line and workload")
-	fs.StringVar(&baseline, "baseline", "", "measure a baseline instead: tcp | tcp-process (receiver in another process) | memcpy")
-	fs.StringVar(&beside, "beside", "", "measure a baseline in turns with every workload: tcp | tcp-process (same size, a connection per caller; the results carry its rate and kvtier's ratio to it)")
+	fs.StringVar(&baseline, "baseline", "", "measure a baseline instead: tcp | tcp-process (receiver in another process) | tcp-process-cold (that, sending from 256 MiB in DRAM, as gets read objects nobody touched lately) | memcpy")
+	fs.StringVar(&beside, "beside", "", "measure a baseline in turns with every workload: tcp | tcp-process | tcp-process-cold (same size, a connection per caller; the results carry its rate and kvtier's ratio to it)")
 	fs.IntVar(&rounds, "rounds", 0, "turns of each workload and its --beside baseline, each duration/rounds long (default 4)")
 	fs.IntVar(&tcpSink, "tcp-sink", 0, "serve as the receiving process of --baseline tcp-process for messages of this many bytes")
 	_ = fs.MarkHidden("tcp-sink")
