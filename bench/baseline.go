@@ -28,7 +28,7 @@ const (
 	// appliance's get reads objects nobody touched lately. tcp-process
 	// sends one buffer per connection, hot in the cache.
 	BaselineTCPProcessCold = "tcp-process-cold"
-	BaselineMemcpy     = "memcpy"
+	BaselineMemcpy         = "memcpy"
 )
 
 // RawTCP measures a plain Go sender and receiver on loopback moving the same
