@@ -3,6 +3,7 @@ package fastrpc
 import (
 	"context"
 	"net"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -171,5 +172,27 @@ func TestServerDoesNotPollForSporadicCalls(t *testing.T) {
 	}
 	if after := c.fast.poll.caught.Load() + c.fast.poll.missed.Load(); after != before {
 		t.Errorf("%d polls during sporadic calls, want none", after-before)
+	}
+}
+
+// TestNoPollWithOneP: with GOMAXPROCS 1 a poll would starve every other
+// connection (the spinning goroutine is always runnable, and the
+// scheduler polls the network only when nothing is), so the server does
+// not poll; a read on another connection meanwhile wakes at once.
+func TestNoPollWithOneP(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	var gate atomic.Bool
+	p := &poller{polling: &gate}
+	a, _ := testnet.TCPPair(t)
+	start := time.Now()
+	waitDone(t, p, a, time.Hour, 10*time.Second)
+	if p.caught.Load()+p.missed.Load() != 0 || time.Since(start) > time.Second {
+		t.Fatalf("polled with one P: caught %d, missed %d, %v", p.caught.Load(), p.missed.Load(), time.Since(start))
+	}
+	runtime.GOMAXPROCS(2)
+	go func() { time.Sleep(5 * time.Millisecond); p.calls.Add(1) }()
+	waitDone(t, p, a, time.Hour, 10*time.Second)
+	if p.missed.Load() != 1 {
+		t.Errorf("with two Ps the poll did not run: missed %d, want 1", p.missed.Load())
 	}
 }
