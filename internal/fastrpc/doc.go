@@ -73,7 +73,11 @@
 //     in a run of calls is polled for, a heartbeat every second never is),
 //     and only while no other call is being answered.
 //   - At most one goroutine per process polls at once; a poll stops as soon
-//     as another call starts on its Server. Each round is a non-blocking
+//     as another call starts on its Server. A process with one P
+//     (GOMAXPROCS 1) never polls: its spinning goroutine would keep the
+//     scheduler from looking at the network, and every other connection
+//     would wait for the poll to end (pollConn.wait has the figures).
+//     Each round is a non-blocking
 //     MSG_PEEK recv, then sched_yield(2) and runtime.Gosched, so any
 //     runnable thread of any process and any goroutine of this one runs
 //     first: a poll keeps its vCPU awake, it does not take it from work.
