@@ -92,7 +92,8 @@ type Options struct {
 	// each running the workload and the baseline (same size, as many
 	// connections as callers) for Duration/Rounds, in alternating order,
 	// so both see the same machine. The workload's Result carries the
-	// baseline's rate and the ratios (besideSession says why).
+	// baseline's rate and the ratios (besideSession says why). Exist
+	// workloads, which move no bytes, run without a baseline.
 	Beside string
 	Rounds int // turns with Beside; 0 means DefaultRounds
 }
@@ -403,7 +404,7 @@ func runOne(ctx context.Context, o Options, s Store, op string, size, conc int, 
 	sh.pool = newBufPool(size*o.Batch, o.MaxInFlightBytes, conc)
 	var side *besideSession
 	rounds := 1
-	if o.Beside != "" {
+	if o.Beside != "" && op != OpExist { // an exist moves no bytes to compare
 		if side, err = startBeside(ctx, o, size, conc); err != nil {
 			return Result{}, err
 		}

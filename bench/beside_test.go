@@ -107,6 +107,15 @@ func TestRunBesideTCPProcess(t *testing.T) {
 	if q := Ratios(rs)[0]; !q.InTurns || q.TCPProcessGBps != r.BesideGBytesPerSec || q.TCPGBps != 0 {
 		t.Errorf("report ratio %+v does not use the turns' baseline", q)
 	}
+	// An exist moves no bytes: it runs alone, with no ratio to a transfer.
+	o.Ops = []string{OpExist}
+	rs, err = Run(context.Background(), o, newTestMemStore(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := rs[0]; e.Ops <= 0 || e.Beside != "" || e.VsBeside != 0 || e.Rounds != 0 {
+		t.Errorf("exist measured beside a baseline: %+v", e)
+	}
 }
 
 func TestBesideOptionsValidate(t *testing.T) {

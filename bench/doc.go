@@ -49,7 +49,8 @@
 // baseline of the same size with a connection per caller (kept open
 // across turns, as kvtier keeps its own), Duration/Rounds a side, the
 // order alternating each round; kvtier's figures cover its own turns
-// only. scripts/bench.sh measures its TCP-only pass this way.
+// only. Exist workloads move no bytes and run without a baseline.
+// scripts/bench.sh measures its TCP-only pass this way.
 //
 // # Report input directory (written by scripts/bench.sh, read by LoadDir)
 //
