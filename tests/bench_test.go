@@ -527,8 +527,8 @@ func (l *latencies) report(b *testing.B) {
 // Session 11: this row's raw put ('W') is slower than kvtier bench's
 // tcp-process baseline measured minutes apart on the same machine: 1 MiB
 // with one caller 1.6-2.1 GB/s against 2.8-3.2, 64 KiB 0.22-0.54 against
-// 0.7-1.4 (not traced; its client shares this process, and the kvtier
-// chunks' garbage, with the kvtier client). So the put rows' ratios here
+// 0.7-1.4 (not traced; GOGC=off changed nothing, so it is not the kvtier
+// chunks' garbage in this shared process). So the put rows' ratios here
 // flatter kvtier: in turns with tcp-process (kvtier bench --beside, the
 // README's session-11 row), Put 1 MiB ran 0.84-0.88 / 1.14-1.15 with 1 / 4
 // callers, Put 64 KiB 0.24-0.61 / 0.30-0.55, Put 16 MiB 0.76-0.78 /
