@@ -31,6 +31,12 @@ const (
 	BaselineMemcpy         = "memcpy"
 )
 
+// NeedsSink reports whether baseline name runs its receiver in another
+// process (Options.SinkCommand): tcp-process and tcp-process-cold.
+func NeedsSink(name string) bool {
+	return name == BaselineTCPProcess || name == BaselineTCPProcessCold
+}
+
 // RawTCP measures a plain Go sender and receiver on loopback moving the same
 // bytes kvtier moves: each of conns connections sends size-byte messages and
 // waits for a 1-byte acknowledgement after each (one request/response per
@@ -259,12 +265,6 @@ func (s *tcpSenders) run(ctx context.Context, duration time.Duration, h *hdr.His
 // cross from one program to another over loopback.
 func RawTCPProcess(ctx context.Context, sink []string, size, conns int, duration time.Duration) (Result, error) {
 	return rawTCPProcess(ctx, sink, size, conns, duration, false)
-}
-
-// RawTCPProcessCold is RawTCPProcess sending from a working set in DRAM
-// (BaselineTCPProcessCold, coldWorkingSet).
-func RawTCPProcessCold(ctx context.Context, sink []string, size, conns int, duration time.Duration) (Result, error) {
-	return rawTCPProcess(ctx, sink, size, conns, duration, true)
 }
 
 func rawTCPProcess(ctx context.Context, sink []string, size, conns int, duration time.Duration, cold bool) (Result, error) {

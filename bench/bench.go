@@ -161,7 +161,7 @@ func (o Options) Validate() error {
 	switch o.Beside {
 	case "":
 	case BaselineTCP, BaselineTCPProcess, BaselineTCPProcessCold:
-		if o.Beside != BaselineTCP && len(o.SinkCommand) == 0 {
+		if NeedsSink(o.Beside) && len(o.SinkCommand) == 0 {
 			return fmt.Errorf("bench: beside %s needs the sink command", o.Beside)
 		}
 		d, rounds := o.Duration, o.Rounds
@@ -261,7 +261,7 @@ func (r *Result) finish(elapsed time.Duration, h *hdr.Histogram) {
 	r.Seconds = elapsed.Seconds()
 	if r.Seconds > 0 {
 		r.OpsPerSec = float64(r.Ops) / r.Seconds
-		r.GBytesPerSec = float64(r.Ops) * float64(r.Size) / r.Seconds / 1e9
+		r.GBytesPerSec = rate(r.Ops, r.Size, elapsed)
 	}
 	r.P50US = float64(h.Quantile(0.50)) / 1e3
 	r.P99US = float64(h.Quantile(0.99)) / 1e3

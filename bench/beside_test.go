@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	"io"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -196,5 +198,50 @@ func TestTCPProcessCold(t *testing.T) {
 	}
 	if !strings.Contains(md.String(), "† cold") {
 		t.Errorf("report does not mark the turns' baseline as cold:\n%s", md.String())
+	}
+}
+
+// TestBesideTurnFailsOnALostConnection: a baseline connection that breaks
+// during a turn fails the turn instead of leaving a lower rate from the
+// survivors (which would flatter kvtier's ratio).
+func TestBesideTurnFailsOnALostConnection(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	const size = 4096
+	go func() {
+		for n := 0; ; n++ {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, size)
+				for i := 0; ; i++ {
+					if _, err := io.ReadFull(c, buf); err != nil {
+						return
+					}
+					if n == 0 && i == 10 {
+						return // the first connection breaks after 10 messages
+					}
+					if _, err := c.Write([]byte{1}); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	s, err := dialSenders(context.Background(), ln.Addr().String(), size, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &besideSession{name: BaselineTCP, senders: s, stop: func() error { return nil }, size: size}
+	defer b.close()
+	_, err = b.round(context.Background(), 200*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "1 of 2 connections failed") {
+		t.Fatalf("turn with a broken connection: %v, want an error saying 1 of 2 connections failed", err)
 	}
 }

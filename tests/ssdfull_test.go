@@ -154,9 +154,12 @@ func TestFullSSDFileSystemNeverWedgesDRAM(t *testing.T) {
 			t.Fatalf("offloads did not settle within 30s of the disk filling: %s", dump())
 		}
 	}
-	fails := events.find(func(ev rest.EventJSON) bool {
-		return ev.Kind == "offload" && strings.HasPrefix(ev.Message, "failed:") && ev.Node == "box-a"
-	})
+	offloadFails := func() []rest.EventJSON {
+		return events.find(func(ev rest.EventJSON) bool {
+			return ev.Kind == "offload" && strings.HasPrefix(ev.Message, "failed:") && ev.Node == "box-a"
+		})
+	}
+	fails := offloadFails()
 	if o := offloads(); o.Failed == offAtFill.Failed && len(fails) == 0 {
 		// No offload failed: the tier must have made its room inside its
 		// own space, evicting its buckets, while completing offloads.
@@ -181,9 +184,7 @@ func TestFullSSDFileSystemNeverWedgesDRAM(t *testing.T) {
 			}
 		}
 		for deadline := time.Now().Add(10 * time.Second); len(fails) == 0; time.Sleep(100 * time.Millisecond) {
-			fails = events.find(func(ev rest.EventJSON) bool {
-				return ev.Kind == "offload" && strings.HasPrefix(ev.Message, "failed:") && ev.Node == "box-a"
-			})
+			fails = offloadFails()
 			if time.Now().After(deadline) {
 				t.Fatal("offloads failed but no offload failure event")
 			}

@@ -165,8 +165,7 @@ results.json and throughput.svg.`,
 			if baseline != "" && beside != "" {
 				return errors.New("--beside measures a baseline in turns with kvtier's workloads; --baseline measures one alone: give one of them")
 			}
-			if baseline == bench.BaselineTCPProcess || beside == bench.BaselineTCPProcess ||
-				baseline == bench.BaselineTCPProcessCold || beside == bench.BaselineTCPProcessCold {
+			if bench.NeedsSink(baseline) || bench.NeedsSink(beside) {
 				if o.SinkCommand, err = bench.SelfSink(); err != nil {
 					return err
 				}

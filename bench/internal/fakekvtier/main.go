@@ -96,7 +96,7 @@ func benchCmd(args []string) error {
 		return err
 	}
 	o := bench.Options{Ops: []string{*op}, Sizes: []int{sz}, Concurrency: []int{*conc}, Duration: *dur, Beside: *beside, Rounds: *rounds}
-	if *baseline == bench.BaselineTCPProcess || *beside == bench.BaselineTCPProcess || *beside == bench.BaselineTCPProcessCold {
+	if bench.NeedsSink(*baseline) || bench.NeedsSink(*beside) {
 		if o.SinkCommand, err = bench.SelfSink(); err != nil {
 			return err
 		}
