@@ -122,8 +122,46 @@ func (e *CleanupError) Error() string {
 func (e *CleanupError) Unwrap() error { return e.Err }
 
 // cleanupTimeout bounds Run's removal of what it stored (it runs even
-// when ctx was cancelled, by an interrupt say).
-const cleanupTimeout = 30 * time.Second
+// when ctx was cancelled, by an interrupt say). A variable for tests.
+var cleanupTimeout = 30 * time.Second
+
+// Remainer is a Cleaner that can say whether any key under a prefix is
+// left (the client SDK's List). The master removes no object that is still
+// being written or copied to SSD (REPLICA_IS_NOT_READY; with offload
+// immediate, a run's last puts are), so with it Run repeats its removal
+// until nothing is left, instead of leaving those behind.
+type Remainer interface {
+	AnyUnder(ctx context.Context, prefix string) (bool, error)
+}
+
+// removeStored removes every key under prefix from cl, repeating while a
+// Remainer says some are left (every 50 ms, until ctx ends).
+func removeStored(ctx context.Context, cl Cleaner, prefix string) error {
+	rem, _ := cl.(Remainer)
+	for {
+		if _, err := cl.RemoveByRegex(ctx, "^"+regexp.QuoteMeta(prefix), true); err != nil {
+			return err
+		}
+		if rem == nil {
+			return nil
+		}
+		left, err := rem.AnyUnder(ctx, prefix)
+		if err != nil || !left {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("objects still being written or copied to SSD when the clean-up's %v ran out: %w", cleanupTimeout, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// RandomKeyPrefix is the key namespace of a run that names none:
+// "bench/<random>/".
+func RandomKeyPrefix() string {
+	return "bench/" + strconv.FormatUint(rand.Uint64()&0xffffffff, 36) + "/"
+}
 
 // Validate reports options Run cannot use.
 func (o Options) Validate() error {
@@ -203,7 +241,7 @@ func (o Options) withDefaults() Options {
 		o.KeyBudgetBytes = DefaultKeyBudgetBytes
 	}
 	if o.KeyPrefix == "" {
-		o.KeyPrefix = "bench/" + strconv.FormatUint(rand.Uint64()&0xffffffff, 36) + "/"
+		o.KeyPrefix = RandomKeyPrefix()
 	}
 	if o.ReadFraction == 0 {
 		o.ReadFraction = 0.5
@@ -309,7 +347,7 @@ func Run(ctx context.Context, o Options, s Store, progressW io.Writer) (out []Re
 		defer func() {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 			defer cancel()
-			if _, cerr := cl.RemoveByRegex(cctx, "^"+regexp.QuoteMeta(o.KeyPrefix), true); cerr != nil && err == nil {
+			if cerr := removeStored(cctx, cl, o.KeyPrefix); cerr != nil && err == nil {
 				err = &CleanupError{Prefix: o.KeyPrefix, Err: cerr}
 			}
 		}()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"encoding/xml"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -486,6 +487,80 @@ func TestRunRemovesWhatItStored(t *testing.T) {
 			t.Fatalf("KeepKeys: removals %q, %d keys left", s.exprs, len(left))
 		case !keep && (len(s.exprs) != 1 || len(left) != 2 || s.data["other/x"] == nil || s.data["t.x/load-0"] == nil):
 			t.Fatalf("removals %q, keys left %q", s.exprs, left)
+		}
+	}
+}
+
+// busyCleanStore refuses to remove the keys in busy for as many removal
+// passes as their count says, as the master refuses objects still being
+// copied to SSD, and says which keys under a prefix are left (Remainer).
+type busyCleanStore struct {
+	*cleanStore
+	busy map[string]int // guarded by mu
+}
+
+func (s *busyCleanStore) RemoveByRegex(ctx context.Context, expr string, force bool) (int, error) {
+	s.mu.Lock()
+	held := map[string][]byte{}
+	for k, n := range s.busy {
+		if v, ok := s.data[k]; ok && n != 0 {
+			held[k] = v
+			s.busy[k] = n - 1 // a negative count: never removable
+		}
+	}
+	s.mu.Unlock()
+	n, err := s.cleanStore.RemoveByRegex(ctx, expr, force)
+	s.mu.Lock()
+	for k, v := range held {
+		s.data[k] = v
+		n--
+	}
+	s.mu.Unlock()
+	return n, err
+}
+
+func (s *busyCleanStore) AnyUnder(_ context.Context, prefix string) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.data {
+		if strings.HasPrefix(k, prefix) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// TestRunRemovesObjectsStillBeingOffloaded: objects the store refuses to
+// remove for a few passes (still being copied to SSD) are removed by the
+// passes that follow; one never removable ends the clean-up with a
+// CleanupError once cleanupTimeout has run out, not a silent leftover.
+func TestRunRemovesObjectsStillBeingOffloaded(t *testing.T) {
+	defer func(d time.Duration) { cleanupTimeout = d }(cleanupTimeout)
+	cleanupTimeout = 500 * time.Millisecond
+	for _, never := range []bool{false, true} {
+		s := &busyCleanStore{cleanStore: &cleanStore{testMemStore: newTestMemStore()}, busy: map[string]int{}}
+		s.data["t/late-1"], s.data["t/late-2"] = []byte("a"), []byte("b")
+		s.busy["t/late-1"], s.busy["t/late-2"] = 3, 1
+		if never {
+			s.busy["t/late-2"] = -1
+		}
+		o := Options{Ops: []string{OpPut}, Sizes: []int{4096}, Duration: 20 * time.Millisecond, KeyPrefix: "t/"}
+		_, err := Run(context.Background(), o, s, nil)
+		var ce *CleanupError
+		s.mu.Lock()
+		left := len(s.data)
+		s.mu.Unlock()
+		if never {
+			if !errors.As(err, &ce) || !strings.Contains(err.Error(), "still being written or copied to SSD") || left != 1 {
+				t.Errorf("a key never removable: error %v, %d keys left; want a CleanupError naming the cause and that one key", err, left)
+			}
+			continue
+		}
+		if err != nil || left != 0 {
+			t.Errorf("keys refused for a few passes: error %v, %d keys left; want none", err, left)
+		}
+		if len(s.exprs) < 4 {
+			t.Errorf("%d removal passes, want at least 4 (t/late-1 refused 3 times)", len(s.exprs))
 		}
 	}
 }

@@ -34,9 +34,8 @@ type store struct {
 // shared memory of an appliance on this host, if there is one (at most 2 s),
 // so the first timed operations do not go over TCP while the mapping is
 // being set up.
-func warmUp(ctx context.Context, c *client.Client) {
+func warmUp(ctx context.Context, c *client.Client, key string) {
 	deadline := time.Now().Add(2 * time.Second)
-	key := fmt.Sprintf("bench-warm-up-%d", os.Getpid())
 	for {
 		if err := c.Put(ctx, key, []byte("warm-up")); err != nil {
 			return // the workloads will report it
@@ -47,6 +46,13 @@ func warmUp(ctx context.Context, c *client.Client) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// AnyUnder reports whether any object's key starts with prefix
+// (bench.Remainer: the run's clean-up repeats until none is left).
+func (s store) AnyUnder(ctx context.Context, prefix string) (bool, error) {
+	objs, _, err := s.Client.List(ctx, prefix, "", 1)
+	return len(objs) > 0, err
 }
 
 // TransferCounts reports the client engine's transfers by path (bench).
@@ -200,7 +206,13 @@ results.json and throughput.svg.`,
 					return err
 				}
 				defer c.Close()
-				warmUp(ctx, c)
+				// Under the run's prefix, so the run's clean-up also
+				// takes a warm-up object the master would not remove yet
+				// (still being copied to SSD).
+				if o.KeyPrefix == "" {
+					o.KeyPrefix = bench.RandomKeyPrefix()
+				}
+				warmUp(ctx, c, o.KeyPrefix+"warm-up")
 				results, err = bench.Run(ctx, o, store{c, replicas}, progress)
 				if ce := (*bench.CleanupError)(nil); errors.As(err, &ce) {
 					fmt.Fprintln(os.Stderr, "warning:", err)
