@@ -41,9 +41,10 @@ type directState struct {
 	mu sync.Mutex
 	// guarded by mu:
 	nodes      []directNode
-	fetched    time.Time // when nodes was learnt (zero: never)
-	refreshing bool      // a background refresh of nodes runs
-	offUntil   time.Time // direct puts off until then (the master offers none)
+	memNodes   []directNode // every node with a mounted MEMORY segment (one segment each)
+	fetched    time.Time    // when nodes was learnt (zero: never)
+	refreshing bool         // a background refresh of nodes runs
+	offUntil   time.Time    // direct puts off until then (the master offers none)
 	tickets    map[string]*directTicket
 }
 
@@ -79,22 +80,7 @@ func (c *Client) directOK(o PutOptions) bool {
 // use the classic path.
 func (c *Client) directTarget(ctx context.Context, o PutOptions, size uint64) (directTarget, bool) {
 	d := &c.direct
-	now := time.Now()
-	d.mu.Lock()
-	if now.Before(d.offUntil) {
-		d.mu.Unlock()
-		return directTarget{}, false
-	}
-	if d.fetched.IsZero() {
-		d.mu.Unlock()
-		c.refreshDirect(ctx) // the first put waits for the list once
-		d.mu.Lock()
-	} else if now.Sub(d.fetched) > directRefresh && !d.refreshing {
-		d.refreshing = true
-		go c.refreshDirect(context.Background())
-	}
-	nodes := d.nodes
-	d.mu.Unlock()
+	nodes, _ := c.directNodes(ctx)
 	if len(nodes) == 0 {
 		return directTarget{}, false
 	}
@@ -133,6 +119,31 @@ func (c *Client) directTarget(ctx context.Context, o PutOptions, size uint64) (d
 	return directTarget{node: n.node, endpoint: n.endpoint, ticket: tok}, true
 }
 
+// directNodes returns the appliances taking direct puts, and every node
+// with a MEMORY segment, as last listed (none while direct puts are off
+// after a failure to learn them). The first call waits for the list;
+// later ones refresh it in the background every directRefresh.
+func (c *Client) directNodes(ctx context.Context) (direct, mem []directNode) {
+	d := &c.direct
+	now := time.Now()
+	d.mu.Lock()
+	if now.Before(d.offUntil) {
+		d.mu.Unlock()
+		return nil, nil
+	}
+	if d.fetched.IsZero() {
+		d.mu.Unlock()
+		c.refreshDirect(ctx) // the first put waits for the list once
+		d.mu.Lock()
+	} else if now.Sub(d.fetched) > directRefresh && !d.refreshing {
+		d.refreshing = true
+		go c.refreshDirect(context.Background())
+	}
+	direct, mem = d.nodes, d.memNodes
+	d.mu.Unlock()
+	return direct, mem
+}
+
 // refreshDirect lists the segments and keeps the appliances that take
 // direct puts.
 func (c *Client) refreshDirect(ctx context.Context) {
@@ -149,26 +160,33 @@ func (c *Client) refreshDirect(ctx context.Context) {
 		d.offUntil = time.Now().Add(directBackoff)
 		return
 	}
-	var nodes []directNode
-	idx := map[string]int{}
+	var nodes, all []directNode
+	idx, allIdx := map[string]int{}, map[string]bool{}
 	for _, si := range resp.GetSegments() {
 		s := si.GetSegment()
-		if !s.GetDirectPut() || s.GetType() != kvtierpb.ReplicaType_MEMORY || si.GetState() != kvtierpb.SegmentState_MOUNTED {
+		if s.GetType() != kvtierpb.ReplicaType_MEMORY || si.GetState() != kvtierpb.SegmentState_MOUNTED {
+			continue
+		}
+		offer := transfer.SegmentOffer{RDMAAddr: s.GetRdmaAddr(), RDMABase: s.GetRdmaBase(), RDMAKey: s.GetRdmaRkey()}
+		if !allIdx[s.GetNode()] {
+			allIdx[s.GetNode()] = true
+			all = append(all, directNode{node: s.GetNode(), endpoint: s.GetEndpoint(), segs: []string{s.GetName()}, offer: offer})
+		}
+		if !s.GetDirectPut() {
 			continue
 		}
 		i, ok := idx[s.GetNode()]
 		if !ok {
 			i = len(nodes)
 			idx[s.GetNode()] = i
-			nodes = append(nodes, directNode{node: s.GetNode(), endpoint: s.GetEndpoint(),
-				offer: transfer.SegmentOffer{RDMAAddr: s.GetRdmaAddr(), RDMABase: s.GetRdmaBase(), RDMAKey: s.GetRdmaRkey()}})
+			nodes = append(nodes, directNode{node: s.GetNode(), endpoint: s.GetEndpoint(), offer: offer})
 		}
 		nodes[i].segs = append(nodes[i].segs, s.GetName())
 		if s.GetSize() > si.GetUsed() {
 			nodes[i].free += s.GetSize() - si.GetUsed()
 		}
 	}
-	d.nodes = nodes
+	d.nodes, d.memNodes = nodes, all
 }
 
 // directTicket returns node's put ticket, asking the master for one when

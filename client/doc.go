@@ -12,7 +12,10 @@
 //
 // Put computes a CRC32C (Castagnoli, hardware accelerated) of the value, calls
 // PutStart, writes every allocated replica in parallel, then PutEnd when every
-// replica was written, else PutRevoke. A put whose bytes would cross TCP (one
+// replica was written, else PutRevoke. A value of 4 MiB or more going to
+// nodes reached over sockets sends its checksum with PutEnd instead
+// (put.go, lateSum): the transfer engine checksums each slice as it sends
+// it, so the value is read from memory once. A put whose bytes would cross TCP (one
 // MEMORY replica, no NVMe-oF replica, at most Config.DirectPutMax = 4 MiB,
 // an appliance announcing direct_put)
 // instead goes as one direct-put frame to that appliance, which places,

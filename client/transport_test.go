@@ -13,7 +13,9 @@ import (
 )
 
 // TestPutGetOverEveryTransport runs the SDK's put and get paths (single and
-// batch, small and multi-slice objects, checksums verified by Get) between
+// batch, small and multi-slice objects, checksums verified by Get, and the
+// stored checksum right whether the put sent it with PutStart or, a large
+// value over sockets, with PutEnd) between
 // a storage node and a reader over every transport the engine has: the
 // local copy (the reader is the node), TCP, the in-memory network, RDMA
 // over a fake fabric, and RDMA through real verbs where this build and host
@@ -66,11 +68,19 @@ func TestPutGetOverEveryTransport(t *testing.T) {
 			r := tc.setup(t, addr)
 			ctx := context.Background()
 			before := tc.via(r.Engine().Stats())
-			for i, n := range []int{1, 4096, 3<<20 + 5} {
+			late := client.LateSum(r, ctx, client.LateSumMin)
+			if want := tc.name == "tcp" || tc.name == "rdma-fake"; late != want {
+				t.Fatalf("a %d-byte put sends its checksum with PutEnd: %v, want %v", client.LateSumMin, late, want)
+			}
+			for i, n := range []int{1, 4096, 3<<20 + 5, client.LateSumMin + 5} {
 				key := fmt.Sprintf("%s-%d", tc.name, i)
 				val := bytes.Repeat([]byte{byte(i + 1), 7, 9}, n/3+1)[:n]
 				if err := r.Put(ctx, key, val); err != nil {
 					t.Fatalf("put %d bytes: %v", n, err)
+				}
+				info, err := r.Stat(ctx, key)
+				if err != nil || !info.GetHasChecksum() || info.GetCrc32C() != client.Checksum(val) {
+					t.Fatalf("put %d bytes: stored checksum %v %08x, want %08x (%v)", n, info.GetHasChecksum(), info.GetCrc32C(), client.Checksum(val), err)
 				}
 				got, err := r.Get(ctx, key)
 				if err != nil || !bytes.Equal(got, val) {

@@ -586,3 +586,71 @@ func FuzzDramOutbox(f *testing.F) {
 		}
 	})
 }
+
+// TestDramChecksumAtPutEnd: a put whose PutStart carried no checksum gets
+// the one its PutEnd carries (kvtierpb.KeyRequest.crc32c): readers see it,
+// and the commit record, sent only now, carries it to the directory before
+// PutEnd answers. A PutEnd checksum contradicting PutStart's is refused
+// and the put stays in flight; a retried PutEnd with the same one is fine.
+func TestDramChecksumAtPutEnd(t *testing.T) {
+	m, _ := newTest(t, Config{DramSyncTimeout: 5 * time.Second})
+	if _, err := m.Heartbeat(ctx, HeartbeatRequest{Client: "box", Endpoint: "box:1", DramDirectory: true}); err != nil {
+		t.Fatal(err)
+	}
+	mountMem(t, m, "box", "box/mem0", 1<<20)
+	twin := startTwin(m, "box")
+	defer twin.close()
+	s := &grpcServer{m: m}
+	end := func(key string, crc uint32, has bool) error {
+		_, err := s.PutEnd(ctx, &kvtierpb.KeyRequest{ClientId: "w", Key: []byte(key), Crc32C: crc, HasChecksum: has})
+		return kverr.FromGRPC(err)
+	}
+
+	if _, err := m.PutStart(ctx, PutRequest{Client: "w", Key: "late", Size: 4096, Config: PutConfig{Replicas: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(twin.objects()); n != 0 {
+		t.Fatalf("a put without a checksum has %d directory entries before PutEnd", n)
+	}
+	if err := end("late", 0xfeed, true); err != nil {
+		t.Fatal(err)
+	}
+	dir := twin.objects()
+	if len(dir) != 1 || dir[0].Key != "late" || !dir[0].HasChecksum || dir[0].CRC32C != 0xfeed {
+		t.Fatalf("directory after PutEnd: %+v, want late with crc feed", dir)
+	}
+	l, err := m.GetReplicaList(ctx, "r", "", "late")
+	if err != nil || !l.HasChecksum || l.CRC32C != 0xfeed {
+		t.Fatalf("replica list %+v, %v: want checksum feed", l, err)
+	}
+	if err := end("late", 0xfeed, true); err != nil {
+		t.Fatalf("retried PutEnd: %v", err)
+	}
+	wantCode(t, end("late", 0xbad, true), kverr.ChecksumMismatch)
+
+	// A PutStart checksum wins: a PutEnd contradicting it is refused and
+	// the put is still in flight (the client revokes it).
+	if _, err := m.PutStart(ctx, PutRequest{Client: "w", Key: "early", Size: 4096, CRC32C: 7, HasChecksum: true, Config: PutConfig{Replicas: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, end("early", 8, true), kverr.ChecksumMismatch)
+	_, err = m.GetReplicaList(ctx, "r", "", "early")
+	wantCode(t, err, kverr.ReplicaIsNotReady)
+	if err := end("early", 7, true); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := m.GetReplicaList(ctx, "r", "", "early"); err != nil || l.CRC32C != 7 {
+		t.Fatalf("early: %+v, %v", l, err)
+	}
+
+	// Without a checksum at either end the object has none, as before.
+	if _, err := m.PutStart(ctx, PutRequest{Client: "w", Key: "none", Size: 4096, Config: PutConfig{Replicas: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := end("none", 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := m.GetReplicaList(ctx, "r", "", "none"); err != nil || l.HasChecksum {
+		t.Fatalf("none: %+v, %v: want no checksum", l, err)
+	}
+}

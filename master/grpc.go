@@ -253,11 +253,16 @@ func (s *grpcServer) PutEnd(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtie
 	if err != nil {
 		return nil, toGRPC(err)
 	}
-	err = s.m.putEndExcept(ctx, r.GetClientId(), r.GetTenant(), string(r.GetKey()), holder)
+	err = s.m.putEndExcept(ctx, r.GetClientId(), r.GetTenant(), string(r.GetKey()), holder, endSum(r))
 	if err == nil {
 		err = s.m.fenceErr() // deposed while waiting: do not acknowledge
 	}
 	return &kvtierpb.Empty{LeaderEpoch: s.m.cfg.LeaderEpoch}, toGRPC(err)
+}
+
+// endSum is the checksum a PutEnd carries (kvtierpb.KeyRequest.crc32c).
+func endSum(r *kvtierpb.KeyRequest) Checksum {
+	return Checksum{CRC32C: r.GetCrc32C(), Has: r.GetHasChecksum()}
 }
 
 func (s *grpcServer) PutRevoke(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtierpb.Empty, error) {
@@ -986,7 +991,7 @@ func (s *grpcServer) batchPutEndItems(ctx context.Context, items []*kvtierpb.Key
 			continue
 		}
 		var w []dramWait
-		w, out[i] = s.m.putEnd(it.GetClientId(), it.GetTenant(), string(it.GetKey()))
+		w, out[i] = s.m.putEnd(it.GetClientId(), it.GetTenant(), string(it.GetKey()), endSum(it))
 		if it.GetHolderApplies() {
 			w = dropWaits(w, node)
 		}

@@ -834,6 +834,13 @@ type KeyRequest struct {
 	// put's only replica) confirms its DRAM directory record to its client
 	// itself, so PutEnd does not wait for its acknowledgement.
 	HolderApplies bool `protobuf:"varint,391,opt,name=holder_applies,json=holderApplies,proto3" json:"holder_applies,omitempty"`
+	// PutEnd of a classic put whose PutStart carried no checksum (a large
+	// value: the client checksums each slice as it sends it instead of the
+	// whole value in a pass before PutStart): the CRC32C of the bytes
+	// written. The object is stored with it, as with PutStart's; a PutStart
+	// checksum it contradicts is refused (CHECKSUM_MISMATCH).
+	Crc32C        uint32 `protobuf:"fixed32,431,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
+	HasChecksum   bool   `protobuf:"varint,432,opt,name=has_checksum,json=hasChecksum,proto3" json:"has_checksum,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -906,6 +913,20 @@ func (x *KeyRequest) GetPutTicket() []byte {
 func (x *KeyRequest) GetHolderApplies() bool {
 	if x != nil {
 		return x.HolderApplies
+	}
+	return false
+}
+
+func (x *KeyRequest) GetCrc32C() uint32 {
+	if x != nil {
+		return x.Crc32C
+	}
+	return 0
+}
+
+func (x *KeyRequest) GetHasChecksum() bool {
+	if x != nil {
+		return x.HasChecksum
 	}
 	return false
 }
@@ -5477,7 +5498,7 @@ const file_master_proto_rawDesc = "" +
 	"\vdram_outbox\x18\x86\x03 \x01(\x04R\n" +
 	"dramOutbox\x12\x1a\n" +
 	"\bdram_seq\x18\x87\x03 \x01(\x04R\adramSeq\x12#\n" +
-	"\rdram_free_seq\x18\x9a\x03 \x01(\x04R\vdramFreeSeq\"\xb1\x01\n" +
+	"\rdram_free_seq\x18\x9a\x03 \x01(\x04R\vdramFreeSeq\"\xee\x01\n" +
 	"\n" +
 	"KeyRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x16\n" +
@@ -5486,7 +5507,9 @@ const file_master_proto_rawDesc = "" +
 	"\x05force\x18\x04 \x01(\bR\x05force\x12\x1e\n" +
 	"\n" +
 	"put_ticket\x18\x86\x03 \x01(\fR\tputTicket\x12&\n" +
-	"\x0eholder_applies\x18\x87\x03 \x01(\bR\rholderApplies\"+\n" +
+	"\x0eholder_applies\x18\x87\x03 \x01(\bR\rholderApplies\x12\x17\n" +
+	"\x06crc32c\x18\xaf\x03 \x01(\aR\x06crc32c\x12\"\n" +
+	"\fhas_checksum\x18\xb0\x03 \x01(\bR\vhasChecksum\"+\n" +
 	"\x05Empty\x12\"\n" +
 	"\fleader_epoch\x18\xc8\x01 \x01(\x03R\vleaderEpoch\"\xc3\x01\n" +
 	"\x16GetReplicaListResponse\x12\x12\n" +

@@ -25,8 +25,8 @@ func TestCopyCRC(t *testing.T) {
 }
 
 // TestReadSum checks Request.Sum on every path: local copy, one TCP slice,
-// many TCP slices spread over connections (combined in order), and that a
-// WRITE or a failed READ leaves it alone.
+// many TCP slices spread over connections (combined in order); a WRITE's
+// too, each slice summed as it is sent; a failed request leaves it alone.
 func TestReadSum(t *testing.T) {
 	const segSize = 8 << 20
 	srv, mem, addr := serverEngine(t, "s0", segSize)
@@ -45,9 +45,16 @@ func TestReadSum(t *testing.T) {
 			}
 		}
 	}
+	for _, n := range []int{100, 64<<10 + 1, 3<<20 + 5} {
+		src := randBytes(uint64(n), n)
+		var sum uint32
+		if err := do1(t, cli, Request{Op: Write, Endpoint: addr, Segment: "s0", Buf: src, Sum: &sum}); err != nil || sum != crc32.Checksum(src, castagnoli) {
+			t.Fatalf("write %d: err %v, sum %08x, want %08x", n, err, sum, crc32.Checksum(src, castagnoli))
+		}
+	}
 	sum := uint32(7)
-	if err := do1(t, cli, Request{Op: Write, Endpoint: addr, Segment: "s0", Buf: make([]byte, 100), Sum: &sum}); err != nil || sum != 7 {
-		t.Fatalf("write: err %v, sum %d (want untouched 7)", err, sum)
+	if err := do1(t, cli, Request{Op: Write, Endpoint: addr, Segment: "s0", Offset: segSize - 10, Buf: make([]byte, 100), Sum: &sum}); err == nil || sum != 7 {
+		t.Fatalf("out-of-bounds write: err %v, sum %d (want an error, untouched 7)", err, sum)
 	}
 	if err := do1(t, cli, Request{Op: Read, Endpoint: addr, Segment: "s0", Offset: segSize - 10, Buf: make([]byte, 100), Sum: &sum}); err == nil || sum != 7 {
 		t.Fatalf("out-of-bounds read: err %v, sum %d (want an error, untouched 7)", err, sum)

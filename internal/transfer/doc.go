@@ -157,13 +157,19 @@
 //     sends Request.Grant with each of its frames (slices carry the grant
 //     of the whole extent). An engine without keys serves every frame, as
 //     before grants existed. The in-process local path is not checked.
-//   - Request.Sum (READ only, optional) asks for the CRC32C (Castagnoli) of
-//     the bytes read. It is computed while they arrive: the receive
+//   - Request.Sum (optional) asks for the CRC32C (Castagnoli) of the
+//     request's bytes. A READ's is computed while they arrive: the receive
 //     goroutine checksums each socket read as it lands (still in cache),
 //     slices of one request are combined in order (crc32c.Combine, zlib's
 //     crc32_combine), and the local and shared-memory paths copy and
-//     checksum in one pass (crc32c.CopyUpdate). A verifying reader (the client's Get) so needs no second pass
-//     over the object. *Sum is written only when the request succeeds.
+//     checksum in one pass (crc32c.CopyUpdate). A verifying reader (the
+//     client's Get) so needs no second pass over the object. A WRITE's is
+//     computed slice by slice just before each is sent over TCP (or each
+//     chunk posted over RDMA), so the send copies bytes the checksum just
+//     brought into cache: a large put (the client's late checksum, sent
+//     with PutEnd) reads its value from memory once, not twice. The local
+//     and shared-memory paths checksum, then copy. *Sum is written only
+//     when the request succeeds.
 //
 // There is no package-level state: several Engines may live in one process.
 //

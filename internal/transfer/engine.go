@@ -48,11 +48,13 @@ type Request struct {
 	Bucket   uint64 // only for extent sources (SSD buckets); 0 for segments
 	Offset   uint64 // byte offset in the segment (or in the bucket)
 	Buf      []byte // Write: source bytes; Read: destination; length = len(Buf)
-	// Sum, when non-nil on a READ, receives the CRC32C (Castagnoli) of the
-	// bytes read, computed while they arrive (each socket read is
-	// checksummed while still in cache; a local or shared-memory copy
-	// checksums as it copies) instead of in a second pass over Buf. Written only when the request succeeds,
-	// before Wait returns. Ignored for WRITE.
+	// Sum, when non-nil, receives the CRC32C (Castagnoli) of the request's
+	// bytes, computed while they move instead of in a second pass over
+	// Buf. A READ checksums each socket read while it is still in cache (a
+	// local or shared-memory copy checksums as it copies); a WRITE over TCP
+	// checksums each slice just before sending it, so the send copies
+	// bytes the checksum brought into cache. Written only when the request
+	// succeeds, before Wait returns.
 	Sum *uint32
 	// Offer is what the node at Endpoint offers for Segment beyond TCP, as
 	// the replica descriptor carries it (the node's SegmentOffer): with an
@@ -398,15 +400,16 @@ type reqState struct {
 	shmp  *shmPeer        // the mapping shm belongs to
 	left  atomic.Int32
 	first atomic.Pointer[error]
-	// checksum of a READ with req.Sum set: crc for one slice (or the local
-	// path); crcs[i] for slice i of sliceLen bytes when there are several.
+	// checksum of a request with req.Sum set: crc for one slice (or the
+	// local path); crcs[i] for slice i of sliceLen bytes when there are
+	// several.
 	crc      uint32
 	crcs     []uint32
 	sliceLen int
 }
 
 // wantSum reports whether the request's bytes are to be checksummed.
-func (r *reqState) wantSum() bool { return r.req.Sum != nil && r.req.Op == Read }
+func (r *reqState) wantSum() bool { return r.req.Sum != nil }
 
 // sum combines the slices' checksums in order.
 func (r *reqState) sum() uint32 {

@@ -46,11 +46,14 @@ func (t *localTransport) do(ctx context.Context, r *reqState, seg *segment, src 
 			return err
 		}
 		switch {
-		case r.wantSum():
+		case req.Op == Read && r.wantSum():
 			r.crc = copyCRCParallel(req.Buf, seg.mem[req.Offset:req.Offset+n])
 		case req.Op == Read:
 			copy(req.Buf, seg.mem[req.Offset:req.Offset+n])
 		default:
+			if r.wantSum() {
+				r.crc = crc32c.Checksum(req.Buf)
+			}
 			memcopy.NonTemporal(seg.mem[req.Offset:req.Offset+n], req.Buf)
 		}
 		return nil

@@ -226,6 +226,9 @@ func (t *rdmaTransport) do(ctx context.Context, r *reqState) error {
 				copy(local, req.Buf[off:off+n])
 			}
 		}
+		if req.Op == Write && r.wantSum() {
+			crc = crc32c.Update(crc, req.Buf[off:off+n])
+		}
 		var err error
 		if req.Op == Write {
 			err = c.Write(ctx, local, base+uint64(off), req.Offer.RDMAKey)

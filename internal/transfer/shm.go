@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kvtier/kvtier/internal/crc32c"
 	"github.com/kvtier/kvtier/internal/memcopy"
 	"github.com/kvtier/kvtier/kverr"
 )
@@ -750,11 +751,14 @@ func (t *localTransport) copyShared(r *reqState, sp *shmPeer, s *shmSeg) (ok boo
 	}
 	mem := s.mem[req.Offset : req.Offset+n]
 	switch {
-	case r.wantSum():
+	case req.Op == Read && r.wantSum():
 		r.crc = copyCRCParallel(req.Buf, mem)
 	case req.Op == Read:
 		copy(req.Buf, mem)
 	default:
+		if r.wantSum() {
+			r.crc = crc32c.Checksum(req.Buf)
+		}
 		// Segment memory is written once per put and read later, mostly by
 		// other processes: past the cache (see internal/memcopy).
 		memcopy.NonTemporal(mem, req.Buf)

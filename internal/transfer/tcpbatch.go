@@ -170,6 +170,13 @@ func (c *clientConn) sendBatchLocked(s *slice) {
 		}
 	}
 	c.bnames, c.bexts = names, exts
+	if s.op == opBatchWrite {
+		for _, x := range s.ext {
+			if x.r.wantSum() {
+				x.sumWrite()
+			}
+		}
+	}
 	if !c.enqueue(s) {
 		return
 	}

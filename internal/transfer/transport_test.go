@@ -101,7 +101,7 @@ func transportCases() []transportCase {
 
 // TestTransportContract runs one contract over every transport: writes and
 // reads of several sizes land in and come from the server's memory, Sum is
-// the bytes' CRC32C, an extent outside the segment is INVALID_PARAMS, an
+// the bytes' CRC32C (written or read, batched or not), an extent outside the segment is INVALID_PARAMS, an
 // unknown segment SEGMENT_NOT_FOUND, and (where the serving side checks
 // them) a missing grant PERMISSION_DENIED and a valid one served; the
 // transport's own counter shows it carried the requests.
@@ -114,11 +114,15 @@ func TestTransportContract(t *testing.T) {
 			for i, n := range []int{1, 4096, 65537, 1<<20 + 3, 3<<20 + 1} {
 				off := uint64(size - n - i)
 				src := randBytes(uint64(n)+7, n)
-				if err := do1(t, cli, at(Request{Op: Write, Segment: "seg", Offset: off, Buf: src})); err != nil {
+				wsum := uint32(0xdeadbeef)
+				if err := do1(t, cli, at(Request{Op: Write, Segment: "seg", Offset: off, Buf: src, Sum: &wsum})); err != nil {
 					t.Fatalf("write %d: %v", n, err)
 				}
 				if !bytes.Equal(mem[off:off+uint64(n)], src) {
 					t.Fatalf("write %d: server memory differs", n)
+				}
+				if want := crc32c.Checksum(src); wsum != want {
+					t.Fatalf("write %d: Sum %#x, want %#x", n, wsum, want)
 				}
 				dst := make([]byte, n)
 				var sum uint32
@@ -135,12 +139,19 @@ func TestTransportContract(t *testing.T) {
 			// A batch of many small requests in one Submit (batch frames
 			// over TCP), each its own result.
 			reqs := make([]Request, 64)
+			sums := make([]uint32, len(reqs))
 			for i := range reqs {
 				reqs[i] = at(Request{Op: Write, Segment: "seg", Offset: uint64(i * 4096), Buf: randBytes(uint64(i), 4096)})
+				if i%2 == 0 {
+					reqs[i].Sum = &sums[i]
+				}
 			}
 			for i, err := range cli.Do(context.Background(), reqs) {
 				if err != nil || !bytes.Equal(mem[i*4096:(i+1)*4096], reqs[i].Buf) {
 					t.Fatalf("batch write %d: %v", i, err)
+				}
+				if want := crc32c.Checksum(reqs[i].Buf); i%2 == 0 && sums[i] != want {
+					t.Fatalf("batch write %d: Sum %#x, want %#x", i, sums[i], want)
 				}
 			}
 			if got := tc.via(cli.Stats()) - before; got < 5+64 {

@@ -1,0 +1,10 @@
+package client
+
+import "context"
+
+// LateSum exposes lateSum to the external tests: whether a classic put of
+// size bytes sends its checksum with PutEnd.
+func LateSum(c *Client, ctx context.Context, size int) bool { return c.lateSum(ctx, size) }
+
+// LateSumMin is lateSumMin.
+const LateSumMin = lateSumMin
