@@ -588,7 +588,9 @@ func (sh *shared) work(ctx context.Context, w int, rng *rand.Rand, h *hdr.Histog
 		}
 		t0 := time.Now()
 		n := sh.call(ctx, op, keys, vals)
-		h.Record(time.Since(t0).Nanoseconds())
+		if n > 0 { // a failed call's latency (a miss answers fast) is not the store's speed
+			h.Record(time.Since(t0).Nanoseconds())
+		}
 		if buf != nil {
 			sh.pool.put(buf)
 		}
@@ -610,6 +612,20 @@ func Failed(results []Result) error {
 		}
 	}
 	return nil
+}
+
+// PartlyFailed describes each workload in which some operations failed
+// but not all (Failed reports those): its figures count only the
+// operations that succeeded, which the report's table does not show.
+func PartlyFailed(results []Result) []string {
+	var out []string
+	for _, r := range results {
+		if r.Errors > 0 && r.Ops > 0 {
+			out = append(out, fmt.Sprintf("%s of %d B with %d callers: %d of %d operations failed, its figures count the %d that succeeded; first: %s",
+				r.Op, r.Size, r.Concurrency, r.Errors, r.Errors+r.Ops, r.Ops, r.FirstError))
+		}
+	}
+	return out
 }
 
 // call performs one operation and returns how many keys succeeded.

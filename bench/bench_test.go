@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -562,5 +564,54 @@ func TestRunRemovesObjectsStillBeingOffloaded(t *testing.T) {
 		if len(s.exprs) < 4 {
 			t.Errorf("%d removal passes, want at least 4 (t/late-1 refused 3 times)", len(s.exprs))
 		}
+	}
+}
+
+// missingStore answers three single gets in four OBJECT_NOT_FOUND at once
+// (evicted keys); the others take slow.
+type missingStore struct {
+	*testMemStore
+	n    atomic.Int64
+	slow time.Duration
+}
+
+func (s *missingStore) GetInto(ctx context.Context, k string, buf []byte) (int, error) {
+	if s.n.Add(1)%4 != 0 {
+		return 0, kverr.New(kverr.ObjectNotFound, k, "evicted")
+	}
+	time.Sleep(s.slow)
+	return s.testMemStore.GetInto(ctx, k, buf)
+}
+
+// TestPartlyFailedIsReported: a workload in which some operations failed
+// (gets of evicted keys) is named by PartlyFailed with its counts and
+// first error, and the fast failures do not enter its latencies.
+func TestPartlyFailedIsReported(t *testing.T) {
+	s := &missingStore{testMemStore: newTestMemStore(), slow: 3 * time.Millisecond}
+	o := Options{Ops: []string{OpGet}, Sizes: []int{4096}, Concurrency: []int{1}, Duration: 100 * time.Millisecond}
+	rs, err := Run(context.Background(), o, s, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rs[0]
+	if r.Ops == 0 || r.Errors == 0 {
+		t.Fatalf("result %+v: want successes and failures", r)
+	}
+	if r.P50US < 3000 {
+		t.Errorf("p50 %.0f µs: the instant misses entered the latencies (every hit took 3 ms)", r.P50US)
+	}
+	w := PartlyFailed(rs)
+	if len(w) != 1 || !strings.Contains(w[0], fmt.Sprintf("%d of %d operations failed", r.Errors, r.Errors+r.Ops)) || !strings.Contains(w[0], "OBJECT_NOT_FOUND") {
+		t.Fatalf("PartlyFailed = %q", w)
+	}
+	if err := Failed(rs); err != nil {
+		t.Fatalf("Failed = %v for a workload that measured something", err)
+	}
+	ok, err := Run(context.Background(), o, newTestMemStore(), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := PartlyFailed(ok); len(w) != 0 {
+		t.Fatalf("PartlyFailed = %q for a healthy run", w)
 	}
 }

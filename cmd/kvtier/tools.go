@@ -230,6 +230,9 @@ results.json and throughput.svg.`,
 			} else {
 				err = bench.WriteMarkdown(os.Stdout, results)
 			}
+			for _, w := range bench.PartlyFailed(results) {
+				fmt.Fprintln(os.Stderr, "warning:", w)
+			}
 			return errors.Join(err, bench.Failed(results))
 		},
 	}
