@@ -401,7 +401,28 @@ func preload(ctx context.Context, o Options, s Store, size, conc int) ([]string,
 		}
 		keys = append(keys, k)
 	}
-	return keys, nil
+	return stillStored(ctx, s, size, keys)
+}
+
+// stillStored returns the keys of a preload that are still stored. In a
+// full store the preload's later puts may evict its earlier keys (a
+// 16 MiB put needs a free extent that large, and unread objects go
+// first): a get workload over them would measure misses.
+func stillStored(ctx context.Context, s Store, size int, keys []string) ([]string, error) {
+	kept := keys[:0:0]
+	for _, k := range keys {
+		ok, err := s.Exist(ctx, k)
+		if err != nil {
+			return nil, fmt.Errorf("bench: checking the loaded keys of %d B: %w", size, err)
+		}
+		if ok {
+			kept = append(kept, k)
+		}
+	}
+	if len(kept) == 0 {
+		return nil, fmt.Errorf("bench: none of the %d keys of %d B loaded stayed stored (the store evicted them while they were loaded)", len(keys), size)
+	}
+	return kept, nil
 }
 
 // worker state shared by one workload.

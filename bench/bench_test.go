@@ -169,8 +169,10 @@ func TestRunAgainstMemStore(t *testing.T) {
 	if got := int64(s.keys["getinto"]); got < gets {
 		t.Errorf("store saw %d gets, results say %d", got, gets)
 	}
-	if int64(s.keys["exist"]) != exists {
-		t.Errorf("store saw %d exists, results say %d", s.keys["exist"], exists)
+	// Exists: the measured ones plus one check of each of the 17 preloaded
+	// keys (stillStored).
+	if int64(s.keys["exist"]) != exists+16+1 {
+		t.Errorf("store saw %d exists, results say %d (+17 checks of the preload)", s.keys["exist"], exists)
 	}
 	if s.calls["batchput"]+s.calls["batchget"]+s.calls["batchexist"] != 0 {
 		t.Error("batch calls used with Batch 1")
@@ -613,5 +615,46 @@ func TestPartlyFailedIsReported(t *testing.T) {
 	}
 	if w := PartlyFailed(ok); len(w) != 0 {
 		t.Fatalf("PartlyFailed = %q for a healthy run", w)
+	}
+}
+
+// evictingStore keeps only the last keep keys put, as a full store that
+// evicts a preload's earlier keys to place its later ones.
+type evictingStore struct {
+	*testMemStore
+	keep  int
+	order []string
+}
+
+func (s *evictingStore) Put(ctx context.Context, k string, v []byte) error {
+	if err := s.testMemStore.Put(ctx, k, v); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.order = append(s.order, k)
+	for len(s.order) > s.keep {
+		delete(s.data, s.order[0])
+		s.order = s.order[1:]
+	}
+	return nil
+}
+
+// TestGetsReadOnlyKeysStillStored: a get workload reads only the preloaded
+// keys the store still holds after the preload (none missing, so no
+// errors); when it held none, the run says why.
+func TestGetsReadOnlyKeysStillStored(t *testing.T) {
+	o := Options{Ops: []string{OpGet}, Sizes: []int{4096}, Concurrency: []int{2}, Duration: 50 * time.Millisecond, KeyBudgetBytes: 64 * 4096}
+	s := &evictingStore{testMemStore: newTestMemStore(), keep: 10}
+	rs, err := Run(context.Background(), o, s, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs[0].Errors != 0 || rs[0].Ops == 0 {
+		t.Fatalf("result %+v: want gets of the 10 keys still stored, none failing", rs[0])
+	}
+	s = &evictingStore{testMemStore: newTestMemStore(), keep: 0}
+	if _, err := Run(context.Background(), o, s, io.Discard); err == nil || !strings.Contains(err.Error(), "none of the 64 keys of 4096 B loaded stayed stored") {
+		t.Fatalf("Run = %v, want the preload's loss named", err)
 	}
 }
