@@ -356,6 +356,10 @@ func Run(ctx context.Context, o Options, s Store, progressW io.Writer) (out []Re
 	bar := progress.New(progressW, "bench", total)
 	done := int64(0)
 	loaded := map[int][]string{} // size -> pre-loaded keys
+	// One sequence of put keys for the whole run: a workload reusing an
+	// earlier one's keys (still stored until the run ends) would measure
+	// OBJECT_ALREADY_EXISTS answers instead of puts.
+	var putSeq atomic.Int64
 	for _, op := range o.Ops {
 		for _, size := range o.Sizes {
 			for _, c := range o.Concurrency {
@@ -368,7 +372,7 @@ func Run(ctx context.Context, o Options, s Store, progressW io.Writer) (out []Re
 					}
 					loaded[size] = keys
 				}
-				r, err := runOne(ctx, o, s, op, size, c, keys)
+				r, err := runOne(ctx, o, s, op, size, c, keys, &putSeq)
 				if err != nil {
 					return out, err
 				}
@@ -433,7 +437,7 @@ type shared struct {
 	size  int
 	keys  []string
 	pool  *bufPool
-	seq   atomic.Int64
+	seq   *atomic.Int64 // the run's put key sequence
 	stop  atomic.Bool
 	calls atomic.Int64
 
@@ -453,8 +457,8 @@ func (sh *shared) noteErr(err error) {
 	sh.errMu.Unlock()
 }
 
-func runOne(ctx context.Context, o Options, s Store, op string, size, conc int, keys []string) (r Result, err error) {
-	sh := &shared{o: o, s: s, op: op, size: size, keys: keys}
+func runOne(ctx context.Context, o Options, s Store, op string, size, conc int, keys []string, putSeq *atomic.Int64) (r Result, err error) {
+	sh := &shared{o: o, s: s, op: op, size: size, keys: keys, seq: putSeq}
 	tc, _ := s.(TransferCounter)
 	var shm0, tcp0, loc0 uint64
 	if tc != nil {

@@ -658,3 +658,20 @@ func TestGetsReadOnlyKeysStillStored(t *testing.T) {
 		t.Fatalf("Run = %v, want the preload's loss named", err)
 	}
 }
+
+// TestPutKeysNeverRepeatInARun: every put of a run writes a new key, also
+// across workloads of the same size (the store still holds the earlier
+// workloads' objects until the run ends; a repeated key measures an
+// OBJECT_ALREADY_EXISTS answer, not a put).
+func TestPutKeysNeverRepeatInARun(t *testing.T) {
+	s := newTestMemStore()
+	o := Options{Ops: []string{OpPut, OpMixed}, Sizes: []int{4096}, Concurrency: []int{1, 2}, Duration: 30 * time.Millisecond, KeepKeys: true}
+	if _, err := Run(context.Background(), o, s, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.keys["put"] == 0 || len(s.data) != s.keys["put"] {
+		t.Fatalf("%d puts stored %d distinct keys", s.keys["put"], len(s.data))
+	}
+}
