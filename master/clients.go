@@ -41,7 +41,11 @@ type client struct {
 	drained  map[string]struct{} // guarded by mu: names heartbeats must not remount
 	ident    Identity            // guarded by mu: the incarnation holding the name (identity.go)
 	retired  []string            // guarded by mu: the last incarnations replaced by a restart (identity.go)
-	health   clientHealth        // guarded by mu: what its last beat said of itself
+	// restarting (guarded by mu) is closed when the restart a contact of
+	// the current incarnation began is done (nil: none runs); the
+	// incarnation's other contacts wait for it (admit).
+	restarting chan struct{}
+	health     clientHealth // guarded by mu: what its last beat said of itself
 }
 
 // clientHealth is what a client's last beat said of itself.

@@ -78,7 +78,16 @@ func (m *Master) admit(c *client, id Identity, endpoint string, now int64) error
 		if cur.Incarnation == "" {
 			c.ident = id
 		}
+		restarting := c.restarting
 		c.mu.Unlock()
+		if restarting != nil {
+			// Another contact of this incarnation (its first heartbeat,
+			// racing its first mount) is restarting the node: acting
+			// before that is done, a mount would be unmounted by it and
+			// an SSD registration ended would leave the copies it just
+			// registered unconfirmed, then dropped.
+			<-restarting
+		}
 		return nil
 	}
 	if slices.Contains(c.retired, id.Incarnation) {
@@ -106,9 +115,17 @@ func (m *Master) admit(c *client, id Identity, endpoint string, now int64) error
 	if len(c.retired) > maxRetired {
 		c.retired = slices.Delete(c.retired, 0, len(c.retired)-maxRetired)
 	}
+	done := make(chan struct{})
+	c.restarting = done
 	c.mu.Unlock()
 	// Its copies can come back only from the same SSD directory.
 	m.restartNode(c, cur.Incarnation, id.Incarnation, id.DiskID != "" && id.DiskID == cur.DiskID)
+	c.mu.Lock()
+	if c.restarting == done {
+		c.restarting = nil
+	}
+	c.mu.Unlock()
+	close(done)
 	return nil
 }
 
