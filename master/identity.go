@@ -64,6 +64,9 @@ func (m *Master) mountAs(clientID string, id Identity, seg Segment) error {
 //     old one is provably or probably dead: same SSD directory (DiskID),
 //     same data address, the old one not LIVE, or silent for at least
 //     RestartTakeover (default 3 s, three heartbeat intervals).
+//   - A contact of the new incarnation that arrives while another of its
+//     contacts runs the restart (its first heartbeat races its first mount)
+//     waits until the restart is done, so nothing it does is undone by it.
 //   - Otherwise two live processes claim one name: the newcomer is refused
 //     with ILLEGAL_CLIENT naming both incarnations and addresses, and the
 //     old one keeps the name.
