@@ -408,18 +408,21 @@ func preload(ctx context.Context, o Options, s Store, size, conc int) ([]string,
 	return stillStored(ctx, s, size, keys)
 }
 
-// stillStored returns the keys of a preload that are still stored. In a
-// full store the preload's later puts may evict its earlier keys (a
-// 16 MiB put needs a free extent that large, and unread objects go
-// first): a get workload over them would measure misses.
+// stillStored returns the keys of a preload that are still stored (one
+// BatchExist call). In a full store the preload's later puts may evict
+// its earlier keys (a 16 MiB put needs a free extent that large, and
+// unread objects go first): a get workload over them would measure misses.
 func stillStored(ctx context.Context, s Store, size int, keys []string) ([]string, error) {
+	there, err := s.BatchExist(ctx, keys)
+	if err == nil && len(there) != len(keys) {
+		err = fmt.Errorf("%d answers for %d keys", len(there), len(keys))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bench: checking the loaded keys of %d B: %w", size, err)
+	}
 	kept := keys[:0:0]
-	for _, k := range keys {
-		ok, err := s.Exist(ctx, k)
-		if err != nil {
-			return nil, fmt.Errorf("bench: checking the loaded keys of %d B: %w", size, err)
-		}
-		if ok {
+	for i, k := range keys {
+		if there[i] {
 			kept = append(kept, k)
 		}
 	}

@@ -189,7 +189,7 @@ func dropWaits(ws []dramWait, node string) []dramWait {
 // putEndExcept is PutEnd waiting for no acknowledgement of node (a direct
 // put's holder: it answers its client only once it applied the commit
 // record itself, the same guarantee without a round trip back here).
-func (m *Master) putEndExcept(ctx context.Context, client, tenant, key, node string, sum Checksum) error {
+func (m *Master) putEndExcept(ctx context.Context, client, tenant, key, node string, sum endChecksum) error {
 	ws, err := m.putEnd(client, tenant, key, sum)
 	if err == nil {
 		m.awaitCommits(ctx, dropWaits(ws, node))

@@ -261,8 +261,8 @@ func (s *grpcServer) PutEnd(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtie
 }
 
 // endSum is the checksum a PutEnd carries (kvtierpb.KeyRequest.crc32c).
-func endSum(r *kvtierpb.KeyRequest) Checksum {
-	return Checksum{CRC32C: r.GetCrc32C(), Has: r.GetHasChecksum()}
+func endSum(r *kvtierpb.KeyRequest) endChecksum {
+	return endChecksum{crc: r.GetCrc32C(), has: r.GetHasChecksum()}
 }
 
 func (s *grpcServer) PutRevoke(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtierpb.Empty, error) {

@@ -311,38 +311,38 @@ func (m *Master) lockWriter(client, tenant, key string) (*shard, string, *object
 // (dramdir.go). A put with the client's checksum had its record queued at
 // PutStart, so this is usually done already and PutEnd does not wait.
 func (m *Master) PutEnd(ctx context.Context, client, tenant, key string) error {
-	ws, err := m.putEnd(client, tenant, key, Checksum{})
+	ws, err := m.putEnd(client, tenant, key, endChecksum{})
 	if err == nil {
 		m.awaitCommits(ctx, ws)
 	}
 	return err
 }
 
-// Checksum is a CRC32C given at PutEnd (Has false: none), for a put whose
+// endChecksum is a CRC32C given at PutEnd (has false: none), for a put whose
 // PutStart carried none: a client that checksums a large value slice by
 // slice as it sends it knows the sum only once the bytes are written.
-type Checksum struct {
-	CRC32C uint32
-	Has    bool
+type endChecksum struct {
+	crc uint32
+	has bool
 }
 
 // putEnd is PutEnd without the wait for the DRAM directories; it returns
 // what to wait for. sum is the checksum the PutEnd carries, if any.
-func (m *Master) putEnd(client, tenant, key string, sum Checksum) ([]dramWait, error) {
+func (m *Master) putEnd(client, tenant, key string, sum endChecksum) ([]dramWait, error) {
 	sh, k, o, err := m.lockWriter(client, tenant, key)
 	if err != nil {
 		return nil, err
 	}
 	defer sh.mu.Unlock()
 	startSum := o.flags&flagHasCRC != 0 // its commit record went at PutStart
-	if sum.Has && startSum && sum.CRC32C != o.crc {
-		return nil, kverr.New(kverr.ChecksumMismatch, key, "PutEnd checksum %08x contradicts PutStart's %08x", sum.CRC32C, o.crc)
+	if sum.has && startSum && sum.crc != o.crc {
+		return nil, kverr.New(kverr.ChecksumMismatch, key, "PutEnd checksum %08x contradicts PutStart's %08x", sum.crc, o.crc)
 	}
 	if o.complete {
 		return nil, nil // a retried PutEnd, or one whose put a new master rebuilt
 	}
-	if sum.Has && !startSum {
-		o.crc = sum.CRC32C
+	if sum.has && !startSum {
+		o.crc = sum.crc
 		o.flags |= flagHasCRC
 	}
 	now := m.now().UnixNano()

@@ -186,7 +186,7 @@ func (m *Master) batchPutEndExcept(ctx context.Context, client, tenant string, k
 	defer func() { m.awaitCommits(ctx, dropWaits(ws, node)) }() // one wait for the batch
 	for i, k := range keys {
 		var w []dramWait
-		w, out[i] = m.putEnd(client, tenant, k, Checksum{})
+		w, out[i] = m.putEnd(client, tenant, k, endChecksum{})
 		ws = append(ws, w...)
 	}
 	return out
