@@ -28,14 +28,26 @@ const (
 	// appliance's get reads objects nobody touched lately. tcp-process
 	// sends one buffer per connection, hot in the cache.
 	BaselineTCPProcessCold = "tcp-process-cold"
-	BaselineMemcpy         = "memcpy"
+	// BaselineTCPProcessStore is tcp-process-cold whose receiving process
+	// also lands each message at the next place of a working set as large
+	// (pre-faulted), instead of in one reused buffer, as an appliance
+	// writes every put into DRAM nobody touched lately. It is raw TCP doing
+	// the memory traffic a store's put cannot avoid (read the value from
+	// DRAM, land it in DRAM), and nothing else: no protocol, no checksum.
+	BaselineTCPProcessStore = "tcp-process-store"
+	BaselineMemcpy          = "memcpy"
 )
 
 // NeedsSink reports whether baseline name runs its receiver in another
-// process (Options.SinkCommand): tcp-process and tcp-process-cold.
+// process (Options.SinkCommand): tcp-process, tcp-process-cold and
+// tcp-process-store.
 func NeedsSink(name string) bool {
-	return name == BaselineTCPProcess || name == BaselineTCPProcessCold
+	return name == BaselineTCPProcess || name == BaselineTCPProcessCold || name == BaselineTCPProcessStore
 }
+
+// sinkLandsEnv, set to "1" in a sink process's environment (StartSink for
+// tcp-process-store), makes RunSink land messages in a working set.
+const sinkLandsEnv = "KVTIER_BENCH_SINK_LANDS"
 
 // RawTCP measures a plain Go sender and receiver on loopback moving the same
 // bytes kvtier moves: each of conns connections sends size-byte messages and
@@ -65,15 +77,22 @@ func RawTCP(ctx context.Context, size, conns int, duration time.Duration) (Resul
 // peer closes. It returns when ln is closed or ctx ends (which closes ln and
 // every connection), once its connections' goroutines are done.
 func ServeSink(ctx context.Context, ln net.Listener, size int) error {
+	return serveSink(ctx, ln, size, nil)
+}
+
+// serveSink is ServeSink landing message after message in land (whole
+// messages of size bytes, shared by the connections) when it is set.
+func serveSink(ctx context.Context, ln net.Listener, size int, land []byte) error {
 	if size <= 0 {
 		ln.Close()
 		return fmt.Errorf("bench: sink message size %d", size)
 	}
 	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		conns = map[net.Conn]struct{}{}
-		done  bool
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		conns  = map[net.Conn]struct{}{}
+		done   bool
+		landed atomic.Uint64 // messages begun in land
 	)
 	stop := context.AfterFunc(ctx, func() {
 		ln.Close()
@@ -109,15 +128,26 @@ func ServeSink(ctx context.Context, ln net.Listener, size int) error {
 				mu.Unlock()
 				c.Close()
 			}()
-			buf := make([]byte, min(size, 4<<20))
+			var buf []byte
+			if land == nil {
+				buf = make([]byte, min(size, 4<<20))
+			}
 			ack := []byte{1}
 			for {
-				for left := size; left > 0; {
-					n, err := c.Read(buf[:min(left, len(buf))])
-					if err != nil {
+				if land != nil {
+					k := landed.Add(1) - 1
+					off := k % uint64(len(land)/size) * uint64(size)
+					if _, err := io.ReadFull(c, land[off:off+uint64(size)]); err != nil {
 						return
 					}
-					left -= n
+				} else {
+					for left := size; left > 0; {
+						n, err := c.Read(buf[:min(left, len(buf))])
+						if err != nil {
+							return
+						}
+						left -= n
+					}
 				}
 				if _, err := c.Write(ack); err != nil {
 					return
@@ -264,19 +294,20 @@ func (s *tcpSenders) run(ctx context.Context, duration time.Duration, h *hdr.His
 // process's goroutines mostly avoid, so this is the limit for bytes that
 // cross from one program to another over loopback.
 func RawTCPProcess(ctx context.Context, sink []string, size, conns int, duration time.Duration) (Result, error) {
-	return rawTCPProcess(ctx, sink, size, conns, duration, false)
+	return rawTCPProcess(ctx, sink, size, conns, duration, BaselineTCPProcess)
 }
 
-func rawTCPProcess(ctx context.Context, sink []string, size, conns int, duration time.Duration, cold bool) (Result, error) {
+// rawTCPProcess measures name: tcp-process, tcp-process-cold or
+// tcp-process-store.
+func rawTCPProcess(ctx context.Context, sink []string, size, conns int, duration time.Duration, name string) (Result, error) {
 	if size <= 0 || conns <= 0 || duration <= 0 {
 		return Result{}, fmt.Errorf("bench: raw TCP needs size, conns and duration > 0")
 	}
 	var set []byte
-	name := BaselineTCPProcess
-	if cold {
-		set, name = coldWorkingSet(size), BaselineTCPProcessCold
+	if name != BaselineTCPProcess {
+		set = coldWorkingSet(size)
 	}
-	addr, stopSink, err := StartSink(ctx, sink, size)
+	addr, stopSink, err := startSink(ctx, sink, size, name == BaselineTCPProcessStore)
 	if err != nil {
 		return Result{}, err
 	}
@@ -310,7 +341,8 @@ var (
 // RunSink is the sink process's side of StartSink: it listens on a free
 // loopback port, prints SinkBanner and the address on out, and serves
 // ServeSink for size-byte messages until in reaches its end (the parent
-// closed it or died) or ctx ends.
+// closed it or died) or ctx ends. Started for tcp-process-store (its
+// environment says so), it lands the messages in a working set instead.
 func RunSink(ctx context.Context, size int, in io.Reader, out io.Writer) error {
 	if size <= 0 {
 		return fmt.Errorf("bench: sink message size %d: want > 0", size)
@@ -329,7 +361,11 @@ func RunSink(ctx context.Context, size int, in io.Reader, out io.Writer) error {
 		ln.Close()
 		return err
 	}
-	return ServeSink(ctx, ln, size)
+	var land []byte
+	if os.Getenv(sinkLandsEnv) == "1" {
+		land = coldWorkingSet(size)
+	}
+	return serveSink(ctx, ln, size, land)
 }
 
 // SelfSink is the SinkCommand of a program whose `bench --tcp-sink SIZE`
@@ -352,10 +388,19 @@ const SinkBanner = "sink "
 // closes (kvtier bench --tcp-sink SIZE does). stop closes that input and
 // waits for the process (killing it after 5 s).
 func StartSink(ctx context.Context, argv []string, size int) (addr string, stop func() error, err error) {
+	return startSink(ctx, argv, size, false)
+}
+
+// startSink is StartSink, for a sink that lands its messages in a working
+// set when lands is set (tcp-process-store).
+func startSink(ctx context.Context, argv []string, size int, lands bool) (addr string, stop func() error, err error) {
 	if len(argv) == 0 {
 		return "", nil, errors.New("bench: no sink command for the tcp-process baseline")
 	}
 	cmd := exec.Command(argv[0], append(argv[1:len(argv):len(argv)], strconv.Itoa(size))...)
+	if lands {
+		cmd.Env = append(os.Environ(), sinkLandsEnv+"=1")
+	}
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -428,7 +473,8 @@ func Memcpy(size int, duration time.Duration) Result {
 	return r
 }
 
-// RunBaseline measures baseline name (tcp, tcp-process, tcp-process-cold or memcpy) at every
+// RunBaseline measures baseline name (tcp, tcp-process, tcp-process-cold,
+// tcp-process-store or memcpy) at every
 // size of o (and, for the TCP ones, every concurrency), each for
 // o.Duration. tcp-process starts o.SinkCommand (see StartSink) once per
 // size and concurrency.
@@ -445,14 +491,14 @@ func RunBaseline(ctx context.Context, name string, o Options) ([]Result, error) 
 				return out, err
 			}
 			out = append(out, Memcpy(size, o.Duration))
-		case BaselineTCP, BaselineTCPProcess, BaselineTCPProcessCold:
+		case BaselineTCP, BaselineTCPProcess, BaselineTCPProcessCold, BaselineTCPProcessStore:
 			for _, c := range o.Concurrency {
 				var r Result
 				var err error
 				if name == BaselineTCP {
 					r, err = RawTCP(ctx, size, c, o.Duration)
 				} else {
-					r, err = rawTCPProcess(ctx, o.SinkCommand, size, c, o.Duration, name == BaselineTCPProcessCold)
+					r, err = rawTCPProcess(ctx, o.SinkCommand, size, c, o.Duration, name)
 				}
 				if err != nil {
 					return out, err
@@ -460,7 +506,7 @@ func RunBaseline(ctx context.Context, name string, o Options) ([]Result, error) 
 				out = append(out, r)
 			}
 		default:
-			return nil, fmt.Errorf("bench: unknown baseline %q (want tcp, tcp-process, tcp-process-cold or memcpy)", name)
+			return nil, fmt.Errorf("bench: unknown baseline %q (want tcp, tcp-process, tcp-process-cold, tcp-process-store or memcpy)", name)
 		}
 	}
 	return out, nil

@@ -87,8 +87,8 @@ type Options struct {
 	// every key under KeyPrefix when it ends, where the Store can
 	// (Cleaner).
 	KeepKeys bool
-	// Beside names a baseline (tcp, tcp-process or tcp-process-cold, the
-	// last two with SinkCommand) measured in turns with every workload: Rounds rounds,
+	// Beside names a baseline (tcp, tcp-process, tcp-process-cold or
+	// tcp-process-store, the last three with SinkCommand) measured in turns with every workload: Rounds rounds,
 	// each running the workload and the baseline (same size, as many
 	// connections as callers) for Duration/Rounds, in alternating order,
 	// so both see the same machine. The workload's Result carries the
@@ -198,7 +198,7 @@ func (o Options) Validate() error {
 	}
 	switch o.Beside {
 	case "":
-	case BaselineTCP, BaselineTCPProcess, BaselineTCPProcessCold:
+	case BaselineTCP, BaselineTCPProcess, BaselineTCPProcessCold, BaselineTCPProcessStore:
 		if NeedsSink(o.Beside) && len(o.SinkCommand) == 0 {
 			return fmt.Errorf("bench: beside %s needs the sink command", o.Beside)
 		}
@@ -213,7 +213,7 @@ func (o Options) Validate() error {
 			return fmt.Errorf("bench: duration %v in %d rounds gives turns under %v: fewer rounds or a longer duration", d, rounds, minRound)
 		}
 	default:
-		return fmt.Errorf("bench: beside %q: want tcp, tcp-process or tcp-process-cold", o.Beside)
+		return fmt.Errorf("bench: beside %q: want tcp, tcp-process, tcp-process-cold or tcp-process-store", o.Beside)
 	}
 	return nil
 }

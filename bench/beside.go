@@ -52,16 +52,16 @@ func startBeside(ctx context.Context, o Options, size, conc int) (*besideSession
 		served := make(chan struct{})
 		go func() { defer close(served); _ = ServeSink(sctx, ln, size) }()
 		addr, stop = ln.Addr().String(), func() error { cancel(); <-served; return nil }
-	case BaselineTCPProcess, BaselineTCPProcessCold:
+	case BaselineTCPProcess, BaselineTCPProcessCold, BaselineTCPProcessStore:
 		var err error
-		if addr, stop, err = StartSink(ctx, o.SinkCommand, size); err != nil {
+		if addr, stop, err = startSink(ctx, o.SinkCommand, size, o.Beside == BaselineTCPProcessStore); err != nil {
 			return nil, err
 		}
 	default:
-		return nil, fmt.Errorf("bench: cannot measure beside %q (want tcp, tcp-process or tcp-process-cold)", o.Beside)
+		return nil, fmt.Errorf("bench: cannot measure beside %q (want tcp, tcp-process, tcp-process-cold or tcp-process-store)", o.Beside)
 	}
 	var cold []byte
-	if o.Beside == BaselineTCPProcessCold {
+	if o.Beside == BaselineTCPProcessCold || o.Beside == BaselineTCPProcessStore {
 		cold = coldWorkingSet(size)
 	}
 	senders, err := dialSenders(ctx, addr, size, conc, cold)

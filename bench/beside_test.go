@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net"
@@ -126,7 +127,7 @@ func TestBesideOptionsValidate(t *testing.T) {
 		want string
 	}{
 		{Options{Rounds: 3}, "give beside too"},
-		{Options{Beside: "redis"}, "want tcp, tcp-process or tcp-process-cold"},
+		{Options{Beside: "redis"}, "want tcp, tcp-process, tcp-process-cold or tcp-process-store"},
 		{Options{Beside: BaselineTCPProcess}, "sink command"},
 		{Options{Beside: BaselineTCP, Rounds: -1}, "negative"},
 		{Options{Beside: BaselineTCP, Duration: time.Second, Rounds: 20}, "turns under"},
@@ -243,5 +244,91 @@ func TestBesideTurnFailsOnALostConnection(t *testing.T) {
 	_, err = b.round(context.Background(), 200*time.Millisecond)
 	if err == nil || !strings.Contains(err.Error(), "1 of 2 connections failed") {
 		t.Fatalf("turn with a broken connection: %v, want an error saying 1 of 2 connections failed", err)
+	}
+}
+
+// TestSinkLandsMessagesInTurn: a landing sink (tcp-process-store) puts
+// message after message at the next place of its working set, wrapping
+// around, across connections, and acknowledges each once it has landed.
+func TestSinkLandsMessagesInTurn(t *testing.T) {
+	const size, slots = 4096, 4
+	land := make([]byte, slots*size)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- serveSink(ctx, ln, size, land) }()
+	defer func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Error(err)
+		}
+	}()
+	var conns [2]net.Conn
+	for i := range conns {
+		if conns[i], err = net.Dial("tcp", ln.Addr().String()); err != nil {
+			t.Fatal(err)
+		}
+		defer conns[i].Close()
+	}
+	ack := make([]byte, 1)
+	for m := range 2*slots + 1 {
+		c := conns[m%2]
+		if _, err := c.Write(bytes.Repeat([]byte{byte(m + 1)}, size)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, ack); err != nil {
+			t.Fatal(err)
+		}
+		slot := land[m%slots*size : (m%slots+1)*size]
+		if slot[0] != byte(m+1) || slot[size-1] != byte(m+1) || bytes.Count(slot, []byte{byte(m + 1)}) != size {
+			t.Fatalf("message %d did not land whole in slot %d (first byte %d)", m, m%slots, slot[0])
+		}
+	}
+}
+
+// TestTCPProcessStore runs the store baseline alone and beside a workload,
+// against a sink in a real second process that StartSink told to land its
+// messages; the results are named tcp-process-store and the report marks
+// them "store".
+func TestTCPProcessStore(t *testing.T) {
+	// The sink's environment carries the instruction to land.
+	addr, stop, err := startSink(context.Background(), []string{"sh", "-c", `echo "sink lands=$` + sinkLandsEnv + `"; cat >/dev/null`, "sh"}, 4096, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if addr != "lands=1" {
+		t.Fatalf("the sink saw %q, want lands=1", addr)
+	}
+
+	t.Setenv(sinkEnv, "1")
+	sink := []string{os.Args[0], "-test.run=^$"}
+	rs, err := RunBaseline(context.Background(), BaselineTCPProcessStore, Options{Sizes: []int{1 << 20}, Concurrency: []int{2},
+		Duration: 300 * time.Millisecond, SinkCommand: sink})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := rs[0]; r.System != BaselineTCPProcessStore || r.Ops <= 0 || r.Errors != 0 || r.GBytesPerSec <= 0 {
+		t.Fatalf("implausible store baseline %+v", r)
+	}
+	rs, err = Run(context.Background(), Options{Ops: []string{OpPut}, Sizes: []int{64 << 10}, Duration: 400 * time.Millisecond,
+		KeyBudgetBytes: 1 << 20, Beside: BaselineTCPProcessStore, Rounds: 2, SinkCommand: sink}, newTestMemStore(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs[0].Beside != BaselineTCPProcessStore || rs[0].VsBeside <= 0 {
+		t.Fatalf("no store baseline figures in %+v", rs[0])
+	}
+	var md strings.Builder
+	if err := WriteMarkdown(&md, rs); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(md.String(), "† store") {
+		t.Errorf("report does not mark the turns' baseline as store:\n%s", md.String())
 	}
 }

@@ -368,7 +368,7 @@ func Ratios(rs []Result) []Ratio {
 			switch r.Beside {
 			case BaselineTCP:
 				q.TCPGBps, q.VsTCP = r.BesideGBytesPerSec, r.VsBeside
-			case BaselineTCPProcess, BaselineTCPProcessCold:
+			case BaselineTCPProcess, BaselineTCPProcessCold, BaselineTCPProcessStore:
 				q.TCPProcessGBps, q.VsTCPProcess = r.BesideGBytesPerSec, r.VsBeside
 			}
 			q.InTurns, q.Beside, q.TurnsMin, q.TurnsMax = true, r.Beside, r.VsBesideMin, r.VsBesideMax
@@ -454,8 +454,11 @@ func WriteMarkdown(w io.Writer, rs []Result, notes ...string) error {
 		if q.InTurns {
 			turns = true
 			cell := fmt.Sprintf("%s (%.2f–%.2f)†", ratioCell(r.VsBeside), q.TurnsMin, q.TurnsMax)
-			if r.Beside == BaselineTCPProcessCold {
+			switch r.Beside {
+			case BaselineTCPProcessCold:
 				cell += " cold"
+			case BaselineTCPProcessStore:
+				cell += " store"
 			}
 			if r.Beside == BaselineTCP {
 				vsTCP = cell
@@ -468,7 +471,7 @@ func WriteMarkdown(w io.Writer, rs []Result, notes ...string) error {
 			gbCell(q.TCPGBps), vsTCP, gbCell(q.TCPProcessGBps), vsProc, gbCell(q.RedisGBps), ratioCell(q.VsRedis))
 	}
 	if turns {
-		b.WriteString("\n† measured in turns with the workload (kvtier bench --beside): the two alternate in short rounds, so both see the same machine; in brackets the lowest and highest ratio of single rounds; \"cold\": raw TCP sending from a working set in DRAM (tcp-process-cold), as a get reads objects nobody touched lately.\n")
+		b.WriteString("\n† measured in turns with the workload (kvtier bench --beside): the two alternate in short rounds, so both see the same machine; in brackets the lowest and highest ratio of single rounds; \"cold\": raw TCP sending from a working set in DRAM (tcp-process-cold), as a get reads objects nobody touched lately; \"store\": that, and the receiving process lands each message at the next place of a working set in DRAM (tcp-process-store), as an appliance stores a put.\n")
 	}
 	b.WriteString("\n## Baselines\n\n| system | op | size | clients | GB/s | ops/s | p50 µs | p99 µs | note |\n|---|---|---:|---:|---:|---:|---:|---:|---|\n")
 	base := make([]Result, 0, len(rs))
