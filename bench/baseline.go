@@ -347,6 +347,13 @@ func RunSink(ctx context.Context, size int, in io.Reader, out io.Writer) error {
 	if size <= 0 {
 		return fmt.Errorf("bench: sink message size %d: want > 0", size)
 	}
+	// The working set is faulted in before the banner: the sender starts
+	// timing once it reads the address, and first touching 256 MiB takes
+	// most of a second here, which would slow the baseline's first turn.
+	var land []byte
+	if os.Getenv(sinkLandsEnv) == "1" {
+		land = coldWorkingSet(size)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return fmt.Errorf("bench: sink: %w", err)
@@ -360,10 +367,6 @@ func RunSink(ctx context.Context, size int, in io.Reader, out io.Writer) error {
 	if _, err := fmt.Fprintf(out, "%s%s\n", SinkBanner, ln.Addr()); err != nil {
 		ln.Close()
 		return err
-	}
-	var land []byte
-	if os.Getenv(sinkLandsEnv) == "1" {
-		land = coldWorkingSet(size)
 	}
 	return serveSink(ctx, ln, size, land)
 }

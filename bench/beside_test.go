@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"io"
@@ -330,5 +331,38 @@ func TestTCPProcessStore(t *testing.T) {
 	}
 	if !strings.Contains(md.String(), "† store") {
 		t.Errorf("report does not mark the turns' baseline as store:\n%s", md.String())
+	}
+}
+
+// TestLandingSinkFaultsItsWorkingSetBeforeTheBanner: the sender starts its
+// clock when the sink prints its address, so a landing sink must have its
+// working set in memory by then (first touch of 256 MiB takes most of a
+// second, which would have slowed the baseline's first turn and flattered
+// kvtier's ratio).
+func TestLandingSinkFaultsItsWorkingSetBeforeTheBanner(t *testing.T) {
+	t.Setenv(sinkLandsEnv, "1")
+	const size = 3 << 20
+	need := max(DefaultKeyBudgetBytes/size, 4) * size
+	coldMu.Lock()
+	coldSet = nil // as in a fresh sink process (other tests grew it)
+	coldMu.Unlock()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- RunSink(context.Background(), size, inR, outW) }()
+	line, err := bufio.NewReader(outR).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, SinkBanner) {
+		t.Fatalf("banner %q, %v", line, err)
+	}
+	coldMu.Lock()
+	have := len(coldSet)
+	coldMu.Unlock()
+	if have < need/size*size {
+		t.Errorf("at the banner the working set held %d B, want >= %d", have, need/size*size)
+	}
+	go func() { _, _ = io.Copy(io.Discard, outR) }()
+	inW.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
