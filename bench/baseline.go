@@ -81,7 +81,9 @@ func ServeSink(ctx context.Context, ln net.Listener, size int) error {
 }
 
 // serveSink is ServeSink landing message after message in land (whole
-// messages of size bytes, shared by the connections) when it is set.
+// messages of size bytes, shared by the connections) when it is set. With
+// more connections than places two may land in one place at once: the
+// bytes are thrown away, and the memory traffic is the same.
 func serveSink(ctx context.Context, ln net.Listener, size int, land []byte) error {
 	if size <= 0 {
 		ln.Close()

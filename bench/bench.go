@@ -88,8 +88,8 @@ type Options struct {
 	// (Cleaner).
 	KeepKeys bool
 	// Beside names a baseline (tcp, tcp-process, tcp-process-cold or
-	// tcp-process-store, the last three with SinkCommand) measured in turns with every workload: Rounds rounds,
-	// each running the workload and the baseline (same size, as many
+	// tcp-process-store, the last three with SinkCommand) measured in
+	// turns with every workload: Rounds rounds, each running the workload and the baseline (same size, as many
 	// connections as callers) for Duration/Rounds, in alternating order,
 	// so both see the same machine. The workload's Result carries the
 	// baseline's rate and the ratios (besideSession says why). Exist

@@ -186,20 +186,28 @@ func TestTCPProcessCold(t *testing.T) {
 		t.Fatalf("cold sends: %d acknowledged, %d taken from the working set (%v)", ops, s.next.Load(), err)
 	}
 
-	rs, err = Run(context.Background(), Options{Ops: []string{OpGet}, Sizes: []int{64 << 10}, Duration: 400 * time.Millisecond,
-		KeyBudgetBytes: 1 << 20, Beside: BaselineTCPProcessCold, Rounds: 2, SinkCommand: sink}, newTestMemStore(), nil)
+	checkBesideMarked(t, OpGet, BaselineTCPProcessCold, sink, "cold")
+}
+
+// checkBesideMarked runs an op workload beside baseline against a map
+// store and checks that the result carries the baseline's figures and the
+// report marks the turns with mark.
+func checkBesideMarked(t *testing.T, op, baseline string, sink []string, mark string) {
+	t.Helper()
+	rs, err := Run(context.Background(), Options{Ops: []string{op}, Sizes: []int{64 << 10}, Duration: 400 * time.Millisecond,
+		KeyBudgetBytes: 1 << 20, Beside: baseline, Rounds: 2, SinkCommand: sink}, newTestMemStore(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rs[0].Beside != BaselineTCPProcessCold || rs[0].VsBeside <= 0 {
-		t.Fatalf("no cold baseline figures in %+v", rs[0])
+	if rs[0].Beside != baseline || rs[0].VsBeside <= 0 {
+		t.Fatalf("no %s baseline figures in %+v", baseline, rs[0])
 	}
 	var md strings.Builder
 	if err := WriteMarkdown(&md, rs); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(md.String(), "† cold") {
-		t.Errorf("report does not mark the turns' baseline as cold:\n%s", md.String())
+	if !strings.Contains(md.String(), "† "+mark) {
+		t.Errorf("report does not mark the turns' baseline as %s:\n%s", mark, md.String())
 	}
 }
 
@@ -334,21 +342,7 @@ func TestTCPProcessStore(t *testing.T) {
 	if r := rs[0]; r.System != BaselineTCPProcessStore || r.Ops <= 0 || r.Errors != 0 || r.GBytesPerSec <= 0 {
 		t.Fatalf("implausible store baseline %+v", r)
 	}
-	rs, err = Run(context.Background(), Options{Ops: []string{OpPut}, Sizes: []int{64 << 10}, Duration: 400 * time.Millisecond,
-		KeyBudgetBytes: 1 << 20, Beside: BaselineTCPProcessStore, Rounds: 2, SinkCommand: sink}, newTestMemStore(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rs[0].Beside != BaselineTCPProcessStore || rs[0].VsBeside <= 0 {
-		t.Fatalf("no store baseline figures in %+v", rs[0])
-	}
-	var md strings.Builder
-	if err := WriteMarkdown(&md, rs); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(md.String(), "† store") {
-		t.Errorf("report does not mark the turns' baseline as store:\n%s", md.String())
-	}
+	checkBesideMarked(t, OpPut, BaselineTCPProcessStore, sink, "store")
 }
 
 // TestLandingSinkFaultsItsWorkingSetBeforeTheBanner: the sender starts its
