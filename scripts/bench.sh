@@ -54,7 +54,11 @@ PIDS=()
 start_bg() { # start_bg LOGFILE CMD...  (sets BG_PID)
 	local logf=$1
 	shift
-	"$@" >"$logf" 2>&1 &
+	# Created here, not by the child's redirect: the caller reads it at
+	# once, and a child not yet scheduled has not opened it (sed: can't
+	# read, seen in CI under load).
+	: >"$logf"
+	"$@" >>"$logf" 2>&1 &
 	BG_PID=$!
 	PIDS+=("$BG_PID")
 }
