@@ -207,6 +207,10 @@ type Stats struct {
 	// Fallbacks counts requests a transport could not carry (a
 	// connection-level TRANSFER_FAIL) that the next route then took.
 	Fallbacks uint64
+	// CallerReads counts TCP responses read by a Do caller on its own
+	// goroutine (the response to the frame it sent itself, and any queued
+	// ahead of it) rather than by the connection's receive goroutine.
+	CallerReads uint64
 
 	ServedFrames       uint64 // frames served to peers
 	ServedErrors       uint64 // frames refused with an error response
@@ -246,7 +250,7 @@ type counters struct {
 	servedFrames, servedErrors, servedRead           atomic.Uint64
 	servedWritten, malformed, accepted, dialed       atomic.Uint64
 	shmRequests, shmBytes, shmFailed, shmRefused     atomic.Uint64
-	acceptErrors, fallbacks                          atomic.Uint64
+	acceptErrors, fallbacks, callerReads             atomic.Uint64
 	rdmaRequests, rdmaBytes, memRequests, memBytes   atomic.Uint64
 	directPuts, servedDirectPuts, splicedBytes       atomic.Uint64
 }
@@ -369,6 +373,11 @@ type Batch struct {
 	// another goroutine: async) only when some request completes after
 	// Submit returns; nil when every request completed inside Submit.
 	done chan struct{}
+	// selfConn: Do's caller, who waits at once, reads the response of the
+	// slice it sent itself on this connection (set by the TCP transport
+	// during Submit) instead of waiting for a receive goroutine to read it
+	// and wake it.
+	selfConn *clientConn
 
 	// inline storage for the common one-request batch (one allocation)
 	err1 [1]error
@@ -400,6 +409,10 @@ type reqState struct {
 	shmp  *shmPeer        // the mapping shm belongs to
 	left  atomic.Int32
 	first atomic.Pointer[error]
+	// selfRead: submitted by Do, whose goroutine may read the response
+	// itself (Batch.selfConn); never for a fallback, which another
+	// goroutine submits
+	selfRead bool
 	// checksum of a request with req.Sum set: crc for one slice (or the
 	// local path); crcs[i] for slice i of sliceLen bytes when there are
 	// several.
@@ -519,6 +532,10 @@ func (b *Batch) Wait() []error {
 // segment; the requests of one route are handed to it together, so TCP
 // can pack them into batch frames.
 func (e *Engine) Submit(ctx context.Context, reqs []Request) *Batch {
+	return e.submit(ctx, reqs, false)
+}
+
+func (e *Engine) submit(ctx context.Context, reqs []Request, selfRead bool) *Batch {
 	b := &Batch{e: e}
 	if len(reqs) == 1 {
 		b.errs, b.states = b.err1[:], b.st1[:]
@@ -531,7 +548,7 @@ func (e *Engine) Submit(ctx context.Context, reqs []Request) *Batch {
 	var groups [maxRoutes][]*reqState
 	for i := range reqs {
 		r := &b.states[i]
-		r.b, r.idx, r.req, r.ctx, r.route = b, i, reqs[i], ctx, -1
+		r.b, r.idx, r.req, r.ctx, r.route, r.selfRead = b, i, reqs[i], ctx, -1, selfRead
 		r.left.Store(1)
 		err := e.classify(ctx, r)
 		switch {
@@ -605,7 +622,11 @@ func (e *Engine) classify(ctx context.Context, rs *reqState) error {
 
 // Do submits reqs and waits for them.
 func (e *Engine) Do(ctx context.Context, reqs []Request) []error {
-	return e.Submit(ctx, reqs).Wait()
+	b := e.submit(ctx, reqs, true)
+	if c := b.selfConn; c != nil && b.pending.Load() != 0 {
+		c.readFor(b)
+	}
+	return b.Wait()
 }
 
 // Stats returns the counters.
@@ -624,6 +645,7 @@ func (e *Engine) Stats() Stats {
 		RDMARequests: c.rdmaRequests.Load(), RDMABytes: c.rdmaBytes.Load(),
 		MemRequests: c.memRequests.Load(), MemBytes: c.memBytes.Load(),
 		Fallbacks:     c.fallbacks.Load(),
+		CallerReads:   c.callerReads.Load(),
 		AcceptErrors:  c.acceptErrors.Load(),
 		GrantRefusals: e.grants.refusalCounts(), GrantKeys: len(e.grants.keys.IDs()),
 		ClientConns: e.tcp.connCount(), SharedPeers: e.shm.peerCount(),

@@ -19,9 +19,10 @@ import (
 // ConnsPerPeer lanes; a lane owns one connection (dialled lazily, redialled
 // after a failure) and writes the frames handed to it. Callers also write
 // frames themselves on any idle connection of the peer (peer.trySend). Up
-// to PipelineDepth frames are outstanding per connection; one receive
-// goroutine per connection reads the responses in order, straight into the
-// callers' buffers.
+// to PipelineDepth frames are outstanding per connection; their responses
+// are read in order, straight into the callers' buffers, by whoever holds
+// the connection's reading role (readRole): a Do caller waiting for the
+// frame it sent itself, else the connection's receive goroutine.
 type tcpTransport struct {
 	e *Engine
 
@@ -99,6 +100,9 @@ type slice struct {
 	id      uint64
 	held    int64 // bytes held in the client semaphore
 	retried bool  // already retried once after a connection failure
+	// selfRead: the Do caller that sends this slice from its own goroutine
+	// reads its response too (clientConn.readFor); set only for that send
+	selfRead bool
 	// oldPeer: retried a second time, its connection killed by another
 	// slice's batch frame to a peer that predates them (connFailed)
 	oldPeer bool
@@ -179,9 +183,11 @@ func (t *tcpTransport) dispatchFrom(ctx context.Context, ss []*slice, bigInline 
 			return
 		}
 		s.held = held
+		s.selfRead = bigInline && s.r.selfRead
 		if p.trySend(s, bigInline, e.cfg.ConnsPerPeer) {
 			continue
 		}
+		s.selfRead = false
 		select {
 		case p.work <- s:
 		default:
@@ -444,6 +450,7 @@ func (e *Engine) dial(p *peer) (*clientConn, error) {
 		e: e, p: p, nc: nc,
 		slots:  make(chan struct{}, e.cfg.PipelineDepth),
 		doneCh: make(chan struct{}),
+		kick:   make(chan struct{}, 1),
 	}
 	c.cr.r = nc
 	c.rd = bufio.NewReaderSize(&c.cr, receiveBufSize)
@@ -476,25 +483,29 @@ func (e *Engine) tuneConn(nc net.Conn) {
 	}
 }
 
-// clientConn is one connection: its lane writes request frames, its receive
-// goroutine reads the responses. Every slice has exactly one owner at a time:
-// the lane until the slice is queued, then the receiver, which completes it
-// or, when the connection dies, drains the queue.
+// clientConn is one connection: its lane and inline callers write request
+// frames, the holder of its reading role reads the responses. Every slice
+// has exactly one owner at a time: the sender until the slice is queued,
+// then the reader (readRole), which completes it or, when the connection
+// dies, drains the queue.
 type clientConn struct {
 	e        *Engine
 	p        *peer
 	nc       net.Conn
-	rd       *bufio.Reader // the receiver's: a read takes every response that has arrived
+	rd       *bufio.Reader // the reader's: a read takes every response that has arrived
 	cr       capReader     // under rd: bounds what a header read takes (headerCap)
 	slots    chan struct{} // pipeline depth: a token per queued slice
 	doneCh   chan struct{} // closed by fail
 	failOnce sync.Once
 	err      error // set once, before doneCh closes
 
+	kick chan struct{} // hands the reading role to the receive goroutine
+
 	mu sync.Mutex
 	// guarded by mu:
 	queue   []*slice // sent (or being sent), awaiting a response, in order
-	drained bool     // set by the receiver when it drains; nothing is queued after
+	drained bool     // set by the reader when it drains; nothing is queued after
+	role    readRole // who reads responses from the connection now
 
 	wmu sync.Mutex // held by whoever writes (the lane or an inline caller)
 	// guarded by wmu:
@@ -504,7 +515,7 @@ type clientConn struct {
 	bnames []string      // batch frame name table
 	bexts  []batchExtent // batch frame extents
 	iov    net.Buffers   // batch frame writev
-	// receiver only:
+	// reader only (whoever holds the reading role):
 	rhdr [responseHeaderLen]byte
 	msg  [maxMessageLen]byte
 }
@@ -518,7 +529,7 @@ func (c *clientConn) dead() bool {
 	}
 }
 
-// fail closes the connection; the receiver then drains the queue.
+// fail closes the connection; whoever reads next (or the receive goroutine) drains the queue.
 func (c *clientConn) fail(err error) {
 	c.failOnce.Do(func() {
 		c.err = err
@@ -585,6 +596,7 @@ func (c *clientConn) send(s *slice) {
 		c.connFailed(s, c.err)
 		return
 	}
+	s.selfRead = false // a lane's slice is read by the receiver
 	c.wmu.Lock()
 	c.sendLocked(s)
 	c.wmu.Unlock()
@@ -608,7 +620,7 @@ func (c *clientConn) sendLocked(s *slice) {
 	if !c.enqueue(s) {
 		return
 	}
-	// s now belongs to the receiver (which may even retry it elsewhere):
+	// s now belongs to the reader (which may even retry it elsewhere):
 	// below, only its immutable op and buf are read.
 	var err error
 	if s.op == Write {
@@ -623,7 +635,7 @@ func (c *clientConn) sendLocked(s *slice) {
 	}
 }
 
-// enqueue queues s for the receiver and arms the deadlines; false when the
+// enqueue queues s for the reader and arms the deadlines; false when the
 // connection is dead (s is then retried elsewhere or failed).
 func (c *clientConn) enqueue(s *slice) bool {
 	c.mu.Lock()
@@ -633,72 +645,166 @@ func (c *clientConn) enqueue(s *slice) bool {
 		return false
 	}
 	c.queue = append(c.queue, s)
-	if len(c.queue) == 1 { // the receiver's read now has a deadline
+	if len(c.queue) == 1 { // the reader's read now has a deadline
 		_ = c.nc.SetReadDeadline(time.Now().Add(c.e.cfg.IOTimeout))
 	}
+	self := s.selfRead && c.role == roleNone
+	if self {
+		s.r.b.selfConn = c // Do reads it: the same goroutine, after Submit
+	}
+	kick := !self && c.role == roleNone
+	if kick {
+		c.role = roleReceiver
+	}
 	c.mu.Unlock()
+	if kick {
+		c.kick <- struct{}{}
+	}
 	_ = c.nc.SetWriteDeadline(time.Now().Add(c.e.cfg.IOTimeout))
 	return true
 }
 
-// receive reads responses for as long as the connection lives. It sits in
-// Read even when nothing is outstanding (one wake-up per response, and a
-// peer that closes an idle connection is noticed at once); the read deadline
-// is armed only while requests are queued.
+// readRole is who reads a connection's responses. Nobody reads while
+// nothing is outstanding; a caller of Do that sent its request itself
+// reads the response itself (as a plain TCP client would: the netpoller
+// wakes it, not another goroutine that then wakes it), and the receive
+// goroutine reads for everyone else.
+type readRole uint8
+
+const (
+	roleNone     readRole = iota
+	roleCaller            // a Do caller, until its batch completes
+	roleReceiver          // the receive goroutine, until the queue is empty
+)
+
+// receive is the connection's receive goroutine: it reads responses while
+// it holds the reading role (handed over with a kick), and drains the
+// queue of a failed connection that nobody else reads.
 func (c *clientConn) receive() {
 	defer c.e.wg.Done()
 	for {
-		if c.rd.Buffered() == 0 {
-			c.cr.max = c.headerCap()
-		}
-		_, rerr := io.ReadFull(c.rd, c.rhdr[:])
-		c.cr.max = 0
-		if err := rerr; err != nil {
-			c.fail(kverr.New(kverr.TransferFail, "", "transfer: connection to %s: receive: %v", c.p.addr, err))
-			c.drain(nil)
-			return
-		}
-		c.mu.Lock()
-		var s *slice
-		if len(c.queue) > 0 {
-			s = c.queue[0]
-			c.queue[0] = nil
-			c.queue = c.queue[1:]
-		}
-		c.mu.Unlock()
-		var err error
-		if s == nil {
-			err = fmt.Errorf("%w: response with no request outstanding", errMalformed)
-		} else {
-			err = c.receiveOne(s)
-		}
-		if err != nil {
-			kerr := kverr.New(kverr.TransferFail, "", "transfer: connection to %s: %v", c.p.addr, err)
-			if s != nil {
-				kerr = kverr.New(kverr.TransferFail, "", "transfer: %s segment %q offset %d on %s: %v", s.op, s.name, s.off, c.p.addr, err)
+		select {
+		case <-c.kick:
+		case <-c.doneCh:
+			c.mu.Lock()
+			mine := c.role != roleCaller // a caller reading drains it itself
+			if mine {
+				c.role = roleReceiver
 			}
-			c.fail(kerr)
-			c.drain(s)
+			c.mu.Unlock()
+			if mine {
+				c.drain(nil)
+			}
 			return
 		}
-		c.mu.Lock()
-		if len(c.queue) == 0 {
-			_ = c.nc.SetReadDeadline(time.Time{})
-		} else {
-			_ = c.nc.SetReadDeadline(time.Now().Add(c.e.cfg.IOTimeout))
+		for c.readOne() {
+			c.mu.Lock()
+			idle := len(c.queue) == 0
+			if idle {
+				c.role = roleNone
+			}
+			c.mu.Unlock()
+			if idle {
+				break
+			}
 		}
-		c.mu.Unlock()
-		<-c.slots
 	}
 }
 
+// readFor reads responses on the calling goroutine, a Do caller's, until
+// its batch b has completed (then hands what is still queued to the
+// receive goroutine). It returns at once when someone else reads: they
+// complete b's slice on c.
+func (c *clientConn) readFor(b *Batch) {
+	c.mu.Lock()
+	if c.role != roleNone || c.drained || len(c.queue) == 0 {
+		c.mu.Unlock()
+		return
+	}
+	c.role = roleCaller
+	c.mu.Unlock()
+	for c.readOne() {
+		c.e.stats.callerReads.Add(1)
+		c.mu.Lock()
+		switch {
+		case c.dead():
+			// The receive goroutine saw the caller reading and left
+			// the draining to it (or will drain itself: drain is
+			// idempotent).
+			c.mu.Unlock()
+			c.drain(nil)
+			return
+		case len(c.queue) == 0:
+			c.role = roleNone
+		case b.pending.Load() != 0:
+			c.mu.Unlock()
+			continue
+		default:
+			c.role = roleReceiver
+			c.mu.Unlock()
+			c.kick <- struct{}{}
+			return
+		}
+		c.mu.Unlock()
+		return
+	}
+}
+
+// readOne reads one response and completes its slice; false when the
+// connection failed (the reader has then drained it).
+func (c *clientConn) readOne() bool {
+	if c.rd.Buffered() == 0 {
+		c.cr.max = c.headerCap()
+	}
+	_, rerr := io.ReadFull(c.rd, c.rhdr[:])
+	c.cr.max = 0
+	if err := rerr; err != nil {
+		c.fail(kverr.New(kverr.TransferFail, "", "transfer: connection to %s: receive: %v", c.p.addr, err))
+		c.drain(nil)
+		return false
+	}
+	c.mu.Lock()
+	var s *slice
+	if len(c.queue) > 0 {
+		s = c.queue[0]
+		c.queue[0] = nil
+		c.queue = c.queue[1:]
+	}
+	c.mu.Unlock()
+	var err error
+	if s == nil {
+		err = fmt.Errorf("%w: response with no request outstanding", errMalformed)
+	} else {
+		err = c.receiveOne(s)
+	}
+	if err != nil {
+		kerr := kverr.New(kverr.TransferFail, "", "transfer: connection to %s: %v", c.p.addr, err)
+		if s != nil {
+			kerr = kverr.New(kverr.TransferFail, "", "transfer: %s segment %q offset %d on %s: %v", s.op, s.name, s.off, c.p.addr, err)
+		}
+		c.fail(kerr)
+		c.drain(s)
+		return false
+	}
+	c.mu.Lock()
+	if len(c.queue) == 0 {
+		_ = c.nc.SetReadDeadline(time.Time{})
+	} else {
+		_ = c.nc.SetReadDeadline(time.Now().Add(c.e.cfg.IOTimeout))
+	}
+	c.mu.Unlock()
+	<-c.slots
+	return true
+}
+
 // headerCapUnknown bounds the read of a response header when no request is
-// outstanding yet (the receiver waits ahead of the lane): a run of small
-// answers still comes in one read, a large READ payload costs at most this
-// much copying through the read buffer.
+// queued (a reader reads only while some are; this is the bound should
+// one ever read ahead of the sender): a run of small answers still comes
+// in one read, a large READ payload costs at most this much copying
+// through the read buffer.
 const headerCapUnknown = 4 << 10
 
-// capReader is the connection under the receiver's read buffer; a read
+// capReader is the connection under the reader's read buffer; a read
 // takes at most max bytes (0: no bound).
 type capReader struct {
 	r   io.Reader

@@ -117,6 +117,7 @@ func (e *Engine) fallback(r *reqState, err error) bool {
 	}
 	e.stats.fallbacks.Add(1)
 	r.route = k
+	r.selfRead = false
 	r.first.Store(nil)
 	r.left.Store(1)
 	r.crc, r.crcs, r.sliceLen = 0, nil, 0
