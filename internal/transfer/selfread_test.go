@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"sync"
 	"testing"
+	"time"
 )
 
 // A Do caller that sends its frame itself reads the response itself; a
@@ -99,7 +102,15 @@ func TestCallersShareTheReadingOfAConnection(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(time.Minute):
+		// A response nobody reads (a reading role dropped instead of
+		// handed over) waits forever: IOTimeout bounds reads, not this.
+		t.Fatalf("callers still waiting after a minute: a response was left unread; stats %+v", cli.Stats())
+	}
 	close(errc)
 	for err := range errc {
 		t.Fatal(err)
@@ -117,4 +128,118 @@ func TestCallersShareTheReadingOfAConnection(t *testing.T) {
 		t.Fatalf("%d of %d responses read by callers: want some, not all", st.CallerReads, st.Requests)
 	}
 	t.Logf("%d of %d responses read by their callers", st.CallerReads, st.Requests)
+}
+
+// heldPeer is a test double of a serving engine (named as such: it exists
+// to hold answers back, a timing no real server can be made to show). It
+// answers READ frames with zero bytes, all at once when release is closed
+// (the first answer of a connection, the warm-up's, at once).
+type heldPeer struct {
+	addr    string
+	got     chan struct{} // a request frame arrived
+	release chan struct{}
+}
+
+func startHeldPeer(t *testing.T) *heldPeer {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	h := &heldPeer{addr: l.Addr().String(), got: make(chan struct{}, 16), release: make(chan struct{})}
+	go func() {
+		nc, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer nc.Close()
+		var hdr [requestHeaderLen + MaxNameLen + 64]byte
+		var resp [responseHeaderLen]byte
+		for n := 0; ; n++ {
+			if _, err := io.ReadFull(nc, hdr[:requestHeaderLen]); err != nil {
+				return
+			}
+			rh, err := parseRequestHeader(hdr[:requestHeaderLen])
+			if err != nil || rh.op != Read || rh.grant {
+				return
+			}
+			if _, err := io.ReadFull(nc, hdr[requestHeaderLen:requestHeaderLen+rh.nameLen]); err != nil {
+				return
+			}
+			if n > 0 {
+				h.got <- struct{}{}
+				<-h.release
+			}
+			putResponseHeader(resp[:], respHeader{op: Read, id: rh.id, payloadLen: rh.length})
+			if _, err := (&net.Buffers{resp[:], make([]byte, rh.length)}).WriteTo(nc); err != nil {
+				return
+			}
+		}
+	}()
+	return h
+}
+
+// A Do caller reading its own response while another caller's frame
+// queues behind it hands the reading over when its own is done: the
+// other request completes though nothing else is ever sent.
+func TestCallerHandsTheReadingOn(t *testing.T) {
+	h := startHeldPeer(t)
+	cli := newEngine(t, Config{ConnsPerPeer: 1, DisableSharedMemory: true, IOTimeout: time.Minute})
+	read := func() Request {
+		return Request{Op: Read, Endpoint: h.addr, Segment: "s", Buf: bytes.Repeat([]byte{1}, 4096)}
+	}
+	if err := do1(t, cli, read()); err != nil { // dials; the receive goroutine reads it
+		t.Fatal(err)
+	}
+	// The receive goroutine lets go of the reading role just after it
+	// completed the warm-up (until then a new frame is its to read).
+	p, err := cli.tcp.peer(h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	c := p.conns[0]
+	p.mu.Unlock()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		c.mu.Lock()
+		idle := c.role == roleNone
+		c.mu.Unlock()
+		if idle {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the receive goroutine kept the reading role of an idle connection")
+		}
+	}
+	// The lane that sent the warm-up may still hold the connection's write
+	// lock (the answer can be read before it unlocks); a caller then
+	// leaves its frame to the lane.
+	c.wmu.Lock()
+	c.wmu.Unlock() //nolint:staticcheck // an empty section: it waits for the lane
+	first := make(chan error, 1)
+	go func() { first <- cli.Do(context.Background(), []Request{read()})[0] }()
+	<-h.got
+	time.Sleep(50 * time.Millisecond) // the Do caller is reading by now
+	second := cli.Submit(context.Background(), []Request{read()})
+	close(h.release)
+	select {
+	case err := <-first:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Do caller's read never completed")
+	}
+	select {
+	case <-second.Done():
+		if err := second.Wait()[0]; err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the request queued behind the reading caller was never read: %+v", cli.Stats())
+	}
+	if st := cli.Stats(); st.CallerReads != 1 || st.Requests != 3 || st.ConnsDialed != 1 {
+		t.Fatalf("want one response read by its caller, three requests on one connection: %+v", st)
+	}
 }
