@@ -3,7 +3,6 @@ package transfer
 import (
 	"bytes"
 	"context"
-	"io"
 	"net"
 	"sync"
 	"testing"
@@ -252,11 +251,7 @@ func FuzzPutFrame(f *testing.F) {
 		pl.mu.Lock()
 		pl.next, pl.committed = 0, map[string]PutPlacement{}
 		pl.mu.Unlock()
-		a, b := net.Pipe()
-		e.wg.Add(1)
-		go e.serveConn(a)
-		go func() { b.Write(in); b.Close() }()
-		io.Copy(io.Discard, b)
+		serveInput(e, in)
 		if !valid && !bytes.Equal(seg, make([]byte, 64)) {
 			t.Fatal("bytes written without a valid ticket")
 		}

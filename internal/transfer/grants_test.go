@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"slices"
 	"testing"
 	"time"
@@ -289,11 +287,7 @@ func FuzzServeGranted(f *testing.F) {
 		for i := range seg[32:] {
 			seg[32+i] = 0xA5
 		}
-		a, b := net.Pipe()
-		e.wg.Add(1)
-		go e.serveConn(a)
-		go func() { b.Write(in); b.Close() }()
-		io.Copy(io.Discard, b)
+		serveInput(e, in)
 		for i, v := range seg[32:] {
 			if v != 0xA5 {
 				t.Fatalf("byte %d of the ungranted half was written", 32+i)
