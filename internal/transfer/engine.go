@@ -209,7 +209,8 @@ type Stats struct {
 	Fallbacks uint64
 	// CallerReads counts TCP responses read by a Do caller on its own
 	// goroutine (the response to the frame it sent itself, and any queued
-	// ahead of it) rather than by the connection's receive goroutine.
+	// behind it while its call is still waiting) rather than by the
+	// connection's receive goroutine.
 	CallerReads uint64
 
 	ServedFrames       uint64 // frames served to peers

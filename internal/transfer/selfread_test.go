@@ -201,17 +201,7 @@ func TestCallerHandsTheReadingOn(t *testing.T) {
 	p.mu.Lock()
 	c := p.conns[0]
 	p.mu.Unlock()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		c.mu.Lock()
-		idle := c.role == roleNone
-		c.mu.Unlock()
-		if idle {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the receive goroutine kept the reading role of an idle connection")
-		}
-	}
+	waitRole(t, c, roleNone, "the receive goroutine kept the reading role of an idle connection")
 	// The lane that sent the warm-up may still hold the connection's write
 	// lock (the answer can be read before it unlocks); a caller then
 	// leaves its frame to the lane.
@@ -220,7 +210,7 @@ func TestCallerHandsTheReadingOn(t *testing.T) {
 	first := make(chan error, 1)
 	go func() { first <- cli.Do(context.Background(), []Request{read()})[0] }()
 	<-h.got
-	time.Sleep(50 * time.Millisecond) // the Do caller is reading by now
+	waitRole(t, c, roleCaller, "the Do caller never took the reading role of its idle connection")
 	second := cli.Submit(context.Background(), []Request{read()})
 	close(h.release)
 	select {
@@ -241,5 +231,21 @@ func TestCallerHandsTheReadingOn(t *testing.T) {
 	}
 	if st := cli.Stats(); st.CallerReads != 1 || st.Requests != 3 || st.ConnsDialed != 1 {
 		t.Fatalf("want one response read by its caller, three requests on one connection: %+v", st)
+	}
+}
+
+// waitRole waits up to 10 s for c's reading role to be want.
+func waitRole(t *testing.T, c *clientConn, want readRole, failure string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		c.mu.Lock()
+		role := c.role
+		c.mu.Unlock()
+		if role == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s (role %d)", failure, role)
+		}
 	}
 }

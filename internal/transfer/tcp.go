@@ -529,7 +529,8 @@ func (c *clientConn) dead() bool {
 	}
 }
 
-// fail closes the connection; whoever reads next (or the receive goroutine) drains the queue.
+// fail closes the connection; the caller reading it, else the receive
+// goroutine, then drains the queue.
 func (c *clientConn) fail(err error) {
 	c.failOnce.Do(func() {
 		c.err = err
@@ -596,7 +597,7 @@ func (c *clientConn) send(s *slice) {
 		c.connFailed(s, c.err)
 		return
 	}
-	s.selfRead = false // a lane's slice is read by the receiver
+	s.selfRead = false // a lane's slice is read by the receive goroutine
 	c.wmu.Lock()
 	c.sendLocked(s)
 	c.wmu.Unlock()
@@ -672,10 +673,11 @@ func (c *clientConn) enqueue(s *slice) bool {
 }
 
 // readRole is who reads a connection's responses. Nobody reads while
-// nothing is outstanding; a caller of Do that sent its request itself
-// reads the response itself (as a plain TCP client would: the netpoller
-// wakes it, not another goroutine that then wakes it), and the receive
-// goroutine reads for everyone else.
+// nothing is outstanding; a caller of Do that sent its request itself,
+// onto a connection with nothing else queued, reads the response itself
+// (as a plain TCP client would: the netpoller wakes it, not another
+// goroutine that then wakes it), and the receive goroutine reads for
+// everyone else.
 type readRole uint8
 
 const (
@@ -733,27 +735,25 @@ func (c *clientConn) readFor(b *Batch) {
 	for c.readOne() {
 		c.e.stats.callerReads.Add(1)
 		c.mu.Lock()
-		switch {
-		case c.dead():
-			// The receive goroutine saw the caller reading and left
-			// the draining to it (or will drain itself: drain is
-			// idempotent).
+		if c.dead() {
+			// The receive goroutine saw the caller reading and left the
+			// draining to it (drain is idempotent).
 			c.mu.Unlock()
 			c.drain(nil)
 			return
-		case len(c.queue) == 0:
+		}
+		if len(c.queue) == 0 {
 			c.role = roleNone
-		case b.pending.Load() != 0:
 			c.mu.Unlock()
-			continue
-		default:
+			return
+		}
+		if b.pending.Load() == 0 {
 			c.role = roleReceiver
 			c.mu.Unlock()
 			c.kick <- struct{}{}
 			return
 		}
 		c.mu.Unlock()
-		return
 	}
 }
 
