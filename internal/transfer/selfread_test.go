@@ -27,6 +27,7 @@ func TestDoReadsItsOwnResponse(t *testing.T) {
 	if n := cli.Stats().CallerReads; n != 0 {
 		t.Fatalf("%d responses read by callers after a lane's send", n)
 	}
+	settled(t, cli, addr)
 	for i := range 3 {
 		clear(buf)
 		if err := do1(t, cli, read); err != nil {
@@ -192,21 +193,7 @@ func TestCallerHandsTheReadingOn(t *testing.T) {
 	if err := do1(t, cli, read()); err != nil { // dials; the receive goroutine reads it
 		t.Fatal(err)
 	}
-	// The receive goroutine lets go of the reading role just after it
-	// completed the warm-up (until then a new frame is its to read).
-	p, err := cli.tcp.peer(h.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.mu.Lock()
-	c := p.conns[0]
-	p.mu.Unlock()
-	waitRole(t, c, roleNone, "the receive goroutine kept the reading role of an idle connection")
-	// The lane that sent the warm-up may still hold the connection's write
-	// lock (the answer can be read before it unlocks); a caller then
-	// leaves its frame to the lane.
-	c.wmu.Lock()
-	c.wmu.Unlock() //nolint:staticcheck // an empty section: it waits for the lane
+	c := settled(t, cli, h.addr)
 	first := make(chan error, 1)
 	go func() { first <- cli.Do(context.Background(), []Request{read()})[0] }()
 	<-h.got
@@ -248,4 +235,29 @@ func waitRole(t *testing.T, c *clientConn, want readRole, failure string) {
 			t.Fatalf("%s (role %d)", failure, role)
 		}
 	}
+}
+
+// settled returns cli's one connection to addr once the lane that dialled
+// it and sent the warm-up, and the receive goroutine that read its answer,
+// have let go of it. The answer can be read, and the caller woken, before
+// either has: a Do sent meanwhile is left to the lane, or to the receive
+// goroutine (CI, 2026-12-03: "after 1 reads on an idle connection, 0 read
+// by their callers").
+func settled(t *testing.T, cli *Engine, addr string) *clientConn {
+	t.Helper()
+	p, err := cli.tcp.peer(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	if len(p.conns) != 1 {
+		p.mu.Unlock()
+		t.Fatalf("%d connections to %s, want 1", len(p.conns), addr)
+	}
+	c := p.conns[0]
+	p.mu.Unlock()
+	waitRole(t, c, roleNone, "the receive goroutine kept the reading role of an idle connection")
+	c.wmu.Lock()
+	c.wmu.Unlock() //nolint:staticcheck // an empty section: it waits for the lane
+	return c
 }
