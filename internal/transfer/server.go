@@ -177,7 +177,7 @@ func temporary(err error) bool {
 type srvConn struct {
 	e      *Engine
 	nc     net.Conn
-	hdr    [requestHeaderLen + MaxNameLen + grant.Size]byte
+	in     frameReader // every read of the connection goes through it
 	rh     [responseHeaderLen]byte
 	bounce []byte    // readInto's chunk buffer, made on first use
 	batch  *srvBatch // batch frames' reused state, made on first use
@@ -192,28 +192,32 @@ func (e *Engine) serveConn(nc net.Conn) {
 		delete(e.srvConns, nc)
 		e.mu.Unlock()
 	}()
-	c := &srvConn{e: e, nc: nc}
+	c := &srvConn{e: e, nc: nc, in: frameReader{nc: nc}}
+	in := &c.in
 	for {
 		// An idle connection is closed after IdleTimeout (the caller
 		// redials); a frame, once its first byte arrived, must finish within
-		// IOTimeout, its header included: a peer that sends half a header
-		// holds the connection no longer than that. One Read usually brings
-		// the whole header, so the common path costs no extra syscall.
-		_ = nc.SetReadDeadline(time.Now().Add(e.cfg.IdleTimeout))
-		n, err := nc.Read(c.hdr[:requestHeaderLen])
-		if n == 0 || (err != nil && n < requestHeaderLen) {
-			if err == nil {
+		// IOTimeout, its head included: a peer that sends half a header
+		// holds the connection no longer than that. One read usually
+		// brings the frame's whole head (frameReader), and a pipelined
+		// frame's is often buffered already.
+		in.start()
+		if in.buffered() == 0 {
+			_ = nc.SetReadDeadline(time.Now().Add(e.cfg.IdleTimeout))
+			if err := in.readSome(); err != nil {
+				return
+			}
+			if in.buffered() == 0 {
 				continue
 			}
-			return
 		}
-		if n < requestHeaderLen {
+		if in.buffered() < requestHeaderLen {
 			_ = nc.SetReadDeadline(time.Now().Add(e.cfg.IOTimeout))
-			if _, err := io.ReadFull(nc, c.hdr[n:requestHeaderLen]); err != nil {
+			if err := in.fill(requestHeaderLen); err != nil {
 				return
 			}
 		}
-		h, err := parseRequestHeader(c.hdr[:requestHeaderLen])
+		h, err := parseRequestHeader(in.take(requestHeaderLen))
 		if err != nil {
 			e.stats.malformed.Add(1)
 			return
@@ -231,17 +235,18 @@ func (e *Engine) serveConn(nc net.Conn) {
 			}
 			continue
 		}
-		end := requestHeaderLen + h.nameLen
+		n := h.nameLen
 		if h.grant { // version 2: the grant follows the name
-			end += grant.Size
+			n += grant.Size
 		}
-		if _, err := io.ReadFull(nc, c.hdr[requestHeaderLen:end]); err != nil {
+		if err := in.fill(n); err != nil {
 			return
 		}
-		name := c.hdr[requestHeaderLen : requestHeaderLen+h.nameLen]
+		head := in.take(n)
+		name := head[:h.nameLen]
 		var tok []byte
 		if h.grant {
-			tok = c.hdr[requestHeaderLen+h.nameLen : end]
+			tok = head[h.nameLen:]
 		}
 		if err := c.serveFrame(h, name, tok); err != nil {
 			return
@@ -401,7 +406,7 @@ const bounceSize = 64 << 10
 // evict what the server had cached.
 func (c *srvConn) readInto(mem []byte) error {
 	if len(mem) < 2*bounceSize {
-		_, err := io.ReadFull(c.nc, mem)
+		_, err := io.ReadFull(&c.in, mem)
 		return err
 	}
 	if c.bounce == nil {
@@ -409,7 +414,7 @@ func (c *srvConn) readInto(mem []byte) error {
 	}
 	for len(mem) > 0 {
 		n := min(len(mem), bounceSize)
-		if _, err := io.ReadFull(c.nc, c.bounce[:n]); err != nil {
+		if _, err := io.ReadFull(&c.in, c.bounce[:n]); err != nil {
 			return err
 		}
 		memcopy.NonTemporal(mem[:n], c.bounce[:n])
@@ -440,7 +445,7 @@ func (c *srvConn) refuse(h reqHeader, cause error) error {
 // sendError writes h's error frame (after a WRITE's payload).
 func (c *srvConn) sendError(h reqHeader, cause error) error {
 	if h.op == Write || h.op == opBatchWrite || h.op == opPut {
-		if _, err := io.CopyN(io.Discard, c.nc, int64(h.length)); err != nil {
+		if _, err := io.CopyN(io.Discard, &c.in, int64(h.length)); err != nil {
 			return err
 		}
 	}

@@ -43,7 +43,7 @@ func (c *srvConn) serveBatch(h reqHeader) error {
 		b.desc = make([]byte, h.offset)
 	}
 	desc := b.desc[:h.offset]
-	if _, err := io.ReadFull(c.nc, desc); err != nil {
+	if _, err := io.ReadFull(&c.in, desc); err != nil {
 		return err
 	}
 	var toks []byte
@@ -53,7 +53,7 @@ func (c *srvConn) serveBatch(h reqHeader) error {
 			b.toks = make([]byte, k)
 		}
 		toks = b.toks[:k]
-		if _, err := io.ReadFull(c.nc, toks); err != nil {
+		if _, err := io.ReadFull(&c.in, toks); err != nil {
 			return err
 		}
 	}
@@ -155,7 +155,7 @@ func (c *srvConn) readScatter(mems [][]byte) error {
 		for run > 0 {
 			n := min(run, bounceSize)
 			src := c.bounce[:n]
-			if _, err := io.ReadFull(c.nc, src); err != nil {
+			if _, err := io.ReadFull(&c.in, src); err != nil {
 				return err
 			}
 			run -= n

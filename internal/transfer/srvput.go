@@ -140,7 +140,7 @@ func (c *srvConn) servePut(h reqHeader) error {
 		ps.buf = make([]byte, tl+d)
 	}
 	buf := ps.buf[:tl+d]
-	if _, err := io.ReadFull(c.nc, buf); err != nil {
+	if _, err := io.ReadFull(&c.in, buf); err != nil {
 		return err
 	}
 	e.stats.servedFrames.Add(1)
@@ -176,7 +176,7 @@ func (c *srvConn) servePut(h reqHeader) error {
 	for i := range puts {
 		pl := places[i]
 		if pl.Err != nil {
-			if _, err := io.CopyN(io.Discard, c.nc, int64(puts[i].Size)); err != nil {
+			if _, err := io.CopyN(io.Discard, &c.in, int64(puts[i].Size)); err != nil {
 				return c.abandonPuts(ph, id, puts, places, errs, i, err)
 			}
 			errs = append(errs, pl.Err)
@@ -224,12 +224,12 @@ func (c *srvConn) readPut(pl PutPlacement, p *DirectPut) (perr, err error) {
 	e := c.e
 	seg, _ := e.acquire(pl.Segment)
 	if seg == nil {
-		_, err = io.CopyN(io.Discard, c.nc, int64(p.Size))
+		_, err = io.CopyN(io.Discard, &c.in, int64(p.Size))
 		return kverr.New(kverr.SegmentNotFound, p.Key, "direct put: segment %q not registered on this node", pl.Segment), err
 	}
 	defer seg.refs.Done()
 	if rerr := checkRange(seg.name, uint64(len(seg.mem)), pl.Offset, p.Size); rerr != nil {
-		_, err = io.CopyN(io.Discard, c.nc, int64(p.Size))
+		_, err = io.CopyN(io.Discard, &c.in, int64(p.Size))
 		return rerr, err
 	}
 	sum, err := c.readSum(seg.mem[pl.Offset : pl.Offset+p.Size])
@@ -248,7 +248,7 @@ func (c *srvConn) readPut(pl PutPlacement, p *DirectPut) (perr, err error) {
 // large one a chunk at a time through the bounce buffer.
 func (c *srvConn) readSum(mem []byte) (uint32, error) {
 	if len(mem) < 2*bounceSize {
-		if _, err := io.ReadFull(c.nc, mem); err != nil {
+		if _, err := io.ReadFull(&c.in, mem); err != nil {
 			return 0, err
 		}
 		return crc32c.Checksum(mem), nil
@@ -260,7 +260,7 @@ func (c *srvConn) readSum(mem []byte) (uint32, error) {
 	var sum uint32
 	for len(mem) > 0 {
 		n := min(len(mem), len(b))
-		if _, err := io.ReadFull(c.nc, b[:n]); err != nil {
+		if _, err := io.ReadFull(&c.in, b[:n]); err != nil {
 			return 0, err
 		}
 		sum = crc32c.Update(sum, b[:n])
