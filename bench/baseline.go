@@ -45,9 +45,9 @@ func NeedsSink(name string) bool {
 	return name == BaselineTCPProcess || name == BaselineTCPProcessCold || name == BaselineTCPProcessStore
 }
 
-// sinkLandsEnv, set to "1" in a sink process's environment (StartSink for
+// SinkLandsEnv, set to "1" in a sink process's environment (StartSink for
 // tcp-process-store), makes RunSink land messages in a working set.
-const sinkLandsEnv = "KVTIER_BENCH_SINK_LANDS"
+const SinkLandsEnv = "KVTIER_BENCH_SINK_LANDS"
 
 // RawTCP measures a plain Go sender and receiver on loopback moving the same
 // bytes kvtier moves: each of conns connections sends size-byte messages and
@@ -346,17 +346,40 @@ var (
 // closed it or died) or ctx ends. Started for tcp-process-store (its
 // environment says so), it lands the messages in a working set instead.
 func RunSink(ctx context.Context, size int, in io.Reader, out io.Writer) error {
+	return RunSinkOn(ctx, DefaultSinkListen, size, os.Getenv(SinkLandsEnv) == "1", in, out)
+}
+
+// DefaultSinkListen is where a sink process listens unless told otherwise:
+// a free loopback port, for a sender on the same host.
+const DefaultSinkListen = "127.0.0.1:0"
+
+// RunSinkOn is RunSink listening on listen (host:port, port 0 picks a
+// free one), landing messages in a working set when lands is set (its
+// banner then ends in SinkLands, so the sender can tell). A sink on
+// another host (started there by a sink command, Options.SinkCommand)
+// listens on an address the sender reaches, so the baseline crosses the
+// same network as kvtier's transfers; the host must be given, since the
+// banner names the address the sender dials.
+func RunSinkOn(ctx context.Context, listen string, size int, lands bool, in io.Reader, out io.Writer) error {
 	if size <= 0 {
 		return fmt.Errorf("bench: sink message size %d: want > 0", size)
 	}
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return fmt.Errorf("bench: sink address %q: %w", listen, err)
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		return fmt.Errorf("bench: sink address %q: give the host the sender dials (its banner names it), not a wildcard", listen)
+	}
 	// The working set is faulted in before the banner: the sender starts
 	// timing once it reads the address, and first touching 256 MiB takes
-	// most of a second here, which would slow the baseline's first turn.
+	// most of a second, which would slow the baseline's first turn.
 	var land []byte
-	if os.Getenv(sinkLandsEnv) == "1" {
-		land = coldWorkingSet(size)
+	var mark string
+	if lands {
+		land, mark = coldWorkingSet(size), SinkLands
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("bench: sink: %w", err)
 	}
@@ -366,7 +389,7 @@ func RunSink(ctx context.Context, size int, in io.Reader, out io.Writer) error {
 		_, _ = io.Copy(io.Discard, in)
 		cancel()
 	}()
-	if _, err := fmt.Fprintf(out, "%s%s\n", SinkBanner, ln.Addr()); err != nil {
+	if _, err := fmt.Fprintf(out, "%s%s%s\n", SinkBanner, ln.Addr(), mark); err != nil {
 		ln.Close()
 		return err
 	}
@@ -384,8 +407,12 @@ func SelfSink() ([]string, error) {
 }
 
 // SinkBanner starts the line a sink process prints once it listens:
-// "sink 127.0.0.1:PORT".
+// "sink 127.0.0.1:PORT", followed by SinkLands when it lands messages in
+// a working set (tcp-process-store).
 const SinkBanner = "sink "
+
+// SinkLands ends the banner of a sink that lands its messages.
+const SinkLands = " lands"
 
 // StartSink runs argv with the message size appended as its last argument;
 // the command must print SinkBanner and its address on its first line of
@@ -404,7 +431,7 @@ func startSink(ctx context.Context, argv []string, size int, lands bool) (addr s
 	}
 	cmd := exec.Command(argv[0], append(argv[1:len(argv):len(argv)], strconv.Itoa(size))...)
 	if lands {
-		cmd.Env = append(os.Environ(), sinkLandsEnv+"=1")
+		cmd.Env = append(os.Environ(), SinkLandsEnv+"=1")
 	}
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
@@ -442,10 +469,20 @@ func startSink(ctx context.Context, argv []string, size int, lands bool) (addr s
 	}()
 	select {
 	case l := <-line:
-		if a, ok := strings.CutPrefix(strings.TrimSpace(l), SinkBanner); ok && a != "" {
+		a, ok := strings.CutPrefix(strings.TrimSpace(l), SinkBanner)
+		a, landing := strings.CutSuffix(a, SinkLands)
+		switch {
+		case !ok || a == "":
+			err = fmt.Errorf("bench: sink printed %q, want %q and an address", l, SinkBanner)
+		case lands && !landing:
+			// A sink command on another host does not see this
+			// process's environment: it must ask for landing itself.
+			err = fmt.Errorf("bench: the sink %s does not land its messages, as tcp-process-store needs: add --tcp-sink-lands to the sink command", argv[0])
+		case !lands && landing:
+			err = fmt.Errorf("bench: the sink %s lands its messages (tcp-process-store), not this baseline's: drop --tcp-sink-lands from the sink command", argv[0])
+		default:
 			return a, stop, nil
 		}
-		err = fmt.Errorf("bench: sink printed %q, want %q and an address", l, SinkBanner)
 	case <-time.After(10 * time.Second):
 		err = errors.New("bench: sink printed no address within 10 s")
 	case <-ctx.Done():

@@ -321,7 +321,7 @@ func TestSinkLandsMessagesInTurn(t *testing.T) {
 // them "store".
 func TestTCPProcessStore(t *testing.T) {
 	// The sink's environment carries the instruction to land.
-	addr, stop, err := startSink(context.Background(), []string{"sh", "-c", `echo "sink lands=$` + sinkLandsEnv + `"; cat >/dev/null`, "sh"}, 4096, true)
+	addr, stop, err := startSink(context.Background(), []string{"sh", "-c", `echo "sink lands=$` + SinkLandsEnv + `"; cat >/dev/null`, "sh"}, 4096, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,7 +351,7 @@ func TestTCPProcessStore(t *testing.T) {
 // second, which would have slowed the baseline's first turn and flattered
 // kvtier's ratio).
 func TestLandingSinkFaultsItsWorkingSetBeforeTheBanner(t *testing.T) {
-	t.Setenv(sinkLandsEnv, "1")
+	t.Setenv(SinkLandsEnv, "1")
 	const size = 3 << 20
 	need := max(DefaultKeyBudgetBytes/size, 4) * size
 	coldMu.Lock()

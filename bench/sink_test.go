@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"io"
 	"net"
 	"os"
 	"strconv"
@@ -14,10 +15,21 @@ import (
 // StartSink runs it: the size is its last argument.
 const sinkEnv = "KVTIER_BENCH_TEST_SINK"
 
+// The test sink's --tcp-sink-listen and --tcp-sink-lands, when set.
+const (
+	sinkListenEnv = "KVTIER_BENCH_TEST_SINK_LISTEN"
+	sinkForceLand = "KVTIER_BENCH_TEST_SINK_LANDS"
+)
+
 func TestMain(m *testing.M) {
 	if os.Getenv(sinkEnv) == "1" {
 		size, _ := strconv.Atoi(os.Args[len(os.Args)-1])
-		if err := RunSink(context.Background(), size, os.Stdin, os.Stdout); err != nil {
+		listen := os.Getenv(sinkListenEnv)
+		if listen == "" {
+			listen = DefaultSinkListen
+		}
+		lands := os.Getenv(SinkLandsEnv) == "1" || os.Getenv(sinkForceLand) == "1"
+		if err := RunSinkOn(context.Background(), listen, size, lands, os.Stdin, os.Stdout); err != nil {
 			os.Stderr.WriteString(err.Error() + "\n")
 			os.Exit(1)
 		}
@@ -66,6 +78,66 @@ func TestStartSinkRefusesBadSinks(t *testing.T) {
 		if stop != nil {
 			t.Errorf("%s: a stop function came with the error", tc.name)
 		}
+	}
+}
+
+// A sink started on another host listens where the sender reaches it (a
+// second loopback address stands in for the appliance's host here), and
+// its banner names that address.
+func TestSinkListensWhereTold(t *testing.T) {
+	t.Setenv(sinkEnv, "1")
+	t.Setenv(sinkListenEnv, "127.0.0.2:0")
+	argv := []string{os.Args[0], "-test.run=^$"}
+	addr, stop, err := StartSink(context.Background(), argv, 4096)
+	if err != nil {
+		t.Skipf("no second loopback address here: %v", err)
+	}
+	if !strings.HasPrefix(addr, "127.0.0.2:") {
+		t.Errorf("sink at %s, told 127.0.0.2:0", addr)
+	}
+	r, err := sendTCP(context.Background(), addr, 4096, 2, 50*time.Millisecond, nil)
+	if err2 := stop(); err == nil {
+		err = err2
+	}
+	if err != nil || r.Ops <= 0 || r.Errors != 0 {
+		t.Fatalf("sending to the sink at %s: %+v, %v", addr, r, err)
+	}
+	for _, bad := range []string{"0.0.0.0:0", ":0", "[::]:0", "127.0.0.1"} {
+		err := RunSinkOn(context.Background(), bad, 4096, false, strings.NewReader(""), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "sink address") {
+			t.Errorf("RunSinkOn(%q) = %v, want a refusal of the address", bad, err)
+		}
+	}
+}
+
+// The store baseline needs a sink that lands its messages; a sink command
+// that crosses to another host does not carry the environment that asks
+// for it, so the banner says whether the sink lands, and a mismatch is an
+// error naming the flag, never a baseline measured the wrong way.
+func TestSinkLandingMismatchRefused(t *testing.T) {
+	t.Setenv(sinkEnv, "1")
+	// env -u: a command that drops SinkLandsEnv, as ssh would.
+	argv := []string{"env", "-u", SinkLandsEnv, os.Args[0], "-test.run=^$"}
+	_, stop, err := startSink(context.Background(), argv, 4096, true)
+	if err == nil || !strings.Contains(err.Error(), "add --tcp-sink-lands") {
+		t.Errorf("a sink that does not land, for the store baseline: %v", err)
+	}
+	if stop != nil {
+		t.Error("a stop function came with the error")
+	}
+	t.Setenv(sinkForceLand, "1")
+	if _, _, err := startSink(context.Background(), argv, 4096, false); err == nil || !strings.Contains(err.Error(), "drop --tcp-sink-lands") {
+		t.Errorf("a landing sink, for a baseline that does not land: %v", err)
+	}
+	addr, stop, err := startSink(context.Background(), argv, 4096, true)
+	if err != nil {
+		t.Fatalf("a sink told to land by its flag, for the store baseline: %v", err)
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		t.Errorf("address %q: %v", addr, err)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -89,7 +89,25 @@ func TestBenchJSONAgainstACluster(t *testing.T) {
 		math.Abs(tr.Over-tr.GBps/tr.BesideGBps) > 1e-6*tr.Over || tr.OverMin <= 0 || tr.OverMin > tr.OverMax {
 		t.Fatalf("--beside tcp-process: want the baseline's figures and kvtier's ratio: %s", out)
 	}
+	// The baseline's receiver started by a command of the user's (as ssh
+	// would start it on the appliance's host), listening where it is told:
+	// a second loopback address stands in for that host.
+	dir := t.TempDir()
+	marker, script := filepath.Join(dir, "sink-ran"), filepath.Join(dir, "sink.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho \"$@\" >"+marker+"\nexec "+kvtierBin+" bench --tcp-sink-listen 127.0.0.2:0 --tcp-sink \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out = runKvtier(t, "bench", "--master", c.grpc, "--json", "--op", "put", "--size", "64KiB", "--duration", "400ms",
+		"--shm=false", "--beside", "tcp-process", "--rounds", "2", "--sink-command", script)
+	tr.BesideGBps = 0
+	if err := json.Unmarshal([]byte(out), &tr); err != nil || tr.BesideGBps <= 0 {
+		t.Fatalf("--sink-command: want the baseline's figures: %q (%v)", out, err)
+	}
+	if got, err := os.ReadFile(marker); err != nil || strings.TrimSpace(string(got)) != "65536" {
+		t.Fatalf("the sink command ran with %q (%v), want the message size 65536 appended", got, err)
+	}
 	for _, bad := range [][]string{
+		{"--sink-command", script},
 		{"--beside", "redis"},
 		{"--rounds", "3"},
 		{"--beside", "tcp", "--baseline", "tcp"},

@@ -136,6 +136,8 @@ func newBenchCmd() *cobra.Command {
 	var rdmaDevice string
 	var cpuProfile string
 	var tcpSink int
+	var sinkCommand, sinkListen string
+	var sinkLands bool
 	var sec clientSecurityFlags
 	dramSize := sizeValue(2 << 30)
 	cmd := &cobra.Command{
@@ -155,7 +157,11 @@ results.json and throughput.svg.`,
 			if cmd.Flags().Changed("tcp-sink") {
 				ctx, cancel := signalContext()
 				defer cancel()
-				return bench.RunSink(ctx, tcpSink, os.Stdin, os.Stdout)
+				// Landing is asked for in the environment by a sink
+				// command of this host (bench.StartSink), or by the
+				// flag where the command crosses to another host.
+				lands := sinkLands || os.Getenv(bench.SinkLandsEnv) == "1"
+				return bench.RunSinkOn(ctx, sinkListen, tcpSink, lands, os.Stdin, os.Stdout)
 			}
 			stopProfile, err := startCPUProfile(cpuProfile)
 			if err != nil {
@@ -171,7 +177,12 @@ results.json and throughput.svg.`,
 			if baseline != "" && beside != "" {
 				return errors.New("--beside measures a baseline in turns with kvtier's workloads; --baseline measures one alone: give one of them")
 			}
-			if bench.NeedsSink(baseline) || bench.NeedsSink(beside) {
+			switch needs := bench.NeedsSink(baseline) || bench.NeedsSink(beside); {
+			case sinkCommand != "" && !needs:
+				return errors.New("--sink-command starts the receiver of the tcp-process baselines: give --beside or --baseline tcp-process, tcp-process-cold or tcp-process-store")
+			case sinkCommand != "":
+				o.SinkCommand = strings.Fields(sinkCommand)
+			case needs:
 				if o.SinkCommand, err = bench.SelfSink(); err != nil {
 					return err
 				}
@@ -250,6 +261,9 @@ results.json and throughput.svg.`,
 	fs.IntVar(&rounds, "rounds", 0, "turns of each workload and its --beside baseline, each duration/rounds long (default 4)")
 	fs.IntVar(&tcpSink, "tcp-sink", 0, "serve as the receiving process of --baseline tcp-process for messages of this many bytes")
 	_ = fs.MarkHidden("tcp-sink")
+	fs.StringVar(&sinkCommand, "sink-command", "", "command that starts the receiver of the tcp-process baselines, split at spaces, the message size appended; it must run `kvtier bench --tcp-sink-listen HOST:0 --tcp-sink` (add --tcp-sink-lands for tcp-process-store when the command crosses to another host), e.g. \"ssh box kvtier bench --tcp-sink-listen 10.0.0.5:0 --tcp-sink\", so raw TCP crosses the same network as the appliance's transfers (default: this program, on loopback)")
+	fs.StringVar(&sinkListen, "tcp-sink-listen", bench.DefaultSinkListen, "where the receiver of a tcp-process baseline (--tcp-sink) listens: an address the sender dials, port 0 for a free one")
+	fs.BoolVar(&sinkLands, "tcp-sink-lands", false, "the receiver of a tcp-process baseline (--tcp-sink) lands each message in a working set in DRAM, as tcp-process-store needs")
 	fs.StringVar(&report, "report", "", "write the report of a results directory (make bench)")
 	fs.Var(&dramSize, "dram", "DRAM of the store started without --master")
 	fs.BoolVar(&shm, "shm", true, "map the memory of appliances on this host (false: every transfer over TCP)")
