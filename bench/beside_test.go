@@ -320,8 +320,9 @@ func TestSinkLandsMessagesInTurn(t *testing.T) {
 // messages; the results are named tcp-process-store and the report marks
 // them "store".
 func TestTCPProcessStore(t *testing.T) {
-	// The sink's environment carries the instruction to land.
-	addr, stop, err := startSink(context.Background(), []string{"sh", "-c", `echo "sink lands=$` + SinkLandsEnv + `"; cat >/dev/null`, "sh"}, 4096, true)
+	// The sink's environment carries the instruction to land (this
+	// stand-in prints it as its address, and says it lands).
+	addr, stop, err := startSink(context.Background(), []string{"sh", "-c", `echo "sink lands=$` + SinkLandsEnv + SinkLands + `"; cat >/dev/null`, "sh"}, 4096, true)
 	if err != nil {
 		t.Fatal(err)
 	}
