@@ -108,15 +108,17 @@ type Cleaner interface {
 }
 
 // CleanupError is Run's error when the results are complete but the
-// objects it stored could not be removed (a credential without the right
-// to remove, say): the caller reports the results and warns.
+// removal of the objects it stored did not succeed: refused (a credential
+// without the right to remove, say), or done on the master but not
+// confirmed by an appliance that died during the run (the error names
+// it). The caller reports the results and warns.
 type CleanupError struct {
 	Prefix string
 	Err    error
 }
 
 func (e *CleanupError) Error() string {
-	return fmt.Sprintf("bench: the objects under %q were left in the store: %v", e.Prefix, e.Err)
+	return fmt.Sprintf("bench: removing the objects under %q: %v", e.Prefix, e.Err)
 }
 
 func (e *CleanupError) Unwrap() error { return e.Err }

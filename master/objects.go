@@ -643,5 +643,21 @@ func (m *Master) Remove(ctx context.Context, tenant, key string, force bool) err
 	m.removeLocked(sh, k, o)
 	sh.mu.Unlock()
 	m.publish(Event{Kind: "remove", Tenant: t, Key: key, Bytes: size})
+	return m.awaitRemoved(ctx, key, waits)
+}
+
+// awaitRemoved waits for the appliances to confirm a removal: their SSD
+// copies deleted (awaitRemovals) and their DRAM directory entries dropped
+// (dramBarrier), within one RemoveSyncTimeout for both. One after the
+// other, each with its own bound, a removal whose appliance had died took
+// twice the bound (10 s by default), as long as a client's RPCTimeout, so
+// the caller saw its own deadline pass instead of the answer naming the
+// appliance that did not confirm.
+func (m *Master) awaitRemoved(ctx context.Context, key string, waits map[string]*pendingRemoval) error {
+	if m.cfg.RemoveSyncTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, m.cfg.RemoveSyncTimeout)
+		defer cancel()
+	}
 	return errors.Join(m.awaitRemovals(ctx, key, waits), m.dramBarrier(ctx, key))
 }

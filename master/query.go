@@ -2,7 +2,6 @@ package master
 
 import (
 	"context"
-	"errors"
 	"regexp"
 	"runtime/metrics"
 	"slices"
@@ -131,7 +130,7 @@ func (m *Master) removeMatching(ctx context.Context, tenant, pattern string, mat
 	if n > 0 {
 		m.publish(Event{Kind: "remove", Tenant: tenant, Message: "bulk remove"})
 	}
-	return n, errors.Join(m.awaitRemovals(ctx, "", waits), m.dramBarrier(ctx, ""))
+	return n, m.awaitRemoved(ctx, "", waits)
 }
 
 // RemoveByRegex removes the objects of tenant whose key matches expr (Go

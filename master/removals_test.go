@@ -334,3 +334,34 @@ func TestRemoveWhileApplianceGone(t *testing.T) {
 		t.Fatalf("%d removals queued for a gone node past the cap", n)
 	}
 }
+
+// A removal that no appliance confirms answers within one
+// RemoveSyncTimeout, naming every appliance that did not confirm: A
+// holds an SSD copy of the key and B (a DRAM directory holder with a
+// record it never took) holds up the DRAM barrier. Each wait with a bound
+// of its own made it two bounds (10 s by default, a client's whole
+// RPCTimeout: bench's clean-up after losing an appliance saw "context
+// deadline exceeded" instead of this answer).
+func TestRemoveUnconfirmedWithinOneBound(t *testing.T) {
+	const bound = 300 * time.Millisecond
+	m, _ := newTest(t, Config{OffloadMode: OffloadOff, RemoveSyncTimeout: bound, DramSyncTimeout: 20 * time.Millisecond})
+	diskAppliance(t, m, diskObj("k", 1, 0))
+	if _, err := m.Heartbeat(ctx, HeartbeatRequest{Client: "B", DramDirectory: true}); err != nil {
+		t.Fatal(err)
+	}
+	mountMem(t, m, "B", "B/mem0", 1<<20)
+	put(t, m, "w", "on-b", 100) // its commit record is never taken: B is silent
+	start := time.Now()
+	err := m.Remove(ctx, "", "k", false)
+	took := time.Since(start)
+	wantCode(t, err, kverr.UnavailableInCurrentStatus)
+	if !strings.Contains(err.Error(), "appliance A") || !strings.Contains(err.Error(), "appliance B") {
+		t.Fatalf("the answer does not name both unconfirming appliances: %v", err)
+	}
+	if took >= 2*bound-50*time.Millisecond {
+		t.Fatalf("the removal answered after %v: two bounds of %v, one after the other", took, bound)
+	}
+	if exists(t, m, "k") {
+		t.Fatal("object still exists")
+	}
+}
