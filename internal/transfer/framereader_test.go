@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kvtier/kvtier/internal/testnet"
 )
 
 // readCounter counts the reads a serving connection makes.
@@ -28,20 +30,7 @@ func serveChunked(t *testing.T, e *Engine, in []byte, chunk int) ([]byte, int) {
 	t.Helper()
 	// Loopback TCP rather than a pipe: the client half-closes, so the
 	// server sees the end of its input and the answers still arrive.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	b, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	a, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, a := testnet.TCPPair(t)
 	rc := &readCounter{Conn: a}
 	done := make(chan struct{})
 	e.wg.Add(1)
