@@ -65,6 +65,9 @@
 //     source memory to the socket in one writev with their header and from the
 //     socket straight into the destination (the server's segment memory for
 //     WRITE, the caller's Buf for READ): no intermediate copy on either side.
+//     The serving side reads a frame's head (header, name, grant) with one
+//     read, which may take the first bytes of a payload or of the next
+//     pipelined frame along; those are handed on first (frameReader).
 //     Extent-source reads go through a pooled buffer on the serving side, and
 //     are never sliced (a request with Bucket != 0 travels as one frame of at
 //     most 64 MiB) so a source always sees whole extents and can verify their
