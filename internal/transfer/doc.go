@@ -63,8 +63,11 @@
 //     idle, so both sides work on it at once); each connection
 //     pipelines up to Config.PipelineDepth frames. Payload bytes go from the
 //     source memory to the socket in one writev with their header and from the
-//     socket straight into the destination (the server's segment memory for
-//     WRITE, the caller's Buf for READ): no intermediate copy on either side.
+//     socket into the destination (the server's segment memory for WRITE,
+//     the caller's Buf for READ); a WRITE payload of 128 KiB or more passes
+//     through a small buffer that stays in the server's cache, moved on with
+//     non-temporal stores (readInto), so the kernel's copy does not first
+//     read every line of cold segment memory.
 //     The serving side reads a frame's head (header, name, grant) with one
 //     read, which may take the first bytes of a payload or of the next
 //     pipelined frame along; those are handed on first (frameReader).
