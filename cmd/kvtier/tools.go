@@ -261,7 +261,7 @@ results.json and throughput.svg.`,
 	fs.IntVar(&rounds, "rounds", 0, "turns of each workload and its --beside baseline, each duration/rounds long (default 4)")
 	fs.IntVar(&tcpSink, "tcp-sink", 0, "serve as the receiving process of --baseline tcp-process for messages of this many bytes")
 	_ = fs.MarkHidden("tcp-sink")
-	fs.StringVar(&sinkCommand, "sink-command", "", "command that starts the receiver of the tcp-process baselines, split at spaces, the message size appended; it must run `kvtier bench --tcp-sink-listen HOST:0 --tcp-sink` (add --tcp-sink-lands for tcp-process-store when the command crosses to another host), e.g. \"ssh box kvtier bench --tcp-sink-listen 10.0.0.5:0 --tcp-sink\", so raw TCP crosses the same network as the appliance's transfers (default: this program, on loopback)")
+	fs.StringVar(&sinkCommand, "sink-command", "", "`CMD` starts the receiver of the tcp-process baselines (split at spaces, the message size appended); it must run kvtier bench --tcp-sink-listen HOST:0 --tcp-sink (add --tcp-sink-lands for tcp-process-store when the command crosses to another host), e.g. \"ssh box kvtier bench --tcp-sink-listen 10.0.0.5:0 --tcp-sink\", so raw TCP crosses the same network as the appliance's transfers (default: this program, on loopback)")
 	fs.StringVar(&sinkListen, "tcp-sink-listen", bench.DefaultSinkListen, "where the receiver of a tcp-process baseline (--tcp-sink) listens: an address the sender dials, port 0 for a free one")
 	fs.BoolVar(&sinkLands, "tcp-sink-lands", false, "the receiver of a tcp-process baseline (--tcp-sink) lands each message in a working set in DRAM, as tcp-process-store needs")
 	fs.StringVar(&report, "report", "", "write the report of a results directory (make bench)")
