@@ -1,6 +1,7 @@
 package transfer
 
 import (
+	"fmt"
 	"io"
 	"net"
 
@@ -60,8 +61,12 @@ func (f *frameReader) readSome() error {
 }
 
 // fill reads until n bytes after the consumed ones are buffered. Since
-// start, r+n <= frameHeadMax holds for a frame's head.
+// start, r+n <= frameHeadMax holds for a frame's head (parseRequestHeader
+// bounds the name); more is refused rather than read with no room.
 func (f *frameReader) fill(n int) error {
+	if f.r+n > len(f.buf) {
+		return fmt.Errorf("%w: frame head of %d bytes past %d", errMalformed, f.r+n, len(f.buf))
+	}
 	for f.w-f.r < n {
 		m, err := f.nc.Read(f.buf[f.w:])
 		f.w += m

@@ -2,6 +2,7 @@ package transfer
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net"
 	"sync/atomic"
@@ -121,5 +122,15 @@ func TestFramesCutAnywhere(t *testing.T) {
 		if !bytes.Equal(out, wantOut) || !bytes.Equal(mem, wantMem) {
 			t.Fatalf("written %d bytes at a time: answers %q and memory %q, want %q and %q", chunk, out, mem, wantOut, wantMem)
 		}
+	}
+}
+
+// fill refuses a head longer than its buffer instead of reading into no
+// room (a zero-length read returns nothing, forever).
+func TestFrameReaderRefusesAnOversizedHead(t *testing.T) {
+	a, _ := testnet.TCPPair(t)
+	f := frameReader{nc: a}
+	if err := f.fill(frameHeadMax + 1); !errors.Is(err, errMalformed) {
+		t.Fatalf("fill past the buffer: %v, want a malformed-frame error", err)
 	}
 }
