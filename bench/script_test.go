@@ -27,7 +27,7 @@ func TestBenchScript(t *testing.T) {
 	out := filepath.Join(dir, "results")
 	cmd := exec.Command("bash", "../scripts/bench.sh")
 	cmd.Env = append(os.Environ(), "KVTIER_BIN="+fake, "BENCH_DURATION=1", "BENCH_SIZES=64KiB", "BENCH_CLIENTS=1,2",
-		"BENCH_OUT="+out, "TMPDIR="+dir)
+		"BENCH_OUT="+out, "TMPDIR="+dir, "BENCH_TCP_BESIDE=both")
 	b, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("bench.sh: %v\n%s", err, b)
@@ -43,8 +43,9 @@ func TestBenchScript(t *testing.T) {
 	}
 	// The TCP-only pass (BENCH_TCP_SIZES, 1 MiB by default) runs in turns
 	// with raw TCP to another process: its rows carry that baseline's rate
-	// and the ratio marked as measured in turns.
-	for _, want := range []string{"| put | 1 MiB | 2 |", "| get | 1 MiB | 1 |", "†", "measured in turns"} {
+	// and the ratio marked as measured in turns; with BENCH_TCP_BESIDE=both
+	// also beside the store-shaped baselines (puts: store, gets: cold).
+	for _, want := range []string{"| put | 1 MiB | 2 |", "| get | 1 MiB | 1 |", "†", "measured in turns", "† store", "† cold"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("results.md lacks %q:\n%s", want, md)
 		}

@@ -24,6 +24,10 @@
 #                    remote clients use, in turns with raw TCP to another process
 #                    (--beside tcp-process, 4 rounds of BENCH_DURATION/2 a side), so
 #                    its ratio holds on a machine whose speed drifts
+#   BENCH_TCP_BESIDE the raw TCP those rows run in turns with: hot (tcp-process, one
+#                    buffer in the cache; the default), store (puts beside
+#                    tcp-process-store, other ops beside tcp-process-cold: raw TCP moving
+#                    the memory traffic a store moves) or both
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -34,6 +38,7 @@ OPS=${BENCH_OPS:-put,get}
 DURATION=${BENCH_DURATION:-3}
 DRAM=${BENCH_DRAM:-4GiB}
 TCP_SIZES=${BENCH_TCP_SIZES-1MiB}
+TCP_BESIDE=${BENCH_TCP_BESIDE:-hot}
 OFFLOAD=${BENCH_OFFLOAD:-off}
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 OUT=${BENCH_OUT:-results/$STAMP}
@@ -44,6 +49,7 @@ die() { log "error: $*"; exit 1; }
 
 [[ -x $BIN ]] || die "$BIN not found or not executable (run make build)"
 [[ $DURATION =~ ^[0-9]+$ && $DURATION -gt 0 ]] || die "BENCH_DURATION must be whole seconds > 0"
+[[ $TCP_BESIDE == hot || $TCP_BESIDE == store || $TCP_BESIDE == both ]] || die "BENCH_TCP_BESIDE must be hot, store or both (got $TCP_BESIDE)"
 mkdir -p "$RAW"
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/kvtier-bench.XXXXXX")
 SSD_DIR=${BENCH_SSD_DIR:-$WORK/ssd}
@@ -171,9 +177,17 @@ done
 for op in "${OP_LIST[@]}"; do
 	for size in "${TCP_SIZE_LIST[@]}"; do
 		for c in "${CLIENT_LIST[@]}"; do
-			log "kvtier $op size $size clients $c, TCP only, in turns with raw TCP to another process"
-			"$BIN" bench --master "$MASTER" --json --op "$op" --size "$size" --concurrency "$c" \
-				--duration "$((2 * DURATION))s" --shm=false --beside tcp-process >>"$RAW/kvtier.jsonl"
+			for shape in hot store; do
+				[[ $TCP_BESIDE == both || $TCP_BESIDE == "$shape" ]] || continue
+				beside=tcp-process
+				if [[ $shape == store ]]; then
+					beside=tcp-process-cold
+					[[ $op == put ]] && beside=tcp-process-store
+				fi
+				log "kvtier $op size $size clients $c, TCP only, in turns with raw TCP to another process ($beside)"
+				"$BIN" bench --master "$MASTER" --json --op "$op" --size "$size" --concurrency "$c" \
+					--duration "$((2 * DURATION))s" --shm=false --beside "$beside" >>"$RAW/kvtier.jsonl"
+			done
 		done
 	done
 done
