@@ -14,7 +14,7 @@ import (
 // baselines (Go TCP, memcpy, and iperf3/redis/fio when installed) are real.
 func TestBenchScript(t *testing.T) {
 	if testing.Short() {
-		t.Skip("skipped in -short: runs scripts/bench.sh (~20 s)")
+		t.Skip("skipped in -short: runs scripts/bench.sh (~40 s)")
 	}
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skipf("bash not installed: %v", err)
