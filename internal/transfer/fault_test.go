@@ -38,9 +38,15 @@ func silentServer(t *testing.T) string {
 
 func TestIOTimeout(t *testing.T) {
 	addr := silentServer(t)
-	cli := newEngine(t, Config{IOTimeout: 200 * time.Millisecond})
+	cli := newEngine(t, Config{IOTimeout: 200 * time.Millisecond, ConnsPerPeer: 1})
 	err := do1(t, cli, Request{Op: Read, Endpoint: addr, Segment: "s", Buf: make([]byte, 10)})
 	wantCode(t, err, kverr.TransferFail, "timeout")
+	// A peer that stopped answering is not asked again: a retry would
+	// dial it once more and wait a second IOTimeout before the caller
+	// could turn to another replica.
+	if d := cli.Stats().ConnsDialed; d != 1 {
+		t.Fatalf("dialled %d connections to a peer that timed out, want 1 (no retry)", d)
+	}
 }
 
 func TestCloseFailsInflight(t *testing.T) {

@@ -3,6 +3,7 @@ package transfer
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -500,6 +501,9 @@ type clientConn struct {
 	err      error // set once, before doneCh closes
 
 	kick chan struct{} // hands the reading role to the receive goroutine
+	// hung: the connection failed by timing out (failIO): its peer stopped
+	// answering within IOTimeout, and its slices are not retried on it.
+	hung atomic.Bool
 
 	mu sync.Mutex
 	// guarded by mu:
@@ -529,6 +533,19 @@ func (c *clientConn) dead() bool {
 	}
 }
 
+// failIO is fail after an I/O error cause. A cause past IOTimeout means
+// the peer stopped answering (a stopped process, a host gone): the slices
+// the connection held fail at once instead of being retried on that peer,
+// so a reader with another replica turns to it after one IOTimeout, not
+// two (a get of a replica whose box was stopped took a CLI's whole 60 s).
+func (c *clientConn) failIO(cause, err error) {
+	var ne net.Error
+	if errors.As(cause, &ne) && ne.Timeout() {
+		c.hung.Store(true)
+	}
+	c.fail(err)
+}
+
 // fail closes the connection; the caller reading it, else the receive
 // goroutine, then drains the queue.
 func (c *clientConn) fail(err error) {
@@ -556,6 +573,10 @@ func (c *clientConn) fail(err error) {
 // (peer restarted) from callers.
 func (c *clientConn) connFailed(s *slice, err error) {
 	e := c.e
+	if c.hung.Load() {
+		s.finish(e, err) // its peer stopped answering: no second IOTimeout on it
+		return
+	}
 	if s.ext != nil && s.retried && !c.p.batchOK.Load() {
 		// A peer that never answered a batch frame and dropped this one
 		// twice (once may be a pooled connection it closed while idle) may
@@ -632,7 +653,7 @@ func (c *clientConn) sendLocked(s *slice) {
 		_, err = c.nc.Write(c.hdr[:n])
 	}
 	if err != nil {
-		c.fail(kverr.New(kverr.TransferFail, "", "transfer: send to %s: %v", c.p.addr, err))
+		c.failIO(err, kverr.New(kverr.TransferFail, "", "transfer: send to %s: %v", c.p.addr, err))
 	}
 }
 
@@ -766,7 +787,7 @@ func (c *clientConn) readOne() bool {
 	_, rerr := io.ReadFull(c.rd, c.rhdr[:])
 	c.cr.max = 0
 	if err := rerr; err != nil {
-		c.fail(kverr.New(kverr.TransferFail, "", "transfer: connection to %s: receive: %v", c.p.addr, err))
+		c.failIO(err, kverr.New(kverr.TransferFail, "", "transfer: connection to %s: receive: %v", c.p.addr, err))
 		c.drain(nil)
 		return false
 	}
@@ -789,7 +810,7 @@ func (c *clientConn) readOne() bool {
 		if s != nil {
 			kerr = kverr.New(kverr.TransferFail, "", "transfer: %s segment %q offset %d on %s: %v", s.op, s.name, s.off, c.p.addr, err)
 		}
-		c.fail(kerr)
+		c.failIO(err, kerr)
 		c.drain(s)
 		return false
 	}

@@ -194,7 +194,7 @@ func (c *clientConn) sendBatchLocked(s *slice) {
 		_, err = c.nc.Write(c.bhdr)
 	}
 	if err != nil {
-		c.fail(kverr.New(kverr.TransferFail, "", "transfer: send to %s: %v", c.p.addr, err))
+		c.failIO(err, kverr.New(kverr.TransferFail, "", "transfer: send to %s: %v", c.p.addr, err))
 	}
 }
 
