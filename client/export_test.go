@@ -8,3 +8,8 @@ func LateSum(c *Client, ctx context.Context, size int) bool { return c.lateSum(c
 
 // LateSumMin is lateSumMin.
 const LateSumMin = lateSumMin
+
+// ReadReplicas exposes read: key's object from the replicas of rl into dst.
+func ReadReplicas(c *Client, ctx context.Context, key string, rl *ReplicaList, dst []byte) error {
+	return c.read(ctx, key, rl, dst)
+}

@@ -274,6 +274,12 @@ func (c *Client) read(ctx context.Context, key string, rl *ReplicaList, dst []by
 		if ctx.Err() != nil {
 			break
 		}
+		if len(rl.Replicas) > 1 && time.Now().After(rl.LeaseDeadline) {
+			// The other replicas' grants ended with the lease (a replica
+			// whose box stopped answering held this read for IOTimeout):
+			// they would refuse it. get queries again, with fresh grants.
+			return kverr.New(kverr.LeaseExpired, key, "read lease ended at %s while a replica failed; query again: %v", rl.LeaseDeadline.Format(time.RFC3339Nano), errs)
+		}
 	}
 	code := kverr.TransferFail
 	switch {

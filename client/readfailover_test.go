@@ -1,0 +1,59 @@
+package client_test
+
+import (
+	"context"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/client"
+	"github.com/kvtier/kvtier/kverr"
+	"github.com/kvtier/kvtier/master"
+)
+
+// A replica that fails once the read lease has ended (its box stopped
+// answering and held the read for IOTimeout) leaves the other replicas
+// untried: their grants ended with the lease and they would refuse. The
+// read answers LEASE_EXPIRED, which get turns into a fresh query, instead
+// of trying them (a CLI get of a 2-replica object with one box stopped
+// failed after its whole 60 s, the second replica refusing an expired
+// grant).
+func TestReadAfterTheLeaseQueriesAgain(t *testing.T) {
+	addr, _ := startMaster(t, master.Config{})
+	c := newClient(t, client.Config{MasterAddr: addr, Transfer: client.TransferConfig{DisableSharedMemory: true, RDMADevice: "off"}})
+	// The first replica's box hangs up at once; the second counts who dials it.
+	listen := func(accepted *atomic.Int32) string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				nc, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				if accepted != nil {
+					accepted.Add(1)
+				}
+				nc.Close()
+			}
+		}()
+		return ln.Addr().String()
+	}
+	var second atomic.Int32
+	rl := &client.ReplicaList{Size: 64, LeaseDeadline: time.Now().Add(-time.Second), Replicas: []*kvtierpb.Replica{
+		{Type: kvtierpb.ReplicaType_MEMORY, Segment: "a/mem0", Endpoint: listen(nil), Length: 64},
+		{Type: kvtierpb.ReplicaType_MEMORY, Segment: "b/mem0", Endpoint: listen(&second), Length: 64},
+	}}
+	err := client.ReadReplicas(c, context.Background(), "k", rl, make([]byte, 64))
+	if !kverr.Is(err, kverr.LeaseExpired) {
+		t.Fatalf("read past the lease with a failed replica: %v, want LEASE_EXPIRED", err)
+	}
+	if n := second.Load(); n != 0 {
+		t.Fatalf("the second replica was dialled %d times with grants the lease had ended", n)
+	}
+}
