@@ -54,6 +54,19 @@ func twoReplicasSurviveSIGKILL(t *testing.T, shm bool) {
 	cl := c.client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	// An appliance says "listening" before its segment's mount reaches
+	// the master: a 2-replica put right away can find one box only (CI,
+	// 2026-12-03, the tcp case: "1 replicas, want 2").
+	mounted := 0
+	eventually(t, 10*time.Second, "both appliances' segments mounted", func() bool {
+		mounted++
+		key := "mounted/" + strconv.Itoa(mounted)
+		if err := cl.Put(ctx, key, []byte("x"), client.WithReplicas(2)); err != nil {
+			t.Fatal(err)
+		}
+		info, err := cl.Stat(ctx, key)
+		return err == nil && len(info.Replicas) == 2
+	})
 	if shm {
 		// The client maps a box's segments in the background on first
 		// contact; until then it uses TCP.
