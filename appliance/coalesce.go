@@ -104,7 +104,8 @@ func (c *coalescer) PutStart(ctx context.Context, r *kvtierpb.PutStartRequest) (
 			if w.err = errs[i]; w.err == nil {
 				r := resp.Results[i]
 				w.resp = &kvtierpb.PutStartResponse{Replicas: r.GetReplicas(),
-					DramOutbox: r.GetDramOutbox(), DramSeq: r.GetDramSeq(), DramFreeSeq: r.GetDramFreeSeq()}
+					DramOutbox: r.GetDramOutbox(), DramSeq: r.GetDramSeq(), DramFreeSeq: r.GetDramFreeSeq(),
+					DramRecords: r.GetDramRecords()}
 			}
 		}
 	})

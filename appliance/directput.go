@@ -66,7 +66,11 @@ func (h *putHandler) startReq(id transfer.PutIdentity, p *transfer.DirectPut, wi
 			// The box takes the commit record itself (pullOwnRecords) when
 			// its master is in this process and it confirms its commits
 			// (EndPuts' self): no stream goroutine woken.
-			HolderPulls: h.inproc && h.confirmsOwn(id) && h.a.rec.puller.Load() != nil}}
+			HolderPulls: h.inproc && h.confirmsOwn(id) && h.a.rec.puller.Load() != nil,
+			// A master in another process answers with the records up to
+			// the commit, which the box applies at once (takeRecords)
+			// instead of waiting for them on its stream.
+			HolderTakes: !h.inproc && h.confirmsOwn(id)}}
 	if withID {
 		r.ClientId, r.Tenant, r.PutTicket = id.Client, id.Tenant, id.Ticket
 	}
@@ -104,6 +108,7 @@ func (h *putHandler) StartPuts(ctx context.Context, id transfer.PutIdentity, put
 			return out
 		}
 		out[0] = h.placement(puts[0].Key, resp.GetReplicas(), resp.GetDramOutbox(), resp.GetDramSeq(), resp.GetDramFreeSeq())
+		h.a.takeRecords(resp.GetDramOutbox(), resp.GetDramRecords())
 		return out
 	}
 	req := &kvtierpb.BatchPutStartRequest{ClientId: id.Client, Tenant: id.Tenant, PutTicket: id.Ticket,
@@ -117,6 +122,7 @@ func (h *putHandler) StartPuts(ctx context.Context, id transfer.PutIdentity, put
 		if out[i].Err = errs[i]; out[i].Err == nil {
 			r := resp.Results[i]
 			out[i] = h.placement(puts[i].Key, r.GetReplicas(), r.GetDramOutbox(), r.GetDramSeq(), r.GetDramFreeSeq())
+			h.a.takeRecords(r.GetDramOutbox(), r.GetDramRecords())
 		}
 	}
 	return out

@@ -26,9 +26,11 @@
 // ticket, only_node), read into the extents and committed (PutEnd), one
 // round trip for the client. In a standalone the box calls its master
 // in-process (Config.PutMaster, and the DRAM directory's records stream,
-// Config.DramRecords); with a master of its own process it coalesces the
+// Config.DramRecords); with a master in another process it coalesces the
 // calls of concurrent direct puts, of any clients, into batch calls
-// carrying each put's own ticket (coalesce.go).
+// carrying each put's own ticket (coalesce.go), and applies the DRAM
+// directory records up to each put's commit from PutStart's answer
+// (dramdir.go, takeRecords) instead of waiting for its records stream.
 //
 // The offload mover takes the tasks the master hands out (copy this MEMORY
 // replica to SSD): through TakeOffload, a long poll it repeats whenever its

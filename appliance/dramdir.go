@@ -152,11 +152,16 @@ type recState struct {
 	// puller is the in-process stream once it has started (nil otherwise).
 	puller atomic.Pointer[recordsPuller]
 	pulled atomic.Uint64 // records applied by pullOwnRecords
+	taken  atomic.Uint64 // records applied by takeRecords
 }
 
 // DramRecordsPulled counts the DRAM records direct puts applied
 // themselves (pullOwnRecords) rather than through the stream goroutine.
 func (a *Appliance) DramRecordsPulled() uint64 { return a.rec.pulled.Load() }
+
+// DramRecordsTaken counts the DRAM records direct puts applied from their
+// PutStart answers (takeRecords), with a master in another process.
+func (a *Appliance) DramRecordsTaken() uint64 { return a.rec.taken.Load() }
 
 // recordsPuller is the in-process records stream of a standalone
 // (master.DramRecordsConn): records can be taken from it without waiting.
@@ -297,6 +302,38 @@ func (a *Appliance) pullOwnRecords(outbox, seq uint64) bool {
 		a.log.Debug("acknowledging own dram records", "err", err)
 	}
 	return true
+}
+
+// takeRecords applies records a direct put's PutStart answer carried
+// (PutConfig.holder_takes: those of outbox not yet acknowledged, up to the
+// put's commit record, none a free), in the caller's goroutine, so the put
+// need not wait for its stream goroutine to bring them. The stream brings
+// them too (skipped then) and acknowledges them. It leaves them to the
+// stream when another goroutine is applying records, or when outbox is not
+// the one this box follows (a master that restarted or was replaced).
+func (a *Appliance) takeRecords(outbox uint64, rs []*kvtierpb.DramRecord) {
+	if len(rs) == 0 || !a.rec.mu.TryLock() {
+		return
+	}
+	defer a.rec.mu.Unlock()
+	if a.rec.outbox != outbox || outbox == 0 {
+		return
+	}
+	for len(rs) > 0 && rs[0].Seq <= a.rec.applied {
+		rs = rs[1:]
+	}
+	if len(rs) == 0 {
+		return
+	}
+	for i, r := range rs {
+		if r.Free || (i > 0 && r.Seq <= rs[i-1].Seq) {
+			return // not what the master sends: leave it to the stream
+		}
+	}
+	a.applyDramRecords(rs)
+	a.rec.taken.Add(uint64(len(rs)))
+	a.rec.applied = rs[len(rs)-1].Seq
+	a.dirSeen.applied(outbox, a.rec.applied)
 }
 
 // applyDramRecords applies records in order; a free also revokes the

@@ -1,6 +1,8 @@
 package master
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -202,5 +204,105 @@ func TestDirectPutFreeSeq(t *testing.T) {
 	}
 	if r := resp.Results[0]; r.Code != 0 || r.DramFreeSeq <= ps.DramFreeSeq || r.DramFreeSeq >= r.DramSeq {
 		t.Fatalf("batch after k2's revoke: %v (k2's free seq %d)", r, ps.DramFreeSeq)
+	}
+}
+
+// TestDirectPutAnswerCarriesRecords: a direct put asking for them
+// (PutConfig.holder_takes) is answered with its node's records not yet
+// acknowledged, up to and including its commit record, in order; none
+// when one of them is a free (the stream applies those), when there are
+// more than maxHolderRecords, or when the put did not ask. A batch of
+// direct puts carries them once, on the item with the highest seq.
+func TestDirectPutAnswerCarriesRecords(t *testing.T) {
+	m, _ := newTest(t, Config{DramSyncTimeout: -1})
+	s := &grpcServer{m: m}
+	if _, err := m.Heartbeat(ctx, HeartbeatRequest{Client: "box", Endpoint: "box:1", DramDirectory: true}); err != nil {
+		t.Fatal(err)
+	}
+	mountMem(t, m, "box", "box/mem0", 1<<20)
+	m.EnsureGrantKeys("box", "inc-1")
+	if err := m.AckDramRecords("box", 0, 0); err != nil { // the box's stream opens: its records are kept
+		t.Fatal(err)
+	}
+	tr, err := s.PutTicket(ctx, &kvtierpb.PutTicketRequest{ClientId: "gpu1", Node: "box"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func(key string, takes bool) *kvtierpb.PutStartResponse {
+		t.Helper()
+		ps, err := s.PutStart(ctx, &kvtierpb.PutStartRequest{ClientId: "gpu1", Key: []byte(key), Size: 1024,
+			HasChecksum: true, Crc32C: 1, PutTicket: tr.Ticket, Config: &kvtierpb.PutConfig{OnlyNode: "box", HolderTakes: takes}})
+		if err != nil || ps.DramSeq == 0 {
+			t.Fatalf("PutStart %s: %v %v", key, ps, err)
+		}
+		return ps
+	}
+	keysOf := func(rs []*kvtierpb.DramRecord) string {
+		var out []string
+		for _, r := range rs {
+			out = append(out, string(r.Key))
+		}
+		return strings.Join(out, ",")
+	}
+	p1 := start("k1", true)
+	if len(p1.DramRecords) != 1 || p1.DramRecords[0].Seq != p1.DramSeq || string(p1.DramRecords[0].Key) != "k1" ||
+		p1.DramRecords[0].Free || p1.DramRecords[0].Segment != "box/mem0" || p1.DramRecords[0].Offset != p1.Replicas[0].Offset {
+		t.Fatalf("k1's answer carries %v, want its commit record (seq %d)", p1.DramRecords, p1.DramSeq)
+	}
+	if p := start("k2", false); len(p.DramRecords) != 0 {
+		t.Fatalf("a put that did not ask carries %v", p.DramRecords)
+	}
+	p3 := start("k3", true)
+	if got := keysOf(p3.DramRecords); got != "k1,k2,k3" || p3.DramRecords[2].Seq != p3.DramSeq {
+		t.Fatalf("k3's answer carries %s, want every record not acknowledged: k1,k2,k3", got)
+	}
+	if err := m.AckDramRecords("box", p3.DramOutbox, p3.DramSeq); err != nil {
+		t.Fatal(err)
+	}
+	if got := keysOf(start("k4", true).DramRecords); got != "k4" {
+		t.Fatalf("after the acknowledgement k4's answer carries %s, want k4", got)
+	}
+	// A free among them: the stream's.
+	if _, err := s.PutRevoke(ctx, &kvtierpb.KeyRequest{ClientId: "gpu1", Key: []byte("k4"), PutTicket: tr.Ticket}); err != nil {
+		t.Fatal(err)
+	}
+	p5 := start("k5", true)
+	if len(p5.DramRecords) != 0 {
+		t.Fatalf("records with a free among them carried: %s", keysOf(p5.DramRecords))
+	}
+	if err := m.AckDramRecords("box", p5.DramOutbox, p5.DramSeq); err != nil {
+		t.Fatal(err)
+	}
+	// More than maxHolderRecords behind: none.
+	var last *kvtierpb.PutStartResponse
+	for i := range maxHolderRecords + 1 {
+		last = start(fmt.Sprintf("many/%d", i), true)
+		if want := i + 1; i < maxHolderRecords && len(last.DramRecords) != want {
+			t.Fatalf("put %d carries %d records, want %d", i, len(last.DramRecords), want)
+		}
+	}
+	if len(last.DramRecords) != 0 {
+		t.Fatalf("%d records carried past the bound %d", len(last.DramRecords), maxHolderRecords)
+	}
+	if err := m.AckDramRecords("box", last.DramOutbox, last.DramSeq); err != nil {
+		t.Fatal(err)
+	}
+	// A coalesced batch: one copy, on the item with the highest seq.
+	items := make([]*kvtierpb.PutStartRequest, 3)
+	for i := range items {
+		items[i] = &kvtierpb.PutStartRequest{ClientId: "gpu1", Key: []byte(fmt.Sprintf("b%d", i)), Size: 1024, HasChecksum: true,
+			PutTicket: tr.Ticket, Config: &kvtierpb.PutConfig{OnlyNode: "box", HolderTakes: true}}
+	}
+	resp, err := s.BatchPutStart(ctx, &kvtierpb.BatchPutStartRequest{PerItemTickets: true, Items: items})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range resp.Results {
+		if r.Code != 0 {
+			t.Fatalf("item %d: %v", i, r)
+		}
+		if want := map[bool]string{true: "b0,b1,b2", false: ""}[i == 2]; keysOf(r.DramRecords) != want {
+			t.Fatalf("item %d (seq %d) carries %q, want %q", i, r.DramSeq, keysOf(r.DramRecords), want)
+		}
 	}
 }

@@ -76,6 +76,16 @@
 //     wakes the streams (DramRecordsConn.Wake). That saves a goroutine
 //     wake-up in PutStart and the wait for the stream in the node: 1 MiB
 //     direct puts with 4 callers 1.04-1.15 -> 1.31-1.40 x raw TCP.
+//     A node whose master runs in another process (a cluster) asks
+//     instead for the records with the answer (PutConfig.holder_takes):
+//     PutStart's answer carries the node's records not yet acknowledged
+//     up to the commit (dram_records; for a batch once, on the item with
+//     the highest seq), when there are at most maxHolderRecords and none
+//     is a free, and the node applies them at once in order, skipping
+//     those it has; its stream brings them too and acknowledges them. The
+//     put no longer waits for the stream (master goroutine wake-up, an
+//     HTTP/2 message, the node's stream goroutine): that wait was 45-200
+//     µs of a 64 KiB direct put on this VM, 0-1 µs after.
 //     Every other rule of a put holds unchanged.
 //   - GetReplicaList returns the COMPLETE replicas — MEMORY, then NOF, then
 //     LOCAL_DISK; replicas on DRAINING storage after all others; none on a

@@ -480,6 +480,38 @@ func (m *Master) peekDramRecords(client string, after uint64, out []DramRecord) 
 	return q.id, append(out, n.pending[i:min(len(n.pending), i+MaxTakeDramRecords)]...), true
 }
 
+// maxHolderRecords bounds the records a direct put's PutStart answer
+// carries (holderRecords); a node further behind waits for its stream.
+const maxHolderRecords = 64
+
+// holderRecords returns node's records not yet acknowledged, up to and
+// including seq, in order, for the answer of a direct put whose node
+// applies them from it (PutConfig.holder_takes): with the records it
+// applied before they are every record up to seq. Nil when there are more
+// than maxHolderRecords, when one is a free (its revocation drains the
+// node's data-port frames, the put's own among them: the stream
+// goroutine applies it), or when the node's queue dropped records it has
+// not yet cleared its directory for (reset): it waits for its stream then.
+func (m *Master) holderRecords(node string, seq uint64) []DramRecord {
+	q := &m.dram
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := q.byNode[node]
+	if n == nil || n.reset || (n.lost != 0 && n.acked <= n.lost) {
+		return nil
+	}
+	j, _ := slices.BinarySearchFunc(n.pending, seq+1, func(r DramRecord, seq uint64) int { return cmp.Compare(r.Seq, seq) })
+	if j == 0 || j > maxHolderRecords {
+		return nil
+	}
+	for i := range n.pending[:j] {
+		if n.pending[i].Free {
+			return nil
+		}
+	}
+	return slices.Clone(n.pending[:j])
+}
+
 // wakeDramRecords wakes the client's streams waiting for records (an
 // appliance that took none of a quiet record itself hands it back).
 func (m *Master) wakeDramRecords(client string) {

@@ -241,8 +241,39 @@ func (s *grpcServer) PutStart(ctx context.Context, r *kvtierpb.PutStartRequest) 
 	} else {
 		out.DramOutbox, out.DramSeq = s.m.commitMark(req.Client, req.Tenant, req.Key)
 		out.DramFreeSeq = lastFreeSeq(reps)
+		if r.GetConfig().GetHolderTakes() && out.DramSeq != 0 {
+			out.DramRecords = dramRecordsToPB(s.m.holderRecords(req.Config.OnlyNode, out.DramSeq))
+		}
 	}
 	return out, nil
+}
+
+// holderRecordsPB gives the result with the highest dram_seq among those
+// whose request asked for records (holder_takes) the records of its node
+// up to that seq (Master.holderRecords): one copy for a batch of direct
+// puts, which one node sends.
+func (s *grpcServer) holderRecordsPB(items []*kvtierpb.PutStartRequest, reqs []PutRequest, results []*kvtierpb.PutStartResult) {
+	best := -1
+	for i, g := range results {
+		if g.DramSeq != 0 && items[i].GetConfig().GetHolderTakes() && (best < 0 || g.DramSeq > results[best].DramSeq) {
+			best = i
+		}
+	}
+	if best >= 0 {
+		results[best].DramRecords = dramRecordsToPB(s.m.holderRecords(reqs[best].Config.OnlyNode, results[best].DramSeq))
+	}
+}
+
+// dramRecordsToPB converts records for one message (nil: none).
+func dramRecordsToPB(rs []DramRecord) []*kvtierpb.DramRecord {
+	if len(rs) == 0 {
+		return nil
+	}
+	var out kvtierpb.TakeDramRecordsResponse
+	var recs []kvtierpb.DramRecord
+	var keys []byte
+	dramRecordsPB(&out, &recs, &keys, 0, false, rs)
+	return out.Records
 }
 
 func (s *grpcServer) PutEnd(ctx context.Context, r *kvtierpb.KeyRequest) (*kvtierpb.Empty, error) {
@@ -366,6 +397,9 @@ func (s *grpcServer) BatchPutStart(ctx context.Context, r *kvtierpb.BatchPutStar
 			g.DramFreeSeq = lastFreeSeq(x.Replicas)
 		}
 		out.Results[i] = g
+	}
+	if node != "" {
+		s.holderRecordsPB(r.GetItems(), reqs, out.Results)
 	}
 	return out, nil
 }
@@ -955,17 +989,19 @@ func (s *grpcServer) batchPutStartItems(ctx context.Context, r *kvtierpb.BatchPu
 		return nil, toGRPC(kverr.New(kverr.InvalidParams, "", "BatchPutStart: per-item tickets and a batch identity together"))
 	}
 	out := &kvtierpb.BatchPutStartResponse{Results: make([]*kvtierpb.PutStartResult, len(r.GetItems()))}
+	reqs := make([]PutRequest, len(r.GetItems()))
 	for i, it := range r.GetItems() {
 		g := &kvtierpb.PutStartResult{}
 		out.Results[i] = g
 		node, err := s.itemIdentity(ctx, it.GetPutTicket(), it.GetTenant(), it.GetClientId())
 		var reps []Replica
-		req := putFromPB(it)
+		req := &reqs[i]
+		*req = putFromPB(it)
 		if err == nil {
 			if node != "" {
 				req.Config.OnlyNode = node
 			}
-			reps, err = s.m.PutStart(ctx, req)
+			reps, err = s.m.PutStart(ctx, *req)
 		}
 		if err != nil {
 			g.Code, g.Message = kvtierpb.ErrorCode(kverr.CodeOf(err)), err.Error()
@@ -975,6 +1011,7 @@ func (s *grpcServer) batchPutStartItems(ctx context.Context, r *kvtierpb.BatchPu
 		g.DramOutbox, g.DramSeq = s.m.commitMark(req.Client, req.Tenant, req.Key)
 		g.DramFreeSeq = lastFreeSeq(reps)
 	}
+	s.holderRecordsPB(r.GetItems(), reqs, out.Results)
 	return out, nil
 }
 

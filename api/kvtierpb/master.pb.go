@@ -551,7 +551,12 @@ type PutConfig struct {
 	// put's commit record from its master's outbox itself before it answers
 	// (master.DramRecordsConn.TryRecv), so queueing the record wakes no
 	// stream goroutine.
-	HolderPulls   bool `protobuf:"varint,430,opt,name=holder_pulls,json=holderPulls,proto3" json:"holder_pulls,omitempty"`
+	HolderPulls bool `protobuf:"varint,430,opt,name=holder_pulls,json=holderPulls,proto3" json:"holder_pulls,omitempty"`
+	// With only_node, from an appliance whose master runs in another
+	// process: answer with the node's DRAM directory records up to the
+	// put's commit record (PutStartResponse.dram_records), so it applies
+	// its commit from the answer instead of waiting for its stream.
+	HolderTakes   bool `protobuf:"varint,440,opt,name=holder_takes,json=holderTakes,proto3" json:"holder_takes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -638,6 +643,13 @@ func (x *PutConfig) GetOnlyNode() string {
 func (x *PutConfig) GetHolderPulls() bool {
 	if x != nil {
 		return x.HolderPulls
+	}
+	return false
+}
+
+func (x *PutConfig) GetHolderTakes() bool {
+	if x != nil {
+		return x.HolderTakes
 	}
 	return false
 }
@@ -760,7 +772,14 @@ type PutStartResponse struct {
 	// grant for the extent can still move bytes there: the node writes the
 	// put's bytes only after that (usually at once: the frees went long
 	// before), instead of waiting for the commit record (dram_seq).
-	DramFreeSeq   uint64 `protobuf:"varint,410,opt,name=dram_free_seq,json=dramFreeSeq,proto3" json:"dram_free_seq,omitempty"`
+	DramFreeSeq uint64 `protobuf:"varint,410,opt,name=dram_free_seq,json=dramFreeSeq,proto3" json:"dram_free_seq,omitempty"`
+	// With PutConfig.holder_takes: every record of the node not yet
+	// acknowledged, up to and including the commit record (dram_seq), in seq
+	// order, when they are few and free nothing (a free's revocation is the
+	// stream's to apply). The node applies them at once, in order, skipping
+	// those it has; its stream brings them too and acknowledges them. Empty:
+	// wait for the stream, as without holder_takes.
+	DramRecords   []*DramRecord `protobuf:"bytes,420,rep,name=dram_records,json=dramRecords,proto3" json:"dram_records,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -821,6 +840,13 @@ func (x *PutStartResponse) GetDramFreeSeq() uint64 {
 		return x.DramFreeSeq
 	}
 	return 0
+}
+
+func (x *PutStartResponse) GetDramRecords() []*DramRecord {
+	if x != nil {
+		return x.DramRecords
+	}
+	return nil
 }
 
 type KeyRequest struct {
@@ -1351,13 +1377,16 @@ func (x *BatchPutStartRequest) GetPerItemTickets() bool {
 }
 
 type PutStartResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Code          ErrorCode              `protobuf:"varint,1,opt,name=code,proto3,enum=kvtier.v1.ErrorCode" json:"code,omitempty"`
-	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
-	Replicas      []*Replica             `protobuf:"bytes,3,rep,name=replicas,proto3" json:"replicas,omitempty"`
-	DramOutbox    uint64                 `protobuf:"varint,390,opt,name=dram_outbox,json=dramOutbox,proto3" json:"dram_outbox,omitempty"` // as PutStartResponse
-	DramSeq       uint64                 `protobuf:"varint,391,opt,name=dram_seq,json=dramSeq,proto3" json:"dram_seq,omitempty"`
-	DramFreeSeq   uint64                 `protobuf:"varint,410,opt,name=dram_free_seq,json=dramFreeSeq,proto3" json:"dram_free_seq,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Code        ErrorCode              `protobuf:"varint,1,opt,name=code,proto3,enum=kvtier.v1.ErrorCode" json:"code,omitempty"`
+	Message     string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Replicas    []*Replica             `protobuf:"bytes,3,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	DramOutbox  uint64                 `protobuf:"varint,390,opt,name=dram_outbox,json=dramOutbox,proto3" json:"dram_outbox,omitempty"` // as PutStartResponse
+	DramSeq     uint64                 `protobuf:"varint,391,opt,name=dram_seq,json=dramSeq,proto3" json:"dram_seq,omitempty"`
+	DramFreeSeq uint64                 `protobuf:"varint,410,opt,name=dram_free_seq,json=dramFreeSeq,proto3" json:"dram_free_seq,omitempty"`
+	// Only on the item with the batch's highest dram_seq: the records up to
+	// it (one copy for the whole batch).
+	DramRecords   []*DramRecord `protobuf:"bytes,420,rep,name=dram_records,json=dramRecords,proto3" json:"dram_records,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1432,6 +1461,13 @@ func (x *PutStartResult) GetDramFreeSeq() uint64 {
 		return x.DramFreeSeq
 	}
 	return 0
+}
+
+func (x *PutStartResult) GetDramRecords() []*DramRecord {
+	if x != nil {
+		return x.DramRecords
+	}
+	return nil
 }
 
 type BatchPutStartResponse struct {
@@ -5472,7 +5508,7 @@ const file_master_proto_rawDesc = "" +
 	"\x05grant\x18\xfa\x01 \x01(\fR\x05grant\x12\x1c\n" +
 	"\trdma_addr\x18\xac\x02 \x01(\tR\brdmaAddr\x12\x1c\n" +
 	"\trdma_base\x18\xad\x02 \x01(\x04R\brdmaBase\x12\x1c\n" +
-	"\trdma_rkey\x18\xae\x02 \x01(\rR\brdmaRkey\"\xa0\x02\n" +
+	"\trdma_rkey\x18\xae\x02 \x01(\rR\brdmaRkey\"\xc4\x02\n" +
 	"\tPutConfig\x12\x1f\n" +
 	"\vreplica_num\x18\x01 \x01(\rR\n" +
 	"replicaNum\x12+\n" +
@@ -5482,7 +5518,8 @@ const file_master_proto_rawDesc = "" +
 	"\x0fsoft_pin_ttl_ms\x18\x05 \x01(\x04R\fsoftPinTtlMs\x12&\n" +
 	"\x0fnof_replica_num\x18\x06 \x01(\rR\rnofReplicaNum\x12\x1c\n" +
 	"\tonly_node\x18\x86\x03 \x01(\tR\bonlyNode\x12\"\n" +
-	"\fholder_pulls\x18\xae\x03 \x01(\bR\vholderPulls\"\xf5\x01\n" +
+	"\fholder_pulls\x18\xae\x03 \x01(\bR\vholderPulls\x12\"\n" +
+	"\fholder_takes\x18\xb8\x03 \x01(\bR\vholderTakes\"\xf5\x01\n" +
 	"\x0fPutStartRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x10\n" +
@@ -5492,13 +5529,14 @@ const file_master_proto_rawDesc = "" +
 	"\fhas_checksum\x18\x06 \x01(\bR\vhasChecksum\x12,\n" +
 	"\x06config\x18\a \x01(\v2\x14.kvtier.v1.PutConfigR\x06config\x12\x1e\n" +
 	"\n" +
-	"put_ticket\x18\x86\x03 \x01(\fR\tputTicket\"\xa5\x01\n" +
+	"put_ticket\x18\x86\x03 \x01(\fR\tputTicket\"\xe0\x01\n" +
 	"\x10PutStartResponse\x12.\n" +
 	"\breplicas\x18\x01 \x03(\v2\x12.kvtier.v1.ReplicaR\breplicas\x12 \n" +
 	"\vdram_outbox\x18\x86\x03 \x01(\x04R\n" +
 	"dramOutbox\x12\x1a\n" +
 	"\bdram_seq\x18\x87\x03 \x01(\x04R\adramSeq\x12#\n" +
-	"\rdram_free_seq\x18\x9a\x03 \x01(\x04R\vdramFreeSeq\"\xee\x01\n" +
+	"\rdram_free_seq\x18\x9a\x03 \x01(\x04R\vdramFreeSeq\x129\n" +
+	"\fdram_records\x18\xa4\x03 \x03(\v2\x15.kvtier.v1.DramRecordR\vdramRecords\"\xee\x01\n" +
 	"\n" +
 	"KeyRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x16\n" +
@@ -5537,7 +5575,7 @@ const file_master_proto_rawDesc = "" +
 	"\x05items\x18\x03 \x03(\v2\x1a.kvtier.v1.PutStartRequestR\x05items\x12\x1e\n" +
 	"\n" +
 	"put_ticket\x18\x86\x03 \x01(\fR\tputTicket\x12)\n" +
-	"\x10per_item_tickets\x18\x87\x03 \x01(\bR\x0eperItemTickets\"\xe7\x01\n" +
+	"\x10per_item_tickets\x18\x87\x03 \x01(\bR\x0eperItemTickets\"\xa2\x02\n" +
 	"\x0ePutStartResult\x12(\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x14.kvtier.v1.ErrorCodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12.\n" +
@@ -5545,7 +5583,8 @@ const file_master_proto_rawDesc = "" +
 	"\vdram_outbox\x18\x86\x03 \x01(\x04R\n" +
 	"dramOutbox\x12\x1a\n" +
 	"\bdram_seq\x18\x87\x03 \x01(\x04R\adramSeq\x12#\n" +
-	"\rdram_free_seq\x18\x9a\x03 \x01(\x04R\vdramFreeSeq\"L\n" +
+	"\rdram_free_seq\x18\x9a\x03 \x01(\x04R\vdramFreeSeq\x129\n" +
+	"\fdram_records\x18\xa4\x03 \x03(\v2\x15.kvtier.v1.DramRecordR\vdramRecords\"L\n" +
 	"\x15BatchPutStartResponse\x123\n" +
 	"\aresults\x18\x01 \x03(\v2\x19.kvtier.v1.PutStartResultR\aresults\"\xe7\x01\n" +
 	"\x10BatchKeysRequest\x12\x1b\n" +
@@ -6098,127 +6137,129 @@ var file_master_proto_depIdxs = []int32{
 	2,  // 1: kvtier.v1.Replica.state:type_name -> kvtier.v1.ReplicaState
 	6,  // 2: kvtier.v1.PutStartRequest.config:type_name -> kvtier.v1.PutConfig
 	5,  // 3: kvtier.v1.PutStartResponse.replicas:type_name -> kvtier.v1.Replica
-	5,  // 4: kvtier.v1.GetReplicaListResponse.replicas:type_name -> kvtier.v1.Replica
-	7,  // 5: kvtier.v1.BatchPutStartRequest.items:type_name -> kvtier.v1.PutStartRequest
-	0,  // 6: kvtier.v1.PutStartResult.code:type_name -> kvtier.v1.ErrorCode
-	5,  // 7: kvtier.v1.PutStartResult.replicas:type_name -> kvtier.v1.Replica
-	17, // 8: kvtier.v1.BatchPutStartResponse.results:type_name -> kvtier.v1.PutStartResult
-	9,  // 9: kvtier.v1.BatchKeysRequest.items:type_name -> kvtier.v1.KeyRequest
-	0,  // 10: kvtier.v1.KeyResult.code:type_name -> kvtier.v1.ErrorCode
-	20, // 11: kvtier.v1.BatchResponse.results:type_name -> kvtier.v1.KeyResult
-	0,  // 12: kvtier.v1.GetReplicaListResult.code:type_name -> kvtier.v1.ErrorCode
-	11, // 13: kvtier.v1.GetReplicaListResult.value:type_name -> kvtier.v1.GetReplicaListResponse
-	22, // 14: kvtier.v1.BatchGetReplicaListResponse.results:type_name -> kvtier.v1.GetReplicaListResult
-	20, // 15: kvtier.v1.BatchExistResponse.results:type_name -> kvtier.v1.KeyResult
-	1,  // 16: kvtier.v1.Segment.type:type_name -> kvtier.v1.ReplicaType
-	25, // 17: kvtier.v1.MountSegmentRequest.segment:type_name -> kvtier.v1.Segment
-	25, // 18: kvtier.v1.HeartbeatRequest.segments:type_name -> kvtier.v1.Segment
-	28, // 19: kvtier.v1.HeartbeatRequest.disk:type_name -> kvtier.v1.DiskTierStats
-	31, // 20: kvtier.v1.HeartbeatRequest.nvme:type_name -> kvtier.v1.NvmeStats
-	30, // 21: kvtier.v1.HeartbeatRequest.cached_reads:type_name -> kvtier.v1.CachedRead
-	69, // 22: kvtier.v1.HeartbeatRequest.grant_refusals:type_name -> kvtier.v1.HeartbeatRequest.GrantRefusalsEntry
-	32, // 23: kvtier.v1.NvmeStats.subsystems:type_name -> kvtier.v1.NvmeSubsystem
-	34, // 24: kvtier.v1.NvmeStats.hosts:type_name -> kvtier.v1.NvmeHost
-	33, // 25: kvtier.v1.NvmeSubsystem.namespaces:type_name -> kvtier.v1.NvmeNamespace
-	5,  // 26: kvtier.v1.OffloadTask.source:type_name -> kvtier.v1.Replica
-	36, // 27: kvtier.v1.OffloadTask.more:type_name -> kvtier.v1.OffloadTask
-	36, // 28: kvtier.v1.HeartbeatResponse.offload:type_name -> kvtier.v1.OffloadTask
-	35, // 29: kvtier.v1.HeartbeatResponse.settings:type_name -> kvtier.v1.TierSettings
-	39, // 30: kvtier.v1.HeartbeatResponse.grant_keys:type_name -> kvtier.v1.GrantKey
-	41, // 31: kvtier.v1.RegisterDiskObjectsRequest.objects:type_name -> kvtier.v1.DiskObject
-	5,  // 32: kvtier.v1.ObjectInfo.replicas:type_name -> kvtier.v1.Replica
-	45, // 33: kvtier.v1.ListObjectsResponse.objects:type_name -> kvtier.v1.ObjectInfo
-	25, // 34: kvtier.v1.SegmentInfo.segment:type_name -> kvtier.v1.Segment
-	3,  // 35: kvtier.v1.SegmentInfo.state:type_name -> kvtier.v1.SegmentState
-	47, // 36: kvtier.v1.ListSegmentsResponse.segments:type_name -> kvtier.v1.SegmentInfo
-	4,  // 37: kvtier.v1.ClientInfo.state:type_name -> kvtier.v1.ClientState
-	28, // 38: kvtier.v1.ClientInfo.disk:type_name -> kvtier.v1.DiskTierStats
-	31, // 39: kvtier.v1.ClientInfo.nvme:type_name -> kvtier.v1.NvmeStats
-	70, // 40: kvtier.v1.ClientInfo.grant_refusals:type_name -> kvtier.v1.ClientInfo.GrantRefusalsEntry
-	49, // 41: kvtier.v1.ListClientsResponse.clients:type_name -> kvtier.v1.ClientInfo
-	51, // 42: kvtier.v1.StatsResponse.tiers:type_name -> kvtier.v1.TierStats
-	71, // 43: kvtier.v1.StatsResponse.counters:type_name -> kvtier.v1.StatsResponse.CountersEntry
-	53, // 44: kvtier.v1.TiersResponse.dram:type_name -> kvtier.v1.DramSettings
-	35, // 45: kvtier.v1.TiersResponse.ssd:type_name -> kvtier.v1.TierSettings
-	51, // 46: kvtier.v1.TiersResponse.stats:type_name -> kvtier.v1.TierStats
-	60, // 47: kvtier.v1.DiskRemoval.keep:type_name -> kvtier.v1.DiskLocation
-	61, // 48: kvtier.v1.TakeRemovalsResponse.removals:type_name -> kvtier.v1.DiskRemoval
-	64, // 49: kvtier.v1.TakeDramRecordsResponse.records:type_name -> kvtier.v1.DramRecord
-	66, // 50: kvtier.v1.RegisterDramObjectsRequest.objects:type_name -> kvtier.v1.DramObject
-	40, // 51: kvtier.v1.BatchOffloadDoneRequest.items:type_name -> kvtier.v1.OffloadDoneRequest
-	7,  // 52: kvtier.v1.Master.PutStart:input_type -> kvtier.v1.PutStartRequest
-	9,  // 53: kvtier.v1.Master.PutEnd:input_type -> kvtier.v1.KeyRequest
-	9,  // 54: kvtier.v1.Master.PutRevoke:input_type -> kvtier.v1.KeyRequest
-	9,  // 55: kvtier.v1.Master.GetReplicaList:input_type -> kvtier.v1.KeyRequest
-	9,  // 56: kvtier.v1.Master.Exist:input_type -> kvtier.v1.KeyRequest
-	9,  // 57: kvtier.v1.Master.Remove:input_type -> kvtier.v1.KeyRequest
-	13, // 58: kvtier.v1.Master.RemoveByRegex:input_type -> kvtier.v1.RemoveByRegexRequest
-	14, // 59: kvtier.v1.Master.RemoveAll:input_type -> kvtier.v1.RemoveAllRequest
-	16, // 60: kvtier.v1.Master.BatchPutStart:input_type -> kvtier.v1.BatchPutStartRequest
-	19, // 61: kvtier.v1.Master.BatchPutEnd:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 62: kvtier.v1.Master.BatchPutRevoke:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 63: kvtier.v1.Master.BatchGetReplicaList:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 64: kvtier.v1.Master.BatchExist:input_type -> kvtier.v1.BatchKeysRequest
-	19, // 65: kvtier.v1.Master.BatchRemove:input_type -> kvtier.v1.BatchKeysRequest
-	26, // 66: kvtier.v1.Master.MountSegment:input_type -> kvtier.v1.MountSegmentRequest
-	27, // 67: kvtier.v1.Master.UnmountSegment:input_type -> kvtier.v1.UnmountSegmentRequest
-	29, // 68: kvtier.v1.Master.Heartbeat:input_type -> kvtier.v1.HeartbeatRequest
-	40, // 69: kvtier.v1.Master.OffloadDone:input_type -> kvtier.v1.OffloadDoneRequest
-	37, // 70: kvtier.v1.Master.TakeOffload:input_type -> kvtier.v1.TakeOffloadRequest
-	42, // 71: kvtier.v1.Master.RegisterDiskObjects:input_type -> kvtier.v1.RegisterDiskObjectsRequest
-	43, // 72: kvtier.v1.Master.DropBucket:input_type -> kvtier.v1.DropBucketRequest
-	44, // 73: kvtier.v1.Master.ListObjects:input_type -> kvtier.v1.ListObjectsRequest
-	9,  // 74: kvtier.v1.Master.GetObject:input_type -> kvtier.v1.KeyRequest
-	10, // 75: kvtier.v1.Master.ListSegments:input_type -> kvtier.v1.Empty
-	10, // 76: kvtier.v1.Master.ListClients:input_type -> kvtier.v1.Empty
-	10, // 77: kvtier.v1.Master.Stats:input_type -> kvtier.v1.Empty
-	10, // 78: kvtier.v1.Master.GetTiers:input_type -> kvtier.v1.Empty
-	55, // 79: kvtier.v1.Master.UpdateTiers:input_type -> kvtier.v1.UpdateTiersRequest
-	10, // 80: kvtier.v1.Master.WatchEvents:input_type -> kvtier.v1.Empty
-	59, // 81: kvtier.v1.Master.TakeRemovals:input_type -> kvtier.v1.TakeRemovalsRequest
-	63, // 82: kvtier.v1.Master.TakeDramRecords:input_type -> kvtier.v1.TakeDramRecordsRequest
-	67, // 83: kvtier.v1.Master.RegisterDramObjects:input_type -> kvtier.v1.RegisterDramObjectsRequest
-	57, // 84: kvtier.v1.Master.PutTicket:input_type -> kvtier.v1.PutTicketRequest
-	68, // 85: kvtier.v1.Master.BatchOffloadDone:input_type -> kvtier.v1.BatchOffloadDoneRequest
-	8,  // 86: kvtier.v1.Master.PutStart:output_type -> kvtier.v1.PutStartResponse
-	10, // 87: kvtier.v1.Master.PutEnd:output_type -> kvtier.v1.Empty
-	10, // 88: kvtier.v1.Master.PutRevoke:output_type -> kvtier.v1.Empty
-	11, // 89: kvtier.v1.Master.GetReplicaList:output_type -> kvtier.v1.GetReplicaListResponse
-	12, // 90: kvtier.v1.Master.Exist:output_type -> kvtier.v1.ExistResponse
-	10, // 91: kvtier.v1.Master.Remove:output_type -> kvtier.v1.Empty
-	15, // 92: kvtier.v1.Master.RemoveByRegex:output_type -> kvtier.v1.CountResponse
-	15, // 93: kvtier.v1.Master.RemoveAll:output_type -> kvtier.v1.CountResponse
-	18, // 94: kvtier.v1.Master.BatchPutStart:output_type -> kvtier.v1.BatchPutStartResponse
-	21, // 95: kvtier.v1.Master.BatchPutEnd:output_type -> kvtier.v1.BatchResponse
-	21, // 96: kvtier.v1.Master.BatchPutRevoke:output_type -> kvtier.v1.BatchResponse
-	23, // 97: kvtier.v1.Master.BatchGetReplicaList:output_type -> kvtier.v1.BatchGetReplicaListResponse
-	24, // 98: kvtier.v1.Master.BatchExist:output_type -> kvtier.v1.BatchExistResponse
-	21, // 99: kvtier.v1.Master.BatchRemove:output_type -> kvtier.v1.BatchResponse
-	10, // 100: kvtier.v1.Master.MountSegment:output_type -> kvtier.v1.Empty
-	10, // 101: kvtier.v1.Master.UnmountSegment:output_type -> kvtier.v1.Empty
-	38, // 102: kvtier.v1.Master.Heartbeat:output_type -> kvtier.v1.HeartbeatResponse
-	10, // 103: kvtier.v1.Master.OffloadDone:output_type -> kvtier.v1.Empty
-	36, // 104: kvtier.v1.Master.TakeOffload:output_type -> kvtier.v1.OffloadTask
-	21, // 105: kvtier.v1.Master.RegisterDiskObjects:output_type -> kvtier.v1.BatchResponse
-	10, // 106: kvtier.v1.Master.DropBucket:output_type -> kvtier.v1.Empty
-	46, // 107: kvtier.v1.Master.ListObjects:output_type -> kvtier.v1.ListObjectsResponse
-	45, // 108: kvtier.v1.Master.GetObject:output_type -> kvtier.v1.ObjectInfo
-	48, // 109: kvtier.v1.Master.ListSegments:output_type -> kvtier.v1.ListSegmentsResponse
-	50, // 110: kvtier.v1.Master.ListClients:output_type -> kvtier.v1.ListClientsResponse
-	52, // 111: kvtier.v1.Master.Stats:output_type -> kvtier.v1.StatsResponse
-	54, // 112: kvtier.v1.Master.GetTiers:output_type -> kvtier.v1.TiersResponse
-	54, // 113: kvtier.v1.Master.UpdateTiers:output_type -> kvtier.v1.TiersResponse
-	56, // 114: kvtier.v1.Master.WatchEvents:output_type -> kvtier.v1.Event
-	62, // 115: kvtier.v1.Master.TakeRemovals:output_type -> kvtier.v1.TakeRemovalsResponse
-	65, // 116: kvtier.v1.Master.TakeDramRecords:output_type -> kvtier.v1.TakeDramRecordsResponse
-	21, // 117: kvtier.v1.Master.RegisterDramObjects:output_type -> kvtier.v1.BatchResponse
-	58, // 118: kvtier.v1.Master.PutTicket:output_type -> kvtier.v1.PutTicketResponse
-	21, // 119: kvtier.v1.Master.BatchOffloadDone:output_type -> kvtier.v1.BatchResponse
-	86, // [86:120] is the sub-list for method output_type
-	52, // [52:86] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	64, // 4: kvtier.v1.PutStartResponse.dram_records:type_name -> kvtier.v1.DramRecord
+	5,  // 5: kvtier.v1.GetReplicaListResponse.replicas:type_name -> kvtier.v1.Replica
+	7,  // 6: kvtier.v1.BatchPutStartRequest.items:type_name -> kvtier.v1.PutStartRequest
+	0,  // 7: kvtier.v1.PutStartResult.code:type_name -> kvtier.v1.ErrorCode
+	5,  // 8: kvtier.v1.PutStartResult.replicas:type_name -> kvtier.v1.Replica
+	64, // 9: kvtier.v1.PutStartResult.dram_records:type_name -> kvtier.v1.DramRecord
+	17, // 10: kvtier.v1.BatchPutStartResponse.results:type_name -> kvtier.v1.PutStartResult
+	9,  // 11: kvtier.v1.BatchKeysRequest.items:type_name -> kvtier.v1.KeyRequest
+	0,  // 12: kvtier.v1.KeyResult.code:type_name -> kvtier.v1.ErrorCode
+	20, // 13: kvtier.v1.BatchResponse.results:type_name -> kvtier.v1.KeyResult
+	0,  // 14: kvtier.v1.GetReplicaListResult.code:type_name -> kvtier.v1.ErrorCode
+	11, // 15: kvtier.v1.GetReplicaListResult.value:type_name -> kvtier.v1.GetReplicaListResponse
+	22, // 16: kvtier.v1.BatchGetReplicaListResponse.results:type_name -> kvtier.v1.GetReplicaListResult
+	20, // 17: kvtier.v1.BatchExistResponse.results:type_name -> kvtier.v1.KeyResult
+	1,  // 18: kvtier.v1.Segment.type:type_name -> kvtier.v1.ReplicaType
+	25, // 19: kvtier.v1.MountSegmentRequest.segment:type_name -> kvtier.v1.Segment
+	25, // 20: kvtier.v1.HeartbeatRequest.segments:type_name -> kvtier.v1.Segment
+	28, // 21: kvtier.v1.HeartbeatRequest.disk:type_name -> kvtier.v1.DiskTierStats
+	31, // 22: kvtier.v1.HeartbeatRequest.nvme:type_name -> kvtier.v1.NvmeStats
+	30, // 23: kvtier.v1.HeartbeatRequest.cached_reads:type_name -> kvtier.v1.CachedRead
+	69, // 24: kvtier.v1.HeartbeatRequest.grant_refusals:type_name -> kvtier.v1.HeartbeatRequest.GrantRefusalsEntry
+	32, // 25: kvtier.v1.NvmeStats.subsystems:type_name -> kvtier.v1.NvmeSubsystem
+	34, // 26: kvtier.v1.NvmeStats.hosts:type_name -> kvtier.v1.NvmeHost
+	33, // 27: kvtier.v1.NvmeSubsystem.namespaces:type_name -> kvtier.v1.NvmeNamespace
+	5,  // 28: kvtier.v1.OffloadTask.source:type_name -> kvtier.v1.Replica
+	36, // 29: kvtier.v1.OffloadTask.more:type_name -> kvtier.v1.OffloadTask
+	36, // 30: kvtier.v1.HeartbeatResponse.offload:type_name -> kvtier.v1.OffloadTask
+	35, // 31: kvtier.v1.HeartbeatResponse.settings:type_name -> kvtier.v1.TierSettings
+	39, // 32: kvtier.v1.HeartbeatResponse.grant_keys:type_name -> kvtier.v1.GrantKey
+	41, // 33: kvtier.v1.RegisterDiskObjectsRequest.objects:type_name -> kvtier.v1.DiskObject
+	5,  // 34: kvtier.v1.ObjectInfo.replicas:type_name -> kvtier.v1.Replica
+	45, // 35: kvtier.v1.ListObjectsResponse.objects:type_name -> kvtier.v1.ObjectInfo
+	25, // 36: kvtier.v1.SegmentInfo.segment:type_name -> kvtier.v1.Segment
+	3,  // 37: kvtier.v1.SegmentInfo.state:type_name -> kvtier.v1.SegmentState
+	47, // 38: kvtier.v1.ListSegmentsResponse.segments:type_name -> kvtier.v1.SegmentInfo
+	4,  // 39: kvtier.v1.ClientInfo.state:type_name -> kvtier.v1.ClientState
+	28, // 40: kvtier.v1.ClientInfo.disk:type_name -> kvtier.v1.DiskTierStats
+	31, // 41: kvtier.v1.ClientInfo.nvme:type_name -> kvtier.v1.NvmeStats
+	70, // 42: kvtier.v1.ClientInfo.grant_refusals:type_name -> kvtier.v1.ClientInfo.GrantRefusalsEntry
+	49, // 43: kvtier.v1.ListClientsResponse.clients:type_name -> kvtier.v1.ClientInfo
+	51, // 44: kvtier.v1.StatsResponse.tiers:type_name -> kvtier.v1.TierStats
+	71, // 45: kvtier.v1.StatsResponse.counters:type_name -> kvtier.v1.StatsResponse.CountersEntry
+	53, // 46: kvtier.v1.TiersResponse.dram:type_name -> kvtier.v1.DramSettings
+	35, // 47: kvtier.v1.TiersResponse.ssd:type_name -> kvtier.v1.TierSettings
+	51, // 48: kvtier.v1.TiersResponse.stats:type_name -> kvtier.v1.TierStats
+	60, // 49: kvtier.v1.DiskRemoval.keep:type_name -> kvtier.v1.DiskLocation
+	61, // 50: kvtier.v1.TakeRemovalsResponse.removals:type_name -> kvtier.v1.DiskRemoval
+	64, // 51: kvtier.v1.TakeDramRecordsResponse.records:type_name -> kvtier.v1.DramRecord
+	66, // 52: kvtier.v1.RegisterDramObjectsRequest.objects:type_name -> kvtier.v1.DramObject
+	40, // 53: kvtier.v1.BatchOffloadDoneRequest.items:type_name -> kvtier.v1.OffloadDoneRequest
+	7,  // 54: kvtier.v1.Master.PutStart:input_type -> kvtier.v1.PutStartRequest
+	9,  // 55: kvtier.v1.Master.PutEnd:input_type -> kvtier.v1.KeyRequest
+	9,  // 56: kvtier.v1.Master.PutRevoke:input_type -> kvtier.v1.KeyRequest
+	9,  // 57: kvtier.v1.Master.GetReplicaList:input_type -> kvtier.v1.KeyRequest
+	9,  // 58: kvtier.v1.Master.Exist:input_type -> kvtier.v1.KeyRequest
+	9,  // 59: kvtier.v1.Master.Remove:input_type -> kvtier.v1.KeyRequest
+	13, // 60: kvtier.v1.Master.RemoveByRegex:input_type -> kvtier.v1.RemoveByRegexRequest
+	14, // 61: kvtier.v1.Master.RemoveAll:input_type -> kvtier.v1.RemoveAllRequest
+	16, // 62: kvtier.v1.Master.BatchPutStart:input_type -> kvtier.v1.BatchPutStartRequest
+	19, // 63: kvtier.v1.Master.BatchPutEnd:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 64: kvtier.v1.Master.BatchPutRevoke:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 65: kvtier.v1.Master.BatchGetReplicaList:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 66: kvtier.v1.Master.BatchExist:input_type -> kvtier.v1.BatchKeysRequest
+	19, // 67: kvtier.v1.Master.BatchRemove:input_type -> kvtier.v1.BatchKeysRequest
+	26, // 68: kvtier.v1.Master.MountSegment:input_type -> kvtier.v1.MountSegmentRequest
+	27, // 69: kvtier.v1.Master.UnmountSegment:input_type -> kvtier.v1.UnmountSegmentRequest
+	29, // 70: kvtier.v1.Master.Heartbeat:input_type -> kvtier.v1.HeartbeatRequest
+	40, // 71: kvtier.v1.Master.OffloadDone:input_type -> kvtier.v1.OffloadDoneRequest
+	37, // 72: kvtier.v1.Master.TakeOffload:input_type -> kvtier.v1.TakeOffloadRequest
+	42, // 73: kvtier.v1.Master.RegisterDiskObjects:input_type -> kvtier.v1.RegisterDiskObjectsRequest
+	43, // 74: kvtier.v1.Master.DropBucket:input_type -> kvtier.v1.DropBucketRequest
+	44, // 75: kvtier.v1.Master.ListObjects:input_type -> kvtier.v1.ListObjectsRequest
+	9,  // 76: kvtier.v1.Master.GetObject:input_type -> kvtier.v1.KeyRequest
+	10, // 77: kvtier.v1.Master.ListSegments:input_type -> kvtier.v1.Empty
+	10, // 78: kvtier.v1.Master.ListClients:input_type -> kvtier.v1.Empty
+	10, // 79: kvtier.v1.Master.Stats:input_type -> kvtier.v1.Empty
+	10, // 80: kvtier.v1.Master.GetTiers:input_type -> kvtier.v1.Empty
+	55, // 81: kvtier.v1.Master.UpdateTiers:input_type -> kvtier.v1.UpdateTiersRequest
+	10, // 82: kvtier.v1.Master.WatchEvents:input_type -> kvtier.v1.Empty
+	59, // 83: kvtier.v1.Master.TakeRemovals:input_type -> kvtier.v1.TakeRemovalsRequest
+	63, // 84: kvtier.v1.Master.TakeDramRecords:input_type -> kvtier.v1.TakeDramRecordsRequest
+	67, // 85: kvtier.v1.Master.RegisterDramObjects:input_type -> kvtier.v1.RegisterDramObjectsRequest
+	57, // 86: kvtier.v1.Master.PutTicket:input_type -> kvtier.v1.PutTicketRequest
+	68, // 87: kvtier.v1.Master.BatchOffloadDone:input_type -> kvtier.v1.BatchOffloadDoneRequest
+	8,  // 88: kvtier.v1.Master.PutStart:output_type -> kvtier.v1.PutStartResponse
+	10, // 89: kvtier.v1.Master.PutEnd:output_type -> kvtier.v1.Empty
+	10, // 90: kvtier.v1.Master.PutRevoke:output_type -> kvtier.v1.Empty
+	11, // 91: kvtier.v1.Master.GetReplicaList:output_type -> kvtier.v1.GetReplicaListResponse
+	12, // 92: kvtier.v1.Master.Exist:output_type -> kvtier.v1.ExistResponse
+	10, // 93: kvtier.v1.Master.Remove:output_type -> kvtier.v1.Empty
+	15, // 94: kvtier.v1.Master.RemoveByRegex:output_type -> kvtier.v1.CountResponse
+	15, // 95: kvtier.v1.Master.RemoveAll:output_type -> kvtier.v1.CountResponse
+	18, // 96: kvtier.v1.Master.BatchPutStart:output_type -> kvtier.v1.BatchPutStartResponse
+	21, // 97: kvtier.v1.Master.BatchPutEnd:output_type -> kvtier.v1.BatchResponse
+	21, // 98: kvtier.v1.Master.BatchPutRevoke:output_type -> kvtier.v1.BatchResponse
+	23, // 99: kvtier.v1.Master.BatchGetReplicaList:output_type -> kvtier.v1.BatchGetReplicaListResponse
+	24, // 100: kvtier.v1.Master.BatchExist:output_type -> kvtier.v1.BatchExistResponse
+	21, // 101: kvtier.v1.Master.BatchRemove:output_type -> kvtier.v1.BatchResponse
+	10, // 102: kvtier.v1.Master.MountSegment:output_type -> kvtier.v1.Empty
+	10, // 103: kvtier.v1.Master.UnmountSegment:output_type -> kvtier.v1.Empty
+	38, // 104: kvtier.v1.Master.Heartbeat:output_type -> kvtier.v1.HeartbeatResponse
+	10, // 105: kvtier.v1.Master.OffloadDone:output_type -> kvtier.v1.Empty
+	36, // 106: kvtier.v1.Master.TakeOffload:output_type -> kvtier.v1.OffloadTask
+	21, // 107: kvtier.v1.Master.RegisterDiskObjects:output_type -> kvtier.v1.BatchResponse
+	10, // 108: kvtier.v1.Master.DropBucket:output_type -> kvtier.v1.Empty
+	46, // 109: kvtier.v1.Master.ListObjects:output_type -> kvtier.v1.ListObjectsResponse
+	45, // 110: kvtier.v1.Master.GetObject:output_type -> kvtier.v1.ObjectInfo
+	48, // 111: kvtier.v1.Master.ListSegments:output_type -> kvtier.v1.ListSegmentsResponse
+	50, // 112: kvtier.v1.Master.ListClients:output_type -> kvtier.v1.ListClientsResponse
+	52, // 113: kvtier.v1.Master.Stats:output_type -> kvtier.v1.StatsResponse
+	54, // 114: kvtier.v1.Master.GetTiers:output_type -> kvtier.v1.TiersResponse
+	54, // 115: kvtier.v1.Master.UpdateTiers:output_type -> kvtier.v1.TiersResponse
+	56, // 116: kvtier.v1.Master.WatchEvents:output_type -> kvtier.v1.Event
+	62, // 117: kvtier.v1.Master.TakeRemovals:output_type -> kvtier.v1.TakeRemovalsResponse
+	65, // 118: kvtier.v1.Master.TakeDramRecords:output_type -> kvtier.v1.TakeDramRecordsResponse
+	21, // 119: kvtier.v1.Master.RegisterDramObjects:output_type -> kvtier.v1.BatchResponse
+	58, // 120: kvtier.v1.Master.PutTicket:output_type -> kvtier.v1.PutTicketResponse
+	21, // 121: kvtier.v1.Master.BatchOffloadDone:output_type -> kvtier.v1.BatchResponse
+	88, // [88:122] is the sub-list for method output_type
+	54, // [54:88] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_master_proto_init() }

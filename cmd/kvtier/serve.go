@@ -412,6 +412,7 @@ func startCPUProfile(path string) (stop func(), err error) {
 
 func newApplianceCmd() *cobra.Command {
 	var f applianceFlags
+	var cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "appliance",
 		Short: "Run a storage box: DRAM segments, SSD tier, transfer engine, joined to a master",
@@ -424,6 +425,11 @@ func newApplianceCmd() *cobra.Command {
 			if err := f.validateDRAM(); err != nil {
 				return err
 			}
+			stopProfile, err := startCPUProfile(cpuProfile)
+			if err != nil {
+				return err
+			}
+			defer stopProfile()
 			ctx, cancel := signalContext()
 			defer cancel()
 			cfg, err := f.config(f.master, log)
@@ -459,6 +465,7 @@ func newApplianceCmd() *cobra.Command {
 		},
 	}
 	f.register(cmd, false)
+	registerCPUProfile(cmd, &cpuProfile)
 	return cmd
 }
 
