@@ -112,7 +112,7 @@ type Config struct {
 
 	HighWatermark     float64       // MEMORY use fraction that triggers eviction
 	EvictionRatio     float64       // fraction of MEMORY capacity a pass frees at least
-	EvictInterval     time.Duration // how often the evictor checks the watermark
+	EvictInterval     time.Duration // how often the evictor checks the watermark while use is above its trigger (below it: woken by allocations, evictor.go)
 	LeasePolicy       string        // "plain" | "frequency"
 	FrequencyBonus    time.Duration // frequency policy: order bonus per read (upper bound; see FrequencyPolicy)
 	FrequencyMaxBonus time.Duration // frequency policy: cap of the bonus

@@ -128,8 +128,9 @@
 //     one (so the lease moves as a GetReplicaList then would have moved
 //     it); objects gone meanwhile are skipped; one invalid entry refuses
 //     the whole beat before anything changes (counter cached_reads).
-//   - Eviction (Run's evictor every EvictInterval, EvictNow, and on allocation
-//     failure): when MEMORY use exceeds HighWatermark it frees at least
+//   - Eviction (Run's evictor every EvictInterval while use is above its
+//     trigger, else when an allocation crosses it or every evictIdleWait;
+//     EvictNow, and on allocation failure): when MEMORY use exceeds HighWatermark it frees at least
 //     max(EvictionRatio × capacity, use − watermark, need) bytes. Candidates:
 //     COMPLETE, lease expired, not hard-pinned, holding a MEMORY replica, no
 //     pending offload (unless ForceEvict); soft-pinned ones (pin not expired)

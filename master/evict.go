@@ -196,18 +196,19 @@ func (m *Master) LastEviction() EvictionReport {
 // pass when MEMORY use is above the high watermark less the headroom
 // margin, backing off after passes that fell short (so a store full of
 // leased objects is not rescanned every few milliseconds).
-func (m *Master) maybeEvict(ctx context.Context) {
+func (m *Master) maybeEvict(ctx context.Context) (above bool) {
 	capacity, used := m.memoryUsage()
 	st := m.settings.Load()
 	trigger := backgroundTrigger(st.dram)
+	m.armEvictor(trigger)
 	if capacity == 0 || float64(used) <= trigger*float64(capacity) {
-		return
+		return false
 	}
 	m.evictMu.Lock()
 	wait := time.Now().Before(m.nextEvict)
 	m.evictMu.Unlock()
 	if wait {
-		return
+		return true
 	}
 	rep := m.evictPassAt(ctx, 0, trigger)
 	m.evictMu.Lock()
@@ -218,6 +219,7 @@ func (m *Master) maybeEvict(ctx context.Context) {
 		m.backoff = 0
 	}
 	m.evictMu.Unlock()
+	return true
 }
 
 // EvictNow runs one eviction pass if MEMORY use is above the high

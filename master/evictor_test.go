@@ -74,6 +74,40 @@ func TestBackgroundEvictorKeepsHeadroom(t *testing.T) {
 	}
 }
 
+// TestBackgroundEvictorWakesOnFill: below the trigger the evictor does not
+// tick; an allocation taking a segment past its share of the trigger wakes
+// it at once. With EvictInterval an hour, only that wake-up can bring use
+// back below the trigger within the test's wait; and an idle evictor makes
+// no passes.
+func TestBackgroundEvictorWakesOnFill(t *testing.T) {
+	m, err := New(Config{Clock: clock.Real{}, EvictInterval: time.Hour, OffloadMode: OffloadOff,
+		HighWatermark: 0.9, EvictionRatio: 0.1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mountMem(t, m, "a", "a/0", 6400)
+	mountMem(t, m, "b", "b/0", 6400)
+	runEvictor(t, m)
+	trigger := uint64(0.85 * 2 * 6400)
+	for i := range 400 { // twice DRAM
+		put(t, m, "w", fmt.Sprint(i), 64)
+		if _, u := m.memoryUsage(); u > trigger+64 {
+			// At most one put past the trigger before the evictor wakes,
+			// plus what lands while it runs.
+			waitUntil(t, "use back below the trigger", func() bool { _, u := m.memoryUsage(); return u <= trigger })
+		}
+	}
+	if n := ctrOf(m, "evictions"); n < 400-200 {
+		t.Fatalf("evictions %d for 400 puts into room for 200", n)
+	}
+	if _, u := m.memoryUsage(); u > trigger+64 {
+		t.Fatalf("use %d above the trigger %d after the puts", u, trigger)
+	}
+	if err := m.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Leased, hard-pinned and in-flight objects stay through any number of
 // background passes; soft-pinned ones too while the others suffice.
 func TestBackgroundEvictorKeepsProtected(t *testing.T) {

@@ -173,8 +173,11 @@ type Master struct {
 	restarted atomic.Bool
 	// stopped is closed when Run returns: long-lived streams
 	// (TakeDramRecords) end, so a graceful stop does not wait for them.
-	stopped   chan struct{}
-	stopOnce  sync.Once
+	stopped  chan struct{}
+	stopOnce sync.Once
+	// evictWake wakes Run's evictor: an allocation took a MEMORY segment
+	// past its share of the background trigger (segment.evictAt).
+	evictWake chan struct{}
 	grantKeys grantKeyTable // per-node data-plane grant secrets (grants.go)
 
 	ctr    counterSet
@@ -213,6 +216,7 @@ func New(cfg Config) (*Master, error) {
 	m.dram.init()
 	m.started = m.now().UnixNano()
 	m.stopped = make(chan struct{})
+	m.evictWake = make(chan struct{}, 1)
 	pol, err := NewLeasePolicy(cfg.LeasePolicy, cfg.FrequencyBonus, cfg.FrequencyMaxBonus)
 	if err != nil {
 		return nil, err
@@ -236,15 +240,16 @@ func (m *Master) Run(ctx context.Context) {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(m.cfg.EvictInterval)
+		t := time.NewTimer(m.cfg.EvictInterval)
 		defer t.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				m.maybeEvict(ctx)
+			case <-m.evictWake:
 			}
+			t.Reset(m.evictorWait(m.maybeEvict(ctx)))
 		}
 	}()
 	go func() {

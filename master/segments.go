@@ -34,6 +34,11 @@ type segment struct {
 	// a replica here (dramdir.go queueFreeLocked): the grants signed now
 	// carry it (grant.Mark).
 	freeSeq atomic.Uint64
+	// evictAt: an allocation that takes use to it wakes the background
+	// evictor (onFull; evictor.go, evictIdleWait). Set for MEMORY
+	// segments at mount and by every check of the evictor; ^0 never.
+	evictAt atomic.Uint64
+	onFull  func()
 
 	mu            sync.Mutex
 	alloc         *allocator // guarded by mu
@@ -51,8 +56,12 @@ func (s *segment) tryAlloc(n uint64) (uint64, bool) {
 	}
 	off, _, ok := s.alloc.alloc(n)
 	if ok {
-		s.used.Store(s.alloc.used())
+		used := s.alloc.used()
+		s.used.Store(used)
 		s.free.Store(s.alloc.free)
+		if used >= s.evictAt.Load() && s.onFull != nil {
+			s.onFull()
+		}
 	}
 	return off, ok
 }
@@ -190,6 +199,11 @@ func (m *Master) mount(clientID string, seg Segment, explicit bool) error {
 	}
 	s := &segment{spec: seg, owner: c, align: align, alloc: newAllocator(seg.Size, align)}
 	s.free.Store(s.alloc.free)
+	s.evictAt.Store(^uint64(0))
+	if seg.Type == Memory {
+		s.onFull = m.evictorNeeded
+		s.evictAt.Store(uint64(backgroundTrigger(m.settings.Load().dram) * float64(seg.Size/align*align)))
+	}
 	s.awaiting.Store(!explicit && c.awaitDram.Load())
 	st := SegMounted
 	if ClientState(c.state.Load()) == ClientGrace {
