@@ -80,9 +80,32 @@ func (c *Client) get(ctx context.Context, key string, dst func(size uint64) ([]b
 	n, err := c.getOnce(ctx, key, dst)
 	if err != nil && kverr.Is(err, kverr.LeaseExpired) && ctx.Err() == nil {
 		c.leases.drop(key)
-		n, err = c.getOnce(ctx, key, dst)
+		n, err = c.getOnce(context.WithValue(ctx, wholeLeaseKey{}, true), key, dst)
 	}
 	return n, err
+}
+
+// wholeLeaseKey marks the context of a get's second query: each replica
+// may take the whole lease (replicaCtx), so a read that needs more than
+// half of it still succeeds then.
+type wholeLeaseKey struct{}
+
+// replicaCtx bounds the read of a replica that has others after it: half
+// of what is left of the lease on a get's first query. A replica whose box
+// stopped answering then gives way to the next while the lease, and with
+// it that replica's grant, still runs (the engine abandons the frame on
+// the wire: transfer.Engine.Do), instead of holding the read for the
+// engine's IOTimeout (30 s) and the lease with it. The last replica, and
+// every replica of a second query, may take the whole lease.
+func replicaCtx(ctx context.Context, rl *ReplicaList, more bool) (context.Context, context.CancelFunc) {
+	if !more || ctx.Value(wholeLeaseKey{}) != nil {
+		return ctx, func() {}
+	}
+	left := time.Until(rl.LeaseDeadline)
+	if left <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, left/2)
 }
 
 func (c *Client) getOnce(ctx context.Context, key string, dst func(size uint64) ([]byte, error)) (int, error) {
@@ -259,8 +282,11 @@ func (c *Client) read(ctx context.Context, key string, rl *ReplicaList, dst []by
 		return kverr.New(kverr.ObjectNotFound, key, "no complete replica")
 	}
 	var errs error
-	for _, r := range c.ordered(rl.Replicas) {
-		sum, err := c.readReplica(ctx, r, dst, rl.HasChecksum)
+	rs := c.ordered(rl.Replicas)
+	for i, r := range rs {
+		rctx, cancel := replicaCtx(ctx, rl, i < len(rs)-1)
+		sum, err := c.readReplica(rctx, r, dst, rl.HasChecksum)
+		cancel()
 		if err == nil && rl.HasChecksum && sum != rl.CRC32C {
 			err = kverr.New(kverr.ChecksumMismatch, key, "replica %s on %s: checksum mismatch", r.Type, r.Segment)
 		}

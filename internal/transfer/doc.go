@@ -124,7 +124,16 @@
 //   - UnregisterSegment waits until no frame uses the segment's memory, so the
 //     caller may unmap it afterwards. Close stops everything and waits.
 //   - A cancelled ctx fails requests not yet handed to a connection; a frame
-//     already on the wire completes or fails within Config.IOTimeout.
+//     already on the wire completes or fails within Config.IOTimeout, except
+//     under Do: when a Do's ctx ends, the TCP connections its frames were
+//     queued on are closed (Batch.abandon), its requests fail with
+//     TRANSFER_FAIL at once and are not retried, and the frames of other
+//     callers on those connections are retried once on fresh ones, as after
+//     any broken connection. Do returns only after its frames' readers let
+//     go of its buffers. A client reading a replica with others after it
+//     bounds that read by half of what is left of the lease (client
+//     replicaCtx), so a box that stopped answering gives way to the next
+//     replica while its grant still runs.
 //   - READ and WRITE are idempotent (one-sided, same range, same bytes), so a
 //     frame whose connection breaks is retried once on a fresh connection;
 //     this hides pooled connections gone stale (peer restarted). A refusal

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -380,6 +381,16 @@ type Batch struct {
 	// and wake it.
 	selfConn *clientConn
 
+	// Abandoning (Do whose ctx can end): track is set before any slice is
+	// queued; conns are the TCP connections its slices were queued on; once
+	// abandoned, those connections are failed, so the frames on them end
+	// at once instead of within IOTimeout, and its slices are not retried.
+	track     bool
+	abandoned atomic.Bool
+	connMu    sync.Mutex
+	conns     []*clientConn  // guarded by connMu
+	conns2    [2]*clientConn // conns' first storage
+
 	// inline storage for the common one-request batch (one allocation)
 	err1 [1]error
 	st1  [1]reqState
@@ -537,7 +548,7 @@ func (e *Engine) Submit(ctx context.Context, reqs []Request) *Batch {
 }
 
 func (e *Engine) submit(ctx context.Context, reqs []Request, selfRead bool) *Batch {
-	b := &Batch{e: e}
+	b := &Batch{e: e, track: selfRead && ctx.Done() != nil}
 	if len(reqs) == 1 {
 		b.errs, b.states = b.err1[:], b.st1[:]
 	} else {
@@ -621,13 +632,65 @@ func (e *Engine) classify(ctx context.Context, rs *reqState) error {
 	return nil
 }
 
-// Do submits reqs and waits for them.
+// Do submits reqs and waits for them. When ctx ends while frames of reqs
+// are on the wire over TCP, their connections are closed (the frames of
+// other callers on them are retried on fresh ones, as after any broken
+// connection) and reqs fail with TRANSFER_FAIL at once, instead of within
+// IOTimeout: a caller with another replica to try need not wait for one
+// whose box stopped answering. Do still returns only once no frame of reqs
+// can write into their buffers.
 func (e *Engine) Do(ctx context.Context, reqs []Request) []error {
 	b := e.submit(ctx, reqs, true)
+	if b.track && b.pending.Load() != 0 {
+		stop := context.AfterFunc(ctx, func() { b.abandon(context.Cause(ctx)) })
+		defer stop()
+	}
 	if c := b.selfConn; c != nil && b.pending.Load() != 0 {
 		c.readFor(b)
 	}
 	return b.Wait()
+}
+
+// noteConn records that a slice of b was queued on c; on a batch already
+// abandoned it fails c at once.
+func (b *Batch) noteConn(c *clientConn) {
+	b.connMu.Lock()
+	if b.abandoned.Load() {
+		b.connMu.Unlock()
+		c.fail(errAbandoned(c, nil))
+		return
+	}
+	if b.conns == nil {
+		b.conns = b.conns2[:0]
+	}
+	if !slices.Contains(b.conns, c) {
+		b.conns = append(b.conns, c)
+	}
+	b.connMu.Unlock()
+}
+
+// abandon fails the connections b's slices were queued on (cause: why its
+// caller stopped waiting), unless b is done already.
+func (b *Batch) abandon(cause error) {
+	if b.pending.Load() == 0 {
+		return
+	}
+	b.connMu.Lock()
+	b.abandoned.Store(true)
+	conns := slices.Clone(b.conns)
+	b.connMu.Unlock()
+	for _, c := range conns {
+		c.fail(errAbandoned(c, cause))
+	}
+}
+
+// errAbandoned is the error of the frames on a connection closed because
+// a caller stopped waiting for its own.
+func errAbandoned(c *clientConn, cause error) error {
+	if cause == nil {
+		cause = context.Canceled
+	}
+	return kverr.New(kverr.TransferFail, "", "transfer: %s: connection closed, a caller whose frames were on it stopped waiting (%v)", c.p.addr, cause)
 }
 
 // Stats returns the counters.

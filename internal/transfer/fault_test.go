@@ -1,6 +1,7 @@
 package transfer
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net"
@@ -203,5 +204,73 @@ func TestNoPayloadCopies(t *testing.T) {
 		if per := (after.TotalAlloc - before.TotalAlloc) / n; per > 64<<10 {
 			t.Errorf("%s %q: %d bytes allocated per 1 MiB request", r.Op, r.Segment, per)
 		}
+	}
+}
+
+// TestDoAbandonsWhenItsContextEnds: a Do whose ctx ends while its frame is
+// on the wire to a peer that holds its answer returns TRANSFER_FAIL at
+// once, not after IOTimeout, and its buffer is not written afterwards (the
+// connection was closed before the peer answered); a Do with a ctx that
+// cannot end keeps waiting as before; the next Do dials a fresh
+// connection. A caller with another replica turns to it within its own
+// bound (client read), not the engine's.
+func TestDoAbandonsWhenItsContextEnds(t *testing.T) {
+	h := startHeldPeer(t)
+	cli := newEngine(t, Config{ConnsPerPeer: 1, DisableSharedMemory: true, IOTimeout: time.Minute})
+	if err := do1(t, cli, Request{Op: Read, Endpoint: h.addr, Segment: "s", Buf: make([]byte, 4096)}); err != nil {
+		t.Fatal(err) // dials; answered at once
+	}
+	buf := bytes.Repeat([]byte{0xAA}, 4096)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- cli.Do(ctx, []Request{{Op: Read, Endpoint: h.addr, Segment: "s", Buf: buf}})[0] }()
+	select {
+	case err := <-done:
+		wantCode(t, err, kverr.TransferFail, "stopped waiting")
+		if d := time.Since(start); d < 150*time.Millisecond {
+			t.Fatalf("returned after %v, before its context ended", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Do waited past its context for a held answer (IOTimeout is a minute)")
+	}
+	close(h.release) // the peer answers zeros now, into a closed connection
+	time.Sleep(50 * time.Millisecond)
+	if !bytes.Equal(buf, bytes.Repeat([]byte{0xAA}, 4096)) {
+		t.Fatal("the abandoned frame's buffer was written after Do returned")
+	}
+	st := cli.Stats()
+	if st.ConnsDialed != 1 {
+		t.Fatalf("dialled %d connections, want 1 (the abandoned frame is not retried)", st.ConnsDialed)
+	}
+}
+
+// TestAbandonedConnectionRetriesOthers: another caller's frame on the
+// connection an abandoning Do closed is retried on a fresh connection and
+// completes; the Do fails alone.
+func TestAbandonedConnectionRetriesOthers(t *testing.T) {
+	h := startHeldPeer(t)
+	cli := newEngine(t, Config{ConnsPerPeer: 1, DisableSharedMemory: true, IOTimeout: time.Minute})
+	read := func() Request { return Request{Op: Read, Endpoint: h.addr, Segment: "s", Buf: make([]byte, 4096)} }
+	if err := do1(t, cli, read()); err != nil {
+		t.Fatal(err)
+	}
+	defer close(h.release)
+	other := cli.Submit(context.Background(), []Request{read()})
+	<-h.got // held on the first connection
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	wantCode(t, cli.Do(ctx, []Request{read()})[0], kverr.TransferFail, "stopped waiting")
+	select {
+	case <-other.Done():
+		if err := other.Wait()[0]; err != nil {
+			t.Fatalf("the other caller's read: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the other caller's read was not retried on a fresh connection")
+	}
+	if st := cli.Stats(); st.ConnsDialed != 2 {
+		t.Fatalf("dialled %d connections, want 2 (the other caller's retry)", st.ConnsDialed)
 	}
 }

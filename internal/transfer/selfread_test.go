@@ -134,7 +134,7 @@ func TestCallersShareTheReadingOfAConnection(t *testing.T) {
 // heldPeer is a test double of a serving engine (named as such: it exists
 // to hold answers back, a timing no real server can be made to show). It
 // answers READ frames with zero bytes, all at once when release is closed
-// (the first answer of a connection, the warm-up's, at once).
+// (the first answer of each connection, the warm-up's, at once).
 type heldPeer struct {
 	addr    string
 	got     chan struct{} // a request frame arrived
@@ -150,10 +150,19 @@ func startHeldPeer(t *testing.T) *heldPeer {
 	t.Cleanup(func() { l.Close() })
 	h := &heldPeer{addr: l.Addr().String(), got: make(chan struct{}, 16), release: make(chan struct{})}
 	go func() {
-		nc, err := l.Accept()
-		if err != nil {
-			return
+		for {
+			nc, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go h.serve(nc)
 		}
+	}()
+	return h
+}
+
+func (h *heldPeer) serve(nc net.Conn) {
+	{
 		defer nc.Close()
 		var hdr [requestHeaderLen + MaxNameLen + 64]byte
 		var resp [responseHeaderLen]byte
@@ -177,8 +186,7 @@ func startHeldPeer(t *testing.T) *heldPeer {
 				return
 			}
 		}
-	}()
-	return h
+	}
 }
 
 // A Do caller reading its own response while another caller's frame

@@ -573,7 +573,8 @@ func (c *clientConn) fail(err error) {
 // (peer restarted) from callers.
 func (c *clientConn) connFailed(s *slice, err error) {
 	e := c.e
-	if c.hung.Load() {
+	if c.hung.Load() || s.r.b.abandoned.Load() {
+		// (abandoned: its caller stopped waiting, Engine.Do)
 		s.finish(e, err) // its peer stopped answering: no second IOTimeout on it
 		return
 	}
@@ -686,6 +687,9 @@ func (c *clientConn) enqueue(s *slice) bool {
 		c.role = roleReceiver
 	}
 	c.mu.Unlock()
+	if b := s.r.b; b.track {
+		b.noteConn(c)
+	}
 	if kick {
 		c.kick <- struct{}{}
 	}
