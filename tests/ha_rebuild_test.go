@@ -426,7 +426,7 @@ func TestHADeposedLeaderStops(t *testing.T) {
 	_, bOut := startStandby(t, append([]string{"master", "--grpc-addr", addrB}, common...)...)
 	masters := addrA + "," + addrB
 	c := &cluster{t: t, master: a, grpc: masters}
-	c.appliance("ep-a", "--offload", "off")
+	box := c.appliance("ep-a", "--offload", "off")
 	cl, err := client.New(context.Background(), client.Config{MasterAddr: masters, HeartbeatInterval: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -499,11 +499,21 @@ func TestHADeposedLeaderStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	resumed := time.Now()
-	eventually(t, 30*time.Second, "a new leader acknowledges puts", func() bool {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		mu.Lock()
-		defer mu.Unlock()
-		return len(acks) > 0 && acks[len(acks)-1].at.After(resumed) && acks[len(acks)-1].epoch != acks[0].epoch
-	})
+		ok := len(acks) > 0 && acks[len(acks)-1].at.After(resumed) && acks[len(acks)-1].epoch != acks[0].epoch
+		n := len(acks)
+		mu.Unlock()
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			// (CI at 4005fb0 failed here once, not reproduced in 8 runs
+			// alone or beside other tests: what the processes said)
+			t.Fatalf("not within 30s: a new leader acknowledges puts (%d acknowledged before)\n--- standby:\n%s\n--- appliance:\n%s\n--- etcd:\n%s",
+				n, bOut.String(), box.output(), eOut.String())
+		}
+	}
 	time.Sleep(500 * time.Millisecond)
 	close(stop)
 	wg.Wait()
