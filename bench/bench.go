@@ -282,8 +282,12 @@ type Result struct {
 	// (the appliance's memory mapped by the client on the same host), tcp,
 	// local (same process), or several joined by "+"; empty for baselines.
 	Transport string `json:"transport,omitempty"`
-	Skipped   bool   `json:"skipped,omitempty"`
-	Note      string `json:"note,omitempty"`
+	// Deployment is "cluster" for a workload measured against a master and
+	// an appliance in separate processes (make bench's cluster pass, read
+	// from a file named *-cluster.jsonl); empty for a standalone.
+	Deployment string `json:"deployment,omitempty"`
+	Skipped    bool   `json:"skipped,omitempty"`
+	Note       string `json:"note,omitempty"`
 	// With Options.Beside: the baseline measured in turns with this
 	// workload, in how many rounds, its rate and p50 over all its turns,
 	// and this workload's rate over it: whole, and the lowest and highest

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -186,6 +188,10 @@ func ParseFio(r io.Reader) ([]Result, error) {
 	return out, nil
 }
 
+// DeploymentCluster marks results measured against a master and an
+// appliance in separate processes (Result.Deployment).
+const DeploymentCluster = "cluster"
+
 // LoadDir reads the raw outputs bench.sh leaves in dir (see the package doc
 // for the file names). Unknown files are ignored; a malformed file is an error.
 func LoadDir(dir string) ([]Result, error) {
@@ -204,6 +210,13 @@ func LoadDir(dir string) ([]Result, error) {
 		switch {
 		case strings.HasSuffix(name, ".jsonl"):
 			rs, err = withFile(path, ReadResults)
+			if strings.HasSuffix(name, "-cluster.jsonl") {
+				for i := range rs {
+					if rs[i].Deployment == "" {
+						rs[i].Deployment = DeploymentCluster
+					}
+				}
+			}
 		case strings.HasPrefix(name, "redis-") && strings.HasSuffix(name, ".csv"):
 			var size, clients int
 			if _, e := fmt.Sscanf(strings.TrimSuffix(name, ".csv"), "redis-%d-%d", &size, &clients); e != nil {
@@ -438,8 +451,11 @@ func WriteMarkdown(w io.Writer, rs []Result, notes ...string) error {
 	b.WriteString("TCP: a Go sender and receiver in one process (hot buffers); TCP 2-proc: the same with the receiver in another process, as kvtier's client and appliance are.\n\n")
 	b.WriteString("| op | size | clients | path | kvtier GB/s | ops/s | p50 µs | p99 µs | p99.9 µs | TCP GB/s | kvtier/TCP | TCP 2-proc GB/s | kvtier/2-proc | Redis GB/s | kvtier/Redis |\n")
 	b.WriteString("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	// A cluster's rows after the standalone's (its file sorts first).
+	rs = slices.Clone(rs)
+	slices.SortStableFunc(rs, func(a, b Result) int { return cmp.Compare(a.Deployment, b.Deployment) })
 	ratios := Ratios(rs)
-	i, turns := 0, false
+	i, turns, clustered := 0, false, false
 	for _, r := range rs {
 		if r.System != "kvtier" || r.Skipped {
 			continue
@@ -449,6 +465,10 @@ func WriteMarkdown(w io.Writer, rs []Result, notes ...string) error {
 		path := r.Transport
 		if path == "" {
 			path = "–"
+		}
+		if r.Deployment != "" {
+			path += " · " + r.Deployment
+			clustered = true
 		}
 		vsTCP, vsProc := ratioCell(q.VsTCP), ratioCell(q.VsTCPProcess)
 		if q.InTurns {
@@ -469,6 +489,9 @@ func WriteMarkdown(w io.Writer, rs []Result, notes ...string) error {
 		fmt.Fprintf(&b, "| %s | %s | %d | %s | %.3f | %.0f | %.0f | %.0f | %.0f | %s | %s | %s | %s | %s | %s |\n",
 			r.Op, SizeString(r.Size), r.Concurrency, path, r.GBytesPerSec, r.OpsPerSec, r.P50US, r.P99US, r.P999US,
 			gbCell(q.TCPGBps), vsTCP, gbCell(q.TCPProcessGBps), vsProc, gbCell(q.RedisGBps), ratioCell(q.VsRedis))
+	}
+	if clustered {
+		b.WriteString("\n· cluster: against `kvtier master` and `kvtier appliance` in separate processes (BENCH_CLUSTER_SIZES), as a cluster runs; every other row against a standalone, whose box calls its master in-process.\n")
 	}
 	if turns {
 		b.WriteString("\n† measured in turns with the workload (kvtier bench --beside): the two alternate in short rounds, so both see the same machine; in brackets the lowest and highest ratio of single rounds; \"cold\": raw TCP sending from a working set in DRAM (tcp-process-cold), as a get reads objects nobody touched lately; \"store\": that, and the receiving process lands each message at the next place of a working set in DRAM (tcp-process-store), as an appliance stores a put.\n")
@@ -510,6 +533,9 @@ func WriteSVG(w io.Writer, rs []Result) error {
 		name := r.System + " " + r.Op
 		if r.Transport == "tcp" && r.System == "kvtier" {
 			name += " (tcp)" // the TCP-only pass, beside the default path
+		}
+		if r.Deployment != "" {
+			name += " " + r.Deployment
 		}
 		if best[name] == nil {
 			best[name] = map[int]float64{}

@@ -27,7 +27,7 @@ func TestBenchScript(t *testing.T) {
 	out := filepath.Join(dir, "results")
 	cmd := exec.Command("bash", "../scripts/bench.sh")
 	cmd.Env = append(os.Environ(), "KVTIER_BIN="+fake, "BENCH_DURATION=1", "BENCH_SIZES=64KiB", "BENCH_CLIENTS=1,2",
-		"BENCH_OUT="+out, "TMPDIR="+dir, "BENCH_TCP_BESIDE=both")
+		"BENCH_OUT="+out, "TMPDIR="+dir, "BENCH_TCP_BESIDE=both", "BENCH_CLUSTER_SIZES=64KiB")
 	b, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("bench.sh: %v\n%s", err, b)
@@ -50,6 +50,13 @@ func TestBenchScript(t *testing.T) {
 			t.Errorf("results.md lacks %q:\n%s", want, md)
 		}
 	}
+	// The cluster pass (BENCH_CLUSTER_SIZES) runs against a master and an
+	// appliance of their own: its rows say so.
+	for _, want := range []string{"| put | 64 KiB | 1 | – · cluster |", "| get | 64 KiB | 2 | – · cluster |", "· cluster: against `kvtier master`", "cluster: kvtier master + kvtier appliance"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("results.md lacks %q:\n%s", want, md)
+		}
+	}
 	for tool, row := range map[string]string{"redis-benchmark": "| redis | get | 64 KiB | 2 |", "iperf3": "| iperf3 | stream |", "fio": "| fio | seq-read |"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			// "| iperf3 | stream |" -> "iperf3: skipped (not installed)", as bench.sh's skip writes it.
@@ -68,7 +75,9 @@ func TestBenchScript(t *testing.T) {
 	if m, _ := filepath.Glob(filepath.Join(dir, "kvtier-bench.*")); len(m) != 0 {
 		t.Errorf("work directory left behind: %v", m)
 	}
-	if pg, err := exec.Command("pgrep", "-f", fake+" standalone").Output(); err == nil && len(pg) > 0 {
-		t.Errorf("fake standalone still running: %s", pg)
+	for _, sub := range []string{"standalone", "master", "appliance"} {
+		if pg, err := exec.Command("pgrep", "-f", fake+" "+sub).Output(); err == nil && len(pg) > 0 {
+			t.Errorf("fake %s still running: %s", sub, pg)
+		}
 	}
 }

@@ -28,6 +28,10 @@
 #                    buffer in the cache; the default), store (puts beside
 #                    tcp-process-store, other ops beside tcp-process-cold: raw TCP moving
 #                    the memory traffic a store moves) or both
+#   BENCH_CLUSTER_SIZES sizes measured again, TCP only and in turns with the store-shaped
+#                    baselines, against `kvtier master` and `kvtier appliance` in separate
+#                    processes, as a cluster runs (64KiB,1MiB; empty: none): a standalone's
+#                    box calls its master in-process, a cluster's box over a socket
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -39,6 +43,7 @@ DURATION=${BENCH_DURATION:-3}
 DRAM=${BENCH_DRAM:-4GiB}
 TCP_SIZES=${BENCH_TCP_SIZES-1MiB}
 TCP_BESIDE=${BENCH_TCP_BESIDE:-hot}
+CLUSTER_SIZES=${BENCH_CLUSTER_SIZES-64KiB,1MiB}
 OFFLOAD=${BENCH_OFFLOAD:-off}
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 OUT=${BENCH_OUT:-results/$STAMP}
@@ -141,10 +146,12 @@ IFS=, read -r -a SIZE_LIST <<<"$SIZES"
 IFS=, read -r -a CLIENT_LIST <<<"$CLIENTS"
 IFS=, read -r -a OP_LIST <<<"$OPS"
 IFS=, read -r -a TCP_SIZE_LIST <<<"$TCP_SIZES"
+IFS=, read -r -a CLUSTER_SIZE_LIST <<<"$CLUSTER_SIZES"
 : >"$RAW/skipped.txt"
 {
 	echo "host: $(uname -srm), $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
 	echo "kvtier: standalone --dram $DRAM --offload $OFFLOAD, ${DURATION}s per workload"
+	((${#CLUSTER_SIZE_LIST[@]} == 0)) || echo "cluster: kvtier master + kvtier appliance --dram $DRAM, TCP only, sizes $CLUSTER_SIZES"
 	echo "started: $STAMP"
 } >"$RAW/notes.txt"
 
@@ -192,6 +199,54 @@ for op in "${OP_LIST[@]}"; do
 	done
 done
 stop_pid "$KV_PID"
+
+# --- kvtier as a cluster: master and appliance in separate processes -------------------
+wait_line() { # wait_line LOGFILE PID SED-EXPR WHAT: prints the first match within 60 s
+	local logf=$1 pid=$2 expr=$3 what=$4 got= i
+	for ((i = 0; i < 600; i++)); do
+		got=$(sed -n "$expr" "$logf" | head -n 1)
+		[[ -n $got ]] && break
+		kill -0 "$pid" 2>/dev/null || {
+			cat "$logf" >&2
+			die "$what exited during start"
+		}
+		sleep 0.1
+	done
+	[[ -n $got ]] || die "$what printed no listening line within 60 s"
+	echo "$got"
+}
+if ((${#CLUSTER_SIZE_LIST[@]} > 0)); then
+	log "starting kvtier master and appliance (dram $DRAM, offload $OFFLOAD)"
+	start_bg "$RAW/cluster-master.log" "$BIN" master --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 --offload "$OFFLOAD"
+	CM_PID=$BG_PID
+	CMASTER=$(wait_line "$RAW/cluster-master.log" "$CM_PID" 's/.*listening grpc=\([^ ]*\).*/\1/p' "kvtier master")
+	start_bg "$RAW/cluster-appliance.log" "$BIN" appliance --master "$CMASTER" --name bench-box \
+		--data-addr 127.0.0.1:0 --dram "$DRAM" --ssd-dir ""
+	CA_PID=$BG_PID
+	wait_line "$RAW/cluster-appliance.log" "$CA_PID" 's/.*listening data=\([^ ]*\).*/\1/p' "kvtier appliance" >/dev/null
+	# The appliance says listening before its segment's mount reaches the
+	# master: the first rows would find no room. Put until a put lands.
+	for ((i = 0; i < 100; i++)); do
+		"$BIN" bench --master "$CMASTER" --json --op put --size 4KiB --concurrency 1 --duration 1s --shm=false \
+			2>/dev/null | grep -q '"errors":0' && break
+		sleep 0.2
+	done
+	((i < 100)) || die "the cluster took no put within 60 s (see $RAW/cluster-*.log)"
+	log "kvtier cluster at $CMASTER"
+	for op in "${OP_LIST[@]}"; do
+		for size in "${CLUSTER_SIZE_LIST[@]}"; do
+			for c in "${CLIENT_LIST[@]}"; do
+				beside=tcp-process-cold
+				[[ $op == put ]] && beside=tcp-process-store
+				log "kvtier cluster $op size $size clients $c, TCP only, in turns with $beside"
+				"$BIN" bench --master "$CMASTER" --json --op "$op" --size "$size" --concurrency "$c" \
+					--duration "$((2 * DURATION))s" --shm=false --beside "$beside" >>"$RAW/kvtier-cluster.jsonl"
+			done
+		done
+	done
+	stop_pid "$CA_PID"
+	stop_pid "$CM_PID"
+fi
 
 # --- raw loopback TCP (Go) and memcpy -------------------------------------------------
 for size in "${SIZE_LIST[@]}"; do

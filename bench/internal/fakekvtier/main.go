@@ -40,11 +40,15 @@ func parseSize(s string) (int, error) {
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: fakekvtier standalone|bench ...")
+		return fmt.Errorf("usage: fakekvtier standalone|master|appliance|bench ...")
 	}
 	switch args[0] {
 	case "standalone":
 		return standalone()
+	case "master":
+		return serve("listening grpc=%s http=%s\n", 2)
+	case "appliance":
+		return serve("listening data=%s name=fake\n", 1)
 	case "bench":
 		return benchCmd(args[1:])
 	}
@@ -62,6 +66,26 @@ func standalone() error {
 		lns = append(lns, ln)
 	}
 	fmt.Printf("listening grpc=%s http=%s data=%s\n", lns[0].Addr(), lns[1].Addr(), lns[2].Addr())
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	<-ctx.Done()
+	return nil
+}
+
+// serve listens on n loopback ports, prints line with their addresses (as
+// the real master and appliance do) and waits for SIGINT or SIGTERM; it
+// ignores its flags.
+func serve(line string, n int) error {
+	addrs := make([]any, n)
+	for i := range addrs {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		defer ln.Close()
+		addrs[i] = ln.Addr()
+	}
+	fmt.Printf(line, addrs...)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	<-ctx.Done()
