@@ -243,6 +243,10 @@ type Client struct {
 	sinceYield           atomic.Int64  // bytes of non-blocking Gets since the last yield
 	activeGets           atomic.Int32  // Gets running now
 
+	// stalled: endpoints whose replica a read gave up on for the next one
+	// (replicaCtx), until when (unix ns): ordered lists them last meanwhile.
+	stalled sync.Map
+
 	direct directState // where direct puts go (directput.go)
 
 	cachedMu sync.Mutex

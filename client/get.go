@@ -271,10 +271,28 @@ func (c *Client) priority(r *kvtierpb.Replica) int {
 func (c *Client) ordered(rs []*kvtierpb.Replica) []*kvtierpb.Replica {
 	out := slices.Clone(rs)
 	// Stable: the master lists replicas on grace segments last; keep that
-	// order within one priority class.
-	slices.SortStableFunc(out, func(a, b *kvtierpb.Replica) int { return c.priority(a) - c.priority(b) })
+	// order within one priority class. A replica on an endpoint a read
+	// recently gave up on goes after every other.
+	now := time.Now().UnixNano()
+	rank := func(r *kvtierpb.Replica) int {
+		p := c.priority(r)
+		if until, ok := c.stalled.Load(r.Endpoint); ok && len(rs) > 1 {
+			if until.(int64) > now {
+				p += 100
+			} else {
+				c.stalled.CompareAndDelete(r.Endpoint, until)
+			}
+		}
+		return p
+	}
+	slices.SortStableFunc(out, func(a, b *kvtierpb.Replica) int { return rank(a) - rank(b) })
 	return out
 }
+
+// stallMemory is how long a read lists a replica last after giving up on
+// its endpoint: about until the master marks a box that stopped answering
+// suspect (2.5 heartbeats) and stops handing out its replicas.
+const stallMemory = 5 * time.Second
 
 // read fills dst (len = object size) from the best replica that works.
 func (c *Client) read(ctx context.Context, key string, rl *ReplicaList, dst []byte) error {
@@ -286,6 +304,9 @@ func (c *Client) read(ctx context.Context, key string, rl *ReplicaList, dst []by
 	for i, r := range rs {
 		rctx, cancel := replicaCtx(ctx, rl, i < len(rs)-1)
 		sum, err := c.readReplica(rctx, r, dst, rl.HasChecksum)
+		if err != nil && rctx.Err() != nil && ctx.Err() == nil {
+			c.stalled.Store(r.Endpoint, time.Now().Add(stallMemory).UnixNano())
+		}
 		cancel()
 		if err == nil && rl.HasChecksum && sum != rl.CRC32C {
 			err = kverr.New(kverr.ChecksumMismatch, key, "replica %s on %s: checksum mismatch", r.Type, r.Segment)

@@ -64,8 +64,8 @@ func TestReadAfterTheLeaseQueriesAgain(t *testing.T) {
 // off) gives way to the next replica within half of what was left of the
 // lease, while the next one's grant still runs: the engine abandons the
 // frame on the wire (transfer.Engine.Do) instead of holding the read for
-// its IOTimeout (30 s here). A CLI get of a 2-replica object with one box
-// stopped took 30 s before.
+// its IOTimeout (30 s here), and is listed last by the next reads. A CLI
+// get of a 2-replica object with one box stopped took 30 s before.
 func TestStalledReplicaGivesWayWithinTheLease(t *testing.T) {
 	addr, _ := startMaster(t, master.Config{})
 	c := newClient(t, client.Config{MasterAddr: addr, Transfer: client.TransferConfig{DisableSharedMemory: true, RDMADevice: "off"}})
@@ -110,5 +110,16 @@ func TestStalledReplicaGivesWayWithinTheLease(t *testing.T) {
 	}
 	if !bytes.Equal(got, want) {
 		t.Fatal("read other bytes")
+	}
+	// Meanwhile (until the master marks that box suspect) the client lists
+	// its replicas last: the next read does not wait for it again.
+	rl.LeaseDeadline = time.Now().Add(2 * time.Second)
+	clear(got)
+	start = time.Now()
+	if err := client.ReadReplicas(c, context.Background(), "k", rl, got); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("second read: %v, same bytes %v", err, bytes.Equal(got, want))
+	}
+	if d := time.Since(start); d > 500*time.Millisecond {
+		t.Fatalf("the second read waited %v: the stalled replica was tried first again", d)
 	}
 }
