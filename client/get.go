@@ -273,19 +273,23 @@ func (c *Client) ordered(rs []*kvtierpb.Replica) []*kvtierpb.Replica {
 	// Stable: the master lists replicas on grace segments last; keep that
 	// order within one priority class. A replica on an endpoint a read
 	// recently gave up on goes after every other.
-	now := time.Now().UnixNano()
-	rank := func(r *kvtierpb.Replica) int {
-		p := c.priority(r)
-		if until, ok := c.stalled.Load(r.Endpoint); ok && len(rs) > 1 {
-			if until.(int64) > now {
-				p += 100
-			} else {
+	slices.SortStableFunc(out, func(a, b *kvtierpb.Replica) int { return c.priority(a) - c.priority(b) })
+	if len(out) > 1 {
+		now := time.Now().UnixNano()
+		var late []*kvtierpb.Replica
+		out = slices.DeleteFunc(out, func(r *kvtierpb.Replica) bool {
+			until, ok := c.stalled.Load(r.Endpoint)
+			if ok && until.(int64) <= now {
 				c.stalled.CompareAndDelete(r.Endpoint, until)
 			}
-		}
-		return p
+			if ok && until.(int64) > now {
+				late = append(late, r)
+				return true
+			}
+			return false
+		})
+		out = append(out, late...)
 	}
-	slices.SortStableFunc(out, func(a, b *kvtierpb.Replica) int { return rank(a) - rank(b) })
 	return out
 }
 

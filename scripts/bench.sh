@@ -96,6 +96,44 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # --- helpers -------------------------------------------------------------------------
+wait_line() { # wait_line LOGFILE PID SED-EXPR WHAT: prints the first match within 60 s
+	local logf=$1 pid=$2 expr=$3 what=$4 got= i
+	for ((i = 0; i < 600; i++)); do
+		got=$(sed -n "$expr" "$logf" | head -n 1)
+		[[ -n $got ]] && break
+		kill -0 "$pid" 2>/dev/null || {
+			cat "$logf" >&2
+			die "$what exited during start"
+		}
+		sleep 0.1
+	done
+	[[ -n $got ]] || die "$what printed no listening line within 60 s"
+	echo "$got"
+}
+# tcp_rows MASTER OUT SHAPES SIZE...: kvtier's TCP-only rows against MASTER, appended to
+# OUT, each in turns with raw TCP to another process shaped as SHAPES says (hot, store,
+# both: see BENCH_TCP_BESIDE)
+tcp_rows() {
+	local master=$1 out=$2 shapes=$3 op size c shape beside
+	shift 3
+	for op in "${OP_LIST[@]}"; do
+		for size in "$@"; do
+			for c in "${CLIENT_LIST[@]}"; do
+				for shape in hot store; do
+					[[ $shapes == both || $shapes == "$shape" ]] || continue
+					beside=tcp-process
+					if [[ $shape == store ]]; then
+						beside=tcp-process-cold
+						[[ $op == put ]] && beside=tcp-process-store
+					fi
+					log "kvtier $op size $size clients $c against $master, TCP only, in turns with raw TCP to another process ($beside)"
+					"$BIN" bench --master "$master" --json --op "$op" --size "$size" --concurrency "$c" \
+						--duration "$((2 * DURATION))s" --shm=false --beside "$beside" >>"$out"
+				done
+			done
+		done
+	done
+}
 to_bytes() { # 64KiB -> 65536
 	local s=$1 n unit
 	[[ $s =~ ^([0-9]+)([KMG]i?B?|B)?$ ]] || die "bad size $s"
@@ -160,17 +198,7 @@ log "starting kvtier standalone (dram $DRAM, offload $OFFLOAD)"
 start_bg "$RAW/standalone.log" "$BIN" standalone --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 \
 	--data-addr 127.0.0.1:0 --dram "$DRAM" --offload "$OFFLOAD" --ssd-dir "$SSD_DIR"
 KV_PID=$BG_PID
-MASTER=
-for ((i = 0; i < 600; i++)); do
-	MASTER=$(sed -n 's/.*listening grpc=\([^ ]*\).*/\1/p' "$RAW/standalone.log" | head -n 1)
-	[[ -n $MASTER ]] && break
-	kill -0 "$KV_PID" 2>/dev/null || {
-		cat "$RAW/standalone.log" >&2
-		die "kvtier standalone exited during start"
-	}
-	sleep 0.1
-done
-[[ -n $MASTER ]] || die "kvtier standalone printed no 'listening grpc=' line within 60 s"
+MASTER=$(wait_line "$RAW/standalone.log" "$KV_PID" 's/.*listening grpc=\([^ ]*\).*/\1/p' "kvtier standalone")
 log "kvtier master at $MASTER"
 for op in "${OP_LIST[@]}"; do
 	for size in "${SIZE_LIST[@]}"; do
@@ -181,40 +209,10 @@ for op in "${OP_LIST[@]}"; do
 		done
 	done
 done
-for op in "${OP_LIST[@]}"; do
-	for size in "${TCP_SIZE_LIST[@]}"; do
-		for c in "${CLIENT_LIST[@]}"; do
-			for shape in hot store; do
-				[[ $TCP_BESIDE == both || $TCP_BESIDE == "$shape" ]] || continue
-				beside=tcp-process
-				if [[ $shape == store ]]; then
-					beside=tcp-process-cold
-					[[ $op == put ]] && beside=tcp-process-store
-				fi
-				log "kvtier $op size $size clients $c, TCP only, in turns with raw TCP to another process ($beside)"
-				"$BIN" bench --master "$MASTER" --json --op "$op" --size "$size" --concurrency "$c" \
-					--duration "$((2 * DURATION))s" --shm=false --beside "$beside" >>"$RAW/kvtier.jsonl"
-			done
-		done
-	done
-done
+tcp_rows "$MASTER" "$RAW/kvtier.jsonl" "$TCP_BESIDE" "${TCP_SIZE_LIST[@]}"
 stop_pid "$KV_PID"
 
 # --- kvtier as a cluster: master and appliance in separate processes -------------------
-wait_line() { # wait_line LOGFILE PID SED-EXPR WHAT: prints the first match within 60 s
-	local logf=$1 pid=$2 expr=$3 what=$4 got= i
-	for ((i = 0; i < 600; i++)); do
-		got=$(sed -n "$expr" "$logf" | head -n 1)
-		[[ -n $got ]] && break
-		kill -0 "$pid" 2>/dev/null || {
-			cat "$logf" >&2
-			die "$what exited during start"
-		}
-		sleep 0.1
-	done
-	[[ -n $got ]] || die "$what printed no listening line within 60 s"
-	echo "$got"
-}
 if ((${#CLUSTER_SIZE_LIST[@]} > 0)); then
 	log "starting kvtier master and appliance (dram $DRAM, offload $OFFLOAD)"
 	start_bg "$RAW/cluster-master.log" "$BIN" master --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 --offload "$OFFLOAD"
@@ -233,17 +231,7 @@ if ((${#CLUSTER_SIZE_LIST[@]} > 0)); then
 	done
 	((i < 100)) || die "the cluster took no put within 60 s (see $RAW/cluster-*.log)"
 	log "kvtier cluster at $CMASTER"
-	for op in "${OP_LIST[@]}"; do
-		for size in "${CLUSTER_SIZE_LIST[@]}"; do
-			for c in "${CLIENT_LIST[@]}"; do
-				beside=tcp-process-cold
-				[[ $op == put ]] && beside=tcp-process-store
-				log "kvtier cluster $op size $size clients $c, TCP only, in turns with $beside"
-				"$BIN" bench --master "$CMASTER" --json --op "$op" --size "$size" --concurrency "$c" \
-					--duration "$((2 * DURATION))s" --shm=false --beside "$beside" >>"$RAW/kvtier-cluster.jsonl"
-			done
-		done
-	done
+	tcp_rows "$CMASTER" "$RAW/kvtier-cluster.jsonl" store "${CLUSTER_SIZE_LIST[@]}"
 	stop_pid "$CA_PID"
 	stop_pid "$CM_PID"
 fi
