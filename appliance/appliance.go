@@ -149,6 +149,7 @@ type Appliance struct {
 	reregistering atomic.Bool // a re-registration with a restarted master is running
 	dir           *dramDir    // the objects in the DRAM segments (dramdir.go)
 	dirSeen       dramSeen    // how far dir applied the master's records (direct puts wait on it)
+	staged        staging     // staged direct puts' bytes until their commit records land them (staged.go)
 	rec           recState    // who applies those records, one at a time (dramdir.go)
 	reportingDram atomic.Bool // a DRAM directory report is running
 	// clientSet is closed once Start has assigned a.client: the first

@@ -105,7 +105,7 @@ func (c *coalescer) PutStart(ctx context.Context, r *kvtierpb.PutStartRequest) (
 				r := resp.Results[i]
 				w.resp = &kvtierpb.PutStartResponse{Replicas: r.GetReplicas(),
 					DramOutbox: r.GetDramOutbox(), DramSeq: r.GetDramSeq(), DramFreeSeq: r.GetDramFreeSeq(),
-					DramRecords: r.GetDramRecords()}
+					DramRecords: r.GetDramRecords(), Committed: r.GetCommitted()}
 			}
 		}
 	})

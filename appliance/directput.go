@@ -353,6 +353,13 @@ func (d *dramSeen) applied(outbox, seq uint64) {
 	d.mu.Unlock()
 }
 
+// following reports whether this box follows a master's records at all.
+func (d *dramSeen) following() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.outbox != 0
+}
+
 // follows reports whether the records of outbox are the ones applied.
 func (d *dramSeen) follows(outbox uint64) bool {
 	d.mu.Lock()

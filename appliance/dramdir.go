@@ -213,6 +213,7 @@ func (a *Appliance) dramStream(ctx context.Context) error {
 				go a.client.Heartbeat(ctx)
 			}
 			a.rec.outbox, a.rec.applied = resp.Outbox, 0
+			a.staged.forgetKept() // the new master never had them
 		}
 		// Grants are revoked in this master's seqs from now on (a no-op
 		// for the outbox followed already).
@@ -354,6 +355,7 @@ func (a *Appliance) applyDramRecords(rs []*kvtierpb.DramRecord) {
 		rev = a.engine.Revocations()
 	}
 	freed := false
+	drained := true // no free applied since the last drain
 	if rev != nil && len(rs) > 0 {
 		defer func() {
 			// Frames whose grant was checked before these revocations
@@ -371,10 +373,19 @@ func (a *Appliance) applyDramRecords(rs []*kvtierpb.DramRecord) {
 			a.dir.free(r.Segment, r.Offset)
 			if rev != nil {
 				rev.Revoke(r.Segment, r.Offset, r.Seq, r.GrantsExpire, now)
-				freed = true
+				freed, drained = true, false
 			}
 			continue
 		}
+		if r.Stage != 0 && !drained {
+			// A staged put's bytes go in now: no frame of a grant this
+			// batch's frees voided may still be moving bytes then.
+			if !rev.Drain(transfer.RevocationWait) {
+				a.log.Warn("data-port frames checked before a revocation still running; landing a staged put anyway", "wait", transfer.RevocationWait)
+			}
+			drained = true
+		}
+		landed := a.landStaged(r)
 		e := dramEntry{off: r.Offset, size: r.Size, tenant: r.Tenant, key: string(r.Key), crc: r.Crc32C,
 			hasCRC: r.HasChecksum, version: r.Version}
 		if !e.hasCRC {
@@ -386,6 +397,9 @@ func (a *Appliance) applyDramRecords(rs []*kvtierpb.DramRecord) {
 			e.crc = crc32c.Checksum(mem)
 		}
 		a.dir.commit(r.Segment, e)
+		if landed != nil {
+			a.staged.finish(r.Tenant, r.Key, landed, true)
+		}
 	}
 }
 

@@ -457,6 +457,8 @@ func (a *Appliance) offloadOne(ctx context.Context, t *kvtierpb.OffloadTask) (*s
 	if src == nil || src.Type != kvtierpb.ReplicaType_MEMORY {
 		return nil, kverr.New(kverr.InvalidParams, string(t.Key), "offload task without a MEMORY source")
 	}
+	// A staged put is offloaded once its bytes landed (staged.go).
+	a.staged.awaitKey(ctx, t.Tenant, t.Key, dramSelfWait)
 	mem, ok := a.segment(src.Segment)
 	if !ok {
 		return nil, kverr.New(kverr.SegmentNotFound, string(t.Key), "segment %s is not served here", src.Segment)

@@ -198,7 +198,8 @@ func (m *Master) putEndExcept(ctx context.Context, client, tenant, key, node str
 }
 
 // commitMark returns the outbox and seq of the commit record an in-flight
-// put of client queued at its PutStart (0, 0: none, or no such put).
+// (or landing: a staged put) put of client queued at its PutStart (0, 0:
+// none, or no such put).
 func (m *Master) commitMark(client, tenant, key string) (outbox, seq uint64) {
 	_, k, err := m.checkKey(tenant, key)
 	if err != nil {
@@ -207,7 +208,7 @@ func (m *Master) commitMark(client, tenant, key string) (outbox, seq uint64) {
 	sh := m.shardOf(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if o := sh.objs[k]; o != nil && !o.complete && o.writer == client && o.lastRead > 0 {
+	if o := sh.objs[k]; o != nil && (!o.complete || o.flags&flagLanding != 0) && o.writer == client && o.lastRead > 0 {
 		return m.dram.id, uint64(o.lastRead)
 	}
 	return 0, 0

@@ -306,3 +306,108 @@ func TestDirectPutAnswerCarriesRecords(t *testing.T) {
 		}
 	}
 }
+
+// TestStagedPutCommitsAtStartAndReadsWaitForItsHolder: a direct put whose
+// node holds its bytes already (PutConfig.stage) is committed by its
+// PutStart, its commit record carries the stage, and no reader gets the
+// replica before the node acknowledged that record (it copies the bytes
+// in when it applies it); without the acknowledgement a read is
+// REPLICA_IS_NOT_READY after the bound.
+func TestStagedPutCommitsAtStartAndReadsWaitForItsHolder(t *testing.T) {
+	m, _ := newTest(t, Config{DramSyncTimeout: 300 * time.Millisecond})
+	s := &grpcServer{m: m}
+	if _, err := m.Heartbeat(ctx, HeartbeatRequest{Client: "box", Endpoint: "box:1", DramDirectory: true}); err != nil {
+		t.Fatal(err)
+	}
+	mountMem(t, m, "box", "box/mem0", 1<<20)
+	m.EnsureGrantKeys("box", "inc-1")
+	if err := m.AckDramRecords("box", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := s.PutTicket(ctx, &kvtierpb.PutTicketRequest{ClientId: "gpu1", Node: "box"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	staged := func(key string, stage uint64) *kvtierpb.PutStartResponse {
+		t.Helper()
+		ps, err := s.PutStart(ctx, &kvtierpb.PutStartRequest{ClientId: "gpu1", Key: []byte(key), Size: 1024, HasChecksum: true, Crc32C: 7,
+			PutTicket: tr.Ticket, Config: &kvtierpb.PutConfig{OnlyNode: "box", HolderTakes: true, Stage: stage}})
+		if err != nil {
+			t.Fatalf("PutStart %s: %v", key, err)
+		}
+		return ps
+	}
+	p := staged("k1", 42)
+	if !p.Committed || p.DramSeq == 0 || len(p.DramRecords) != 1 || p.DramRecords[0].Stage != 42 || p.DramRecords[0].Seq != p.DramSeq {
+		t.Fatalf("staged PutStart: committed %v, seq %d, records %v; want committed, its commit record carrying stage 42", p.Committed, p.DramSeq, p.DramRecords)
+	}
+	// No PutEnd follows; another put of the key finds it stored.
+	if _, err := s.PutStart(ctx, &kvtierpb.PutStartRequest{ClientId: "gpu2", Key: []byte("k1"), Size: 1024, HasChecksum: true, Crc32C: 7,
+		Config: &kvtierpb.PutConfig{}}); kverr.CodeOf(kverr.FromGRPC(err)) != kverr.ObjectAlreadyExists {
+		t.Fatalf("second put of a committed staged key: %v, want OBJECT_ALREADY_EXISTS", err)
+	}
+	if ok, err := m.Exist(ctx, "", "k1"); !ok || err != nil {
+		t.Fatalf("Exist: %v %v", ok, err)
+	}
+	// Not acknowledged: a read waits, then refuses.
+	t0 := time.Now()
+	if _, err := m.GetReplicaList(ctx, "gpu3", "", "k1"); kverr.CodeOf(err) != kverr.ReplicaIsNotReady {
+		t.Fatalf("read before the holder acknowledged: %v, want REPLICA_IS_NOT_READY", err)
+	} else if d := time.Since(t0); d < 250*time.Millisecond {
+		t.Fatalf("read refused after %v, before the bound", d)
+	}
+	// A read waiting when the acknowledgement comes gets the replica.
+	got := make(chan error, 1)
+	go func() {
+		l, err := m.GetReplicaList(ctx, "gpu3", "", "k1")
+		if err == nil && (len(l.Replicas) != 1 || l.Replicas[0].Offset != p.Replicas[0].Offset) {
+			err = fmt.Errorf("replicas %v", l.Replicas)
+		}
+		got <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	select {
+	case err := <-got:
+		t.Fatalf("read answered before the acknowledgement: %v", err)
+	default:
+	}
+	if err := m.AckDramRecords("box", p.DramOutbox, p.DramSeq); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("read after the acknowledgement: %v", err)
+	}
+	if _, err := m.GetReplicaList(ctx, "gpu3", "", "k1"); err != nil {
+		t.Fatalf("second read: %v", err)
+	}
+	// A stage without a ticket (a classic put) is not honoured; one
+	// without a checksum is refused.
+	ps, err := s.PutStart(ctx, &kvtierpb.PutStartRequest{ClientId: "gpu2", Key: []byte("c1"), Size: 1024, HasChecksum: true, Crc32C: 7,
+		Config: &kvtierpb.PutConfig{Stage: 9}})
+	if err != nil || ps.Committed {
+		t.Fatalf("classic put with a stage: committed %v, %v; want an ordinary put in flight", ps.GetCommitted(), err)
+	}
+	if _, err := s.PutStart(ctx, &kvtierpb.PutStartRequest{ClientId: "gpu1", Key: []byte("k2"), Size: 1024,
+		PutTicket: tr.Ticket, Config: &kvtierpb.PutConfig{OnlyNode: "box", Stage: 5}}); kverr.CodeOf(kverr.FromGRPC(err)) != kverr.InvalidParams {
+		t.Fatalf("staged put without a checksum: %v, want INVALID_PARAMS", err)
+	}
+	// A node that keeps no records here: nothing would carry the stage,
+	// so the put stays in flight for the node's PutEnd.
+	if _, err := m.Heartbeat(ctx, HeartbeatRequest{Client: "box2", Endpoint: "box2:1"}); err != nil {
+		t.Fatal(err)
+	}
+	mountMem(t, m, "box2", "box2/mem0", 1<<20)
+	m.EnsureGrantKeys("box2", "inc-1")
+	tr2, err := s.PutTicket(ctx, &kvtierpb.PutTicketRequest{ClientId: "gpu1", Node: "box2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err = s.PutStart(ctx, &kvtierpb.PutStartRequest{ClientId: "gpu1", Key: []byte("k3"), Size: 1024, HasChecksum: true, Crc32C: 7,
+		PutTicket: tr2.Ticket, Config: &kvtierpb.PutConfig{OnlyNode: "box2", Stage: 3}})
+	if err != nil || ps.Committed {
+		t.Fatalf("staged put on a node without records: committed %v, %v", ps.GetCommitted(), err)
+	}
+	if _, err := s.PutEnd(ctx, &kvtierpb.KeyRequest{ClientId: "gpu1", Key: []byte("k3"), PutTicket: tr2.Ticket}); err != nil {
+		t.Fatalf("its PutEnd: %v", err)
+	}
+}

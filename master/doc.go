@@ -86,6 +86,21 @@
 //     put no longer waits for the stream (master goroutine wake-up, an
 //     HTTP/2 message, the node's stream goroutine): that wait was 45-200
 //     µs of a 64 KiB direct put on this VM, 0-1 µs after.
+//     Such a node stages a single put of at most 1 MiB (it read the bytes
+//     before asking: PutConfig.Stage, a token of its own): PutStart then
+//     places and commits it at once (no PutEnd; the answer says
+//     committed) and the commit record carries the token; the node copies
+//     the bytes in when it applies that record. Until the node
+//     acknowledged it the object is marked landing (flagLanding, the
+//     record's seq in lastRead): GetReplicaList waits for the
+//     acknowledgement (at most DramSyncTimeout, 2 s when that is off) and
+//     answers REPLICA_IS_NOT_READY naming the node after it, so no reader
+//     gets the extent before the bytes are there; Exist, Remove and
+//     eviction take it as stored (a free queued after the commit record
+//     is applied after it). A stage on a put without a ticket is ignored,
+//     on one without a checksum refused (INVALID_PARAMS); a node the
+//     master keeps no records for gets its put in flight (committed
+//     false) and ends it as any direct put.
 //     Every other rule of a put holds unchanged.
 //   - GetReplicaList returns the COMPLETE replicas — MEMORY, then NOF, then
 //     LOCAL_DISK; replicas on DRAINING storage after all others; none on a

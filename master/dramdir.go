@@ -30,6 +30,10 @@ type DramRecord struct {
 	// GrantsExpire (a free) is the latest expiry of any data-plane grant
 	// signed for the freed replica: the appliance voids them until then.
 	GrantsExpire int64
+	// Stage (a commit) is the node's token for the staged bytes of the
+	// put (PutConfig.Stage; 0: none): it copies them in before it applies
+	// the record.
+	Stage uint64
 }
 
 // DramObject is one committed object an appliance reports from its DRAM
@@ -213,7 +217,7 @@ func (q *dramOutbox) waitAcked(ctx context.Context, ws []dramWait, timeout time.
 // client's checksum (the record travels while the client writes, and the
 // appliance's report proves the bytes landed, see doc.go "Rebuild");
 // PutEnd for one without.
-func (m *Master) queueCommitLocked(t, key string, o *object, quiet bool) uint64 {
+func (m *Master) queueCommitLocked(t, key string, o *object, quiet bool, stage uint64) uint64 {
 	var last uint64
 	m.dram.mu.Lock()
 	defer m.dram.mu.Unlock()
@@ -223,7 +227,7 @@ func (m *Master) queueCommitLocked(t, key string, o *object, quiet bool) uint64 
 			continue
 		}
 		seq := m.dram.addLocked(r.seg.owner.id, DramRecord{Tenant: t, Key: key, Segment: r.seg.spec.Name,
-			Offset: r.offset, Size: o.size, CRC32C: o.crc, HasChecksum: o.flags&flagHasCRC != 0, Version: o.started}, quiet)
+			Offset: r.offset, Size: o.size, CRC32C: o.crc, HasChecksum: o.flags&flagHasCRC != 0, Version: o.started, Stage: stage}, quiet)
 		last = max(last, seq)
 	}
 	return last

@@ -118,6 +118,7 @@ func putFromPB(p *kvtierpb.PutStartRequest) PutRequest {
 		PreferredSegment: c.GetPreferredSegment(), SoftPin: c.GetSoftPin(), HardPin: c.GetHardPin(),
 		SoftPinTTL: msDur(c.GetSoftPinTtlMs()), OnlyNode: c.GetOnlyNode(), HolderPulls: c.GetHolderPulls() && c.GetOnlyNode() != "",
 	}
+	pc.Stage = c.GetStage() // honoured for direct puts only: the caller clears it for others
 	if pc.Replicas == 0 && pc.NOFReplicas == 0 {
 		pc.Replicas = 1 // wire: replica_num 0 means 1
 	}
@@ -230,12 +231,19 @@ func (s *grpcServer) PutStart(ctx context.Context, r *kvtierpb.PutStartRequest) 
 			return nil, toGRPC(err)
 		}
 		req.Config.OnlyNode = node
+	} else {
+		req.Config.Stage = 0 // only the node that holds the bytes stages them
 	}
 	reps, err := s.m.PutStart(ctx, req)
 	if err != nil {
 		return nil, toGRPC(err)
 	}
-	out := &kvtierpb.PutStartResponse{Replicas: replicasToPB(reps)}
+	out := &kvtierpb.PutStartResponse{Replicas: replicasToPB(reps), Committed: stagedCommitted(&req, reps)}
+	if out.Committed {
+		if err := s.m.fenceErr(); err != nil { // deposed meanwhile: do not acknowledge
+			return nil, toGRPC(err)
+		}
+	}
 	if len(r.GetPutTicket()) == 0 { // the node writes its own memory: no grant
 		s.signWrites(s.session(ctx, r.GetClientId()), s.writeExpiry(), reps, out.Replicas)
 	} else {
@@ -246,6 +254,14 @@ func (s *grpcServer) PutStart(ctx context.Context, r *kvtierpb.PutStartRequest) 
 		}
 	}
 	return out, nil
+}
+
+// stagedCommitted reports whether PutStart committed a staged put at once
+// (PutConfig.Stage): its one replica is COMPLETE already. A master that
+// could not (its node keeps no DRAM directory here, so no record would
+// carry the stage) left it in flight, for a PutEnd.
+func stagedCommitted(req *PutRequest, reps []Replica) bool {
+	return req.Config.Stage != 0 && len(reps) == 1 && reps[0].State == Complete
 }
 
 // holderRecordsPB gives the result with the highest dram_seq among those
@@ -372,6 +388,7 @@ func (s *grpcServer) BatchPutStart(ctx context.Context, r *kvtierpb.BatchPutStar
 		if node != "" {
 			reqs[i].Config.OnlyNode = node
 		}
+		reqs[i].Config.Stage = 0 // a multi-put frame is not staged
 	}
 	res := s.m.BatchPutStart(ctx, r.GetClientId(), r.GetTenant(), reqs)
 	// One session and expiry for the batch, and its messages allocated
@@ -931,7 +948,7 @@ func dramRecordsPB(out *kvtierpb.TakeDramRecordsResponse, recs *[]kvtierpb.DramR
 		r := &(*recs)[i]
 		r.Seq, r.Free, r.Tenant, r.Key, r.Segment = d.Seq, d.Free, d.Tenant, (*keys)[k:len(*keys):len(*keys)], d.Segment
 		r.Offset, r.Size, r.Crc32C, r.HasChecksum, r.Version = d.Offset, d.Size, d.CRC32C, d.HasChecksum, d.Version
-		r.GrantsExpire = d.GrantsExpire
+		r.GrantsExpire, r.Stage = d.GrantsExpire, d.Stage
 		out.Records = append(out.Records, r)
 	}
 }
@@ -1000,6 +1017,8 @@ func (s *grpcServer) batchPutStartItems(ctx context.Context, r *kvtierpb.BatchPu
 		if err == nil {
 			if node != "" {
 				req.Config.OnlyNode = node
+			} else {
+				req.Config.Stage = 0
 			}
 			reps, err = s.m.PutStart(ctx, *req)
 		}
@@ -1010,6 +1029,10 @@ func (s *grpcServer) batchPutStartItems(ctx context.Context, r *kvtierpb.BatchPu
 		g.Replicas = replicasToPB(reps)
 		g.DramOutbox, g.DramSeq = s.m.commitMark(req.Client, req.Tenant, req.Key)
 		g.DramFreeSeq = lastFreeSeq(reps)
+		g.Committed = stagedCommitted(req, reps)
+	}
+	if err := s.m.fenceErr(); err != nil { // deposed meanwhile: acknowledge no staged commit
+		return nil, toGRPC(err)
 	}
 	s.holderRecordsPB(r.GetItems(), reqs, out.Results)
 	return out, nil

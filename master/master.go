@@ -22,7 +22,7 @@ type object struct {
 	size       uint64
 	started    int64  // PutStart, unix ns
 	created    int64  // PutEnd, unix ns (0 while in flight)
-	lastRead   int64  // last GetReplicaList, unix ns (0 = never read); while in flight: the seq of its DRAM-directory commit record (0: none)
+	lastRead   int64  // last GetReplicaList, unix ns (0 = never read); while in flight or landing (flagLanding): the seq of its DRAM-directory commit record (0: none)
 	softPinEnd int64  // soft-pin deadline; while in flight: the requested TTL in ns
 	readCount  uint32 // reads since PutEnd, plus the eviction-history seed (see recallLocked)
 	crc        uint32
@@ -48,6 +48,12 @@ const (
 	// (RegisterDramObjects). Its writer's PutEnd, if the old master died
 	// between the write and it, answers success (see putEnd).
 	flagRebuilt
+	// flagLanding: a staged put (PutConfig.Stage), committed at its
+	// PutStart, whose node has not yet been seen to acknowledge the
+	// commit record that lands its bytes; lastRead holds that record's
+	// seq (flagRead is clear). GetReplicaList waits for the
+	// acknowledgement before it hands the replica out (landedLocked).
+	flagLanding
 )
 
 const (

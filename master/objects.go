@@ -111,6 +111,8 @@ func (m *Master) checkPut(req *PutRequest) error {
 		return kverr.New(kverr.InvalidParams, req.Key, "replica count %d above the maximum %d", c.Replicas+c.NOFReplicas, m.cfg.MaxReplicas)
 	case c.OnlyNode != "" && (c.Replicas != 1 || c.NOFReplicas != 0):
 		return kverr.New(kverr.InvalidParams, req.Key, "a put placed on node %q takes one MEMORY replica, not %d+%d", c.OnlyNode, c.Replicas, c.NOFReplicas)
+	case c.Stage != 0 && (c.OnlyNode == "" || !req.HasChecksum):
+		return kverr.New(kverr.InvalidParams, req.Key, "a staged put (stage %d) is a direct put with a checksum", c.Stage)
 	case c.SoftPinTTL < 0 || c.SoftPinTTL > m.cfg.MaxSoftPinTTL:
 		return kverr.New(kverr.InvalidParams, req.Key, "soft-pin TTL %v outside [0, %v]", c.SoftPinTTL, m.cfg.MaxSoftPinTTL)
 	}
@@ -194,7 +196,14 @@ func (m *Master) putStartOnce(t, k string, req *PutRequest) (_ []Replica, retry 
 		// The commit record travels to the appliances now, while the
 		// client writes, instead of after PutEnd: PutEnd then rarely
 		// waits (doc.go, "Rebuild"). Kept in lastRead until PutEnd.
-		o.lastRead = int64(m.queueCommitLocked(t, req.Key, o, c.HolderPulls))
+		o.lastRead = int64(m.queueCommitLocked(t, req.Key, o, c.HolderPulls, c.Stage))
+	}
+	if c.Stage != 0 && o.lastRead != 0 {
+		// Staged: the node holds the bytes and copies them in when it
+		// applies the commit record just queued, so the put is complete
+		// now; readers wait for that record's acknowledgement (landedLocked).
+		seq := m.completeLocked(sh, k, o)
+		o.lastRead, o.flags = int64(seq), o.flags|flagLanding
 	}
 	m.ctr.add(cPutsStarted, 1)
 	if c.OnlyNode != "" {
@@ -345,6 +354,22 @@ func (m *Master) putEnd(client, tenant, key string, sum endChecksum) ([]dramWait
 		o.crc = sum.crc
 		o.flags |= flagHasCRC
 	}
+	seq := m.completeLocked(sh, k, o)
+	if !startSum {
+		// No client checksum at PutStart: the appliance could not tell a
+		// landed write from a torn one, so the record goes now, after the
+		// write (with the checksum PutEnd carries, if any).
+		t, _ := splitCK(k)
+		seq = m.queueCommitLocked(t, key, o, false, 0)
+	}
+	return dramWaitsLocked(o, seq), nil
+}
+
+// completeLocked makes in-flight o complete: every replica COMPLETE,
+// created now, offloaded at once with offload "immediate". It returns the
+// seq of the commit record queued at PutStart (0: none), taken out of
+// lastRead. sh.mu must be held.
+func (m *Master) completeLocked(sh *shard, k string, o *object) uint64 {
 	now := m.now().UnixNano()
 	for i := range o.replicas {
 		o.replicas[i].state = Complete
@@ -362,14 +387,24 @@ func (m *Master) putEnd(client, tenant, key string, sum endChecksum) ([]dramWait
 	if m.settings.Load().ssd.OffloadMode == OffloadImmediate {
 		m.queueOffloadLocked(k, o)
 	}
-	if !startSum {
-		// No client checksum at PutStart: the appliance could not tell a
-		// landed write from a torn one, so the record goes now, after the
-		// write (with the checksum PutEnd carries, if any).
-		t, _ := splitCK(k)
-		seq = m.queueCommitLocked(t, key, o, false)
+	return seq
+}
+
+// landedLocked reports whether o's bytes are known to be in place: true
+// unless o is a staged put (flagLanding) whose holder has not yet
+// acknowledged its commit record, in which case it returns what to wait
+// for. Once acknowledged the mark is dropped. sh.mu must be held.
+func (m *Master) landedLocked(o *object) (bool, []dramWait) {
+	if o.flags&flagLanding == 0 {
+		return true, nil
 	}
-	return dramWaitsLocked(o, seq), nil
+	ws := dramWaitsLocked(o, uint64(o.lastRead))
+	if m.dram.settled(ws) < len(ws) {
+		return false, ws
+	}
+	o.flags &^= flagLanding
+	o.lastRead = 0
+	return true, nil
 }
 
 // PutRevoke discards an in-flight put and frees its space. Only the writer
@@ -424,6 +459,36 @@ func (m *Master) GetReplicaList(ctx context.Context, client, tenant, key string)
 		return ReplicaList{}, err
 	}
 	m.ctr.add(cGets, 1)
+	for {
+		l, landing, err := m.getReplicaListOnce(client, t, key)
+		if landing == nil {
+			return l, err
+		}
+		// A staged put whose holder may not have copied its bytes in yet:
+		// wait for its acknowledgement of the commit record, then look
+		// again (the object may have changed meanwhile).
+		if late := m.dram.waitAcked(ctx, landing, m.landWait()); len(late) > 0 {
+			m.ctr.add(cGetMisses, 1)
+			return ReplicaList{}, kverr.New(kverr.ReplicaIsNotReady, key,
+				"its bytes are not yet confirmed by %s (it has not acknowledged the put's commit record within %v)", late[0], m.landWait())
+		}
+	}
+}
+
+// landWait bounds how long a read waits for a staged put's holder to
+// acknowledge its commit record: DramSyncTimeout, or its default when the
+// operator turned that wait off (a read must not get bytes that are not
+// there).
+func (m *Master) landWait() time.Duration {
+	if m.cfg.DramSyncTimeout > 0 {
+		return m.cfg.DramSyncTimeout
+	}
+	return 2 * time.Second
+}
+
+// getReplicaListOnce is GetReplicaList for tenant t without waiting: a
+// staged put not yet landed returns what to wait for instead (landing).
+func (m *Master) getReplicaListOnce(client, t, key string) (_ ReplicaList, landing []dramWait, _ error) {
 	var buf [128]byte
 	k := appendCK(buf[:0], t, key)
 	sh := m.shardOfBytes(k)
@@ -433,14 +498,18 @@ func (m *Master) GetReplicaList(ctx context.Context, client, tenant, key string)
 		sh.mu.Unlock()
 		m.ctr.add(cGetMisses, 1)
 		if err := m.errRebuilding(key); err != nil {
-			return ReplicaList{}, err
+			return ReplicaList{}, nil, err
 		}
-		return ReplicaList{}, kverr.New(kverr.ObjectNotFound, key, "no such object")
+		return ReplicaList{}, nil, kverr.New(kverr.ObjectNotFound, key, "no such object")
 	}
 	if !o.complete {
 		sh.mu.Unlock()
 		m.ctr.add(cGetMisses, 1)
-		return ReplicaList{}, kverr.New(kverr.ReplicaIsNotReady, key, "put in flight")
+		return ReplicaList{}, nil, kverr.New(kverr.ReplicaIsNotReady, key, "put in flight")
+	}
+	if ok, ws := m.landedLocked(o); !ok {
+		sh.mu.Unlock()
+		return ReplicaList{}, ws, nil
 	}
 	now := m.now().UnixNano()
 	o.lastRead = now
@@ -485,16 +554,16 @@ func (m *Master) GetReplicaList(ctx context.Context, client, tenant, key string)
 	if len(out.Replicas) == 0 {
 		m.ctr.add(cGetMisses, 1)
 		if suspectNode != "" {
-			return ReplicaList{}, kverr.New(kverr.ObjectNotFound, key,
+			return ReplicaList{}, nil, kverr.New(kverr.ObjectNotFound, key,
 				"no live replica: its replicas are on %s, which is not heartbeating (suspect)", suspectNode)
 		}
 		if restarted != "" {
 			// Transient: the copy is served again once registered, or
 			// dropped then (the object disappears if it was the last).
-			return ReplicaList{}, kverr.New(kverr.UnavailableInCurrentStatus, key,
+			return ReplicaList{}, nil, kverr.New(kverr.UnavailableInCurrentStatus, key,
 				"its copy is on the SSD of %s, which restarted and is re-registering its SSD copies: retry", restarted)
 		}
-		return ReplicaList{}, kverr.New(kverr.ObjectNotFound, key, "no live replica")
+		return ReplicaList{}, nil, kverr.New(kverr.ObjectNotFound, key, "no live replica")
 	}
 	switch out.Replicas[0].Type {
 	case Memory:
@@ -504,7 +573,7 @@ func (m *Master) GetReplicaList(ctx context.Context, client, tenant, key string)
 	default:
 		m.ctr.add(cGetHitsDisk, 1)
 	}
-	return out, nil
+	return out, nil, nil
 }
 
 // validCachedReads checks a heartbeat's cached reads before any is applied.
@@ -539,7 +608,7 @@ func (m *Master) noteCachedReads(rs []CachedRead) {
 		k := appendCK(buf[:0], t, r.Key)
 		sh := m.shardOfBytes(k)
 		sh.mu.Lock()
-		if o := sh.objs[string(k)]; o != nil && o.complete {
+		if o := sh.objs[string(k)]; o != nil && o.complete && o.flags&flagLanding == 0 { // (a landing one was never handed out)
 			at := now - min(int64(r.LastReadAge), now)
 			if o.flags&flagRead == 0 || at > o.lastRead {
 				o.lastRead = at

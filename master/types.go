@@ -91,6 +91,12 @@ type PutConfig struct {
 	// its outbox itself (DramRecordsConn.TryRecv), so queueing it wakes
 	// none of its streams.
 	HolderPulls bool
+	// Stage (with OnlyNode and a checksum, one MEMORY replica) is the
+	// node's token for bytes it holds already: PutStart then commits the
+	// put at once (Master.PutStartStaged), the commit record carries the
+	// token, and readers get the replica once the node acknowledged that
+	// record (it copies the bytes in when it applies it).
+	Stage uint64
 }
 
 // PutRequest starts a put.

@@ -556,7 +556,18 @@ type PutConfig struct {
 	// process: answer with the node's DRAM directory records up to the
 	// put's commit record (PutStartResponse.dram_records), so it applies
 	// its commit from the answer instead of waiting for its stream.
-	HolderTakes   bool `protobuf:"varint,440,opt,name=holder_takes,json=holderTakes,proto3" json:"holder_takes,omitempty"`
+	HolderTakes bool `protobuf:"varint,440,opt,name=holder_takes,json=holderTakes,proto3" json:"holder_takes,omitempty"`
+	// With only_node and a checksum, from an appliance that has read the
+	// put's bytes already (staged them): not 0, this node's token for them.
+	// The master places the put and commits it at once (one call instead of
+	// PutStart and PutEnd; PutStartResponse.committed), and carries the
+	// token in the commit record (DramRecord.stage): the node copies the
+	// staged bytes into the extent when it applies that record, and the
+	// master hands the replica to readers only once the node acknowledged
+	// it (GetReplicaList waits for that, at most DramSyncTimeout). A master
+	// that does not know the field leaves the put in flight (committed
+	// false): the node then writes and ends it as any direct put.
+	Stage         uint64 `protobuf:"varint,450,opt,name=stage,proto3" json:"stage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -652,6 +663,13 @@ func (x *PutConfig) GetHolderTakes() bool {
 		return x.HolderTakes
 	}
 	return false
+}
+
+func (x *PutConfig) GetStage() uint64 {
+	if x != nil {
+		return x.Stage
+	}
+	return 0
 }
 
 type PutStartRequest struct {
@@ -779,7 +797,10 @@ type PutStartResponse struct {
 	// stream's to apply). The node applies them at once, in order, skipping
 	// those it has; its stream brings them too and acknowledges them. Empty:
 	// wait for the stream, as without holder_takes.
-	DramRecords   []*DramRecord `protobuf:"bytes,420,rep,name=dram_records,json=dramRecords,proto3" json:"dram_records,omitempty"`
+	DramRecords []*DramRecord `protobuf:"bytes,420,rep,name=dram_records,json=dramRecords,proto3" json:"dram_records,omitempty"`
+	// PutConfig.stage honoured: the put is committed, its bytes land when
+	// the node applies the commit record (no PutEnd follows).
+	Committed     bool `protobuf:"varint,450,opt,name=committed,proto3" json:"committed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -847,6 +868,13 @@ func (x *PutStartResponse) GetDramRecords() []*DramRecord {
 		return x.DramRecords
 	}
 	return nil
+}
+
+func (x *PutStartResponse) GetCommitted() bool {
+	if x != nil {
+		return x.Committed
+	}
+	return false
 }
 
 type KeyRequest struct {
@@ -1387,6 +1415,7 @@ type PutStartResult struct {
 	// Only on the item with the batch's highest dram_seq: the records up to
 	// it (one copy for the whole batch).
 	DramRecords   []*DramRecord `protobuf:"bytes,420,rep,name=dram_records,json=dramRecords,proto3" json:"dram_records,omitempty"`
+	Committed     bool          `protobuf:"varint,450,opt,name=committed,proto3" json:"committed,omitempty"` // as PutStartResponse
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1468,6 +1497,13 @@ func (x *PutStartResult) GetDramRecords() []*DramRecord {
 		return x.DramRecords
 	}
 	return nil
+}
+
+func (x *PutStartResult) GetCommitted() bool {
+	if x != nil {
+		return x.Committed
+	}
+	return false
 }
 
 type BatchPutStartResponse struct {
@@ -5088,7 +5124,11 @@ type DramRecord struct {
 	// free: the latest expiry (unix ns) of any data-plane grant signed for
 	// the freed replica; the appliance voids those grants until then
 	// (internal/grant Revocations). size is the replica's length.
-	GrantsExpire  int64 `protobuf:"varint,380,opt,name=grants_expire,json=grantsExpire,proto3" json:"grants_expire,omitempty"`
+	GrantsExpire int64 `protobuf:"varint,380,opt,name=grants_expire,json=grantsExpire,proto3" json:"grants_expire,omitempty"`
+	// commit of a staged put (PutConfig.stage): the node's token for the
+	// bytes it holds; it copies them into (segment, offset) before it
+	// applies the record.
+	Stage         uint64 `protobuf:"varint,450,opt,name=stage,proto3" json:"stage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5196,6 +5236,13 @@ func (x *DramRecord) GetVersion() int64 {
 func (x *DramRecord) GetGrantsExpire() int64 {
 	if x != nil {
 		return x.GrantsExpire
+	}
+	return 0
+}
+
+func (x *DramRecord) GetStage() uint64 {
+	if x != nil {
+		return x.Stage
 	}
 	return 0
 }
@@ -5508,7 +5555,7 @@ const file_master_proto_rawDesc = "" +
 	"\x05grant\x18\xfa\x01 \x01(\fR\x05grant\x12\x1c\n" +
 	"\trdma_addr\x18\xac\x02 \x01(\tR\brdmaAddr\x12\x1c\n" +
 	"\trdma_base\x18\xad\x02 \x01(\x04R\brdmaBase\x12\x1c\n" +
-	"\trdma_rkey\x18\xae\x02 \x01(\rR\brdmaRkey\"\xc4\x02\n" +
+	"\trdma_rkey\x18\xae\x02 \x01(\rR\brdmaRkey\"\xdb\x02\n" +
 	"\tPutConfig\x12\x1f\n" +
 	"\vreplica_num\x18\x01 \x01(\rR\n" +
 	"replicaNum\x12+\n" +
@@ -5519,7 +5566,8 @@ const file_master_proto_rawDesc = "" +
 	"\x0fnof_replica_num\x18\x06 \x01(\rR\rnofReplicaNum\x12\x1c\n" +
 	"\tonly_node\x18\x86\x03 \x01(\tR\bonlyNode\x12\"\n" +
 	"\fholder_pulls\x18\xae\x03 \x01(\bR\vholderPulls\x12\"\n" +
-	"\fholder_takes\x18\xb8\x03 \x01(\bR\vholderTakes\"\xf5\x01\n" +
+	"\fholder_takes\x18\xb8\x03 \x01(\bR\vholderTakes\x12\x15\n" +
+	"\x05stage\x18\xc2\x03 \x01(\x04R\x05stage\"\xf5\x01\n" +
 	"\x0fPutStartRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x10\n" +
@@ -5529,14 +5577,15 @@ const file_master_proto_rawDesc = "" +
 	"\fhas_checksum\x18\x06 \x01(\bR\vhasChecksum\x12,\n" +
 	"\x06config\x18\a \x01(\v2\x14.kvtier.v1.PutConfigR\x06config\x12\x1e\n" +
 	"\n" +
-	"put_ticket\x18\x86\x03 \x01(\fR\tputTicket\"\xe0\x01\n" +
+	"put_ticket\x18\x86\x03 \x01(\fR\tputTicket\"\xff\x01\n" +
 	"\x10PutStartResponse\x12.\n" +
 	"\breplicas\x18\x01 \x03(\v2\x12.kvtier.v1.ReplicaR\breplicas\x12 \n" +
 	"\vdram_outbox\x18\x86\x03 \x01(\x04R\n" +
 	"dramOutbox\x12\x1a\n" +
 	"\bdram_seq\x18\x87\x03 \x01(\x04R\adramSeq\x12#\n" +
 	"\rdram_free_seq\x18\x9a\x03 \x01(\x04R\vdramFreeSeq\x129\n" +
-	"\fdram_records\x18\xa4\x03 \x03(\v2\x15.kvtier.v1.DramRecordR\vdramRecords\"\xee\x01\n" +
+	"\fdram_records\x18\xa4\x03 \x03(\v2\x15.kvtier.v1.DramRecordR\vdramRecords\x12\x1d\n" +
+	"\tcommitted\x18\xc2\x03 \x01(\bR\tcommitted\"\xee\x01\n" +
 	"\n" +
 	"KeyRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x16\n" +
@@ -5575,7 +5624,7 @@ const file_master_proto_rawDesc = "" +
 	"\x05items\x18\x03 \x03(\v2\x1a.kvtier.v1.PutStartRequestR\x05items\x12\x1e\n" +
 	"\n" +
 	"put_ticket\x18\x86\x03 \x01(\fR\tputTicket\x12)\n" +
-	"\x10per_item_tickets\x18\x87\x03 \x01(\bR\x0eperItemTickets\"\xa2\x02\n" +
+	"\x10per_item_tickets\x18\x87\x03 \x01(\bR\x0eperItemTickets\"\xc1\x02\n" +
 	"\x0ePutStartResult\x12(\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x14.kvtier.v1.ErrorCodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12.\n" +
@@ -5584,7 +5633,8 @@ const file_master_proto_rawDesc = "" +
 	"dramOutbox\x12\x1a\n" +
 	"\bdram_seq\x18\x87\x03 \x01(\x04R\adramSeq\x12#\n" +
 	"\rdram_free_seq\x18\x9a\x03 \x01(\x04R\vdramFreeSeq\x129\n" +
-	"\fdram_records\x18\xa4\x03 \x03(\v2\x15.kvtier.v1.DramRecordR\vdramRecords\"L\n" +
+	"\fdram_records\x18\xa4\x03 \x03(\v2\x15.kvtier.v1.DramRecordR\vdramRecords\x12\x1d\n" +
+	"\tcommitted\x18\xc2\x03 \x01(\bR\tcommitted\"L\n" +
 	"\x15BatchPutStartResponse\x123\n" +
 	"\aresults\x18\x01 \x03(\v2\x19.kvtier.v1.PutStartResultR\aresults\"\xe7\x01\n" +
 	"\x10BatchKeysRequest\x12\x1b\n" +
@@ -5914,7 +5964,7 @@ const file_master_proto_rawDesc = "" +
 	"\x06outbox\x18\x02 \x01(\x04R\x06outbox\x12\x1f\n" +
 	"\vack_through\x18\x03 \x01(\x04R\n" +
 	"ackThrough\x12\x17\n" +
-	"\await_ms\x18\x04 \x01(\rR\x06waitMs\"\x9d\x02\n" +
+	"\await_ms\x18\x04 \x01(\rR\x06waitMs\"\xb4\x02\n" +
 	"\n" +
 	"DramRecord\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
@@ -5928,7 +5978,8 @@ const file_master_proto_rawDesc = "" +
 	"\fhas_checksum\x18\t \x01(\bR\vhasChecksum\x12\x18\n" +
 	"\aversion\x18\n" +
 	" \x01(\x03R\aversion\x12$\n" +
-	"\rgrants_expire\x18\xfc\x02 \x01(\x03R\fgrantsExpire\"x\n" +
+	"\rgrants_expire\x18\xfc\x02 \x01(\x03R\fgrantsExpire\x12\x15\n" +
+	"\x05stage\x18\xc2\x03 \x01(\x04R\x05stage\"x\n" +
 	"\x17TakeDramRecordsResponse\x12\x16\n" +
 	"\x06outbox\x18\x01 \x01(\x04R\x06outbox\x12/\n" +
 	"\arecords\x18\x02 \x03(\v2\x15.kvtier.v1.DramRecordR\arecords\x12\x14\n" +

@@ -375,7 +375,12 @@
 // mapped into a pipe and spliced into the socket, with no copy into
 // socket buffers; the caller's values must not change until the answer,
 // which Engine.PutDirect waits for, and a connection that fails before
-// it is reset so nothing queued is sent later.
+// it is reset so nothing queued is sent later. A handler that is also a
+// PutStager may stage a single-put frame's put instead: the serving side
+// reads its bytes whole into a buffer of the connection and checks them
+// before the handler is asked anything (a mismatch is answered
+// CHECKSUM_MISMATCH without a call), then hands them over (PutStaged),
+// so the handler can place and commit the put in one call to its master.
 //
 // Request: the 40-byte header with its fields read as
 //

@@ -241,6 +241,9 @@ type Stats struct {
 	// node committed (also counted in TCPRequests and TCPBytes);
 	// ServedDirectPuts the puts of such frames this engine committed.
 	DirectPuts, ServedDirectPuts uint64
+	// ServedStagedPuts counts those staged (PutStager): read whole, then
+	// placed and committed with one master call.
+	ServedStagedPuts uint64
 	// SplicedBytes are payload bytes sent by reference (splice.go)
 	// rather than copied into the socket.
 	SplicedBytes uint64
@@ -255,6 +258,7 @@ type counters struct {
 	acceptErrors, fallbacks, callerReads             atomic.Uint64
 	rdmaRequests, rdmaBytes, memRequests, memBytes   atomic.Uint64
 	directPuts, servedDirectPuts, splicedBytes       atomic.Uint64
+	servedStagedPuts                                 atomic.Uint64
 }
 
 // segment is registered memory; refs counts requests using mem.
@@ -714,7 +718,7 @@ func (e *Engine) Stats() Stats {
 		GrantRefusals: e.grants.refusalCounts(), GrantKeys: len(e.grants.keys.IDs()),
 		ClientConns: e.tcp.connCount(), SharedPeers: e.shm.peerCount(),
 		DirectPuts: c.directPuts.Load(), ServedDirectPuts: c.servedDirectPuts.Load(),
-		SplicedBytes: c.splicedBytes.Load(),
+		SplicedBytes: c.splicedBytes.Load(), ServedStagedPuts: c.servedStagedPuts.Load(),
 	}
 	e.mu.RLock()
 	st.ServerConns = len(e.srvConns)
