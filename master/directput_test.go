@@ -410,4 +410,28 @@ func TestStagedPutCommitsAtStartAndReadsWaitForItsHolder(t *testing.T) {
 	if _, err := s.PutEnd(ctx, &kvtierpb.KeyRequest{ClientId: "gpu1", Key: []byte("k3"), PutTicket: tr2.Ticket}); err != nil {
 		t.Fatalf("its PutEnd: %v", err)
 	}
+	// A landing object whose node turned suspect is not waited for (a dead
+	// node never acknowledges), and is waited for again once it is back.
+	p4 := staged("k4", 43)
+	if _, err := m.Heartbeat(ctx, HeartbeatRequest{Client: "box", Endpoint: "box:1", DramDirectory: true, Leaving: true}); err != nil {
+		t.Fatal(err)
+	}
+	t0 = time.Now()
+	if _, err := m.GetReplicaList(ctx, "gpu3", "", "k4"); kverr.CodeOf(err) != kverr.ObjectNotFound || !strings.Contains(err.Error(), "suspect") {
+		t.Fatalf("read of a landing object on a suspect node: %v, want OBJECT_NOT_FOUND naming it suspect", err)
+	} else if d := time.Since(t0); d > 200*time.Millisecond {
+		t.Fatalf("read of a landing object on a suspect node waited %v", d)
+	}
+	if _, err := m.Heartbeat(ctx, HeartbeatRequest{Client: "box", Endpoint: "box:1", DramDirectory: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.GetReplicaList(ctx, "gpu3", "", "k4"); kverr.CodeOf(err) != kverr.ReplicaIsNotReady {
+		t.Fatalf("read of a landing object after its node came back: %v, want REPLICA_IS_NOT_READY", err)
+	}
+	if err := m.AckDramRecords("box", p4.DramOutbox, p4.DramSeq); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.GetReplicaList(ctx, "gpu3", "", "k4"); err != nil {
+		t.Fatalf("read after the acknowledgement: %v", err)
+	}
 }

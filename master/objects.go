@@ -398,6 +398,11 @@ func (m *Master) landedLocked(o *object) (bool, []dramWait) {
 	if o.flags&flagLanding == 0 {
 		return true, nil
 	}
+	if !hasServable(o) {
+		// Its node is suspect: nothing of it is handed out anyway, and a
+		// dead node never acknowledges. Still landing if it comes back.
+		return true, nil
+	}
 	ws := dramWaitsLocked(o, uint64(o.lastRead))
 	if m.dram.settled(ws) < len(ws) {
 		return false, ws
