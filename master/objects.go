@@ -204,6 +204,7 @@ func (m *Master) putStartOnce(t, k string, req *PutRequest) (_ []Replica, retry 
 		// now; readers wait for that record's acknowledgement (landedLocked).
 		seq := m.completeLocked(sh, k, o)
 		o.lastRead, o.flags = int64(seq), o.flags|flagLanding
+		m.ctr.add(cPutsStaged, 1)
 	}
 	m.ctr.add(cPutsStarted, 1)
 	if c.OnlyNode != "" {
@@ -472,6 +473,7 @@ func (m *Master) GetReplicaList(ctx context.Context, client, tenant, key string)
 		// A staged put whose holder may not have copied its bytes in yet:
 		// wait for its acknowledgement of the commit record, then look
 		// again (the object may have changed meanwhile).
+		m.ctr.add(cLandingWaits, 1)
 		if late := m.dram.waitAcked(ctx, landing, m.landWait()); len(late) > 0 {
 			m.ctr.add(cGetMisses, 1)
 			return ReplicaList{}, kverr.New(kverr.ReplicaIsNotReady, key,

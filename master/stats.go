@@ -49,6 +49,8 @@ const (
 	cDramCommitWaits // PutEnds (and revokes) that found a DRAM-directory record not yet applied and waited
 	cPutsDirect      // PutStarts an appliance made for its client (direct puts: only_node), a subset of puts_started
 	cEvictionScans   // eviction passes that scanned every DRAM object (the others took kept candidates: evictor.go)
+	cPutsStaged      // direct puts committed by their PutStart (PutConfig.Stage), a subset of puts_direct
+	cLandingWaits    // reads that waited for a staged put's holder to acknowledge its commit record
 	numCounters
 )
 
@@ -63,7 +65,7 @@ var counterNames = [numCounters]string{
 	"disk_buckets_dropped", "events_dropped", "eviction_history_hits",
 	"cached_reads", "removals_unconfirmed", "appliance_restarts",
 	"dram_commits_unconfirmed", "dram_objects_restored", "dram_commit_waits",
-	"puts_direct", "eviction_scans",
+	"puts_direct", "eviction_scans", "puts_staged", "landing_waits",
 }
 
 // CounterNames lists the names of the counters Stats reports.

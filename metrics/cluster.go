@@ -130,6 +130,8 @@ func newClusterCollector(src Source, timeout time.Duration) *clusterCollector {
 		one("events_dropped", "kvtier_events_dropped_total", "Operator events dropped because a watcher was slow."),
 		one("cached_reads", "kvtier_cached_reads_total", "Reads clients served from their lease cache, reported with heartbeats."),
 		one("puts_direct", "kvtier_direct_puts_total", "Puts an appliance placed for its client, which sent key and bytes to its data port in one frame (direct puts); a subset of kvtier_puts_total{result=\"started\"}."),
+		one("puts_staged", "kvtier_staged_puts_total", "Direct puts an appliance staged (bytes read before it asked the master) and the master committed with their PutStart; a subset of kvtier_direct_puts_total."),
+		one("landing_waits", "kvtier_landing_waits_total", "Reads that waited for an appliance to acknowledge a staged put's commit record (its bytes being copied in) before the master handed the object out."),
 	}
 	return c
 }

@@ -384,6 +384,9 @@ func TestStagedPutsLandBeforeAnyoneReadsThem(t *testing.T) {
 		t.Fatalf("%d of %d puts landed staged", got, n)
 	}
 	staged := a.StagedPutsLanded()
+	if st := ip.m.Stats(ctx).Counters; st["puts_staged"] != staged {
+		t.Fatalf("master counted %d staged puts, the box landed %d", st["puts_staged"], staged)
+	}
 	if got := a.DramDirectoryLen(); got != n {
 		t.Fatalf("directory holds %d entries after %d puts", got, n)
 	}
