@@ -31,12 +31,13 @@
 // carrying each put's own ticket (coalesce.go), and applies the DRAM
 // directory records up to each put's commit from PutStart's answer
 // (dramdir.go, takeRecords) instead of waiting for its records stream.
-// There a single put of at most 1 MiB is staged (staged.go): the engine
-// reads and checks its bytes first, one PutStart places and commits it
-// (PutConfig.stage), and the box copies the bytes into the extent when it
-// applies the commit record; the master hands the replica to readers
-// only once the box acknowledged that record. One master round trip a
-// put instead of two.
+// There a frame of at most 1 MiB (one put or a batch) is staged
+// (staged.go): the engine reads and checks its bytes first, one PutStart
+// (BatchPutStart) places and commits its puts (PutConfig.stage), and the
+// box copies each put's bytes into its extent when it applies the put's
+// commit record; the master hands the replica to readers only once the
+// box acknowledged that record. One master round trip a frame instead of
+// two.
 //
 // The offload mover takes the tasks the master hands out (copy this MEMORY
 // replica to SSD): through TakeOffload, a long poll it repeats whenever its

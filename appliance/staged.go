@@ -14,9 +14,10 @@ import (
 // Staged direct puts (transfer.PutStager). With its master in another
 // process, a direct put costs the box two round trips to it (PutStart,
 // then PutEnd once the bytes landed), each a wake-up of two processes.
-// A put of at most stageMax bytes is staged instead: the engine reads
-// its bytes and checks their CRC32C before anything is asked, and one
-// PutStart with PutConfig.stage places and commits it. The commit record
+// A frame of at most stageMax bytes (one put, or a batch) is staged
+// instead: the engine reads its bytes and checks each put's CRC32C
+// before anything is asked, and one PutStart (BatchPutStart for a batch)
+// with PutConfig.stage places and commits its puts. The commit record
 // carries the stage token, and whoever applies that record on this box
 // (the put's own goroutine from the answer, takeRecords, or the stream
 // goroutine when it gets there first) copies the staged bytes into the
@@ -35,7 +36,7 @@ import (
 // keptLife passes; at most keptMax bytes are kept, past that puts take
 // the unstaged path.
 
-// stageMax is the largest put staged. Staging costs one copy of the value
+// stageMax is the largest frame staged. Staging costs one copy of the value
 // on this box (about 4 µs for 64 KiB, 60 µs for 1 MiB here) against a
 // master round trip saved (100-400 µs on a 2-vCPU VM, most of it the
 // wake-ups of the two processes).
@@ -253,12 +254,12 @@ func (a *Appliance) landStaged(r *kvtierpb.DramRecord) *stagedPut {
 
 var _ transfer.PutStager = (*putHandler)(nil)
 
-// StagesPut (transfer.PutStager) stages the puts that save a master
-// round trip: a box whose master is in another process, that confirms
+// StagesPuts (transfer.PutStager) stages the frames that save a master
+// round trip: on a box whose master is in another process, that confirms
 // its commits itself (a DRAM directory, a put ticket) and follows its
-// master's records, for puts of at most stageMax bytes.
-func (h *putHandler) StagesPut(id transfer.PutIdentity, p *transfer.DirectPut) bool {
-	return !h.inproc && h.confirmsOwn(id) && p.Size <= stageMax && h.a.dirSeen.following() && h.a.staged.room()
+// master's records, a frame of at most stageMax bytes.
+func (h *putHandler) StagesPuts(id transfer.PutIdentity, puts []transfer.DirectPut) bool {
+	return !h.inproc && h.confirmsOwn(id) && frameBytes(puts) <= stageMax && h.a.dirSeen.following() && h.a.staged.room()
 }
 
 // definite reports whether a master call's error means it did nothing
@@ -272,52 +273,122 @@ func definite(err error) bool {
 	return true
 }
 
-// PutStaged (transfer.PutStager) places and commits put p, whose bytes b
-// the engine read and checked, with one master call (see "Staged direct
-// puts"), and answers once they are in their extent.
-func (h *putHandler) PutStaged(ctx context.Context, id transfer.PutIdentity, p *transfer.DirectPut, b []byte) error {
-	sp, ok := h.a.staged.add(id.Tenant, p.Key, b)
-	if !ok {
-		return h.putUnstaged(ctx, id, p, b) // another put of this key is staged here
+// PutStaged (transfer.PutStager) places and commits a frame's puts,
+// whose bytes the engine read and checked (b, back to back), with one
+// master call (see "Staged direct puts"), and answers once they are in
+// their extents. A put whose key is staged here already (another frame
+// putting it) takes the two-call path alone.
+func (h *putHandler) PutStaged(ctx context.Context, id transfer.PutIdentity, puts []transfer.DirectPut, b []byte, errs []error) []error {
+	bufs := make([][]byte, len(puts))
+	sps := make([]*stagedPut, len(puts))
+	var alone []int // staged here already
+	var idx []int   // the puts asked for, in order
+	for i := range puts {
+		bufs[i], b = b[:puts[i].Size], b[puts[i].Size:]
+		if errs[i] != nil {
+			continue
+		}
+		sp, ok := h.a.staged.add(id.Tenant, puts[i].Key, bufs[i])
+		if !ok {
+			alone = append(alone, i)
+			continue
+		}
+		sps[i] = sp
+		idx = append(idx, i)
 	}
-	req := h.startReq(id, p, true)
-	req.Config.Stage = sp.token
+	if len(idx) > 0 {
+		h.startStaged(ctx, id, puts, bufs, sps, idx, errs)
+	}
+	for _, i := range alone {
+		errs[i] = h.putUnstaged(ctx, id, &puts[i], bufs[i])
+	}
+	return errs
+}
+
+// startStaged makes the one master call for the staged puts idx (PutStart
+// for one, BatchPutStart for more), then waits for the committed ones to
+// land and ends the others as ordinary direct puts.
+func (h *putHandler) startStaged(ctx context.Context, id transfer.PutIdentity, puts []transfer.DirectPut, bufs [][]byte, sps []*stagedPut, idx []int, errs []error) {
+	type answer struct {
+		reps              []*kvtierpb.Replica
+		outbox, seq, free uint64
+		records           []*kvtierpb.DramRecord
+		committed         bool
+	}
+	answers := make([]answer, len(puts))
 	cctx, cancel := h.callCtx(ctx)
 	defer cancel()
-	resp, err := h.pm.PutStart(cctx, req)
-	if err != nil {
-		err = kverr.FromGRPC(err)
-		if definite(err) {
-			h.a.staged.discard(id.Tenant, p.Key, sp)
+	if len(idx) == 1 {
+		i := idx[0]
+		req := h.startReq(id, &puts[i], true)
+		req.Config.Stage = sps[i].token
+		resp, err := h.pm.PutStart(cctx, req)
+		if err != nil {
+			errs[i] = kverr.FromGRPC(err)
 		} else {
-			h.a.staged.keep(id.Tenant, p.Key, sp)
+			answers[i] = answer{resp.GetReplicas(), resp.GetDramOutbox(), resp.GetDramSeq(), resp.GetDramFreeSeq(), resp.GetDramRecords(), resp.GetCommitted()}
 		}
-		return err
+	} else {
+		req := &kvtierpb.BatchPutStartRequest{ClientId: id.Client, Tenant: id.Tenant, PutTicket: id.Ticket,
+			Items: make([]*kvtierpb.PutStartRequest, len(idx))}
+		for j, i := range idx {
+			req.Items[j] = h.startReq(id, &puts[i], false)
+			req.Items[j].Config.Stage = sps[i].token
+		}
+		resp, err := h.pm.BatchPutStart(cctx, req)
+		ends := itemErrs(resp.GetResults(), err, len(idx), func(j int) string { return puts[idx[j]].Key })
+		for j, i := range idx {
+			if errs[i] = ends[j]; errs[i] == nil {
+				r := resp.Results[j]
+				answers[i] = answer{r.GetReplicas(), r.GetDramOutbox(), r.GetDramSeq(), r.GetDramFreeSeq(), r.GetDramRecords(), r.GetCommitted()}
+			}
+		}
 	}
-	if !resp.GetCommitted() {
-		// A master that does not stage (older), or a node it keeps no
-		// records for: no record carries the token. An ordinary direct
-		// put from here on, its bytes copied rather than read.
-		h.a.staged.discard(id.Tenant, p.Key, sp)
-		place := h.placement(p.Key, resp.GetReplicas(), resp.GetDramOutbox(), resp.GetDramSeq(), resp.GetDramFreeSeq())
-		h.a.takeRecords(resp.GetDramOutbox(), resp.GetDramRecords())
-		return h.landUnstaged(ctx, id, p, b, place)
+	// Records first (the answer may carry them for every put of it), then
+	// the outcome of each put.
+	var unstaged []int
+	var places []transfer.PutPlacement
+	for _, i := range idx {
+		a := answers[i]
+		switch {
+		case errs[i] != nil && definite(errs[i]):
+			h.a.staged.discard(id.Tenant, puts[i].Key, sps[i])
+		case errs[i] != nil:
+			h.a.staged.keep(id.Tenant, puts[i].Key, sps[i]) // the master may have committed it
+		default:
+			h.a.takeRecords(a.outbox, a.records)
+			if !a.committed {
+				// A master that does not stage (older), or a node it keeps
+				// no records for: no record carries the token.
+				h.a.staged.discard(id.Tenant, puts[i].Key, sps[i])
+				unstaged = append(unstaged, i)
+				places = append(places, h.placement(puts[i].Key, a.reps, a.outbox, a.seq, a.free))
+			}
+		}
 	}
-	h.a.takeRecords(resp.GetDramOutbox(), resp.GetDramRecords())
+	if len(unstaged) > 0 {
+		h.landUnstaged(ctx, id, puts, bufs, unstaged, places, errs)
+	}
 	t := time.NewTimer(dramSelfWait)
 	defer t.Stop()
-	select {
-	case <-sp.landed:
-		if !sp.ok {
-			return kverr.New(kverr.InternalError, p.Key, "staged put: its commit record names an extent this box cannot write")
+	for _, i := range idx {
+		if errs[i] != nil || !answers[i].committed {
+			continue
 		}
-		return nil
-	case <-t.C:
-	case <-ctx.Done():
+		sp := sps[i]
+		select {
+		case <-sp.landed:
+			if !sp.ok {
+				errs[i] = kverr.New(kverr.InternalError, puts[i].Key, "staged put: its commit record names an extent this box cannot write")
+			}
+			continue
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		h.a.staged.keep(id.Tenant, puts[i].Key, sp)
+		errs[i] = kverr.New(kverr.UnavailableInCurrentStatus, puts[i].Key,
+			"staged put committed, but this box has not applied its commit record within %v: its bytes land when it does", dramSelfWait)
 	}
-	h.a.staged.keep(id.Tenant, p.Key, sp)
-	return kverr.New(kverr.UnavailableInCurrentStatus, p.Key,
-		"staged put committed, but this box has not applied its commit record within %v: its bytes land when it does", dramSelfWait)
 }
 
 // putUnstaged is a direct put of bytes already read: PutStart, copy,
@@ -328,23 +399,35 @@ func (h *putHandler) putUnstaged(ctx context.Context, id transfer.PutIdentity, p
 	if places[0].Err != nil {
 		return places[0].Err
 	}
-	return h.landUnstaged(ctx, id, p, b, places[0])
+	errs := []error{nil}
+	h.landUnstaged(ctx, id, puts, [][]byte{b}, []int{0}, places, errs)
+	return errs[0]
 }
 
-// landUnstaged copies b into place once the records before it are
-// applied (drainBefore), then ends the put (EndPuts).
-func (h *putHandler) landUnstaged(ctx context.Context, id transfer.PutIdentity, p *transfer.DirectPut, b []byte, place transfer.PutPlacement) error {
-	puts := []transfer.DirectPut{*p}
-	places := []transfer.PutPlacement{place}
-	if place.Err != nil {
-		return place.Err
+// landUnstaged copies the bytes of puts idx into their placements once
+// the records before them are applied (drainBefore), then ends them
+// (EndPuts), setting their errs.
+func (h *putHandler) landUnstaged(ctx context.Context, id transfer.PutIdentity, puts []transfer.DirectPut, bufs [][]byte, idx []int, places []transfer.PutPlacement, errs []error) {
+	sub := make([]transfer.DirectPut, len(idx))
+	subErrs := make([]error, len(idx))
+	for j, i := range idx {
+		sub[j] = puts[i]
 	}
-	h.drainBefore(ctx, puts, places)
-	errs := []error{nil}
-	if mem := h.a.segmentBytes(place.Segment, place.Offset, p.Size); mem == nil {
-		errs[0] = kverr.New(kverr.SegmentNotFound, p.Key, "direct put: segment %q has no extent [%d,+%d) on this node", place.Segment, place.Offset, p.Size)
-	} else {
-		copy(mem, b)
+	h.drainBefore(ctx, sub, places)
+	for j, i := range idx {
+		pl := places[j]
+		if pl.Err != nil {
+			subErrs[j] = pl.Err
+			continue
+		}
+		mem := h.a.segmentBytes(pl.Segment, pl.Offset, puts[i].Size)
+		if mem == nil {
+			subErrs[j] = kverr.New(kverr.SegmentNotFound, puts[i].Key, "direct put: segment %q has no extent [%d,+%d) on this node", pl.Segment, pl.Offset, puts[i].Size)
+			continue
+		}
+		copy(mem, bufs[i])
 	}
-	return h.EndPuts(ctx, id, puts, places, errs)[0]
+	for j, err := range h.EndPuts(ctx, id, sub, places, subErrs) {
+		errs[idx[j]] = err
+	}
 }

@@ -380,6 +380,39 @@ func TestStagedPutCommitsAtStartAndReadsWaitForItsHolder(t *testing.T) {
 	if _, err := m.GetReplicaList(ctx, "gpu3", "", "k1"); err != nil {
 		t.Fatalf("second read: %v", err)
 	}
+	// A staged batch frame: one BatchPutStart commits each put, the
+	// records (on the item with the highest seq) carry each one's stage.
+	items := make([]*kvtierpb.PutStartRequest, 3)
+	for i := range items {
+		items[i] = &kvtierpb.PutStartRequest{Key: []byte(fmt.Sprintf("sb%d", i)), Size: 512, HasChecksum: true, Crc32C: 7,
+			Config: &kvtierpb.PutConfig{HolderTakes: true, Stage: uint64(100 + i)}}
+	}
+	br, err := s.BatchPutStart(ctx, &kvtierpb.BatchPutStartRequest{ClientId: "gpu1", PutTicket: tr.Ticket, Items: items})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stages []uint64
+	var last *kvtierpb.PutStartResult
+	for i, g := range br.Results {
+		if g.Code != 0 || !g.Committed {
+			t.Fatalf("staged batch item %d: %v %s, committed %v", i, g.Code, g.Message, g.Committed)
+		}
+		for _, rec := range g.DramRecords {
+			stages = append(stages, rec.Stage)
+		}
+		last = g
+	}
+	if fmt.Sprint(stages) != "[100 101 102]" {
+		t.Fatalf("batch records carry stages %v, want [100 101 102]", stages)
+	}
+	if err := m.AckDramRecords("box", last.DramOutbox, last.DramSeq); err != nil {
+		t.Fatal(err)
+	}
+	for i := range items {
+		if _, err := m.GetReplicaList(ctx, "gpu3", "", fmt.Sprintf("sb%d", i)); err != nil {
+			t.Fatalf("read sb%d after the acknowledgement: %v", i, err)
+		}
+	}
 	// A stage without a ticket (a classic put) is not honoured; one
 	// without a checksum is refused.
 	ps, err := s.PutStart(ctx, &kvtierpb.PutStartRequest{ClientId: "gpu2", Key: []byte("c1"), Size: 1024, HasChecksum: true, Crc32C: 7,

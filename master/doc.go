@@ -86,10 +86,11 @@
 //     put no longer waits for the stream (master goroutine wake-up, an
 //     HTTP/2 message, the node's stream goroutine): that wait was 45-200
 //     µs of a 64 KiB direct put on this VM, 0-1 µs after.
-//     Such a node stages a single put of at most 1 MiB (it read the bytes
-//     before asking: PutConfig.Stage, a token of its own): PutStart then
-//     places and commits it at once (no PutEnd; the answer says
-//     committed) and the commit record carries the token; the node copies
+//     Such a node stages the puts of a frame of at most 1 MiB (it read
+//     the bytes before asking: PutConfig.Stage, a token of its own per
+//     put): PutStart (or the frame's BatchPutStart) then places and
+//     commits each at once (no PutEnd; the answer says committed) and the
+//     commit record carries the token; the node copies
 //     the bytes in when it applies that record. Until the node
 //     acknowledged it the object is marked landing (flagLanding, the
 //     record's seq in lastRead): GetReplicaList waits for the

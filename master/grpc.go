@@ -387,8 +387,9 @@ func (s *grpcServer) BatchPutStart(ctx context.Context, r *kvtierpb.BatchPutStar
 		reqs[i] = putFromPB(it)
 		if node != "" {
 			reqs[i].Config.OnlyNode = node
+		} else {
+			reqs[i].Config.Stage = 0 // only the node that holds the bytes stages them
 		}
-		reqs[i].Config.Stage = 0 // a multi-put frame is not staged
 	}
 	res := s.m.BatchPutStart(ctx, r.GetClientId(), r.GetTenant(), reqs)
 	// One session and expiry for the batch, and its messages allocated
@@ -412,8 +413,12 @@ func (s *grpcServer) BatchPutStart(ctx context.Context, r *kvtierpb.BatchPutStar
 		} else if x.Err == nil {
 			g.DramOutbox, g.DramSeq = s.m.commitMark(r.GetClientId(), r.GetTenant(), reqs[i].Key)
 			g.DramFreeSeq = lastFreeSeq(x.Replicas)
+			g.Committed = stagedCommitted(&reqs[i], x.Replicas)
 		}
 		out.Results[i] = g
+	}
+	if err := s.m.fenceErr(); err != nil && node != "" { // deposed meanwhile: acknowledge no staged commit
+		return nil, toGRPC(err)
 	}
 	if node != "" {
 		s.holderRecordsPB(r.GetItems(), reqs, out.Results)

@@ -401,6 +401,27 @@ func TestStagedPutsLandBeforeAnyoneReadsThem(t *testing.T) {
 	if got := a.StagedPutsLanded(); got != staged {
 		t.Fatalf("a put of %d bytes was staged", len(big))
 	}
+	// A batch frame of at most 1 MiB is staged whole: one BatchPutStart
+	// commits every put of it.
+	bkeys := make([]string, 32)
+	bvals := make([][]byte, 32)
+	for i := range bkeys {
+		bkeys[i], bvals[i] = fmt.Sprintf("staged/batch/%d", i), bytes.Repeat([]byte{byte(i), 0xb7}, 4096+i)
+	}
+	for i, err := range w.BatchPut(ctx, bkeys, bvals) {
+		if err != nil {
+			t.Fatalf("batch put %d: %v", i, err)
+		}
+	}
+	if got := a.StagedPutsLanded(); got != staged+32 {
+		t.Fatalf("a batch frame of 32 puts landed %d staged", got-staged)
+	}
+	for i, k := range bkeys {
+		if got, err := r.Get(ctx, k); err != nil || !bytes.Equal(got, bvals[i]) {
+			t.Fatalf("read %s: %v", k, err)
+		}
+	}
+	staged += 32
 	// Two writers, one key: both succeed, one stores it.
 	w2 := newClient(false)
 	var okN, existsN int
@@ -437,8 +458,8 @@ func TestStagedPutsLandBeforeAnyoneReadsThem(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := a.DramDirectoryLen(); got != n/2+2 {
-		t.Fatalf("directory holds %d entries, want %d", got, n/2+2)
+	if got := a.DramDirectoryLen(); got != n/2+2+32 {
+		t.Fatalf("directory holds %d entries, want %d", got, n/2+2+32)
 	}
 	for i := range n {
 		// (w: r's lease cache would still read the removed ones over

@@ -47,20 +47,21 @@ type PutHandler interface {
 	EndPuts(ctx context.Context, id PutIdentity, puts []DirectPut, places []PutPlacement, errs []error) []error
 }
 
-// PutStager is a PutHandler that also takes single puts staged: the
-// engine reads such a put's bytes into a buffer of its connection and
-// checks their CRC32C before the handler is asked anything, so the
-// handler can place and commit the put with one call to its master
+// PutStager is a PutHandler that also takes frames staged: the engine
+// reads a staged frame's bytes whole into a buffer of its connection and
+// checks each put's CRC32C before the handler is asked anything, so the
+// handler can place and commit the puts with one call to its master
 // instead of two (appliance: staged.go). A put whose bytes do not match
-// its checksum is answered CHECKSUM_MISMATCH without any call.
+// its checksum is answered CHECKSUM_MISMATCH and never placed.
 type PutStager interface {
 	PutHandler
-	// StagesPut reports whether put p of a single-put frame is staged.
-	StagesPut(id PutIdentity, p *DirectPut) bool
-	// PutStaged places and commits p, whose bytes b arrived whole and
-	// checked; it returns the put's result. b is the engine's again once
-	// it returns.
-	PutStaged(ctx context.Context, id PutIdentity, p *DirectPut, b []byte) error
+	// StagesPuts reports whether a frame of puts is staged.
+	StagesPuts(id PutIdentity, puts []DirectPut) bool
+	// PutStaged places and commits the puts whose errs entry is nil
+	// (their bytes arrived and match), their bytes back to back in b in
+	// the frame's order, and returns the result per put (errs, filled
+	// in). b is the engine's again once it returns.
+	PutStaged(ctx context.Context, id PutIdentity, puts []DirectPut, b []byte, errs []error) []error
 }
 
 // putHandler is what SetPutHandler installed.
@@ -185,8 +186,8 @@ func (c *srvConn) servePut(h reqHeader) error {
 	if err != nil {
 		return c.refuse(h, kverr.New(kverr.InvalidParams, "", "direct put: %v", err))
 	}
-	if st, ok := ph.h.(PutStager); ok && len(puts) == 1 && st.StagesPut(id, &puts[0]) {
-		return c.serveStaged(h, st, id, &puts[0])
+	if st, ok := ph.h.(PutStager); ok && st.StagesPuts(id, puts) {
+		return c.serveStaged(h, st, id, puts)
 	}
 	places := ph.h.StartPuts(e.ctx, id, puts)
 	for len(places) < len(puts) {
@@ -223,40 +224,60 @@ func (c *srvConn) servePut(h reqHeader) error {
 	return err
 }
 
-// serveStaged answers a single-put frame whose put st stages: its bytes
-// are read whole and checked before st is asked anything. A connection
-// failing before they are all read leaves nothing to revoke.
-func (c *srvConn) serveStaged(h reqHeader, st PutStager, id PutIdentity, p *DirectPut) error {
+// serveStaged answers a direct-put frame whose puts st stages: their
+// bytes are read whole and checked before st is asked anything. A
+// connection failing before they are all read leaves nothing to revoke.
+func (c *srvConn) serveStaged(h reqHeader, st PutStager, id PutIdentity, puts []DirectPut) error {
 	e, ps := c.e, c.put
-	if uint64(cap(ps.stage)) < p.Size {
-		ps.stage = make([]byte, p.Size)
+	total := frameBytesOf(puts)
+	if uint64(cap(ps.stage)) < total {
+		ps.stage = make([]byte, total)
 	}
-	b := ps.stage[:p.Size]
-	var sum uint32
-	for rest := b; len(rest) > 0; {
-		// A chunk at a time, summed while it is still in cache.
-		n := min(len(rest), putBounceSize)
-		if _, err := io.ReadFull(&c.in, rest[:n]); err != nil {
-			return err
+	b := ps.stage[:total]
+	errs := ps.errs[:0]
+	for i, rest := 0, b; i < len(puts); i++ {
+		p := &puts[i]
+		var sum uint32
+		for v := rest[:p.Size]; len(v) > 0; {
+			// A chunk at a time, summed while it is still in cache.
+			n := min(len(v), putBounceSize)
+			if _, err := io.ReadFull(&c.in, v[:n]); err != nil {
+				return err
+			}
+			sum = crc32c.Update(sum, v[:n])
+			v = v[n:]
 		}
-		sum = crc32c.Update(sum, rest[:n])
-		rest = rest[n:]
+		rest = rest[p.Size:]
+		var perr error
+		if sum != p.CRC32C {
+			perr = kverr.New(kverr.ChecksumMismatch, p.Key, "direct put: bytes received have CRC32C %08x, the put declared %08x", sum, p.CRC32C)
+		}
+		errs = append(errs, perr)
 	}
-	var perr error
-	if sum != p.CRC32C {
-		perr = kverr.New(kverr.ChecksumMismatch, p.Key, "direct put: bytes received have CRC32C %08x, the put declared %08x", sum, p.CRC32C)
-	} else if perr = st.PutStaged(e.ctx, id, p, b); perr == nil {
-		e.stats.servedDirectPuts.Add(1)
-		e.stats.servedWritten.Add(p.Size)
-		e.stats.servedStagedPuts.Add(1)
+	final := st.PutStaged(e.ctx, id, puts, b, errs)
+	for i, err := range final {
+		if err == nil {
+			e.stats.servedDirectPuts.Add(1)
+			e.stats.servedWritten.Add(puts[i].Size)
+			e.stats.servedStagedPuts.Add(1)
+		}
 	}
-	ps.errs = append(ps.errs[:0], perr)
-	ps.res = appendPutResults(ps.res[:0], ps.errs)
-	ps.errs[0] = nil
+	ps.res = appendPutResults(ps.res[:0], final)
+	clear(errs)
+	ps.errs = errs[:0]
 	putResponseHeader(c.rh[:], respHeader{op: opPut, id: h.id, payloadLen: uint64(len(ps.res))})
 	bufs := net.Buffers{c.rh[:], ps.res}
 	_, err := bufs.WriteTo(c.nc)
 	return err
+}
+
+// frameBytesOf sums the sizes of a frame's puts.
+func frameBytesOf(puts []DirectPut) uint64 {
+	var n uint64
+	for i := range puts {
+		n += puts[i].Size
+	}
+	return n
 }
 
 // abandonPuts revokes a frame's puts when its connection failed at put
