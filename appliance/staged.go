@@ -245,7 +245,7 @@ func (a *Appliance) landStaged(r *kvtierpb.DramRecord) *stagedPut {
 		return nil
 	}
 	if len(mem) >= 256<<10 {
-		memcopy.NonTemporal(mem, sp.bytes) // not read again here: keep the cache for what is
+		memcopy.NonTemporal(mem, sp.bytes) // a large value is not read again soon: leave the cache to what is
 	} else {
 		copy(mem, sp.bytes)
 	}
