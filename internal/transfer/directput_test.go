@@ -228,7 +228,13 @@ func putFrame(id uint64, ticket []byte, puts []DirectPut, payload []byte) []byte
 // FuzzPutFrame feeds arbitrary bytes to a data port taking direct puts
 // with tickets enforced: any input is answered or closes the connection,
 // never panics, and nothing is written without a valid ticket.
-func FuzzPutFrame(f *testing.F) {
+func FuzzPutFrame(f *testing.F) { fuzzPutFrames(f, false) }
+
+// FuzzStagedPutFrame is FuzzPutFrame with a staging handler: nothing is
+// handed over or written without a valid ticket either.
+func FuzzStagedPutFrame(f *testing.F) { fuzzPutFrames(f, true) }
+
+func fuzzPutFrames(f *testing.F, staged bool) {
 	k := grant.NewKey(3)
 	ok := grant.SignTicket(k, "box", "t", "c", time.Now().Add(time.Hour))
 	f.Add(putFrame(1, ok, []DirectPut{{Key: "k", Size: 4, CRC32C: crc32c.Checksum([]byte("abcd"))}}, []byte("abcd")))
@@ -244,17 +250,27 @@ func FuzzPutFrame(f *testing.F) {
 		f.Fatal(err)
 	}
 	e.SetGrantKeys(k)
-	pl := newPlacer(64)
-	e.SetPutHandler("box", pl)
+	st := &stager{placer: newPlacer(64), max: 32, mem: seg, handed: map[string][]byte{}}
+	if staged {
+		e.SetPutHandler("box", st)
+	} else {
+		e.SetPutHandler("box", st.placer)
+	}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		valid := bytes.Contains(in, ok)
 		clear(seg)
-		pl.mu.Lock()
-		pl.next, pl.committed = 0, map[string]PutPlacement{}
-		pl.mu.Unlock()
+		st.placer.mu.Lock()
+		st.next, st.committed = 0, map[string]PutPlacement{}
+		st.placer.mu.Unlock()
+		st.mu.Lock()
+		clear(st.handed)
+		st.mu.Unlock()
 		serveInput(e, in)
-		if !valid && !bytes.Equal(seg, make([]byte, 64)) {
-			t.Fatal("bytes written without a valid ticket")
+		st.mu.Lock()
+		n := len(st.handed)
+		st.mu.Unlock()
+		if !valid && (n > 0 || !bytes.Equal(seg, make([]byte, 64))) {
+			t.Fatal("bytes handed over or written without a valid ticket")
 		}
 	})
 }
@@ -478,43 +494,4 @@ func TestStagedPutFrames(t *testing.T) {
 	if c := st.committed["big"]; !bytes.Equal(mem[c.Offset:c.Offset+uint64(len(big))], big) {
 		t.Fatal("big: bytes differ")
 	}
-}
-
-// FuzzStagedPutFrame is FuzzPutFrame with a staging handler: any input
-// is answered or closes the connection, never panics, and nothing is
-// handed over or written without a valid ticket.
-func FuzzStagedPutFrame(f *testing.F) {
-	k := grant.NewKey(3)
-	ok := grant.SignTicket(k, "box", "t", "c", time.Now().Add(time.Hour))
-	f.Add(putFrame(1, ok, []DirectPut{{Key: "k", Size: 4, CRC32C: crc32c.Checksum([]byte("abcd"))}}, []byte("abcd")))
-	f.Add(putFrame(1, ok, []DirectPut{{Key: "k", Size: 2}, {Key: "j", Size: 2, PreferredSegment: "seg"}}, []byte("abcd")))
-	e, err := New(Config{IOTimeout: time.Second})
-	if err != nil {
-		f.Fatal(err)
-	}
-	defer e.Close()
-	seg := make([]byte, 64)
-	if err := e.RegisterSegment("seg", seg); err != nil {
-		f.Fatal(err)
-	}
-	e.SetGrantKeys(k)
-	st := &stager{placer: newPlacer(64), max: 32, mem: seg, handed: map[string][]byte{}}
-	e.SetPutHandler("box", st)
-	f.Fuzz(func(t *testing.T, in []byte) {
-		valid := bytes.Contains(in, ok)
-		clear(seg)
-		st.placer.mu.Lock()
-		st.next, st.committed = 0, map[string]PutPlacement{}
-		st.placer.mu.Unlock()
-		st.mu.Lock()
-		clear(st.handed)
-		st.mu.Unlock()
-		serveInput(e, in)
-		st.mu.Lock()
-		n := len(st.handed)
-		st.mu.Unlock()
-		if !valid && (n > 0 || !bytes.Equal(seg, make([]byte, 64))) {
-			t.Fatal("bytes handed over or written without a valid ticket")
-		}
-	})
 }
