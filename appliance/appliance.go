@@ -150,6 +150,7 @@ type Appliance struct {
 	dir           *dramDir    // the objects in the DRAM segments (dramdir.go)
 	dirSeen       dramSeen    // how far dir applied the master's records (direct puts wait on it)
 	staged        staging     // staged direct puts' bytes until their commit records land them (staged.go)
+	dramNames     []string    // the DRAM segments Start mounts (set before the data port takes puts; not changed after)
 	rec           recState    // who applies those records, one at a time (dramdir.go)
 	reportingDram atomic.Bool // a DRAM directory report is running
 	// clientSet is closed once Start has assigned a.client: the first
@@ -269,6 +270,10 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 		return nil, err
 	}
 	a.client.SetEndpoint(a.endpoint())
+	dramMem := dram.Split(a.region.Bytes(), cfg.SegmentSize)
+	for i := range dramMem {
+		a.dramNames = append(a.dramNames, fmt.Sprintf("%s/mem%d", cfg.Name, i))
+	}
 	if !cfg.NoDirectPut {
 		// Before the mounts: they announce that the data port takes
 		// direct puts (Segment.direct_put).
@@ -278,9 +283,8 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 		}
 		a.engine.SetPutHandler(cfg.Name, &putHandler{a: a, pm: pm, inproc: cfg.PutMaster != nil})
 	}
-	for i, mem := range dram.Split(a.region.Bytes(), cfg.SegmentSize) {
-		name := fmt.Sprintf("%s/mem%d", cfg.Name, i)
-		if err := a.mountSegment(ctx, name, mem); err != nil {
+	for i, mem := range dramMem {
+		if err := a.mountSegment(ctx, a.dramNames[i], mem); err != nil {
 			return nil, err
 		}
 	}

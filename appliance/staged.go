@@ -259,7 +259,22 @@ var _ transfer.PutStager = (*putHandler)(nil)
 // its commits itself (a DRAM directory, a put ticket) and follows its
 // master's records, a frame of at most stageMax bytes.
 func (h *putHandler) StagesPuts(id transfer.PutIdentity, puts []transfer.DirectPut) bool {
-	return !h.inproc && h.confirmsOwn(id) && frameBytes(puts) <= stageMax && h.a.dirSeen.following() && h.a.staged.room()
+	return !h.inproc && h.confirmsOwn(id) && frameBytes(puts) <= stageMax && h.a.dirSeen.following() && h.a.staged.room() &&
+		h.a.servesAllDRAM()
+}
+
+// servesAllDRAM reports whether the data plane still serves every DRAM
+// segment mounted. A staged put is committed before its bytes are copied,
+// so a placement in a segment the data plane lost (a box in trouble)
+// would leave a committed object whose bytes never land: such a box
+// takes the two-call path, where that put fails and is revoked.
+func (a *Appliance) servesAllDRAM() bool {
+	for _, name := range a.dramNames {
+		if _, ok := a.segment(name); !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // definite reports whether a master call's error means it did nothing
