@@ -67,6 +67,9 @@ const (
 )
 
 // Config configures a Master. The zero value means defaults everywhere.
+// DefaultDramSyncTimeout is Config.DramSyncTimeout's default.
+const DefaultDramSyncTimeout = 2 * time.Second
+
 type Config struct {
 	LeaseTTL          time.Duration // read lease granted by GetReplicaList
 	PutDiscardTimeout time.Duration // an in-flight put older than this may be taken over
@@ -183,7 +186,7 @@ func (c Config) withDefaults() Config {
 	d(&c.RemoveSyncTimeout, DefaultRemoveSyncTimeout)
 	d(&c.RestartTakeover, DefaultRestartTakeover)
 	d(&c.DiskRegisterWait, DefaultDiskRegisterWait)
-	d(&c.DramSyncTimeout, 2*time.Second)
+	d(&c.DramSyncTimeout, DefaultDramSyncTimeout)
 	d(&c.RebuildWait, 10*time.Second)
 	d(&c.RebuildWindow, 3*time.Second)
 	d(&c.EvictInterval, DefaultEvictInterval)

@@ -490,7 +490,7 @@ func (m *Master) landWait() time.Duration {
 	if m.cfg.DramSyncTimeout > 0 {
 		return m.cfg.DramSyncTimeout
 	}
-	return 2 * time.Second
+	return DefaultDramSyncTimeout
 }
 
 // getReplicaListOnce is GetReplicaList for tenant t without waiting: a
