@@ -66,6 +66,11 @@
 // after which its entry is dropped; past DefaultMaxRevocations entries
 // the oldest is dropped and every grant placed before it refused.
 //
+// Shared memory: a same-host peer copying through a mapped segment never
+// passes the data port; the node's transfer engine mirrors the table for
+// such peers (a Publisher: internal/transfer "Free tables"), and its client
+// sends a request there over TCP when the mirror does not admit its grant.
+//
 // Limits: nodes that take no records (a GPU client's own segments, or an
 // appliance started with --no-dram-directory) keep the expiry-only
 // behaviour, and so do extent sources (SSD buckets, served for READ

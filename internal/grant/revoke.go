@@ -59,6 +59,26 @@ type Revocations struct {
 	inflight  [2]atomic.Int64
 	drainMu   sync.Mutex
 	drainLate bool // guarded by drainMu: the last Drain timed out
+
+	pub Publisher // guarded by mu: told of every change (Publish), or nil
+}
+
+// A Publisher mirrors a table's changes where the table itself cannot be
+// consulted: the transfer engine publishes them to peers that map its
+// segments (shared memory reads bypass the data port, and with it Check).
+// Its methods are called as each change is made, under the table's lock,
+// so a change is published before Revoke, Follow or Clear returns (and so
+// before the free is acknowledged to the master). They must not block nor
+// call the table back.
+type Publisher interface {
+	// Followed: the table follows outbox now; every entry was forgotten
+	// (a no-op when it followed outbox already).
+	Followed(outbox uint64)
+	// Revoked: grants for the extent at (segment, offset) placed before
+	// seq are void.
+	Revoked(segment string, offset, seq uint64)
+	// Cleared: every entry was forgotten (the outbox followed is kept).
+	Cleared()
 }
 
 type revoked struct {
@@ -103,6 +123,9 @@ func (r *Revocations) Follow(outbox uint64) {
 	clear(r.segs)
 	r.fifo, r.head = nil, 0
 	r.signalLocked()
+	if r.pub != nil {
+		r.pub.Followed(outbox)
+	}
 }
 
 // Clear forgets every entry (not the stream followed, nor what was
@@ -115,6 +138,28 @@ func (r *Revocations) Clear() {
 	defer r.mu.Unlock()
 	clear(r.segs)
 	r.fifo, r.head, r.floor = nil, 0, 0
+	if r.pub != nil {
+		r.pub.Cleared()
+	}
+}
+
+// Publish makes p learn of every change from now on (nil: none).
+func (r *Revocations) Publish(p Publisher) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pub = p
+}
+
+// Replay tells p the table's state for segment as it is now, under the
+// table's lock (no change slips between it and the changes published
+// after): the outbox followed, then each of the segment's entries.
+func (r *Revocations) Replay(segment string, p Publisher) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	p.Followed(r.outbox)
+	for off, e := range r.segs[segment] {
+		p.Revoked(segment, off, e.seq)
+	}
 }
 
 // Revoke voids the grants for the extent at (segment, offset) placed
@@ -123,6 +168,11 @@ func (r *Revocations) Clear() {
 func (r *Revocations) Revoke(segment string, offset, seq uint64, until, now int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.pub != nil {
+		// Published even when every grant it voids has expired here: a
+		// publisher's readers may not check expiry as closely.
+		r.pub.Revoked(segment, offset, seq)
+	}
 	r.pruneLocked(now)
 	if until <= now {
 		return // every grant it could void has expired

@@ -1,6 +1,8 @@
 package grant
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -232,5 +234,48 @@ func TestRevocationsDrain(t *testing.T) {
 	r.Exit(held)
 	if !r.Drain(time.Second) {
 		t.Fatal("the frame's hold was not returned")
+	}
+}
+
+// recordingPublisher keeps what a Revocations told it, in order.
+type recordingPublisher struct{ calls []string }
+
+func (p *recordingPublisher) Followed(outbox uint64) {
+	p.calls = append(p.calls, fmt.Sprintf("follow %d", outbox))
+}
+func (p *recordingPublisher) Revoked(seg string, off, seq uint64) {
+	p.calls = append(p.calls, fmt.Sprintf("revoke %s %d %d", seg, off, seq))
+}
+func (p *recordingPublisher) Cleared() { p.calls = append(p.calls, "clear") }
+
+// TestRevocationsPublish: a publisher learns every change as it is made
+// (a free published even when every grant it voids has expired here),
+// and Replay tells one segment's state.
+func TestRevocationsPublish(t *testing.T) {
+	r := NewRevocations(0)
+	var p recordingPublisher
+	r.Publish(&p)
+	now := time.Now().UnixNano()
+	r.Follow(5)
+	r.Follow(5) // no change: not published
+	r.Revoke("a", 64, 3, now+int64(time.Minute), now)
+	r.Revoke("a", 128, 4, now-1, now) // expired here: kept nowhere, published
+	r.Revoke("b", 0, 6, now+int64(time.Minute), now)
+	r.Clear()
+	want := []string{"follow 5", "revoke a 64 3", "revoke a 128 4", "revoke b 0 6", "clear"}
+	if !slices.Equal(p.calls, want) {
+		t.Fatalf("published %q, want %q", p.calls, want)
+	}
+	r.Revoke("a", 64, 7, now+int64(time.Minute), now)
+	r.Revoke("b", 0, 8, now+int64(time.Minute), now)
+	var q recordingPublisher
+	r.Replay("a", &q)
+	if want := []string{"follow 5", "revoke a 64 7"}; !slices.Equal(q.calls, want) {
+		t.Fatalf("replayed %q, want %q", q.calls, want)
+	}
+	r.Publish(nil)
+	r.Follow(6)
+	if len(p.calls) != 7 {
+		t.Fatalf("published after Publish(nil): %q", p.calls)
 	}
 }

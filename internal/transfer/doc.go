@@ -442,28 +442,75 @@
 // The client connects to the socket. The server admits only peers running
 // as its own user or as root (SO_PEERCRED; a mapped segment is readable
 // and writable whole) and refuses others by closing (Stats.SharedRefused).
-// Shared memory bypasses data-plane grants: a peer admitted here can read
-// and write every shared segment whole. It trusts the host: anything
-// running as the appliance's user (or root) could read its memory anyway.
-// It then sends one packet per shared segment, a SYNCED packet, and from
-// then on a packet per segment registered or unregistered, in order:
+// A peer admitted here can read and write every shared segment whole: it
+// trusts the host (anything running as the appliance's user, or root,
+// could read its memory anyway). This package's client holds itself to
+// the data port's grant decisions all the same, through each segment's
+// free table (below), so a removed object never reads back over shared
+// memory when it would not over TCP.
+// The server then sends one packet per shared segment, a SYNCED packet,
+// and from then on a packet per segment registered or unregistered, in
+// order:
 //
 //	offset size field
 //	0      4    magic 0x4B56544D ("KVTM")
-//	4      1    version = 1
-//	5      1    kind: 1 = SEGMENT (its memfd attached with SCM_RIGHTS),
-//	            2 = GONE, 3 = SYNCED
+//	4      1    version = 2 (1 is still read: no free table)
+//	5      1    kind: 1 = SEGMENT (its memfd and its free table's memfd
+//	            attached with SCM_RIGHTS, in that order; version 1: the
+//	            segment's only), 2 = GONE, 3 = SYNCED
 //	6      2    N = name length (1..255; 0 for SYNCED)
 //	8      8    segment size in bytes (SEGMENT)
 //	16     8    offset of the segment's first byte in the memfd (SEGMENT)
 //	24     N    segment name
 //
-// The client validates every packet (magic, version, kind, lengths, exactly
-// one descriptor with SEGMENT and none otherwise, the range inside the
-// file's size) and drops the whole connection on a bad one. It maps each
+// The client validates every packet (magic, version, kind, lengths, two
+// descriptors with a version-2 SEGMENT, one with a version-1 one and none
+// otherwise, the range inside the file's size, the free table's size and
+// header) and drops the whole connection on a bad one. It maps each
 // segment MAP_SHARED|MAP_POPULATE (2 MiB-aligned, so hugetlb memfds work)
-// and closes the descriptor. The client never sends anything; the server
-// forgets it when it hangs up.
+// and its free table read-only, and closes the descriptors. The client
+// never sends anything; the server forgets it when it hangs up. A client
+// of version 1 drops a version-2 server's connection and stays on TCP.
+//
+// Free tables: the data port checks every frame's grant against the
+// engine's revocations (internal/grant, "Early revocation"): a grant whose
+// extent the master freed after signing it is refused. A copy through a
+// mapped segment never passes the data port, so the serving engine
+// publishes, per shared segment, a memfd mirroring those revocations
+// (grant.Publisher, written under the revocation table's lock, so before
+// the free is acknowledged to the master, and a removal returns only
+// after that), in host byte order (peers are on the same host):
+//
+//	offset size field
+//	0      8    magic 0x3145455246545648
+//	8      8    gen: a sequence lock over outbox, keys and a reset of the
+//	            slots (odd while they change)
+//	16     8    outbox: the master's record stream followed (0: none;
+//	            grants are then not revoked early, as at the data port)
+//	24     8    granule shift = 12 (4 KiB)
+//	32     8    N = slots = segment size / 4 KiB, rounded up
+//	40     8    key count K (0: grants not enforced), at most 4
+//	48     32   the key IDs accepted (the first K of 4 slots of 8 bytes)
+//	128    8*N  per granule, the highest seq of a free applied to an
+//	            extent starting in it (0 after a reset)
+//
+// The file is that size rounded up to the page size. A new master's
+// records (grant.Revocations.Follow) and a disjoint set of keys
+// (SetGrantKeys: the master mounted the node's segments anew) reset the
+// slots; a segment registered again starts from the revocations held
+// under its name. Before a shared-memory READ is trusted (after its
+// copy) or a WRITE made (before it), the client checks the request's grant
+// as the data port would (freeView.admits): its key among those accepted,
+// not expired, and, when both the table and the grant follow one
+// outbox, no free of a later seq than the grant's Seq in the slot of the
+// grant's extent. Missing a grant where keys are enforced, a grant placed
+// in another outbox, or a table changing just then, it does not decide.
+// A request not admitted fails over to TCP (Stats.SharedNotAdmitted),
+// where the data port refuses it or serves it: extents under 4 KiB share
+// a slot, so a free of one sends its neighbours' older grants there. The
+// data port's wait for records not yet applied is not mirrored: a READ of
+// a committed object needs none, and a WRITE's bytes are checked by its
+// reader's CRC32C.
 //
 // Safety: a copy holds its segment's mapping (a read lock) so a GONE
 // packet or the peer's death never unmaps memory under it. When the peer

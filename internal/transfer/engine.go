@@ -201,10 +201,18 @@ type Stats struct {
 	SharedBytes    uint64
 	SharedFailures uint64 // shared-memory discoveries of a peer that failed (TCP used)
 	SharedRefused  uint64 // shared-memory connections refused (peer of another user)
-	RDMARequests   uint64 // successful requests carried by one-sided RDMA
-	RDMABytes      uint64
-	MemRequests    uint64 // successful requests over the in-memory transport (tests)
-	MemBytes       uint64
+	// SharedNotAdmitted counts shared-memory requests the segment's free
+	// table did not admit (a grant the serving engine revoked, or one it
+	// could not vouch for just then): they went over TCP instead.
+	SharedNotAdmitted uint64
+	// SharedUnpublished counts segments this engine could not give a free
+	// table (memfd_create failed): they are served over TCP only.
+	SharedUnpublished uint64
+
+	RDMARequests uint64 // successful requests carried by one-sided RDMA
+	RDMABytes    uint64
+	MemRequests  uint64 // successful requests over the in-memory transport (tests)
+	MemBytes     uint64
 	// Fallbacks counts requests a transport could not carry (a
 	// connection-level TRANSFER_FAIL) that the next route then took.
 	Fallbacks uint64
@@ -258,7 +266,7 @@ type counters struct {
 	acceptErrors, fallbacks, callerReads             atomic.Uint64
 	rdmaRequests, rdmaBytes, memRequests, memBytes   atomic.Uint64
 	directPuts, servedDirectPuts, splicedBytes       atomic.Uint64
-	servedStagedPuts                                 atomic.Uint64
+	servedStagedPuts, shmNotAdmitted, shmNoTable     atomic.Uint64
 }
 
 // segment is registered memory; refs counts requests using mem.
@@ -266,9 +274,10 @@ type segment struct {
 	name    string
 	mem     []byte
 	refs    sync.WaitGroup
-	file    *os.File // shared memory backing mem (ShareMemory), else nil
-	fileOff int64    // mem's offset in file
-	rdma    rdmaSeg  // its RDMA memory region (rdma_on.go), when offered
+	file    *os.File   // shared memory backing mem (ShareMemory), else nil
+	fileOff int64      // mem's offset in file
+	frees   *freeTable // published revocations, when file is set (shmfrees.go)
+	rdma    rdmaSeg    // its RDMA memory region (rdma_on.go), when offered
 }
 
 // Engine is a transfer engine: it keeps the registry of local segments and
@@ -719,6 +728,7 @@ func (e *Engine) Stats() Stats {
 		ClientConns: e.tcp.connCount(), SharedPeers: e.shm.peerCount(),
 		DirectPuts: c.directPuts.Load(), ServedDirectPuts: c.servedDirectPuts.Load(),
 		SplicedBytes: c.splicedBytes.Load(), ServedStagedPuts: c.servedStagedPuts.Load(),
+		SharedNotAdmitted: c.shmNotAdmitted.Load(), SharedUnpublished: c.shmNoTable.Load(),
 	}
 	e.mu.RLock()
 	st.ServerConns = len(e.srvConns)
@@ -761,6 +771,7 @@ func (e *Engine) Close() error {
 		c.Close()
 	}
 	e.wg.Wait()
+	e.shm.frees.closeFiles() // nothing sends them any more
 	if e.rdma != nil {
 		e.rdma.release() // memory regions, once nothing can post any more
 	}

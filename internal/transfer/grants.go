@@ -32,6 +32,9 @@ func (e *Engine) Revocations() *grant.Revocations {
 		return r
 	}
 	r := grant.NewRevocations(0)
+	// Shared segments' free tables mirror it (shmfrees.go): set before
+	// the table is reachable, so no change goes unpublished.
+	r.Publish(&e.shm.frees)
 	if e.grants.rev.CompareAndSwap(nil, r) {
 		return r
 	}
@@ -69,6 +72,7 @@ func (e *Engine) releaseFrame(h *int) {
 func (e *Engine) SetGrantKeys(keys ...grant.Key) {
 	old := e.grants.keys.IDs()
 	e.grants.keys.Set(keys...)
+	e.shm.frees.setKeys(e.grants.keys.IDs())
 	rev := e.grants.rev.Load()
 	if rev == nil || len(old) == 0 {
 		return

@@ -73,6 +73,9 @@ func (e *Engine) insertSegmentLocked(s *segment) error {
 		return kverr.New(kverr.SegmentAlreadyExists, "", "transfer: %q already registered as an extent source", s.name)
 	}
 	s.file, s.fileOff = e.shm.sharedFileLocked(s.mem)
+	if s.file != nil {
+		e.shm.addFreesLocked(s)
+	}
 	e.segments[s.name] = s
 	e.shm.notifyLocked(shmSegment, s)
 	return nil
@@ -89,6 +92,9 @@ func (e *Engine) UnregisterSegment(name string) error {
 	if ok {
 		delete(e.segments, name)
 		e.shm.notifyLocked(shmGone, s)
+		if s.frees != nil {
+			e.shm.frees.remove(name)
+		}
 	}
 	e.mu.Unlock()
 	if !ok {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -26,8 +27,11 @@ import (
 
 // shm message kinds (server -> client, one SOCK_SEQPACKET packet each).
 const (
-	shmMagic   uint32 = 0x4B56544D // "KVTM"
-	shmVersion uint8  = 1
+	shmMagic uint32 = 0x4B56544D // "KVTM"
+	// shmVersion is what this engine sends: a SEGMENT carries the
+	// segment's free table too. Version 1 (no free table) is still read.
+	shmVersion   uint8 = 2
+	shmVersionV1 uint8 = 1
 
 	shmSegment uint8 = 1 // a segment, its memfd attached (SCM_RIGHTS)
 	shmGone    uint8 = 2 // a segment unregistered
@@ -65,6 +69,8 @@ type shmTransport struct {
 	shared []sharedRegion           // memory peers on this host may map
 	lis    *net.UnixListener        // shared-memory socket (nil until ShareMemory)
 	conns  map[*shmSrvConn]struct{} // peers mapping shared segments
+
+	frees freeTables // each shared segment's free table (shmfrees.go)
 
 	mu sync.RWMutex
 	// guarded by mu:
@@ -109,6 +115,9 @@ func (t *shmTransport) submit(ctx context.Context, rs []*reqState) {
 		ok, err := t.e.local.copyShared(r, sp, s)
 		if !ok {
 			err = kverr.New(kverr.TransferFail, "", "transfer: %s segment %q on %s: shared mapping gone", r.req.Op, r.req.Segment, r.req.Endpoint)
+		}
+		if errors.Is(err, errNotAdmitted) {
+			t.e.stats.shmNotAdmitted.Add(1)
 		}
 		r.sliceDone(err)
 	}
@@ -161,6 +170,26 @@ func (t *shmTransport) close() {
 	}
 	for _, c := range shms {
 		c.close()
+	}
+}
+
+// addFreesLocked gives shared segment s its free table, filled from the
+// engine's revocations, before s is announced; s is not shared when the
+// table cannot be made (a peer could not be checked). e.mu is held.
+func (t *shmTransport) addFreesLocked(s *segment) {
+	ft, err := newFreeTable(s.name, uint64(len(s.mem)), nil)
+	if err != nil {
+		s.file, s.fileOff = nil, 0
+		t.e.stats.shmNoTable.Add(1)
+		return
+	}
+	s.frees = ft
+	t.frees.add(s.name, ft)
+	// After add: a change made from now on reaches the table either way
+	// (SetGrantKeys sets the keys, then tells the tables it sees).
+	ft.setKeys(t.e.grants.keys.IDs())
+	if rev := t.e.grants.rev.Load(); rev != nil {
+		rev.Replay(s.name, ft)
 	}
 }
 
@@ -370,7 +399,7 @@ func (e *Engine) writeShm(c *shmSrvConn) {
 			binary.BigEndian.PutUint64(buf[8:], uint64(len(m.seg.mem)))
 			binary.BigEndian.PutUint64(buf[16:], uint64(m.seg.fileOff))
 			if m.kind == shmSegment {
-				oob = unix.UnixRights(int(m.seg.file.Fd()))
+				oob = unix.UnixRights(int(m.seg.file.Fd()), int(m.seg.frees.file.Fd()))
 			}
 		}
 		_ = c.uc.SetWriteDeadline(time.Now().Add(e.cfg.IOTimeout))
@@ -432,8 +461,9 @@ type shmPeer struct {
 type shmSeg struct {
 	mu sync.RWMutex
 	// guarded by mu:
-	mapping []byte // the whole mapping (aligned); nil once unmapped
-	mem     []byte // the segment inside it
+	mapping []byte    // the whole mapping (aligned); nil once unmapped
+	mem     []byte    // the segment inside it
+	frees   *freeView // its free table; nil from a version-1 peer (nothing checked)
 }
 
 func (s *shmSeg) unmap() {
@@ -442,6 +472,10 @@ func (s *shmSeg) unmap() {
 	if s.mapping != nil {
 		_ = unix.Munmap(s.mapping)
 		s.mapping, s.mem = nil, nil
+	}
+	if s.frees != nil {
+		s.frees.unmap()
+		s.frees = nil
 	}
 }
 
@@ -646,9 +680,10 @@ func readShmMsg(uc *net.UnixConn) (kind uint8, name string, seg *shmSeg, err err
 		return bad("%d bytes", n)
 	case binary.BigEndian.Uint32(buf[0:]) != shmMagic:
 		return bad("bad magic %#08x", binary.BigEndian.Uint32(buf[0:]))
-	case buf[4] != shmVersion:
+	case buf[4] != shmVersion && buf[4] != shmVersionV1:
 		return bad("unsupported version %d", buf[4])
 	}
+	version := buf[4]
 	kind = buf[5]
 	nameLen := int(binary.BigEndian.Uint16(buf[6:]))
 	size := binary.BigEndian.Uint64(buf[8:])
@@ -673,12 +708,22 @@ func readShmMsg(uc *net.UnixConn) (kind uint8, name string, seg *shmSeg, err err
 		}
 		return kind, name, nil, nil
 	}
-	if len(fds) != 1 {
-		return bad("segment %q with %d descriptors", name, len(fds))
+	want := 2 // the segment's memfd and its free table's
+	if version == shmVersionV1 {
+		want = 1
+	}
+	if len(fds) != want {
+		return bad("version %d segment %q with %d descriptors, want %d", version, name, len(fds), want)
 	}
 	seg, err = mapShared(fds[0], name, off, size)
 	if err != nil {
 		return 0, "", nil, err
+	}
+	if want == 2 {
+		if seg.frees, err = mapFrees(fds[1], name, size); err != nil {
+			seg.unmap()
+			return 0, "", nil, err
+		}
 	}
 	return kind, name, seg, nil
 }
@@ -736,6 +781,15 @@ func sameHostAddr(ep string) bool {
 	return false
 }
 
+// errNotAdmitted marks a shared-memory request its segment's free table
+// did not admit (freeView.admits); it goes over TCP instead.
+var errNotAdmitted = errors.New("not admitted by the shared segment's free table (its grant may be revoked)")
+
+func notAdmitted(req *Request) error {
+	return fmt.Errorf("%w: %w", kverr.New(kverr.TransferFail, "", "transfer: %s segment %q on %s over shared memory; over TCP instead",
+		req.Op, req.Segment, req.Endpoint), errNotAdmitted)
+}
+
 // copyShared moves r through segment s of mapping sp. ok is false when the
 // segment was unmapped meanwhile (the caller goes over TCP instead).
 func (t *localTransport) copyShared(r *reqState, sp *shmPeer, s *shmSeg) (ok bool, err error) {
@@ -751,11 +805,20 @@ func (t *localTransport) copyShared(r *reqState, sp *shmPeer, s *shmSeg) (ok boo
 	}
 	mem := s.mem[req.Offset : req.Offset+n]
 	switch {
-	case req.Op == Read && r.wantSum():
-		r.crc = copyCRCParallel(req.Buf, mem)
 	case req.Op == Read:
-		copy(req.Buf, mem)
+		if r.wantSum() {
+			r.crc = copyCRCParallel(req.Buf, mem)
+		} else {
+			copy(req.Buf, mem)
+		}
+		// After the copy: a free published meanwhile voids what it read.
+		if s.frees != nil && !s.frees.admits(req.Grant, nowNanos()) {
+			return true, notAdmitted(req)
+		}
 	default:
+		if s.frees != nil && !s.frees.admits(req.Grant, nowNanos()) {
+			return true, notAdmitted(req)
+		}
 		if r.wantSum() {
 			r.crc = crc32c.Checksum(req.Buf)
 		}

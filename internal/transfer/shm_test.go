@@ -362,7 +362,19 @@ func TestShmMessageValidation(t *testing.T) {
 	}
 	defer f.Close()
 	defer unix.Munmap(mem)
-	rights := unix.UnixRights(int(f.Fd()))
+	table, err := newFreeTable("good", 1<<20, nil) // a 1 MiB segment's
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { table.retire(); table.file.Close() }()
+	otherTable, err := newFreeTable("other", 4<<20, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { otherTable.retire(); otherTable.file.Close() }()
+	rights := unix.UnixRights(int(f.Fd()), int(table.file.Fd()))
+	segOnly := unix.UnixRights(int(f.Fd()))
+	v1 := func(b []byte) []byte { b[4] = shmVersionV1; return b }
 	cases := []struct {
 		name string
 		pkt  []byte
@@ -381,6 +393,10 @@ func TestShmMessageValidation(t *testing.T) {
 		{"beyond file", shmPacket(shmSegment, "s", 4096, 4<<20), rights, "outside its"},
 		{"overflow", shmPacket(shmSegment, "s", ^uint64(0), 4096), rights, "outside its"},
 		{"zero size", shmPacket(shmSegment, "s", 0, 0), rights, "outside its"},
+		{"no free table", shmPacket(shmSegment, "s", 1<<20, 0), segOnly, "1 descriptors, want 2"},
+		{"version 1 with a table", v1(shmPacket(shmSegment, "s", 1<<20, 0)), rights, "2 descriptors, want 1"},
+		{"free table of another size", shmPacket(shmSegment, "s", 1<<20, 0), unix.UnixRights(int(f.Fd()), int(otherTable.file.Fd())), "free table of shared segment"},
+		{"free table not one", shmPacket(shmSegment, "s", 4<<20, 0), unix.UnixRights(int(f.Fd()), int(f.Fd())), "free table of shared segment"},
 	}
 	for _, tc := range cases {
 		a, b := seqpacketPair(t)
@@ -399,7 +415,7 @@ func TestShmMessageValidation(t *testing.T) {
 		t.Fatal(err)
 	}
 	kind, name, seg, err := readShmMsg(b)
-	if err != nil || kind != shmSegment || name != "good" || len(seg.mem) != 1<<20 {
+	if err != nil || kind != shmSegment || name != "good" || len(seg.mem) != 1<<20 || seg.frees == nil {
 		t.Fatalf("good message: %v %d %q", err, kind, name)
 	}
 	defer seg.unmap()
@@ -407,6 +423,22 @@ func TestShmMessageValidation(t *testing.T) {
 	fillPattern(want, 3<<20)
 	if !bytes.Equal(seg.mem, want) {
 		t.Fatal("mapped segment has the wrong bytes")
+	}
+	// The mapped table is the server's: a free published there shows.
+	table.Followed(7)
+	table.Revoked("good", 8192, 5)
+	if got := seg.frees.slots[2].Load(); got != 5 || seg.frees.hdr.outbox.Load() != 7 {
+		t.Fatalf("mapped free table: slot %d outbox %d, want 5 and 7", got, seg.frees.hdr.outbox.Load())
+	}
+	// A version-1 peer's segment (no table) still maps, unchecked.
+	a, b = seqpacketPair(t)
+	if _, _, err := a.WriteMsgUnix(v1(shmPacket(shmSegment, "old", 1<<20, 0)), segOnly, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, old, err := readShmMsg(b); err != nil || old.frees != nil {
+		t.Fatalf("version-1 segment: %v", err)
+	} else {
+		old.unmap()
 	}
 }
 

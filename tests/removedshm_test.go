@@ -1,0 +1,174 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/kvtier/kvtier/appliance"
+	"github.com/kvtier/kvtier/client"
+	"github.com/kvtier/kvtier/internal/transfer"
+	"github.com/kvtier/kvtier/kverr"
+	"github.com/kvtier/kvtier/master"
+)
+
+// TestRemovedObjectNeverComesBackOverSharedMemory: a client holding a
+// cached read lease (Config.LeaseCacheKeys) that reads over shared memory
+// does not get an object back once another client force-removed it and
+// the box applied the free, as over TCP (where the box refuses the revoked
+// grant). Its other cached objects still read over shared memory.
+func TestRemovedObjectNeverComesBackOverSharedMemory(t *testing.T) {
+	ip := startInproc(t, master.Config{})
+	a := ip.appliance(t, appliance.Config{Name: "box"})
+	ctx := context.Background()
+	newClient := func(shm bool) *client.Client {
+		c, err := client.New(ctx, client.Config{MasterAddr: ip.addr, HeartbeatInterval: 100 * time.Millisecond,
+			Transfer: transfer.Config{DisableSharedMemory: !shm}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	shm, tcp, remover := newClient(true), newClient(false), newClient(false)
+	const n = 40
+	// At least 4 KiB each: no two extents start in one granule of the
+	// box's free tables (smaller objects share a slot; see the end).
+	val := func(i int) []byte { return bytes.Repeat([]byte{byte(i), 0xa5, byte(i >> 8)}, 1366+i*301) }
+	for i := range n {
+		if err := remover.Put(ctx, fmt.Sprintf("gone/%d", i), val(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Both readers cache every key's lease; the shared-memory reader maps
+	// the box's segments first, so its reads below go through them.
+	deadline := time.Now().Add(10 * time.Second)
+	for shm.Engine().SharedPending() || shm.Engine().Stats().SharedRequests == 0 {
+		if _, err := shm.Get(ctx, "gone/0"); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the box's shared memory never mapped")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, c := range []*client.Client{shm, tcp} {
+		for i := range n {
+			if got, err := c.Get(ctx, fmt.Sprintf("gone/%d", i)); err != nil || !bytes.Equal(got, val(i)) {
+				t.Fatalf("gone/%d: %v", i, err)
+			}
+		}
+	}
+	// Every other key removed by another client, force (they are leased).
+	for i := 0; i < n; i += 2 {
+		if err := remover.Remove(ctx, fmt.Sprintf("gone/%d", i), true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A removal returns once the box acknowledged the frees, so no wait
+	// here: its directory already holds only the kept half.
+	if got := a.DramDirectoryLen(); got != n/2 {
+		t.Fatalf("box holds %d objects after the removals, want %d", got, n/2)
+	}
+	before := shm.Engine().Stats()
+	for _, tc := range []struct {
+		name string
+		c    *client.Client
+	}{{"shared memory", shm}, {"tcp", tcp}} {
+		for i := range n {
+			got, err := tc.c.Get(ctx, fmt.Sprintf("gone/%d", i))
+			switch {
+			case i%2 == 0 && !kverr.Is(err, kverr.ObjectNotFound):
+				t.Errorf("%s: removed gone/%d read back: %d bytes, %v; want OBJECT_NOT_FOUND", tc.name, i, len(got), err)
+			case i%2 == 1 && (err != nil || !bytes.Equal(got, val(i))):
+				t.Errorf("%s: gone/%d: %v", tc.name, i, err)
+			}
+		}
+	}
+	after := shm.Engine().Stats()
+	// The kept half still read over shared memory; the removed half went
+	// to TCP (refused there: revoked), then to the master.
+	if got := after.SharedRequests - before.SharedRequests; got != n/2 {
+		t.Errorf("%d shared-memory requests for %d kept objects", got, n/2)
+	}
+	// (The cached read, then the speculative read of the remembered
+	// replica beside the master's query: Config.ReplicaHints.)
+	if got := after.SharedNotAdmitted - before.SharedNotAdmitted; got < n/2 || got > n {
+		t.Errorf("%d shared-memory reads not admitted, want one or two for each of the %d removed", got, n/2)
+	}
+
+	// Objects under 4 KiB share a slot of the table: the removal of one
+	// sends its neighbours' cached reads over TCP, which serves them.
+	small := func(i int) []byte { return bytes.Repeat([]byte{byte(i), 0x3c}, 300) }
+	for i := range 8 {
+		if err := remover.Put(ctx, fmt.Sprintf("small/%d", i), small(i)); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := shm.Get(ctx, fmt.Sprintf("small/%d", i)); err != nil || !bytes.Equal(got, small(i)) {
+			t.Fatalf("small/%d: %v", i, err)
+		}
+	}
+	if err := remover.Remove(ctx, "small/3", true); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 8 {
+		got, err := shm.Get(ctx, fmt.Sprintf("small/%d", i))
+		switch {
+		case i == 3 && !kverr.Is(err, kverr.ObjectNotFound):
+			t.Errorf("removed small/3 read back: %d bytes, %v", len(got), err)
+		case i != 3 && (err != nil || !bytes.Equal(got, small(i))):
+			t.Errorf("small/%d beside a removed one: %v", i, err)
+		}
+	}
+}
+
+// TestRemovedObjectNeverComesBackAcrossProcesses is the same as a user
+// meets it: a master and an appliance, each its own process; this
+// process's client reads over the appliance's shared memory and caches its
+// read leases; an operator removes objects with `kvtier rm --force`.
+func TestRemovedObjectNeverComesBackAcrossProcesses(t *testing.T) {
+	c := startCluster(t, "--lease-ttl", "30s") // the cached leases outlive the test
+	c.appliance("box")
+	ctx := context.Background()
+	reader := c.client(t)
+	writer := c.clientWith(t, client.Config{Transfer: transfer.Config{DisableSharedMemory: true}})
+	val := func(i int) []byte { return bytes.Repeat([]byte{byte(i), 0x77}, 4096+i*1000) }
+	const n = 6
+	for i := range n {
+		if err := writer.Put(ctx, fmt.Sprintf("rm/%d", i), val(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 10*time.Second, "the box's shared memory mapped", func() bool {
+		if _, err := reader.Get(ctx, "rm/0"); err != nil {
+			t.Fatal(err)
+		}
+		return !reader.Engine().SharedPending() && reader.Engine().Stats().SharedRequests > 0
+	})
+	for i := range n {
+		if got, err := reader.Get(ctx, fmt.Sprintf("rm/%d", i)); err != nil || !bytes.Equal(got, val(i)) {
+			t.Fatalf("rm/%d: %v", i, err)
+		}
+	}
+	for i := 0; i < n; i += 2 {
+		if out, errOut, code := c.cli(t, nil, "rm", "--force", fmt.Sprintf("rm/%d", i)); code != 0 {
+			t.Fatalf("kvtier rm --force rm/%d: exit %d: %s%s", i, code, out, errOut)
+		}
+	}
+	before := reader.Engine().Stats()
+	for i := range n {
+		got, err := reader.Get(ctx, fmt.Sprintf("rm/%d", i))
+		switch {
+		case i%2 == 0 && !kverr.Is(err, kverr.ObjectNotFound):
+			t.Errorf("removed rm/%d read back: %d bytes, %v; want OBJECT_NOT_FOUND", i, len(got), err)
+		case i%2 == 1 && (err != nil || !bytes.Equal(got, val(i))):
+			t.Errorf("rm/%d: %v", i, err)
+		}
+	}
+	after := reader.Engine().Stats()
+	if got := after.SharedRequests - before.SharedRequests; got != n/2 {
+		t.Errorf("%d shared-memory reads of the %d kept objects", got, n/2)
+	}
+}
