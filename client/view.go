@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/internal/transfer"
 )
 
 // SegmentMemory returns the memory of a DRAM segment that this process
@@ -22,21 +23,39 @@ type SegmentMemory func(segment string) []byte
 // away whatever it produced from them when they fail or when the lease
 // ended first (Valid). The master promises not to evict or reuse the
 // extent before Deadline; only a forced Remove by some client breaks that
-// promise, and the check after use catches it. Bytes must never be
+// promise. Its bytes still match the checksum until the space is reused,
+// so the check after use also asks this process's transfer engine, which
+// serves the segment, whether its data port would still serve the
+// replica's grant (transfer.Engine.Admits: the free of a removed object
+// is applied there before the removal returns). Bytes must never be
 // written.
 type View struct {
 	Bytes       []byte
 	CRC32C      uint32
 	HasChecksum bool
 	Deadline    time.Time // end of the read lease
+
+	// The engine serving the segment, and the replica's segment and
+	// grant, for Valid's question (nil engine: nothing to ask).
+	engine  *transfer.Engine
+	segment string
+	grant   []byte
 }
 
 // Valid reports whether bytes derived from v (a copy, a send, a
 // comparison) that ended with a checksum of crc are the object's: the
-// checksum matches (or the object has none) and the lease had not ended.
-// Call it after the bytes were used.
+// checksum matches (or the object has none), the lease had not ended and
+// the object was not removed meanwhile. Call it after the bytes were used.
 func (v *View) Valid(crc uint32) bool {
-	return (!v.HasChecksum || crc == v.CRC32C) && time.Now().Before(v.Deadline)
+	return (!v.HasChecksum || crc == v.CRC32C) && v.Live()
+}
+
+// Live reports whether the lease still runs and the object was not
+// removed since (Valid's check besides the checksum). A caller about to
+// send bytes it cannot take back asks it first, so a removed object is
+// answered as missing rather than cut off after its check.
+func (v *View) Live() bool {
+	return time.Now().Before(v.Deadline) && (v.engine == nil || v.engine.Admits(v.segment, v.grant))
 }
 
 // View finds key's MEMORY replica in a segment mem names and returns its
@@ -52,7 +71,7 @@ func (c *Client) View(ctx context.Context, key string, mem SegmentMemory) (v Vie
 	}
 	rl := c.leases.get(key)
 	if rl != nil {
-		if v, ok := localView(rl, mem); ok {
+		if v, ok := c.localView(rl, mem); ok {
 			c.noteCachedRead(key)
 			return v, true, nil
 		}
@@ -63,7 +82,7 @@ func (c *Client) View(ctx context.Context, key string, mem SegmentMemory) (v Vie
 		return View{}, false, err
 	}
 	c.leases.put(key, rl)
-	v, ok = localView(rl, mem)
+	v, ok = c.localView(rl, mem)
 	return v, ok, nil
 }
 
@@ -73,7 +92,7 @@ func (c *Client) View(ctx context.Context, key string, mem SegmentMemory) (v Vie
 func (c *Client) DropLease(key string) { c.leases.drop(key) }
 
 // localView returns the first MEMORY replica of rl that lies in mem.
-func localView(rl *ReplicaList, mem SegmentMemory) (View, bool) {
+func (c *Client) localView(rl *ReplicaList, mem SegmentMemory) (View, bool) {
 	for _, r := range rl.Replicas {
 		if r.Type != kvtierpb.ReplicaType_MEMORY || r.Length != rl.Size || r.Length == 0 {
 			continue
@@ -83,7 +102,8 @@ func localView(rl *ReplicaList, mem SegmentMemory) (View, bool) {
 			continue
 		}
 		return View{Bytes: m[r.Offset : r.Offset+r.Length : r.Offset+r.Length], CRC32C: rl.CRC32C,
-			HasChecksum: rl.HasChecksum, Deadline: rl.LeaseDeadline}, true
+			HasChecksum: rl.HasChecksum, Deadline: rl.LeaseDeadline,
+			engine: c.engine, segment: r.Segment, grant: r.Grant}, true
 	}
 	return View{}, false
 }

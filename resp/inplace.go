@@ -105,6 +105,9 @@ func (c *conn) answerInPlace(k string) (res, n int, rest *buffer, err error) {
 		return inPlaceErr, 0, nil, err
 	case !ok:
 		return inPlaceNot, 0, nil, nil
+	case !v.Live(): // removed by another client since its lease was cached
+		s.store.DropLease(k)
+		return inPlaceNot, 0, nil, nil
 	}
 	n = len(v.Bytes)
 	if n < bigBulk {
@@ -224,7 +227,9 @@ func (c *conn) holdsInPlace(key string, val []byte) (same, ok bool) {
 	if !ok {
 		return false, false
 	}
-	same = len(v.Bytes) == len(val) && bytes.Equal(v.Bytes, val) && time.Now().Before(v.Deadline)
+	// Live: a key another client removed (forced) holds no value, even
+	// where its bytes still lie.
+	same = len(v.Bytes) == len(val) && bytes.Equal(v.Bytes, val) && v.Live()
 	return same, true
 }
 
@@ -278,6 +283,9 @@ func (c *conn) watchSet(args [][]byte, nargs int64, dst []byte) *watchState {
 // another.
 func (c *conn) receivedSame(key string, val []byte) (same, known bool) {
 	if c.r.bounced {
+		if c.r.same && !c.s.holdsLive(key) {
+			return false, true // removed meanwhile by another client: write it
+		}
 		if c.r.same {
 			c.s.watchSame.Add(1)
 		}
@@ -300,7 +308,17 @@ func (c *conn) receivedSame(key string, val []byte) (same, known bool) {
 		v.CRC32C != w.CRC32C || v.HasChecksum != w.HasChecksum || !v.Deadline.Equal(w.Deadline) {
 		return false, false
 	}
-	return time.Now().Before(v.Deadline), true
+	return v.Live(), true
+}
+
+// holdsLive reports whether key's object, as this front end sees it, is
+// still stored: its view's lease runs and no other client removed it.
+func (s *Server) holdsLive(key string) bool {
+	l := s.keyLock(key)
+	l.RLock()
+	defer l.RUnlock()
+	v, ok, err := s.store.View(s.ctx, key, s.cfg.Segments)
+	return err == nil && ok && v.Live()
 }
 
 // suspectTTL is how long a key whose in-place GET failed its check after

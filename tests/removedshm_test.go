@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -170,5 +171,52 @@ func TestRemovedObjectNeverComesBackAcrossProcesses(t *testing.T) {
 	after := reader.Engine().Stats()
 	if got := after.SharedRequests - before.SharedRequests; got != n/2 {
 		t.Errorf("%d shared-memory reads of the %d kept objects", got, n/2)
+	}
+}
+
+// TestRemovedObjectNeverComesBackThroughRESP: the Redis front end reads
+// values in place (client.View) under leases its client caches; a value
+// another client removed with `kvtier rm --force` is not served again,
+// small (copied into the reply) or large (sent from segment memory).
+func TestRemovedObjectNeverComesBackThroughRESP(t *testing.T) {
+	p, addr := startRESP(t, "--lease-ttl", "30s")
+	rc := dialRESP(t, addr)
+	defer rc.Close()
+	rm := func(k string) {
+		t.Helper()
+		if out, errOut, code := runKvtierCode(t, nil, "rm", "--force", k, "--master", p.addrs["grpc"]); code != 0 {
+			t.Fatalf("kvtier rm --force %s: exit %d: %s%s", k, code, out, errOut)
+		}
+	}
+	for _, kv := range [][2]string{
+		{"small", strings.Repeat("v", 100)},
+		{"large", strings.Repeat("0123456789abcdef", 64<<10)}, // 1 MiB
+	} {
+		k, v := kv[0], kv[1]
+		if got := rc.do("SET", k, v); got != "+OK" {
+			t.Fatalf("SET %s: %s", k, got)
+		}
+		for range 2 { // the second read uses the cached lease
+			if got := rc.do("GET", k); got != v {
+				t.Fatalf("GET %s: %d bytes", k, len(got))
+			}
+		}
+		rm(k)
+		// The same value set again, its removed bytes still in place and
+		// their lease cached: stored again (the front end skips a SET
+		// whose value the key holds; a removed key holds none).
+		if got := rc.do("SET", k, v); got != "+OK" {
+			t.Fatalf("SET %s again: %s", k, got)
+		}
+		if got := rc.do("GET", k); got != v {
+			t.Fatalf("GET %s set again after its removal: %d bytes", k, len(got))
+		}
+		if got := rc.do("EXISTS", k); got != ":1" {
+			t.Fatalf("EXISTS %s set again after its removal: %s", k, got)
+		}
+		rm(k)
+		if got := rc.do("GET", k); got != "(nil)" {
+			t.Fatalf("GET %s after its removal: %d bytes, want (nil)", k, len(got))
+		}
 	}
 }

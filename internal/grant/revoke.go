@@ -291,6 +291,30 @@ func (r *Revocations) Check(g *Grant, segment string, wait time.Duration, held *
 	}
 }
 
+// Voids reports whether Check would refuse g now for its revocation
+// state, without waiting for records not yet applied: a grant those
+// records could void is not void yet (the free of its own extent comes
+// after them), and one of an outbox not followed is. For a reader of the
+// node's memory in the node's own process (a view read in place), which
+// passes no data port.
+func (r *Revocations) Voids(g *Grant, segment string) bool {
+	if g.Outbox == 0 {
+		return false
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	switch {
+	case r.outbox == 0:
+		return false
+	case g.Outbox != r.outbox:
+		return true
+	case g.Seq < r.floor:
+		return true
+	}
+	e, found := r.segs[segment][g.Offset]
+	return found && e.seq > g.Seq
+}
+
 // check is Check without waiting: ok false when g's records are not
 // applied yet (or its outbox not followed).
 func (r *Revocations) check(g *Grant, segment string) (ok bool, err error) {

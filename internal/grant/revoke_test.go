@@ -279,3 +279,38 @@ func TestRevocationsPublish(t *testing.T) {
 		t.Fatalf("published after Publish(nil): %q", p.calls)
 	}
 }
+
+// TestRevocationsVoids: Voids is Check's verdict without waiting: records
+// not applied yet void nothing, another outbox voids, a later free of the
+// extent and the floor void.
+func TestRevocationsVoids(t *testing.T) {
+	r := NewRevocations(1)
+	g := func(outbox, seq, off uint64) *Grant { return &Grant{Outbox: outbox, Seq: seq, Offset: off, Length: 64} }
+	if r.Voids(g(5, 3, 0), "a") {
+		t.Fatal("a table following nothing voided a grant")
+	}
+	r.Follow(5)
+	now := time.Now().UnixNano()
+	r.Revoke("a", 64, 7, now+int64(time.Minute), now)
+	for _, c := range []struct {
+		what string
+		g    *Grant
+		seg  string
+		want bool
+	}{
+		{"unplaced", g(0, 0, 64), "a", false},
+		{"freed after it was signed", g(5, 6, 64), "a", true},
+		{"signed after the free", g(5, 7, 64), "a", false},
+		{"records not applied yet", g(5, 99, 128), "a", false},
+		{"another segment", g(5, 6, 64), "b", false},
+		{"another outbox", g(6, 6, 128), "a", true},
+	} {
+		if got := r.Voids(c.g, c.seg); got != c.want {
+			t.Errorf("%s: voids %v, want %v", c.what, got, c.want)
+		}
+	}
+	r.Revoke("a", 128, 9, now+int64(time.Minute), now) // past max: the free at 64 dropped, floor 7
+	if !r.Voids(g(5, 6, 256), "a") {
+		t.Fatal("a grant placed before the floor")
+	}
+}

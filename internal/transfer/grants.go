@@ -85,6 +85,29 @@ func (e *Engine) SetGrantKeys(keys ...grant.Key) {
 	rev.Clear()
 }
 
+// Admits reports whether this engine's data port would still serve a
+// READ of segment with grant tok as far as its keys and revocations tell
+// (not its MAC nor its range: tok came from the master): the key is one
+// held, and no free of its extent was applied after it was signed. It
+// never waits. For readers of this engine's segments in its own process
+// (client.View reads objects in place and passes no data port), which
+// call it after using the bytes: a forced removal leaves bytes whose
+// checksum still matches. Without keys every grant, and a missing one,
+// is admitted.
+func (e *Engine) Admits(segment string, tok []byte) bool {
+	if !e.grants.keys.Enforced() {
+		return true
+	}
+	g, err := grant.Decode(tok)
+	if err != nil || !e.grants.keys.Holds(g.KeyID) {
+		return false
+	}
+	if rev := e.grants.rev.Load(); rev != nil && rev.Voids(&g, segment) {
+		return false
+	}
+	return true
+}
+
 // GrantsEnforced reports whether this engine holds grant keys (and so
 // refuses requests without a valid grant).
 func (e *Engine) GrantsEnforced() bool { return e.grants.keys.Enforced() }

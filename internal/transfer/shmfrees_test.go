@@ -222,3 +222,41 @@ func TestFreeViewAdmits(t *testing.T) {
 		t.Fatal("no grant where grants are not enforced")
 	}
 }
+
+// TestEngineAdmits: the in-process verdict client.View asks for: without
+// keys everything passes; with them a grant of a key not held, a missing
+// or malformed one, and one a later free voided do not.
+func TestEngineAdmits(t *testing.T) {
+	e := newEngine(t, Config{})
+	if !e.Admits("seg", nil) {
+		t.Fatal("no keys: a missing grant not admitted")
+	}
+	k := grant.NewKey(1)
+	e.SetGrantKeys(k)
+	var ring grant.Keyring
+	ring.Set(k)
+	exp := time.Now().Add(time.Minute)
+	tok := func(off, seq uint64) []byte {
+		return ring.Sign("seg", 0, off, 64, grant.Read, grant.Session{}, exp, grant.Mark{Outbox: 5, Seq: seq})
+	}
+	rev := e.Revocations()
+	rev.Follow(5)
+	now := time.Now().UnixNano()
+	rev.Revoke("seg", 0, 4, now+int64(time.Minute), now)
+	for _, c := range []struct {
+		what string
+		tok  []byte
+		want bool
+	}{
+		{"live", tok(64, 3), true},
+		{"placed after the free", tok(0, 4), true},
+		{"freed after it was signed", tok(0, 3), false},
+		{"missing", nil, false},
+		{"malformed", tok(64, 3)[:50], false},
+		{"key not held", grant.Sign(grant.NewKey(2), "seg", 0, 64, 64, grant.Read, grant.Session{}, exp), false},
+	} {
+		if got := e.Admits("seg", c.tok); got != c.want {
+			t.Errorf("%s: admitted %v, want %v", c.what, got, c.want)
+		}
+	}
+}
