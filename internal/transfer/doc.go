@@ -508,9 +508,9 @@
 // A request not admitted fails over to TCP (Stats.SharedNotAdmitted),
 // where the data port refuses it or serves it: extents that start in one
 // granule (an object under 4 KiB and the one after it) share a slot, so
-// a free of one sends the other's older grants there (a mixed run of 1 KiB
-// and 64 KiB objects at a full cache, `kvtier bench --op mixed`, sent 4
-// of 16,000 reads that way). The
+// a free of one sends the other's older grants there (in `kvtier bench --op mixed
+// --size 1KiB,64KiB` at a full cache, 4 reads of the 16,600 operations of
+// the 64 KiB run went that way). The
 // data port's wait for records not yet applied is not mirrored: a READ of
 // a committed object needs none, and a WRITE's bytes are checked by its
 // reader's CRC32C.
