@@ -27,16 +27,7 @@ func TestRemovedSSDObjectNeverComesBack(t *testing.T) {
 		key := fmt.Sprintf("block/%03d", i)
 		v := randomBytes(uint64(100+i), 1<<20)
 		vals[key] = v
-		var err error
-		for try := 0; try < 100; try++ {
-			if err = w.Put(ctx, key, v); !kverr.Is(err, kverr.NoAvailableHandle) {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		putEvicting(ctx, t, w, key, v)
 	}
 	eventually(t, 30*time.Second, "every object on SSD", func() bool {
 		for key := range vals {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/client"
 	"github.com/kvtier/kvtier/kverr"
 )
 
@@ -39,18 +40,7 @@ func TestOffloadEvictionAndRestart(t *testing.T) {
 		key := fmt.Sprintf("block/%03d", i)
 		v := randomBytes(uint64(100+i), 1<<20)
 		vals[key] = v
-		var err error
-		// A full DRAM is not a write error once eviction has freed room:
-		// retry while the evictor and the offload mover catch up.
-		for try := 0; try < 100; try++ {
-			if err = cl.Put(ctx, key, v); !kverr.Is(err, kverr.NoAvailableHandle) {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		if err != nil {
-			t.Fatalf("put %s: %v", key, err)
-		}
+		putEvicting(ctx, t, cl, key, v)
 	}
 	eventually(t, 30*time.Second, "every object has a COMPLETE LOCAL_DISK replica", func() bool {
 		for key := range vals {
@@ -127,5 +117,22 @@ func TestMasterRestartKeepsSSDObjects(t *testing.T) {
 	// The DRAM segment is back too: a new put succeeds.
 	if err := cl.Put(ctx, "after-restart", []byte("x")); err != nil {
 		t.Fatalf("put after master restart: %v", err)
+	}
+}
+
+// putEvicting puts key into a store whose DRAM fills: a full DRAM is not a
+// write error once eviction has freed room, so it retries while the
+// evictor and the offload mover catch up.
+func putEvicting(ctx context.Context, t *testing.T, cl *client.Client, key string, v []byte) {
+	t.Helper()
+	var err error
+	for try := 0; try < 100; try++ {
+		if err = cl.Put(ctx, key, v); !kverr.Is(err, kverr.NoAvailableHandle) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("put %s: %v", key, err)
 	}
 }
