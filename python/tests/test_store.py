@@ -280,6 +280,24 @@ class StoreTest(unittest.TestCase):
         self.assertEqual(s.remove_by_regex("^py/rm/", True), 1)
         self.assertEqual(s.is_exist("py/rm/2"), 0)
 
+    def test_removed_by_another_client_stays_removed(self):
+        # This store reads over the standalone's shared memory and keeps its
+        # read leases; another client's forced removal must still reach it
+        # (the bytes stay in the segment until the space is reused).
+        s = self.store
+        other = connect()
+        try:
+            val = os.urandom(200000)
+            self.assertEqual(s.put("py/gone/0", val), 0)
+            self.assertEqual(s.get("py/gone/0"), val)
+            self.assertEqual(s.get("py/gone/0"), val)  # under the cached lease
+            self.assertEqual(other.remove("py/gone/0", True), 0)
+            self.assertEqual(s.get("py/gone/0"), b"")
+            self.assertIsNone(s.get_buffer("py/gone/0"))
+            self.assertEqual(s.is_exist("py/gone/0"), 0)
+        finally:
+            other.close()
+
     def test_many_threads(self):
         """Eight threads, one store, each with its own registered buffers."""
         s = self.store
