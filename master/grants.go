@@ -192,9 +192,20 @@ func (m *Master) EnsureGrantKeys(node, incarnation string) {
 // DRAM record stream (this master's outbox, r.FreeSeq), so the free
 // record of the replica revokes it at the owner (dramdir.go
 // queueFreeLocked); a node that takes no records ignores the mark.
+//
+// Without grants (DisableGrants) a MEMORY replica still gets an unsigned
+// grant (grant.Unsigned) carrying that mark: it opens nothing, but lets
+// the owner refuse it once the replica is freed, so a client's cached read
+// lease does not read a removed object back.
 func (m *Master) SignGrant(r Replica, session grant.Session, op grant.Op, expiry time.Time) []byte {
 	if r.Type == NOF || r.Length == 0 {
 		return nil
+	}
+	if m.cfg.DisableGrants {
+		if r.Type != Memory || m.dram.id == 0 {
+			return nil
+		}
+		return grant.Unsigned(r.Bucket, r.Offset, r.Length, op, session, expiry, grant.Mark{Outbox: m.dram.id, Seq: r.FreeSeq})
 	}
 	v, ok := m.grantKeys.byNode.Load(r.Node)
 	if !ok {

@@ -127,50 +127,63 @@ func TestRemovedObjectNeverComesBackOverSharedMemory(t *testing.T) {
 
 // TestRemovedObjectNeverComesBackAcrossProcesses is the same as a user
 // meets it: a master and an appliance, each its own process; this
-// process's client reads over the appliance's shared memory and caches its
-// read leases; an operator removes objects with `kvtier rm --force`.
+// process's clients read over the appliance's shared memory or over TCP
+// and cache their read leases; an operator removes objects with `kvtier rm
+// --force`. With grants (the default) and without (--data-grants=false:
+// the replicas then carry unsigned grants, only for their revocation).
 func TestRemovedObjectNeverComesBackAcrossProcesses(t *testing.T) {
-	c := startCluster(t, "--lease-ttl", "30s") // the cached leases outlive the test
-	c.appliance("box")
-	ctx := context.Background()
-	reader := c.client(t)
-	writer := c.clientWith(t, client.Config{Transfer: transfer.Config{DisableSharedMemory: true}})
-	val := func(i int) []byte { return bytes.Repeat([]byte{byte(i), 0x77}, 4096+i*1000) }
-	const n = 6
-	for i := range n {
-		if err := writer.Put(ctx, fmt.Sprintf("rm/%d", i), val(i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	eventually(t, 10*time.Second, "the box's shared memory mapped", func() bool {
-		if _, err := reader.Get(ctx, "rm/0"); err != nil {
-			t.Fatal(err)
-		}
-		return !reader.Engine().SharedPending() && reader.Engine().Stats().SharedRequests > 0
-	})
-	for i := range n {
-		if got, err := reader.Get(ctx, fmt.Sprintf("rm/%d", i)); err != nil || !bytes.Equal(got, val(i)) {
-			t.Fatalf("rm/%d: %v", i, err)
-		}
-	}
-	for i := 0; i < n; i += 2 {
-		if out, errOut, code := c.cli(t, nil, "rm", "--force", fmt.Sprintf("rm/%d", i)); code != 0 {
-			t.Fatalf("kvtier rm --force rm/%d: exit %d: %s%s", i, code, out, errOut)
-		}
-	}
-	before := reader.Engine().Stats()
-	for i := range n {
-		got, err := reader.Get(ctx, fmt.Sprintf("rm/%d", i))
-		switch {
-		case i%2 == 0 && !kverr.Is(err, kverr.ObjectNotFound):
-			t.Errorf("removed rm/%d read back: %d bytes, %v; want OBJECT_NOT_FOUND", i, len(got), err)
-		case i%2 == 1 && (err != nil || !bytes.Equal(got, val(i))):
-			t.Errorf("rm/%d: %v", i, err)
-		}
-	}
-	after := reader.Engine().Stats()
-	if got := after.SharedRequests - before.SharedRequests; got != n/2 {
-		t.Errorf("%d shared-memory reads of the %d kept objects", got, n/2)
+	for _, mode := range []struct {
+		name  string
+		extra []string
+	}{{"grants", nil}, {"open", []string{"--data-grants=false"}}} {
+		t.Run(mode.name, func(t *testing.T) {
+			c := startCluster(t, append([]string{"--lease-ttl", "30s"}, mode.extra...)...) // the cached leases outlive the test
+			c.appliance("box")
+			ctx := context.Background()
+			shm := c.client(t)
+			tcp := c.clientWith(t, client.Config{Transfer: transfer.Config{DisableSharedMemory: true}})
+			val := func(i int) []byte { return bytes.Repeat([]byte{byte(i), 0x77}, 4096+i*1000) }
+			const n = 6
+			for i := range n {
+				if err := tcp.Put(ctx, fmt.Sprintf("rm/%d", i), val(i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			eventually(t, 10*time.Second, "the box's shared memory mapped", func() bool {
+				if _, err := shm.Get(ctx, "rm/0"); err != nil {
+					t.Fatal(err)
+				}
+				return !shm.Engine().SharedPending() && shm.Engine().Stats().SharedRequests > 0
+			})
+			for _, r := range []*client.Client{shm, tcp} {
+				for i := range n {
+					if got, err := r.Get(ctx, fmt.Sprintf("rm/%d", i)); err != nil || !bytes.Equal(got, val(i)) {
+						t.Fatalf("rm/%d: %v", i, err)
+					}
+				}
+			}
+			for i := 0; i < n; i += 2 {
+				if out, errOut, code := c.cli(t, nil, "rm", "--force", fmt.Sprintf("rm/%d", i)); code != 0 {
+					t.Fatalf("kvtier rm --force rm/%d: exit %d: %s%s", i, code, out, errOut)
+				}
+			}
+			before := shm.Engine().Stats()
+			for name, r := range map[string]*client.Client{"shared memory": shm, "tcp": tcp} {
+				for i := range n {
+					got, err := r.Get(ctx, fmt.Sprintf("rm/%d", i))
+					switch {
+					case i%2 == 0 && !kverr.Is(err, kverr.ObjectNotFound):
+						t.Errorf("%s: removed rm/%d read back: %d bytes, %v; want OBJECT_NOT_FOUND", name, i, len(got), err)
+					case i%2 == 1 && (err != nil || !bytes.Equal(got, val(i))):
+						t.Errorf("%s: rm/%d: %v", name, i, err)
+					}
+				}
+			}
+			after := shm.Engine().Stats()
+			if got := after.SharedRequests - before.SharedRequests; got != n/2 {
+				t.Errorf("%d shared-memory reads of the %d kept objects", got, n/2)
+			}
+		})
 	}
 }
 

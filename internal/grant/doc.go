@@ -114,6 +114,15 @@
 // frame formats carry Size bytes, so both ends of a data connection
 // must be of one version anyway.
 //
+// Unsigned grants: a master without grants (--data-grants=false) still
+// hands out, for each MEMORY replica, a grant with key ID 0 and a zero MAC
+// (Unsigned) placed in its record stream like a signed one. It opens
+// nothing (a node holding keys refuses it: unknown_key; one without keys
+// serves every request anyway), but the node checks its mark against its
+// Revocations, so a client's cached read lease does not read back a
+// replica the master freed (a forced removal) in the open configuration
+// either.
+//
 // # Put tickets
 //
 // A direct put (internal/transfer doc.go, "Direct puts") carries a key,

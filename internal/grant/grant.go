@@ -262,6 +262,18 @@ func Sign(k Key, segment string, bucket, offset, length uint64, op Op, s Session
 	return newMacPool(k).sign(segment, bucket, offset, length, op, s, expiry, Mark{})
 }
 
+// Unsigned returns the token of an unsigned grant (key ID 0, a zero MAC)
+// for op on the extent, placed at at: what a master without grants hands
+// out for a MEMORY replica, so that the node can still revoke it early
+// (Revocations) when the master frees the extent. It proves nothing: a
+// node holding keys refuses it (unknown_key), one without keys serves
+// every request anyway and only checks its revocation.
+func Unsigned(bucket, offset, length uint64, op Op, s Session, expiry time.Time, at Mark) []byte {
+	g := Grant{Op: op, Bucket: bucket, Offset: offset, Length: length, Expiry: expiry.UnixNano(), Session: s,
+		Outbox: at.Outbox, Seq: at.Seq}
+	return g.Encode(make([]byte, 0, Size))
+}
+
 // Mark places a grant in its master's stream of DRAM directory records to
 // the node (Grant.Outbox, Grant.Seq).
 type Mark struct{ Outbox, Seq uint64 }

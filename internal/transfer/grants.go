@@ -95,11 +95,12 @@ func (e *Engine) SetGrantKeys(keys ...grant.Key) {
 // checksum still matches. Without keys every grant, and a missing one,
 // is admitted.
 func (e *Engine) Admits(segment string, tok []byte) bool {
-	if !e.grants.keys.Enforced() {
-		return true
-	}
+	enforced := e.grants.keys.Enforced()
 	g, err := grant.Decode(tok)
-	if err != nil || !e.grants.keys.Holds(g.KeyID) {
+	switch {
+	case !enforced && err != nil:
+		return true // open: nothing to check
+	case enforced && (err != nil || !e.grants.keys.Holds(g.KeyID)):
 		return false
 	}
 	if rev := e.grants.rev.Load(); rev != nil && rev.Voids(&g, segment) {
@@ -131,18 +132,30 @@ func (g *grantCheck) refusalCounts() map[string]uint64 {
 // hold is the frame's holdFrame: a frame that waits for records exits
 // the count while it waits (grant.Revocations.Check).
 func (e *Engine) checkGrant(hold *int, tok []byte, name []byte, bucket, off, n uint64, op Op) error {
-	if !e.grants.keys.Enforced() {
-		return nil
+	if len(tok) > 0 && tok[0] == 0 { // a batch frame's placeholder for a request without a grant
+		tok = nil
 	}
 	gop := grant.Read
 	if op == Write {
 		gop = grant.Write
 	}
-	if len(tok) > 0 && tok[0] == 0 { // a batch frame's placeholder for a request without a grant
-		tok = nil
-	}
 	seg := string(name)
-	g, err := e.grants.keys.VerifyGrant(tok, seg, bucket, off, n, gop, time.Now())
+	var g grant.Grant
+	var err error
+	if e.grants.keys.Enforced() {
+		g, err = e.grants.keys.VerifyGrant(tok, seg, bucket, off, n, gop, time.Now())
+	} else {
+		// Open: every request is served, but an unsigned grant's mark
+		// (grant.Unsigned, from a master without grants) is still
+		// checked against the revocations, so a freed replica is not
+		// read back through a cached lease.
+		if len(tok) == 0 {
+			return nil
+		}
+		if g, err = grant.Decode(tok); err != nil || g.KeyID != 0 {
+			return nil
+		}
+	}
 	if err == nil {
 		rev := e.grants.rev.Load()
 		if rev == nil || g.Outbox == 0 {

@@ -389,3 +389,70 @@ func TestGrantsRevoked(t *testing.T) {
 	}
 	wantCode(t, do1(t, cli, Request{Op: Write, Endpoint: addr, Segment: "seg", Buf: junk, Grant: stale}), kverr.PermissionDenied, "unknown_key")
 }
+
+// TestUnsignedGrantsRevokedWhenOpen: a node without keys (the open
+// configuration) serves every request, but an unsigned grant (what a
+// master without grants hands out for a MEMORY replica) whose extent was
+// freed after it was placed is refused "revoked", over TCP, in a batch
+// frame and through shared memory; in-place readers are told the same
+// (Admits).
+func TestUnsignedGrantsRevokedWhenOpen(t *testing.T) {
+	srv, mem, addr := sharedServer(t, 2<<20)
+	if err := srv.RegisterSegment("seg", mem[:1<<20]); err != nil {
+		t.Fatal(err)
+	}
+	exp := time.Now().Add(time.Minute)
+	const outbox = 0xABC
+	unsigned := func(off, seq uint64) []byte {
+		return grant.Unsigned(0, off, 4096, grant.Read, grant.Session{}, exp, grant.Mark{Outbox: outbox, Seq: seq})
+	}
+	rev := srv.Revocations()
+	rev.Follow(outbox)
+	now := time.Now().UnixNano()
+	rev.Revoke("seg", 0, 5, now+int64(time.Minute), now)
+	rev.Applied(5)
+	buf := make([]byte, 4096)
+	for _, shm := range []bool{false, true} {
+		cli := newEngine(t, Config{DisableSharedMemory: !shm})
+		read := func(off uint64, tok []byte) error {
+			return do1(t, cli, Request{Op: Read, Endpoint: addr, Segment: "seg", Offset: off, Buf: buf, Grant: tok})
+		}
+		if shm {
+			eventually(t, "seg mapped", func() error {
+				if err := read(4096, nil); err != nil {
+					t.Fatal(err)
+				}
+				if cli.Stats().SharedRequests == 0 {
+					return fmt.Errorf("not shared yet")
+				}
+				return nil
+			})
+		}
+		wantCode(t, read(0, unsigned(0, 4)), kverr.PermissionDenied, "revoked")
+		for what, tok := range map[string][]byte{
+			"no grant":                 nil,
+			"placed after the free":    unsigned(0, 5),
+			"another extent":           unsigned(4096, 4),
+			"signed, not checked here": grant.Sign(grant.NewKey(1), "seg", 0, 0, 4096, grant.Read, grant.Session{}, exp),
+		} {
+			off := uint64(0)
+			if what == "another extent" {
+				off = 4096
+			}
+			if err := read(off, tok); err != nil {
+				t.Fatalf("shm %v, %s: %v", shm, what, err)
+			}
+		}
+		errs := cli.Do(context.Background(), []Request{
+			{Op: Read, Endpoint: addr, Segment: "seg", Offset: 4096, Buf: make([]byte, 4096), Grant: unsigned(4096, 4)},
+			{Op: Read, Endpoint: addr, Segment: "seg", Offset: 0, Buf: make([]byte, 4096), Grant: unsigned(0, 4)},
+		})
+		if errs[0] != nil {
+			t.Fatalf("shm %v, batch: a live extent: %v", shm, errs[0])
+		}
+		wantCode(t, errs[1], kverr.PermissionDenied, "revoked")
+	}
+	if srv.Admits("seg", unsigned(0, 4)) || !srv.Admits("seg", unsigned(0, 5)) || !srv.Admits("seg", nil) {
+		t.Fatal("Admits: an open node's verdicts on unsigned grants")
+	}
+}

@@ -65,7 +65,7 @@ func (c *srvConn) serveBatch(h reqHeader) error {
 	}
 	hold := e.holdFrame() // a revocation waits for the frame (grants.go)
 	defer e.releaseFrame(&hold)
-	if e.grants.keys.Enforced() {
+	if toks != nil || e.grants.keys.Enforced() {
 		// Every extent's grant before any segment is looked up; the client
 		// resends a refused frame's requests one frame each, so each gets
 		// its own answer.
