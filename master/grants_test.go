@@ -205,3 +205,48 @@ func TestGrantRevokedByFree(t *testing.T) {
 		t.Fatalf("the new put's grant: %v", err)
 	}
 }
+
+// TestUnsignedGrantsWhenOpen: a master without grants gives the node no
+// keys but still places each MEMORY replica's read and write grant in its
+// record stream, unsigned (key 0, zero MAC), so the node can revoke it.
+func TestUnsignedGrantsWhenOpen(t *testing.T) {
+	m, fc := newTest(t, Config{DisableGrants: true})
+	s := &grpcServer{m: m}
+	mountMem(t, m, "box", "box/mem0", 1<<20)
+	m.EnsureGrantKeys("box", "inc-1")
+	if keys := m.GrantKeysForBeat("box", "inc-1", true, nil, nil); keys != nil {
+		t.Fatalf("open master handed out keys %v", keys)
+	}
+	ps, err := s.PutStart(ctx, &kvtierpb.PutStartRequest{ClientId: "gpu1", Key: []byte("k"), Size: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PutEnd(ctx, &kvtierpb.KeyRequest{ClientId: "gpu1", Key: []byte("k")}); err != nil {
+		t.Fatal(err)
+	}
+	rl, err := s.GetReplicaList(ctx, &kvtierpb.KeyRequest{ClientId: "gpu2", Key: []byte("k")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		what string
+		r    *kvtierpb.Replica
+		op   grant.Op
+	}{{"write", ps.Replicas[0], grant.Write}, {"read", rl.Replicas[0], grant.Read}} {
+		g, err := grant.Decode(c.r.Grant)
+		switch {
+		case err != nil:
+			t.Fatalf("%s grant: %v", c.what, err)
+		case g.KeyID != 0 || g.MAC != [32]byte{} || g.Op != c.op:
+			t.Fatalf("%s grant not unsigned: %+v", c.what, g)
+		case g.Outbox != m.dram.id || g.Outbox == 0 || g.Offset != c.r.Offset || g.Length != c.r.Length || g.Expiry <= fc.Now().UnixNano():
+			t.Fatalf("%s grant placed wrong: %+v (outbox %x)", c.what, g, m.dram.id)
+		}
+	}
+	var node grant.Keyring
+	node.Set(grant.NewKey(1))
+	r := rl.Replicas[0]
+	if err := node.Verify(r.Grant, r.Segment, 0, r.Offset, r.Length, grant.Read, fc.Now()); grant.ReasonOf(err) != grant.UnknownKey {
+		t.Fatalf("a node holding keys took an unsigned grant: %v", err)
+	}
+}
