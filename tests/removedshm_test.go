@@ -24,16 +24,7 @@ func TestRemovedObjectNeverComesBackOverSharedMemory(t *testing.T) {
 	ip := startInproc(t, master.Config{})
 	a := ip.appliance(t, appliance.Config{Name: "box"})
 	ctx := context.Background()
-	newClient := func(shm bool) *client.Client {
-		c, err := client.New(ctx, client.Config{MasterAddr: ip.addr, HeartbeatInterval: 100 * time.Millisecond,
-			Transfer: transfer.Config{DisableSharedMemory: !shm}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	shm, tcp, remover := newClient(true), newClient(false), newClient(false)
+	shm, tcp, remover := ip.client(t), ip.tcpClient(t), ip.tcpClient(t)
 	const n = 40
 	// At least 4 KiB each: no two extents start in one granule of the
 	// box's free tables (smaller objects share a slot; see the end).

@@ -3,9 +3,7 @@ package tests
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"testing"
-	"time"
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
 	"github.com/kvtier/kvtier/kverr"
@@ -22,22 +20,7 @@ func TestRemovedSSDObjectNeverComesBack(t *testing.T) {
 	c.appliance("ssd-box", "--dram", "32MiB", "--ssd-dir", t.TempDir(), "--ssd-capacity", "1GiB")
 	w, r := c.client(t), c.client(t)
 	ctx := context.Background()
-	vals := map[string][]byte{}
-	for i := range 48 {
-		key := fmt.Sprintf("block/%03d", i)
-		v := randomBytes(uint64(100+i), 1<<20)
-		vals[key] = v
-		putEvicting(ctx, t, w, key, v)
-	}
-	eventually(t, 30*time.Second, "every object on SSD", func() bool {
-		for key := range vals {
-			info, err := w.Stat(ctx, key)
-			if err != nil || !hasReplica(info, kvtierpb.ReplicaType_LOCAL_DISK) {
-				return false
-			}
-		}
-		return true
-	})
+	vals := putBlocksOnSSD(ctx, t, w, 48) // 48 MiB into 32 MiB of DRAM
 	var ssdOnly []string
 	for key := range vals {
 		info, _ := w.Stat(ctx, key)

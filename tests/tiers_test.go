@@ -35,22 +35,7 @@ func TestOffloadEvictionAndRestart(t *testing.T) {
 	defer cancel()
 
 	const n = 48 // 48 MiB of objects into 32 MiB of DRAM
-	vals := map[string][]byte{}
-	for i := range n {
-		key := fmt.Sprintf("block/%03d", i)
-		v := randomBytes(uint64(100+i), 1<<20)
-		vals[key] = v
-		putEvicting(ctx, t, cl, key, v)
-	}
-	eventually(t, 30*time.Second, "every object has a COMPLETE LOCAL_DISK replica", func() bool {
-		for key := range vals {
-			info, err := cl.Stat(ctx, key)
-			if err != nil || !hasReplica(info, kvtierpb.ReplicaType_LOCAL_DISK) {
-				return false
-			}
-		}
-		return true
-	})
+	vals := putBlocksOnSSD(ctx, t, cl, n)
 	evicted := 0
 	for key, v := range vals {
 		info, err := cl.Stat(ctx, key)
@@ -135,4 +120,28 @@ func putEvicting(ctx context.Context, t *testing.T, cl *client.Client, key strin
 	if err != nil {
 		t.Fatalf("put %s: %v", key, err)
 	}
+}
+
+// putBlocksOnSSD puts n objects of 1 MiB ("block/NNN") into a store that
+// offloads immediately and waits until each has a COMPLETE LOCAL_DISK
+// replica; it returns them by key.
+func putBlocksOnSSD(ctx context.Context, t *testing.T, cl *client.Client, n int) map[string][]byte {
+	t.Helper()
+	vals := map[string][]byte{}
+	for i := range n {
+		key := fmt.Sprintf("block/%03d", i)
+		v := randomBytes(uint64(100+i), 1<<20)
+		vals[key] = v
+		putEvicting(ctx, t, cl, key, v)
+	}
+	eventually(t, 30*time.Second, "every object has a COMPLETE LOCAL_DISK replica", func() bool {
+		for key := range vals {
+			info, err := cl.Stat(ctx, key)
+			if err != nil || !hasReplica(info, kvtierpb.ReplicaType_LOCAL_DISK) {
+				return false
+			}
+		}
+		return true
+	})
+	return vals
 }
