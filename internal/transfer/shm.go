@@ -33,7 +33,7 @@ const (
 	shmVersion   uint8 = 2
 	shmVersionV1 uint8 = 1
 
-	shmSegment uint8 = 1 // a segment, its memfd attached (SCM_RIGHTS)
+	shmSegment uint8 = 1 // a segment: its memfd and its free table's attached (SCM_RIGHTS)
 	shmGone    uint8 = 2 // a segment unregistered
 	shmSynced  uint8 = 3 // every segment registered so far has been sent
 
