@@ -155,9 +155,12 @@ listening() { # listening PORT: a TCP socket is in LISTEN on PORT (read from /pr
 }
 port_free() { ! listening "$1"; }
 free_port() { # a port nothing listens on now (the server binds it right after)
+	# Below the kernel's ephemeral range (ip_local_port_range, 32768 up by
+	# default): a port picked there can be taken by some process's outgoing
+	# connection before the server binds it (redis-server then exits).
 	local p i
 	for ((i = 0; i < 200; i++)); do
-		p=$((20000 + RANDOM % 40000))
+		p=$((20000 + RANDOM % 12000))
 		if port_free "$p"; then
 			echo "$p"
 			return 0
@@ -264,11 +267,19 @@ fi
 
 # --- Redis ----------------------------------------------------------------------------
 if have redis-server && have redis-benchmark; then
-	port=$(free_port)
-	start_bg "$RAW/redis-server.log" redis-server --save '' --appendonly no --bind 127.0.0.1 \
-		--port "$port" --protected-mode no --maxmemory 0
-	REDIS_PID=$BG_PID
-	wait_port "$port" "$REDIS_PID" || die "redis-server did not start (see $RAW/redis-server.log)"
+	# A port another process took between free_port and the bind makes
+	# redis-server exit: try another, three times.
+	for try in 1 2 3; do
+		port=$(free_port)
+		start_bg "$RAW/redis-server.log" redis-server --save '' --appendonly no --bind 127.0.0.1 \
+			--port "$port" --protected-mode no --maxmemory 0
+		REDIS_PID=$BG_PID
+		if wait_port "$port" "$REDIS_PID"; then
+			break
+		fi
+		[ "$try" -lt 3 ] || die "redis-server did not start (see $RAW/redis-server.log)"
+		log "redis-server did not start on port $port; trying another"
+	done
 	for size in "${SIZE_LIST[@]}"; do
 		bytes=$(to_bytes "$size")
 		for c in "${CLIENT_LIST[@]}"; do
