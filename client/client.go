@@ -86,7 +86,8 @@ type Config struct {
 	// so its LRU and frequency policies see them a beat late (and not at
 	// all if that beat fails). Checksums and the lease check after the
 	// transfer are the same; a failed read drops the entry and asks the
-	// master.
+	// master. A list with a NOF replica is not kept (see revocable): an
+	// object removed by another client must not read back from it.
 	LeaseCacheKeys   int
 	LeaseCacheMargin time.Duration
 
@@ -836,6 +837,10 @@ func (l *leaseCache) put(key string, rl *ReplicaList) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if !revocable(rl) {
+		delete(l.m, key)
+		return
+	}
 	if len(l.m) >= l.max {
 		now := time.Now()
 		for k, v := range l.m { // drop expired entries, else any one
@@ -851,6 +856,23 @@ func (l *leaseCache) put(key string, rl *ReplicaList) {
 		}
 	}
 	l.m[key] = rl
+}
+
+// revocable reports whether every replica of rl stops being served once
+// the master frees it, so that a read through a cached list cannot return
+// an object another client removed (Remove with force): a MEMORY replica's
+// grant is revoked at its box (and in its shared-memory free table), a
+// LOCAL_DISK replica is served by the SSD tier's index, which the removal
+// updates before it returns. A NOF replica is read by block address
+// straight from its namespace, which knows nothing of frees; and when a
+// MEMORY replica is refused, the read would go on to it.
+func revocable(rl *ReplicaList) bool {
+	for _, r := range rl.Replicas {
+		if r.Type == kvtierpb.ReplicaType_NOF {
+			return false
+		}
+	}
+	return true
 }
 
 func (l *leaseCache) drop(keys ...string) {

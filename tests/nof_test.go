@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
 	"github.com/kvtier/kvtier/client"
+	"github.com/kvtier/kvtier/kverr"
 )
 
 // TestNOFReplicasReadStraightFromTheNamespace: an appliance exports a file as
@@ -72,5 +73,32 @@ func TestNOFReplicasReadStraightFromTheNamespace(t *testing.T) {
 		if res.Queues != tc.queues || res.IOs == 0 || res.IOPS <= 0 {
 			t.Fatalf("kvtier %v: %+v, want %d queues and some I/O", args, res, tc.queues)
 		}
+	}
+}
+
+// TestRemovedNOFObjectNeverComesBack: an object whose replica is on an
+// NVMe-oF namespace (read by block address, past any revocation), read
+// twice by a client that caches read leases, does not read back after
+// `kvtier rm --force`: such replica lists are not cached.
+func TestRemovedNOFObjectNeverComesBack(t *testing.T) {
+	c := startCluster(t, "--lease-ttl", "30s")
+	img := filepath.Join(t.TempDir(), "ns1.img")
+	c.appliance("nvme-box", "--nvme-addr", "127.0.0.1:0", "--nvme-namespace", img+":64MiB")
+	r, w := c.client(t), c.client(t)
+	ctx := context.Background()
+	v := randomBytes(7, 128<<10)
+	if err := w.Put(ctx, "nof/gone", v, client.WithOptions(client.PutOptions{NOFReplicas: 1})); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if got, err := r.Get(ctx, "nof/gone"); err != nil || !bytes.Equal(got, v) {
+			t.Fatalf("get: %v", err)
+		}
+	}
+	if out, errOut, code := c.cli(t, nil, "rm", "--force", "nof/gone"); code != 0 {
+		t.Fatalf("kvtier rm --force: exit %d: %s%s", code, out, errOut)
+	}
+	if got, err := r.Get(ctx, "nof/gone"); !kverr.Is(err, kverr.ObjectNotFound) {
+		t.Fatalf("removed NOF object read back: %d bytes, %v; want OBJECT_NOT_FOUND", len(got), err)
 	}
 }
