@@ -812,11 +812,11 @@ func (t *localTransport) copyShared(r *reqState, sp *shmPeer, s *shmSeg) (ok boo
 			copy(req.Buf, mem)
 		}
 		// After the copy: a free published meanwhile voids what it read.
-		if s.frees != nil && !s.frees.admits(req.Grant, nowNanos()) {
+		if s.frees != nil && !s.frees.admits(req.Grant, time.Now().UnixNano()) {
 			return true, notAdmitted(req)
 		}
 	default:
-		if s.frees != nil && !s.frees.admits(req.Grant, nowNanos()) {
+		if s.frees != nil && !s.frees.admits(req.Grant, time.Now().UnixNano()) {
 			return true, notAdmitted(req)
 		}
 		if r.wantSum() {

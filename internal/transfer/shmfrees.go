@@ -5,7 +5,6 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -333,6 +332,3 @@ func (v *freeView) admits(tok []byte, now int64) bool {
 	}
 	return h.gen.Load() == gen
 }
-
-// nowNanos is admits' clock (a variable for tests).
-var nowNanos = func() int64 { return time.Now().UnixNano() }
