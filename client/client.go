@@ -506,6 +506,7 @@ func (c *Client) MemorySegment(name string) (*kvtierpb.Segment, error) {
 		Name: name, Type: kvtierpb.ReplicaType_MEMORY, Node: c.cfg.ClientID,
 		Endpoint: c.endpoint, Size: uint64(len(mem)),
 		RdmaAddr: off.RDMAAddr, RdmaBase: off.RDMABase, RdmaRkey: off.RDMAKey,
+		RdmaFreesBase: off.RDMAFreesBase, RdmaFreesRkey: off.RDMAFreesKey,
 		DirectPut: c.engine.TakesDirectPuts(),
 	}, nil
 }

@@ -167,7 +167,8 @@ func (c *Client) refreshDirect(ctx context.Context) {
 		if s.GetType() != kvtierpb.ReplicaType_MEMORY || si.GetState() != kvtierpb.SegmentState_MOUNTED {
 			continue
 		}
-		offer := transfer.SegmentOffer{RDMAAddr: s.GetRdmaAddr(), RDMABase: s.GetRdmaBase(), RDMAKey: s.GetRdmaRkey()}
+		offer := transfer.SegmentOffer{RDMAAddr: s.GetRdmaAddr(), RDMABase: s.GetRdmaBase(), RDMAKey: s.GetRdmaRkey(),
+			RDMAFreesBase: s.GetRdmaFreesBase(), RDMAFreesKey: s.GetRdmaFreesRkey()}
 		if !allIdx[s.GetNode()] {
 			allIdx[s.GetNode()] = true
 			all = append(all, directNode{node: s.GetNode(), endpoint: s.GetEndpoint(), segs: []string{s.GetName()}, offer: offer})

@@ -15,6 +15,7 @@ func replicaRequest(op transfer.Op, r *kvtierpb.Replica, off uint64, buf []byte)
 	return transfer.Request{
 		Op: op, Endpoint: r.GetEndpoint(), Segment: r.GetSegment(), Bucket: r.GetBucket(),
 		Offset: r.GetOffset() + off, Buf: buf, Grant: r.GetGrant(),
-		Offer: transfer.SegmentOffer{RDMAAddr: r.GetRdmaAddr(), RDMABase: r.GetRdmaBase(), RDMAKey: r.GetRdmaRkey()},
+		Offer: transfer.SegmentOffer{RDMAAddr: r.GetRdmaAddr(), RDMABase: r.GetRdmaBase(), RDMAKey: r.GetRdmaRkey(),
+			RDMAFreesBase: r.GetRdmaFreesBase(), RDMAFreesKey: r.GetRdmaFreesRkey()},
 	}
 }

@@ -101,6 +101,7 @@ func fillReplicaPB(p *kvtierpb.Replica, r Replica) {
 	p.Node, p.Endpoint, p.Offset, p.Length, p.Bucket = r.Node, r.Endpoint, r.Offset, r.Length, r.Bucket
 	p.Nqn, p.Nsid, p.TargetAddr, p.Unavailable = r.NQN, r.NSID, r.TargetAddr, r.Unavailable
 	p.RdmaAddr, p.RdmaBase, p.RdmaRkey = r.Offer.RDMAAddr, r.Offer.RDMABase, r.Offer.RDMAKey
+	p.RdmaFreesBase, p.RdmaFreesRkey = r.Offer.RDMAFreesBase, r.Offer.RDMAFreesKey
 }
 
 func replicasToPB(rs []Replica) []*kvtierpb.Replica {
@@ -516,14 +517,16 @@ func segmentFromPB(p *kvtierpb.Segment) Segment {
 	return Segment{Name: p.GetName(), Type: ReplicaType(p.GetType()), Node: p.GetNode(), Endpoint: p.GetEndpoint(),
 		Base: p.GetBase(), Size: p.GetSize(), NQN: p.GetNqn(), NSID: p.GetNsid(), TargetAddr: p.GetTargetAddr(),
 		BlockSize: p.GetBlockSize(),
-		Offer:     TransportOffer{RDMAAddr: p.GetRdmaAddr(), RDMABase: p.GetRdmaBase(), RDMAKey: p.GetRdmaRkey()},
+		Offer: TransportOffer{RDMAAddr: p.GetRdmaAddr(), RDMABase: p.GetRdmaBase(), RDMAKey: p.GetRdmaRkey(),
+			RDMAFreesBase: p.GetRdmaFreesBase(), RDMAFreesKey: p.GetRdmaFreesRkey()},
 		DirectPut: p.GetDirectPut()}
 }
 
 func segmentToPB(s Segment) *kvtierpb.Segment {
 	return &kvtierpb.Segment{Name: s.Name, Type: kvtierpb.ReplicaType(s.Type), Node: s.Node, Endpoint: s.Endpoint,
 		Base: s.Base, Size: s.Size, Nqn: s.NQN, Nsid: s.NSID, TargetAddr: s.TargetAddr, BlockSize: s.BlockSize,
-		RdmaAddr: s.Offer.RDMAAddr, RdmaBase: s.Offer.RDMABase, RdmaRkey: s.Offer.RDMAKey, DirectPut: s.DirectPut}
+		RdmaAddr: s.Offer.RDMAAddr, RdmaBase: s.Offer.RDMABase, RdmaRkey: s.Offer.RDMAKey,
+		RdmaFreesBase: s.Offer.RDMAFreesBase, RdmaFreesRkey: s.Offer.RDMAFreesKey, DirectPut: s.DirectPut}
 }
 
 func (s *grpcServer) MountSegment(ctx context.Context, r *kvtierpb.MountSegmentRequest) (*kvtierpb.Empty, error) {

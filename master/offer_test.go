@@ -15,7 +15,7 @@ func TestTransportOfferPassedThrough(t *testing.T) {
 	m, _ := newTest(t, Config{RDMATrustedFabric: true})
 	c, _ := serve(t, m)
 	seg := &kvtierpb.Segment{Name: "A/0", Size: 1 << 20, Endpoint: "127.0.0.1:9", Node: "A",
-		RdmaAddr: ":4791", RdmaBase: 0x7f0000001000, RdmaRkey: 0x1234}
+		RdmaAddr: ":4791", RdmaBase: 0x7f0000001000, RdmaRkey: 0x1234, RdmaFreesBase: 0x7f0000800000, RdmaFreesRkey: 0x99}
 	if _, err := c.MountSegment(ctx, &kvtierpb.MountSegmentRequest{ClientId: "A", Segment: seg}); err != nil {
 		t.Fatal(err)
 	}
@@ -25,7 +25,8 @@ func TestTransportOfferPassedThrough(t *testing.T) {
 			t.Fatalf("%s: %d replicas", where, len(rs))
 		}
 		r := rs[0]
-		if r.RdmaAddr != seg.RdmaAddr || r.RdmaBase != seg.RdmaBase || r.RdmaRkey != seg.RdmaRkey || r.Endpoint != seg.Endpoint {
+		if r.RdmaAddr != seg.RdmaAddr || r.RdmaBase != seg.RdmaBase || r.RdmaRkey != seg.RdmaRkey || r.Endpoint != seg.Endpoint ||
+			r.RdmaFreesBase != seg.RdmaFreesBase || r.RdmaFreesRkey != seg.RdmaFreesRkey {
 			t.Fatalf("%s: replica %v does not carry the segment's offer %v", where, r, seg)
 		}
 	}

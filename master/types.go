@@ -178,9 +178,11 @@ type Segment struct {
 // segment (the transfer engine's SegmentOffer, api/kvtierpb Segment.rdma_*).
 // The master stores and copies it; it never interprets it.
 type TransportOffer struct {
-	RDMAAddr string
-	RDMABase uint64
-	RDMAKey  uint32
+	RDMAAddr      string
+	RDMABase      uint64
+	RDMAKey       uint32
+	RDMAFreesBase uint64
+	RDMAFreesKey  uint32
 }
 
 // SegmentInfo is a segment with its state and usage.

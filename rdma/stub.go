@@ -42,6 +42,9 @@ func OpenDevice(name string, cfg Config) (*Device, error) {
 // RegisterMemory fails with ErrUnavailable in this build.
 func (d *Device) RegisterMemory(buf []byte) (*MR, error) { return nil, errNoDevice(reason) }
 
+// RegisterMemoryReadOnly fails with ErrUnavailable in this build.
+func (d *Device) RegisterMemoryReadOnly(buf []byte) (*MR, error) { return nil, errNoDevice(reason) }
+
 // Listen fails with ErrUnavailable in this build.
 func (d *Device) Listen(addr string) (*Listener, error) { return nil, errNoDevice(reason) }
 

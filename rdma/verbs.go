@@ -274,14 +274,24 @@ type MR struct {
 // RegisterMemory registers buf for local use and remote READ/WRITE. buf stays
 // pinned until the MR is closed.
 func (d *Device) RegisterMemory(buf []byte) (*MR, error) {
+	return d.register(buf, C.IBV_ACCESS_LOCAL_WRITE|C.IBV_ACCESS_REMOTE_READ|C.IBV_ACCESS_REMOTE_WRITE)
+}
+
+// RegisterMemoryReadOnly registers buf for remote READ only (a peer's
+// WRITE to it fails its queue pair): memory peers may read but must not
+// change, such as a segment's free table.
+func (d *Device) RegisterMemoryReadOnly(buf []byte) (*MR, error) {
+	return d.register(buf, C.IBV_ACCESS_REMOTE_READ)
+}
+
+func (d *Device) register(buf []byte, access C.int) (*MR, error) {
 	if len(buf) == 0 {
 		return nil, kverr.New(kverr.InvalidParams, "", "rdma: empty buffer")
 	}
 	m := &MR{dev: d, size: uint64(len(buf))}
 	m.pin.Pin(&buf[0])
 	p := unsafe.Pointer(&buf[0])
-	access := C.IBV_ACCESS_LOCAL_WRITE | C.IBV_ACCESS_REMOTE_READ | C.IBV_ACCESS_REMOTE_WRITE
-	m.mr = C.ibv_reg_mr(d.pd, p, C.size_t(len(buf)), C.int(access))
+	m.mr = C.ibv_reg_mr(d.pd, p, C.size_t(len(buf)), access)
 	if m.mr == nil {
 		m.pin.Unpin()
 		return nil, kverr.New(kverr.TransferFail, "", "rdma: ibv_reg_mr of %d bytes failed", len(buf))

@@ -386,9 +386,15 @@ type Replica struct {
 	// Transports beyond TCP that the node offers for this replica's segment,
 	// copied from the segment's mount (Segment.rdma_*); the master never
 	// reads them. Empty when the node offers no RDMA.
-	RdmaAddr      string `protobuf:"bytes,300,opt,name=rdma_addr,json=rdmaAddr,proto3" json:"rdma_addr,omitempty"`  // RDMA side channel host:port (empty host: endpoint's host)
-	RdmaBase      uint64 `protobuf:"varint,301,opt,name=rdma_base,json=rdmaBase,proto3" json:"rdma_base,omitempty"` // the segment's memory region: base virtual address
-	RdmaRkey      uint32 `protobuf:"varint,302,opt,name=rdma_rkey,json=rdmaRkey,proto3" json:"rdma_rkey,omitempty"` // and its remote key
+	RdmaAddr string `protobuf:"bytes,300,opt,name=rdma_addr,json=rdmaAddr,proto3" json:"rdma_addr,omitempty"`  // RDMA side channel host:port (empty host: endpoint's host)
+	RdmaBase uint64 `protobuf:"varint,301,opt,name=rdma_base,json=rdmaBase,proto3" json:"rdma_base,omitempty"` // the segment's memory region: base virtual address
+	RdmaRkey uint32 `protobuf:"varint,302,opt,name=rdma_rkey,json=rdmaRkey,proto3" json:"rdma_rkey,omitempty"` // and its remote key
+	// The segment's free table as a memory region (its base and rkey; 0:
+	// none): a one-sided READ is checked against it, as the data port checks
+	// a grant (internal/transfer "RDMA"). Without it a client holding a
+	// grant with a record stream uses TCP.
+	RdmaFreesBase uint64 `protobuf:"varint,303,opt,name=rdma_frees_base,json=rdmaFreesBase,proto3" json:"rdma_frees_base,omitempty"`
+	RdmaFreesRkey uint32 `protobuf:"varint,304,opt,name=rdma_frees_rkey,json=rdmaFreesRkey,proto3" json:"rdma_frees_rkey,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -531,6 +537,20 @@ func (x *Replica) GetRdmaBase() uint64 {
 func (x *Replica) GetRdmaRkey() uint32 {
 	if x != nil {
 		return x.RdmaRkey
+	}
+	return 0
+}
+
+func (x *Replica) GetRdmaFreesBase() uint64 {
+	if x != nil {
+		return x.RdmaFreesBase
+	}
+	return 0
+}
+
+func (x *Replica) GetRdmaFreesRkey() uint32 {
+	if x != nil {
+		return x.RdmaFreesRkey
 	}
 	return 0
 }
@@ -1920,9 +1940,11 @@ type Segment struct {
 	// MEMORY: the RDMA offer for this segment (internal/transfer
 	// SegmentOffer), announced at mount when the node has RDMA on; the
 	// master copies it into every replica in the segment without reading it.
-	RdmaAddr string `protobuf:"bytes,300,opt,name=rdma_addr,json=rdmaAddr,proto3" json:"rdma_addr,omitempty"`
-	RdmaBase uint64 `protobuf:"varint,301,opt,name=rdma_base,json=rdmaBase,proto3" json:"rdma_base,omitempty"`
-	RdmaRkey uint32 `protobuf:"varint,302,opt,name=rdma_rkey,json=rdmaRkey,proto3" json:"rdma_rkey,omitempty"`
+	RdmaAddr      string `protobuf:"bytes,300,opt,name=rdma_addr,json=rdmaAddr,proto3" json:"rdma_addr,omitempty"`
+	RdmaBase      uint64 `protobuf:"varint,301,opt,name=rdma_base,json=rdmaBase,proto3" json:"rdma_base,omitempty"`
+	RdmaRkey      uint32 `protobuf:"varint,302,opt,name=rdma_rkey,json=rdmaRkey,proto3" json:"rdma_rkey,omitempty"`
+	RdmaFreesBase uint64 `protobuf:"varint,303,opt,name=rdma_frees_base,json=rdmaFreesBase,proto3" json:"rdma_frees_base,omitempty"`
+	RdmaFreesRkey uint32 `protobuf:"varint,304,opt,name=rdma_frees_rkey,json=rdmaFreesRkey,proto3" json:"rdma_frees_rkey,omitempty"`
 	// MEMORY: the node's data port (endpoint) takes direct puts (one frame
 	// carrying key, checksum and bytes; internal/transfer doc.go).
 	DirectPut     bool `protobuf:"varint,390,opt,name=direct_put,json=directPut,proto3" json:"direct_put,omitempty"`
@@ -2047,6 +2069,20 @@ func (x *Segment) GetRdmaBase() uint64 {
 func (x *Segment) GetRdmaRkey() uint32 {
 	if x != nil {
 		return x.RdmaRkey
+	}
+	return 0
+}
+
+func (x *Segment) GetRdmaFreesBase() uint64 {
+	if x != nil {
+		return x.RdmaFreesBase
+	}
+	return 0
+}
+
+func (x *Segment) GetRdmaFreesRkey() uint32 {
+	if x != nil {
+		return x.RdmaFreesRkey
 	}
 	return 0
 }
@@ -5536,7 +5572,7 @@ var File_master_proto protoreflect.FileDescriptor
 
 const file_master_proto_rawDesc = "" +
 	"\n" +
-	"\fmaster.proto\x12\tkvtier.v1\"\xd0\x03\n" +
+	"\fmaster.proto\x12\tkvtier.v1\"\xa2\x04\n" +
 	"\aReplica\x12*\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x16.kvtier.v1.ReplicaTypeR\x04type\x12-\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x17.kvtier.v1.ReplicaStateR\x05state\x12\x18\n" +
@@ -5555,7 +5591,9 @@ const file_master_proto_rawDesc = "" +
 	"\x05grant\x18\xfa\x01 \x01(\fR\x05grant\x12\x1c\n" +
 	"\trdma_addr\x18\xac\x02 \x01(\tR\brdmaAddr\x12\x1c\n" +
 	"\trdma_base\x18\xad\x02 \x01(\x04R\brdmaBase\x12\x1c\n" +
-	"\trdma_rkey\x18\xae\x02 \x01(\rR\brdmaRkey\"\xdb\x02\n" +
+	"\trdma_rkey\x18\xae\x02 \x01(\rR\brdmaRkey\x12'\n" +
+	"\x0frdma_frees_base\x18\xaf\x02 \x01(\x04R\rrdmaFreesBase\x12'\n" +
+	"\x0frdma_frees_rkey\x18\xb0\x02 \x01(\rR\rrdmaFreesRkey\"\xdb\x02\n" +
 	"\tPutConfig\x12\x1f\n" +
 	"\vreplica_num\x18\x01 \x01(\rR\n" +
 	"replicaNum\x12+\n" +
@@ -5660,7 +5698,7 @@ const file_master_proto_rawDesc = "" +
 	"\aresults\x18\x01 \x03(\v2\x1f.kvtier.v1.GetReplicaListResultR\aresults\"\\\n" +
 	"\x12BatchExistResponse\x12.\n" +
 	"\aresults\x18\x01 \x03(\v2\x14.kvtier.v1.KeyResultR\aresults\x12\x16\n" +
-	"\x06exists\x18\x02 \x03(\bR\x06exists\"\x81\x03\n" +
+	"\x06exists\x18\x02 \x03(\bR\x06exists\"\xd3\x03\n" +
 	"\aSegment\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12*\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x16.kvtier.v1.ReplicaTypeR\x04type\x12\x12\n" +
@@ -5677,7 +5715,9 @@ const file_master_proto_rawDesc = "" +
 	" \x01(\rR\tblockSize\x12\x1c\n" +
 	"\trdma_addr\x18\xac\x02 \x01(\tR\brdmaAddr\x12\x1c\n" +
 	"\trdma_base\x18\xad\x02 \x01(\x04R\brdmaBase\x12\x1c\n" +
-	"\trdma_rkey\x18\xae\x02 \x01(\rR\brdmaRkey\x12\x1e\n" +
+	"\trdma_rkey\x18\xae\x02 \x01(\rR\brdmaRkey\x12'\n" +
+	"\x0frdma_frees_base\x18\xaf\x02 \x01(\x04R\rrdmaFreesBase\x12'\n" +
+	"\x0frdma_frees_rkey\x18\xb0\x02 \x01(\rR\rrdmaFreesRkey\x12\x1e\n" +
 	"\n" +
 	"direct_put\x18\x86\x03 \x01(\bR\tdirectPut\"\x9b\x01\n" +
 	"\x13MountSegmentRequest\x12\x1b\n" +

@@ -66,10 +66,12 @@
 // after which its entry is dropped; past DefaultMaxRevocations entries
 // the oldest is dropped and every grant placed before it refused.
 //
-// Shared memory: a same-host peer copying through a mapped segment never
-// passes the data port; the node's transfer engine mirrors the table for
-// such peers (a Publisher: internal/transfer "Free tables"), and its client
-// sends a request there over TCP when the mirror does not admit its grant.
+// Shared memory and RDMA: a same-host peer copying through a mapped
+// segment, or a peer reading it with one-sided RDMA, never passes the data
+// port; the node's transfer engine mirrors the table for such peers (a
+// Publisher: internal/transfer "Free tables", mapped read-only or
+// registered for remote READ only), and its client sends a request over
+// TCP when the mirror does not admit its grant.
 //
 // Limits: nodes that take no records (a GPU client's own segments, or an
 // appliance started with --no-dram-directory) keep the expiry-only

@@ -230,6 +230,27 @@
 // declares the fabric trusted (master.Config.RDMATrustedFabric,
 // --rdma-trusted-fabric); otherwise replicas carry none and clients use TCP.
 //
+// What a trusted fabric does not give up is a removal: a client holding a
+// read lease (and its grant) must not read a force-removed object back.
+// Every segment offered over RDMA therefore has a free table (see "Shared
+// memory": the same table a mapping peer reads), registered for remote
+// READ only and offered beside the segment's region (SegmentOffer
+// RDMAFreesBase/RDMAFreesKey, Replica.rdma_frees_*). A client checks each
+// request's grant against it as a mapping peer does (rdmaTransport.admitted,
+// the same verdict as freeView.admits): a READ after its data, a WRITE
+// before, with three small READs on the same queue pair, each posted after
+// the one before completed: the header, the grant's slot, the header's gen
+// again (the sequence lock; 8-byte words are read whole, as DMA reads
+// them). The cost is three round trips of at most 128 bytes a request, not
+// per slice. A request not admitted goes over TCP (Stats.RDMANotAdmitted),
+// where the data port decides. An offer without a table (a node from
+// before tables, or one whose table could not be registered) is not taken
+// for a grant placed in a record stream (one a free could void); grants
+// outside any stream, and requests without grants where none are
+// enforced, still use it. A table whose magic reads in the other byte
+// order (a peer of another architecture) admits nothing: TCP carries
+// those requests.
+//
 // # Wire protocol (versions 1 and 2)
 //
 // A client opens TCP connections to the serving Engine and sends request

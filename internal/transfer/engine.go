@@ -211,8 +211,11 @@ type Stats struct {
 
 	RDMARequests uint64 // successful requests carried by one-sided RDMA
 	RDMABytes    uint64
-	MemRequests  uint64 // successful requests over the in-memory transport (tests)
-	MemBytes     uint64
+	// RDMANotAdmitted counts RDMA requests the segment's free table (read
+	// over RDMA) did not admit: they went over TCP instead.
+	RDMANotAdmitted uint64
+	MemRequests     uint64 // successful requests over the in-memory transport (tests)
+	MemBytes        uint64
 	// Fallbacks counts requests a transport could not carry (a
 	// connection-level TRANSFER_FAIL) that the next route then took.
 	Fallbacks uint64
@@ -267,6 +270,7 @@ type counters struct {
 	rdmaRequests, rdmaBytes, memRequests, memBytes   atomic.Uint64
 	directPuts, servedDirectPuts, splicedBytes       atomic.Uint64
 	servedStagedPuts, shmNotAdmitted, shmNoTable     atomic.Uint64
+	rdmaNotAdmitted                                  atomic.Uint64
 }
 
 // segment is registered memory; refs counts requests using mem.
@@ -729,6 +733,7 @@ func (e *Engine) Stats() Stats {
 		DirectPuts: c.directPuts.Load(), ServedDirectPuts: c.servedDirectPuts.Load(),
 		SplicedBytes: c.splicedBytes.Load(), ServedStagedPuts: c.servedStagedPuts.Load(),
 		SharedNotAdmitted: c.shmNotAdmitted.Load(), SharedUnpublished: c.shmNoTable.Load(),
+		RDMANotAdmitted: c.rdmaNotAdmitted.Load(),
 	}
 	e.mu.RLock()
 	st.ServerConns = len(e.srvConns)

@@ -5,8 +5,10 @@ import (
 	"context"
 	"net"
 	"testing"
+	"time"
 	"unsafe"
 
+	"github.com/kvtier/kvtier/internal/grant"
 	"github.com/kvtier/kvtier/kverr"
 )
 
@@ -143,5 +145,169 @@ func TestRDMATransportOverFakeFabric(t *testing.T) {
 	}
 	if st := cli.Stats(); st.RDMARequests != 43 {
 		t.Fatalf("no new queue pair after a broken one: %+v", st)
+	}
+}
+
+// TestRDMARevokedGrants: one-sided READs pass no data port, so each is
+// checked against the serving engine's free table, read over RDMA after
+// the data (a WRITE before): a grant revoked there goes over TCP, which
+// refuses it, and nothing is written; live grants, the extent's next
+// occupant and other extents stay on RDMA; keys replaced and a new
+// master's records are followed; and an offer without a table (a node
+// from before them) is not used for a grant that a free could void.
+func TestRDMARevokedGrants(t *testing.T) {
+	cli, srv, mem, ep, _ := fakeRDMAPair(t, 1<<20)
+	k := grant.NewKey(3)
+	srv.SetGrantKeys(k)
+	var ring grant.Keyring
+	ring.Set(k)
+	off := srv.Offer("seg")
+	if off.RDMAFreesBase == 0 || off.RDMAFreesKey == 0 || off.RDMAFreesKey == off.RDMAKey {
+		t.Fatalf("offer %+v names no free table", off)
+	}
+	exp := time.Now().Add(time.Minute)
+	const outbox = 0xC0FFEE
+	sign := func(r *grant.Keyring, at, seq uint64, op grant.Op) []byte {
+		return r.Sign("seg", 0, at, 4096, op, grant.Session{}, exp, grant.Mark{Outbox: outbox, Seq: seq})
+	}
+	buf := make([]byte, 4096)
+	read := func(at uint64, tok []byte) error {
+		return do1(t, cli, Request{Op: Read, Endpoint: ep, Segment: "seg", Offset: at, Buf: buf, Grant: tok, Offer: off})
+	}
+	// viaRDMA runs f and reports whether it went over RDMA (true) or was
+	// not admitted there and went over TCP (false).
+	viaRDMA := func(what string, f func() error, wantErr string) bool {
+		t.Helper()
+		before := cli.Stats()
+		err := f()
+		switch {
+		case wantErr == "" && err != nil:
+			t.Fatalf("%s: %v", what, err)
+		case wantErr != "":
+			wantCode(t, err, kverr.PermissionDenied, wantErr)
+		}
+		after := cli.Stats()
+		rdma := after.RDMARequests - before.RDMARequests
+		refused := after.RDMANotAdmitted - before.RDMANotAdmitted
+		if rdma+refused != 1 {
+			t.Fatalf("%s: %d RDMA requests and %d not admitted, want one of them", what, rdma, refused)
+		}
+		return rdma == 1
+	}
+
+	rev := srv.Revocations()
+	stale := sign(&ring, 0, 3, grant.Read)
+	if !viaRDMA("unfollowed", func() error { return read(0, stale) }, "") || !bytes.Equal(buf, mem[:4096]) {
+		t.Fatal("a grant was not admitted (or read wrong bytes) before the node followed any records")
+	}
+	rev.Follow(outbox)
+	until := time.Now().Add(time.Minute).UnixNano()
+	rev.Revoke("seg", 0, 7, until, time.Now().UnixNano())
+	rev.Applied(7)
+	if viaRDMA("revoked read", func() error { return read(0, stale) }, "revoked") {
+		t.Fatal("a revoked grant read over RDMA")
+	}
+	before := bytes.Clone(mem[:8192])
+	junk := bytes.Repeat([]byte{0xEE}, 4096)
+	if viaRDMA("revoked write", func() error {
+		return do1(t, cli, Request{Op: Write, Endpoint: ep, Segment: "seg", Buf: junk, Grant: sign(&ring, 0, 3, grant.Write), Offer: off})
+	}, "revoked") {
+		t.Fatal("a revoked grant wrote over RDMA")
+	}
+	if !bytes.Equal(mem[:8192], before) {
+		t.Fatal("a revoked write changed the segment")
+	}
+	for _, c := range []struct {
+		what string
+		at   uint64
+		tok  []byte
+		ok   bool
+		err  string
+	}{
+		{"the extent's next occupant", 0, sign(&ring, 0, 7, grant.Read), true, ""},
+		{"the next granule", 4096, sign(&ring, 4096, 3, grant.Read), true, ""},
+		{"no grant", 4096, nil, false, "missing"},
+		{"unknown key", 4096, grant.Sign(grant.NewKey(9), "seg", 0, 4096, 4096, grant.Read, grant.Session{}, exp), false, "unknown_key"},
+		{"expired", 4096, ring.Sign("seg", 0, 4096, 4096, grant.Read, grant.Session{}, time.Now().Add(-time.Second), grant.Mark{Outbox: outbox, Seq: 3}), false, "expired"},
+	} {
+		if got := viaRDMA(c.what, func() error { return read(c.at, c.tok) }, c.err); got != c.ok {
+			t.Fatalf("%s: over RDMA %v, want %v", c.what, got, c.ok)
+		}
+	}
+
+	// Keys all replaced: the table is cleared and the old key's grants
+	// are not admitted.
+	k2 := grant.NewKey(4)
+	srv.SetGrantKeys(k2)
+	var ring2 grant.Keyring
+	ring2.Set(k2)
+	if !viaRDMA("new key", func() error { return read(0, sign(&ring2, 0, 0, grant.Read)) }, "") {
+		t.Fatal("a grant of the new key was not admitted")
+	}
+	if viaRDMA("old key", func() error { return read(4096, sign(&ring, 4096, 3, grant.Read)) }, "unknown_key") {
+		t.Fatal("a grant of a replaced key was admitted")
+	}
+	// Another master's records: entries reset, its grants admitted.
+	rev.Revoke("seg", 8192, 9, until, time.Now().UnixNano())
+	rev.Follow(outbox + 1)
+	other := ring2.Sign("seg", 0, 8192, 4096, grant.Read, grant.Session{}, exp, grant.Mark{Outbox: outbox + 1, Seq: 0})
+	if !viaRDMA("new master", func() error { return read(8192, other) }, "") {
+		t.Fatal("a new master's grant was not admitted")
+	}
+
+	// An offer without a table: a grant with a record stream goes over
+	// TCP without trying RDMA; one without (a master that keeps no
+	// records) stays on RDMA.
+	old := off
+	old.RDMAFreesBase, old.RDMAFreesKey = 0, 0
+	st := cli.Stats()
+	if err := do1(t, cli, Request{Op: Read, Endpoint: ep, Segment: "seg", Offset: 8192, Buf: buf, Grant: other, Offer: old}); err != nil {
+		t.Fatal(err)
+	}
+	if after := cli.Stats(); after.RDMARequests != st.RDMARequests || after.RDMANotAdmitted != st.RDMANotAdmitted || after.TCPRequests != st.TCPRequests+1 {
+		t.Fatalf("a table-less offer: RDMA %d -> %d, not admitted %d -> %d, TCP %d -> %d", st.RDMARequests, after.RDMARequests,
+			st.RDMANotAdmitted, after.RDMANotAdmitted, st.TCPRequests, after.TCPRequests)
+	}
+	unmarked := ring2.Sign("seg", 0, 8192, 4096, grant.Read, grant.Session{}, exp, grant.Mark{})
+	st = cli.Stats()
+	if err := do1(t, cli, Request{Op: Read, Endpoint: ep, Segment: "seg", Offset: 8192, Buf: buf, Grant: unmarked, Offer: old}); err != nil {
+		t.Fatal(err)
+	}
+	if after := cli.Stats(); after.RDMARequests != st.RDMARequests+1 {
+		t.Fatalf("a grant outside any record stream did not go over a table-less RDMA offer (RDMA %d -> %d)", st.RDMARequests, after.RDMARequests)
+	}
+
+	// The table is registered for peers' READs only: a WRITE to it fails
+	// (as IBV_WC_REM_ACCESS_ERR does) and changes nothing.
+	qp, err := cli.rdma.conn(context.Background(), cli.rdma.peer(off.RDMAAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev.Revoke("seg", 4096, 11, until, time.Now().UnixNano())
+	srv.shm.frees.mu.RLock()
+	table := srv.shm.frees.live["seg"]
+	srv.shm.frees.mu.RUnlock()
+	word := make([]byte, 8)
+	if err := cli.RegisterSegment("cli-word", word); err != nil {
+		t.Fatal(err)
+	}
+	if err := qp.Write(context.Background(), word, off.RDMAFreesBase+freeHeaderLen+8, off.RDMAFreesKey); err == nil {
+		t.Fatal("a peer wrote the free table")
+	}
+	if table.slots[1].Load() != 11 {
+		t.Fatal("the free table's slot was zeroed by a peer")
+	}
+
+	// Unregistered: both regions are gone from the fabric.
+	fb := off.RDMAFreesKey
+	if err := srv.UnregisterSegment("seg"); err != nil {
+		t.Fatal(err)
+	}
+	f := cli.rdma.dev.(*fakeDevice).f
+	f.mu.Lock()
+	_, tableLeft := f.regions[fb]
+	f.mu.Unlock()
+	if tableLeft {
+		t.Fatal("the free table's region outlived its segment")
 	}
 }

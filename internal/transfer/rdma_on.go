@@ -49,6 +49,14 @@ func (v verbsOf) RegisterMemory(buf []byte) (verbsMR, error) {
 	return mrOf{m}, nil
 }
 
+func (v verbsOf) RegisterReadOnly(buf []byte) (verbsMR, error) {
+	m, err := v.d.RegisterMemoryReadOnly(buf)
+	if err != nil {
+		return nil, err
+	}
+	return mrOf{m}, nil
+}
+
 func (v verbsOf) Listen(addr string) (verbsListener, error) {
 	l, err := v.d.Listen(addr)
 	if err != nil {

@@ -2,9 +2,11 @@ package transfer
 
 import (
 	"context"
+	"encoding/binary"
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/kvtier/kvtier/kverr"
@@ -49,11 +51,12 @@ type fakeDevice struct {
 }
 
 type fakeMR struct {
-	f    *FakeRDMA
-	dev  *fakeDevice
-	base uint64
-	key  uint32
-	mem  []byte
+	f        *FakeRDMA
+	dev      *fakeDevice
+	base     uint64
+	key      uint32
+	mem      []byte
+	readOnly bool // RegisterReadOnly: remote WRITEs fail the queue pair
 }
 
 func (m *fakeMR) Base() uint64 { return m.base }
@@ -65,11 +68,15 @@ func (m *fakeMR) Close() error {
 	return nil
 }
 
-func (d *fakeDevice) RegisterMemory(buf []byte) (verbsMR, error) {
+func (d *fakeDevice) RegisterMemory(buf []byte) (verbsMR, error) { return d.register(buf, false) }
+
+func (d *fakeDevice) RegisterReadOnly(buf []byte) (verbsMR, error) { return d.register(buf, true) }
+
+func (d *fakeDevice) register(buf []byte, readOnly bool) (verbsMR, error) {
 	d.f.mu.Lock()
 	defer d.f.mu.Unlock()
 	d.f.nextKey++
-	m := &fakeMR{f: d.f, dev: d, base: uint64(uintptr(unsafe.Pointer(&buf[0]))), key: d.f.nextKey, mem: buf}
+	m := &fakeMR{f: d.f, dev: d, base: uint64(uintptr(unsafe.Pointer(&buf[0]))), key: d.f.nextKey, mem: buf, readOnly: readOnly}
 	d.f.regions[m.key] = m
 	return m, nil
 }
@@ -162,7 +169,7 @@ func (c *fakeConn) op(write bool, local []byte, raddr uint64, rkey uint32) error
 	lo := uint64(uintptr(unsafe.Pointer(&local[0])))
 	inLocal := false
 	for _, m := range f.regions {
-		if m.dev == c.dev && lo >= m.base && lo+uint64(len(local)) <= m.base+uint64(len(m.mem)) {
+		if m.dev == c.dev && lo >= m.base && lo+uint64(len(local)) <= m.base+uint64(len(m.mem)) && (write || !m.readOnly) {
 			inLocal = true
 		}
 	}
@@ -170,15 +177,23 @@ func (c *fakeConn) op(write bool, local []byte, raddr uint64, rkey uint32) error
 		return kverr.New(kverr.InvalidParams, "", "fake rdma: local buffer not in a registered region")
 	}
 	m := f.regions[rkey]
-	if m == nil || raddr < m.base || raddr+uint64(len(local)) > m.base+uint64(len(m.mem)) {
+	if m == nil || raddr < m.base || raddr+uint64(len(local)) > m.base+uint64(len(m.mem)) || (write && m.readOnly) {
 		c.broken = true
 		return kverr.New(kverr.TransferFail, "", "fake rdma: completion status remote access error")
 	}
 	f.ops++
 	rem := m.mem[raddr-m.base : raddr-m.base+uint64(len(local))]
-	if write {
+	switch {
+	case write:
 		copy(rem, local)
-	} else {
+	case raddr%8 == 0 && len(local)%8 == 0 && len(local) <= 4096:
+		// A NIC reads aligned 8-byte words whole: a free table's header
+		// and slots, stored by the serving side with atomics meanwhile.
+		for i := 0; i < len(local); i += 8 {
+			w := (*atomic.Uint64)(unsafe.Pointer(&rem[i])).Load()
+			binary.NativeEndian.PutUint64(local[i:], w)
+		}
+	default:
 		copy(local, rem)
 	}
 	return nil

@@ -2,6 +2,7 @@ package transfer
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"net"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/kvtier/kvtier/internal/crc32c"
+	"github.com/kvtier/kvtier/internal/grant"
 	"github.com/kvtier/kvtier/kverr"
 )
 
@@ -35,6 +37,9 @@ type rdmaTransport struct {
 	name   string // device name
 	bounce chan []byte
 
+	checkOnce sync.Once
+	checks    chan []byte // free-table check buffers (getCheckBuf); nil until made, or when they could not be
+
 	mu sync.Mutex
 	// guarded by mu:
 	lis      verbsListener
@@ -47,10 +52,11 @@ type rdmaTransport struct {
 	closed   bool
 }
 
-// rdmaSeg is a segment's memory region.
+// rdmaSeg is a segment's memory region, and its free table's.
 type rdmaSeg struct {
-	mu sync.Mutex
-	mr verbsMR // guarded by mu: nil when not registered
+	mu    sync.Mutex
+	mr    verbsMR // guarded by mu: nil when not registered
+	frees verbsMR // guarded by mu: the free table's (offer registers it), or nil
 }
 
 type rdmaPeer struct {
@@ -79,11 +85,20 @@ func newRDMAOn(e *Engine, dev verbsDevice, name string) *rdmaTransport {
 
 func (t *rdmaTransport) Name() string { return "rdma" }
 
-// reaches: the request names an RDMA offer for a memory segment, and the
-// peer is not being skipped after a failed handshake.
+// reaches: the request names an RDMA offer for a memory segment, one
+// that can be checked if its grant can be voided (a free table offered,
+// or a grant placed outside any record stream), and the peer is not
+// being skipped after a failed handshake.
 func (t *rdmaTransport) reaches(r *reqState) bool {
 	if r.req.Offer.RDMAAddr == "" || r.req.Bucket != 0 {
 		return false
+	}
+	if r.req.Offer.RDMAFreesBase == 0 && len(r.req.Grant) > 0 {
+		// A node from before free tables: a one-sided READ would read a
+		// force-removed object back until the lease ends.
+		if g, err := grant.Decode(r.req.Grant); err != nil || g.Outbox != 0 {
+			return false
+		}
 	}
 	p := t.peer(t.sideAddr(r))
 	if p == nil {
@@ -212,6 +227,23 @@ func (t *rdmaTransport) do(ctx context.Context, r *reqState) error {
 		bb = t.getBounce()
 		defer t.putBounce(bb)
 	}
+	var cb []byte // where the free table's words land
+	if req.Offer.RDMAFreesBase != 0 {
+		if cb = t.getCheckBuf(); cb == nil {
+			if bb == nil {
+				bb = t.getBounce()
+				defer t.putBounce(bb)
+			}
+			cb = bb[:freeHeaderLen]
+		} else {
+			defer t.putCheckBuf(cb)
+		}
+	}
+	if req.Op == Write {
+		if err := t.admitted(ctx, p, c, req, cb); err != nil {
+			return err
+		}
+	}
 	var crc uint32
 	base := req.Offer.RDMABase + req.Offset
 	for off := 0; off < len(req.Buf); {
@@ -249,7 +281,67 @@ func (t *rdmaTransport) do(ctx context.Context, r *reqState) error {
 		}
 		off += n
 	}
+	if req.Op == Read {
+		// After the data: a free published meanwhile voids what it read.
+		if err := t.admitted(ctx, p, c, req, cb); err != nil {
+			return err
+		}
+	}
 	r.crc = crc
+	return nil
+}
+
+// admitted checks req's grant against the serving engine's free table of
+// the segment, as shared memory does (freeView.admits) and the data port
+// would: one-sided transfers pass no data port, so without it a client
+// holding a read lease would read a force-removed object back until the
+// lease ends. A READ is checked after its data, a WRITE before. It reads
+// the table's header, then the grant's slot, then the header's gen again
+// (a sequence lock: a reset or key change between the reads is seen),
+// each READ posted after the one before completed, into buf (registered).
+// A request not admitted fails with errNotAdmitted and goes over TCP,
+// where the data port decides; a failed READ breaks the queue pair.
+func (t *rdmaTransport) admitted(ctx context.Context, p *rdmaPeer, c verbsConn, req *Request, buf []byte) error {
+	o := &req.Offer
+	if o.RDMAFreesBase == 0 {
+		return nil // reaches: nothing to check (a grant outside any record stream)
+	}
+	read := func(b []byte, addr uint64) error {
+		if err := c.Read(ctx, b, addr, o.RDMAFreesKey); err != nil {
+			t.broken(p, c)
+			return kverr.New(kverr.TransferFail, "", "transfer: %s segment %q on %s over rdma: reading its free table: %v", req.Op, req.Segment, p.addr, err)
+		}
+		return nil
+	}
+	if err := read(buf[:freeHeaderLen], o.RDMAFreesBase); err != nil {
+		return err
+	}
+	snap, ok := decodeFreeHeader(buf[:freeHeaderLen])
+	slotRead := false
+	var rerr error
+	if ok {
+		ok, slotRead = snap.admits(req.Grant, time.Now().UnixNano(), func(i uint64) (uint64, bool) {
+			w := buf[:8]
+			if rerr = read(w, o.RDMAFreesBase+freeHeaderLen+8*i); rerr != nil {
+				return 0, false
+			}
+			return binary.NativeEndian.Uint64(w), true
+		})
+	}
+	if rerr != nil {
+		return rerr
+	}
+	if ok && slotRead {
+		w := buf[:8]
+		if err := read(w, o.RDMAFreesBase+uint64(freeGenOffset)); err != nil {
+			return err
+		}
+		ok = binary.NativeEndian.Uint64(w) == snap.gen
+	}
+	if !ok {
+		t.e.stats.rdmaNotAdmitted.Add(1)
+		return notAdmitted(req, "rdma")
+	}
 	return nil
 }
 
@@ -294,6 +386,36 @@ func (t *rdmaTransport) getBounce() []byte {
 }
 
 func (t *rdmaTransport) putBounce(b []byte) { t.bounce <- b }
+
+// checkBufs is how many free-table reads may be under way at once, each
+// landing in its own slice of one registered region.
+const checkBufs = 256
+
+// getCheckBuf returns a registered buffer of freeHeaderLen bytes for a
+// free-table check, registering the region on first use; nil when it
+// cannot be registered (the caller uses a bounce buffer).
+func (t *rdmaTransport) getCheckBuf() []byte {
+	t.checkOnce.Do(func() {
+		region := make([]byte, checkBufs*freeHeaderLen)
+		mr, err := t.dev.RegisterMemory(region)
+		if err != nil {
+			return
+		}
+		t.mu.Lock()
+		t.bounceMR = append(t.bounceMR, mr)
+		t.mu.Unlock()
+		t.checks = make(chan []byte, checkBufs)
+		for i := range checkBufs {
+			t.checks <- region[i*freeHeaderLen : (i+1)*freeHeaderLen : (i+1)*freeHeaderLen]
+		}
+	})
+	if t.checks == nil {
+		return nil
+	}
+	return <-t.checks
+}
+
+func (t *rdmaTransport) putCheckBuf(b []byte) { t.checks <- b }
 
 // addSegment registers s as a memory region. A failure leaves the segment
 // without an RDMA offer (TCP still serves it).
@@ -344,12 +466,15 @@ func (t *rdmaTransport) listenAddr() string {
 	return ":0"
 }
 
-// dropSegment deregisters s's region (after UnregisterSegment's wait).
+// dropSegment deregisters s's regions (after UnregisterSegment's wait).
 func (t *rdmaTransport) dropSegment(s *segment) {
 	s.rdma.mu.Lock()
-	mr := s.rdma.mr
-	s.rdma.mr = nil
+	mr, frees := s.rdma.mr, s.rdma.frees
+	s.rdma.mr, s.rdma.frees = nil, nil
 	s.rdma.mu.Unlock()
+	if frees != nil {
+		frees.Close()
+	}
 	if mr == nil {
 		return
 	}
@@ -366,10 +491,20 @@ func (t *rdmaTransport) dropSegment(s *segment) {
 
 // offer is s's RDMA offer: the side channel's address (a wildcard listener
 // is announced with an empty host: the client takes the TCP endpoint's),
-// the region's base and rkey.
+// the region's base and rkey, and its free table's region (registered
+// here on first offer; none when s has no table or it cannot be
+// registered: clients holding grants then use TCP).
 func (t *rdmaTransport) offer(s *segment) SegmentOffer {
 	s.rdma.mu.Lock()
 	mr := s.rdma.mr
+	if mr != nil && s.rdma.frees == nil && s.frees != nil {
+		s.frees.mu.Lock()
+		if s.frees.mem != nil {
+			s.rdma.frees, _ = t.dev.RegisterReadOnly(s.frees.mem)
+		}
+		s.frees.mu.Unlock()
+	}
+	frees := s.rdma.frees
 	s.rdma.mu.Unlock()
 	if mr == nil {
 		return SegmentOffer{}
@@ -379,7 +514,11 @@ func (t *rdmaTransport) offer(s *segment) SegmentOffer {
 	if addr == "" {
 		return SegmentOffer{}
 	}
-	return SegmentOffer{RDMAAddr: addr, RDMABase: mr.Base(), RDMAKey: mr.Key()}
+	o := SegmentOffer{RDMAAddr: addr, RDMABase: mr.Base(), RDMAKey: mr.Key()}
+	if frees != nil {
+		o.RDMAFreesBase, o.RDMAFreesKey = frees.Base(), frees.Key()
+	}
+	return o
 }
 
 func (t *rdmaTransport) addr() string {
@@ -507,6 +646,8 @@ func (e *Engine) RDMAAddr() string {
 // every build while the verbs themselves need a device.
 type verbsDevice interface {
 	RegisterMemory(buf []byte) (verbsMR, error)
+	// RegisterReadOnly registers buf for peers' READs only.
+	RegisterReadOnly(buf []byte) (verbsMR, error)
 	Listen(addr string) (verbsListener, error)
 	Dial(ctx context.Context, addr string) (verbsConn, error)
 	Close() error

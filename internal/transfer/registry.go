@@ -26,6 +26,12 @@ type SegmentOffer struct {
 	// first byte's virtual address in this process and its rkey.
 	RDMABase uint64
 	RDMAKey  uint32
+	// RDMAFreesBase and RDMAFreesKey are the memory region of the
+	// segment's free table (shmfrees.go), which a one-sided READ checks
+	// its grant against, as the data port would (rdmaTransport.admits);
+	// 0 when none is offered.
+	RDMAFreesBase uint64
+	RDMAFreesKey  uint32
 }
 
 // RegisterSegment makes mem reachable as name, to peers and to local callers.
@@ -104,6 +110,10 @@ func (e *Engine) UnregisterSegment(name string) error {
 	if e.rdma != nil {
 		e.rdma.dropSegment(s)
 	}
+	if s.frees != nil {
+		// After the table's memory region is gone: no peer's NIC reads it.
+		s.frees.retire()
+	}
 	return nil
 }
 
@@ -157,10 +167,20 @@ func (e *Engine) Segments() []string {
 // transports beyond TCP (zero when it offers none, or name is not
 // registered): a node announces it when it mounts the segment.
 func (e *Engine) Offer(name string) SegmentOffer {
-	e.mu.RLock()
+	if e.rdma == nil {
+		return SegmentOffer{}
+	}
+	e.mu.Lock()
 	s := e.segments[name]
-	e.mu.RUnlock()
-	if s == nil || e.rdma == nil {
+	if s != nil && s.frees == nil {
+		// Peers reading it with one-sided RDMA pass no data port: they
+		// check their grants against its free table (a shared segment
+		// has one already; a caller's own buffers, never offered, need
+		// none).
+		e.shm.addFreesLocked(s)
+	}
+	e.mu.Unlock()
+	if s == nil {
 		return SegmentOffer{}
 	}
 	return e.rdma.offer(s)

@@ -173,9 +173,10 @@ func (t *shmTransport) close() {
 	}
 }
 
-// addFreesLocked gives shared segment s its free table, filled from the
-// engine's revocations, before s is announced; s is not shared when the
-// table cannot be made (a peer could not be checked). e.mu is held.
+// addFreesLocked gives segment s its free table, filled from the
+// engine's revocations, before s is announced; s is neither shared nor
+// offered over RDMA with grants when the table cannot be made (a peer
+// could not be checked). e.mu is held.
 func (t *shmTransport) addFreesLocked(s *segment) {
 	ft, err := newFreeTable(s.name, uint64(len(s.mem)), nil)
 	if err != nil {
@@ -781,13 +782,14 @@ func sameHostAddr(ep string) bool {
 	return false
 }
 
-// errNotAdmitted marks a shared-memory request its segment's free table
-// did not admit (freeView.admits); it goes over TCP instead.
-var errNotAdmitted = errors.New("not admitted by the shared segment's free table (its grant may be revoked)")
+// errNotAdmitted marks a shared-memory or RDMA request its segment's free
+// table did not admit (freeView.admits, rdmaTransport.admits); it goes
+// over TCP instead.
+var errNotAdmitted = errors.New("not admitted by the segment's free table (its grant may be revoked)")
 
-func notAdmitted(req *Request) error {
-	return fmt.Errorf("%w: %w", kverr.New(kverr.TransferFail, "", "transfer: %s segment %q on %s over shared memory; over TCP instead",
-		req.Op, req.Segment, req.Endpoint), errNotAdmitted)
+func notAdmitted(req *Request, via string) error {
+	return fmt.Errorf("%w: %w", kverr.New(kverr.TransferFail, "", "transfer: %s segment %q on %s over %s; over TCP instead",
+		req.Op, req.Segment, req.Endpoint, via), errNotAdmitted)
 }
 
 // copyShared moves r through segment s of mapping sp. ok is false when the
@@ -813,11 +815,11 @@ func (t *localTransport) copyShared(r *reqState, sp *shmPeer, s *shmSeg) (ok boo
 		}
 		// After the copy: a free published meanwhile voids what it read.
 		if s.frees != nil && !s.frees.admits(req.Grant, time.Now().UnixNano()) {
-			return true, notAdmitted(req)
+			return true, notAdmitted(req, "shared memory")
 		}
 	default:
 		if s.frees != nil && !s.frees.admits(req.Grant, time.Now().UnixNano()) {
-			return true, notAdmitted(req)
+			return true, notAdmitted(req, "shared memory")
 		}
 		if r.wantSum() {
 			r.crc = crc32c.Checksum(req.Buf)

@@ -1,6 +1,7 @@
 package transfer
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
 	"sync"
@@ -12,8 +13,9 @@ import (
 	"github.com/kvtier/kvtier/internal/grant"
 )
 
-// Free tables: a shared segment's revocations, published to the peers
-// that map it. See "Shared memory" in the package documentation.
+// Free tables: a segment's revocations, published to the peers that map
+// it and to those that read it with one-sided RDMA. See "Shared memory"
+// and "RDMA" in the package documentation.
 //
 // The data port checks every frame's grant against the engine's
 // grant.Revocations; a peer copying through a mapped segment never passes
@@ -57,7 +59,32 @@ type freeHeader struct {
 
 var _ [freeHeaderLen - unsafe.Sizeof(freeHeader{})]byte // the header fits its room
 
-// freeTable is the serving side's table of one shared segment, written
+// freeGenOffset is gen's offset in the header (a remote reader reads it
+// again on its own).
+const freeGenOffset = unsafe.Offsetof(freeHeader{}.gen)
+
+// decodeFreeHeader is the snapshot of a header read as bytes (an RDMA READ
+// of the table), ok false unless it is a table this reader understands:
+// the magic in its own byte order (a peer of the other order goes over
+// TCP) and the granule it slots by.
+func decodeFreeHeader(b []byte) (snap freeSnap, ok bool) {
+	if len(b) < freeHeaderLen {
+		return snap, false
+	}
+	word := func(off uintptr) uint64 { return binary.NativeEndian.Uint64(b[off:]) }
+	var h freeHeader
+	if word(unsafe.Offsetof(h.magic)) != freeMagic || word(unsafe.Offsetof(h.shift)) != freeShift {
+		return snap, false
+	}
+	snap = freeSnap{gen: word(unsafe.Offsetof(h.gen)), outbox: word(unsafe.Offsetof(h.outbox)),
+		nslots: word(unsafe.Offsetof(h.nslots)), nkeys: word(unsafe.Offsetof(h.nkeys))}
+	for i := range snap.keys {
+		snap.keys[i] = word(unsafe.Offsetof(h.keys) + uintptr(8*i))
+	}
+	return snap, true
+}
+
+// freeTable is the serving side's table of one segment, written
 // under mu (by the publisher, called under the Revocations' lock, and by
 // SetGrantKeys).
 type freeTable struct {
@@ -177,7 +204,8 @@ func (t *freeTable) setKeysLocked(ids []uint32) {
 }
 
 // retire unmaps the serving side's view (the segment was unregistered;
-// peers keep theirs until they hear GONE). The file stays open until the
+// peers keep theirs until they hear GONE; an RDMA region of it was
+// deregistered first). The file stays open until the
 // engine closes: a SEGMENT message still queued for a peer may carry it.
 func (t *freeTable) retire() {
 	t.mu.Lock()
@@ -207,14 +235,12 @@ func (ts *freeTables) add(name string, t *freeTable) {
 	ts.files = append(ts.files, t.file)
 }
 
+// remove stops publishing to name's table; its owner retires it once no
+// peer's NIC can read it (UnregisterSegment).
 func (ts *freeTables) remove(name string) {
 	ts.mu.Lock()
-	t := ts.live[name]
+	defer ts.mu.Unlock()
 	delete(ts.live, name)
-	ts.mu.Unlock()
-	if t != nil {
-		t.retire()
-	}
 }
 
 func (ts *freeTables) each(f func(*freeTable)) {
@@ -301,34 +327,56 @@ func (v *freeView) unmap() { _ = unix.Munmap(v.mapping) }
 // copy (a free published meanwhile voids what it read), a WRITE before.
 func (v *freeView) admits(tok []byte, now int64) bool {
 	h := v.hdr
-	gen := h.gen.Load()
-	if gen&1 != 0 {
-		return false
+	snap := freeSnap{gen: h.gen.Load(), outbox: h.outbox.Load(), nslots: uint64(len(v.slots)), nkeys: h.nkeys.Load()}
+	for i := range snap.keys {
+		snap.keys[i] = h.keys[i].Load()
 	}
-	nkeys := h.nkeys.Load()
+	ok, _ := snap.admits(tok, now, func(i uint64) (uint64, bool) { return v.slots[i].Load(), true })
+	// The fields were loaded one by one: only an unmoved gen makes them
+	// one state.
+	return ok && h.gen.Load() == snap.gen
+}
+
+// freeSnap is a copy of a free table's header as a reader saw it: through
+// a mapping (freeView) or by an RDMA READ of the table's memory region
+// (rdmaTransport.admits).
+type freeSnap struct {
+	gen, outbox, nslots, nkeys uint64
+	keys                       [freeKeys]uint64
+}
+
+// admits is the verdict of freeView.admits over the header snap, reading
+// the grant's slot with slot (ok false: it could not be read) only where
+// a free could void the grant. slotRead tells the caller that a slot was
+// read after the header: it must then check that gen did not move.
+func (snap *freeSnap) admits(tok []byte, now int64, slot func(i uint64) (uint64, bool)) (ok, slotRead bool) {
+	if snap.gen&1 != 0 {
+		return false, false
+	}
 	if tok == nil {
-		return nkeys == 0 && h.gen.Load() == gen
+		return snap.nkeys == 0, false
 	}
 	g, err := grant.Decode(tok)
 	if err != nil || g.Expiry <= now || g.Bucket != 0 {
-		return false
+		return false, false
 	}
-	if nkeys > 0 {
+	if snap.nkeys > 0 {
 		known := false
-		for i := range min(nkeys, freeKeys) {
-			known = known || h.keys[i].Load() == uint64(g.KeyID)
+		for i := range min(snap.nkeys, freeKeys) {
+			known = known || snap.keys[i] == uint64(g.KeyID)
 		}
 		if !known {
-			return false
+			return false, false
 		}
 	}
-	if outbox := h.outbox.Load(); outbox != 0 && g.Outbox != 0 {
-		if g.Outbox != outbox {
-			return false
+	if snap.outbox != 0 && g.Outbox != 0 {
+		if g.Outbox != snap.outbox {
+			return false, false
 		}
-		if i := g.Offset >> freeShift; i < uint64(len(v.slots)) && v.slots[i].Load() > g.Seq {
-			return false
+		if i := g.Offset >> freeShift; i < snap.nslots {
+			seq, read := slot(i)
+			return read && seq <= g.Seq, true
 		}
 	}
-	return h.gen.Load() == gen
+	return true, false
 }
