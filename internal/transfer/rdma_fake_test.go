@@ -157,6 +157,50 @@ func TestRDMATransportOverFakeFabric(t *testing.T) {
 // from before them) is not used for a grant that a free could void.
 func TestRDMARevokedGrants(t *testing.T) {
 	cli, srv, mem, ep, _ := fakeRDMAPair(t, 1<<20)
+	off, rev, _ := checkRDMARevokedGrants(t, cli, srv, mem, ep)
+
+	// The table is registered for peers' READs only: a WRITE to it fails
+	// (as IBV_WC_REM_ACCESS_ERR does) and changes nothing.
+	qp, err := cli.rdma.conn(context.Background(), cli.rdma.peer(off.RDMAAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev.Revoke("seg", 4096, 11, time.Now().Add(time.Minute).UnixNano(), time.Now().UnixNano())
+	srv.shm.frees.mu.RLock()
+	table := srv.shm.frees.live["seg"]
+	srv.shm.frees.mu.RUnlock()
+	word := make([]byte, 8)
+	if err := cli.RegisterSegment("cli-word", word); err != nil {
+		t.Fatal(err)
+	}
+	if err := qp.Write(context.Background(), word, off.RDMAFreesBase+freeHeaderLen+8, off.RDMAFreesKey); err == nil {
+		t.Fatal("a peer wrote the free table")
+	}
+	if table.slots[1].Load() != 11 {
+		t.Fatal("the free table's slot was zeroed by a peer")
+	}
+
+	// Unregistered: both regions are gone from the fabric.
+	fb := off.RDMAFreesKey
+	if err := srv.UnregisterSegment("seg"); err != nil {
+		t.Fatal(err)
+	}
+	f := cli.rdma.dev.(*fakeDevice).f
+	f.mu.Lock()
+	_, tableLeft := f.regions[fb]
+	f.mu.Unlock()
+	if tableLeft {
+		t.Fatal("the free table's region outlived its segment")
+	}
+}
+
+// checkRDMARevokedGrants is TestRDMARevokedGrants' part that holds over
+// any verbs (the fake fabric, or a device: rdma_on_test.go): srv serves
+// "seg" (mem) at ep, both engines with RDMA on. It leaves srv following
+// records with keys replaced, and returns the offer, the revocations and
+// the keyring in use.
+func checkRDMARevokedGrants(t *testing.T, cli, srv *Engine, mem []byte, ep string) (SegmentOffer, *grant.Revocations, *grant.Keyring) {
+	t.Helper()
 	k := grant.NewKey(3)
 	srv.SetGrantKeys(k)
 	var ring grant.Keyring
@@ -277,37 +321,5 @@ func TestRDMARevokedGrants(t *testing.T) {
 		t.Fatalf("a grant outside any record stream did not go over a table-less RDMA offer (RDMA %d -> %d)", st.RDMARequests, after.RDMARequests)
 	}
 
-	// The table is registered for peers' READs only: a WRITE to it fails
-	// (as IBV_WC_REM_ACCESS_ERR does) and changes nothing.
-	qp, err := cli.rdma.conn(context.Background(), cli.rdma.peer(off.RDMAAddr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rev.Revoke("seg", 4096, 11, until, time.Now().UnixNano())
-	srv.shm.frees.mu.RLock()
-	table := srv.shm.frees.live["seg"]
-	srv.shm.frees.mu.RUnlock()
-	word := make([]byte, 8)
-	if err := cli.RegisterSegment("cli-word", word); err != nil {
-		t.Fatal(err)
-	}
-	if err := qp.Write(context.Background(), word, off.RDMAFreesBase+freeHeaderLen+8, off.RDMAFreesKey); err == nil {
-		t.Fatal("a peer wrote the free table")
-	}
-	if table.slots[1].Load() != 11 {
-		t.Fatal("the free table's slot was zeroed by a peer")
-	}
-
-	// Unregistered: both regions are gone from the fabric.
-	fb := off.RDMAFreesKey
-	if err := srv.UnregisterSegment("seg"); err != nil {
-		t.Fatal(err)
-	}
-	f := cli.rdma.dev.(*fakeDevice).f
-	f.mu.Lock()
-	_, tableLeft := f.regions[fb]
-	f.mu.Unlock()
-	if tableLeft {
-		t.Fatal("the free table's region outlived its segment")
-	}
+	return off, rev, &ring2
 }

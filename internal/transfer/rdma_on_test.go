@@ -116,3 +116,11 @@ func TestRDMAFallbackToTCP(t *testing.T) {
 		t.Fatal("no request went over RDMA")
 	}
 }
+
+// TestRDMARevokedGrantsOverVerbs is TestRDMARevokedGrants' checks over a
+// real device: the free table registered for remote READ only, read with
+// real one-sided READs after the data.
+func TestRDMARevokedGrantsOverVerbs(t *testing.T) {
+	cli, srv, mem, ep := rdmaServer(t, 1<<20)
+	checkRDMARevokedGrants(t, cli, srv, mem, ep)
+}
