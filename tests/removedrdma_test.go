@@ -10,7 +10,6 @@ import (
 	"github.com/kvtier/kvtier/appliance"
 	"github.com/kvtier/kvtier/client"
 	"github.com/kvtier/kvtier/internal/transfer"
-	"github.com/kvtier/kvtier/kverr"
 	"github.com/kvtier/kvtier/master"
 )
 
@@ -60,24 +59,9 @@ func TestRemovedObjectNeverComesBackOverRDMA(t *testing.T) {
 			if st := reader.Engine().Stats(); st.RDMARequests < n || st.TCPRequests != 0 {
 				t.Fatalf("the reader's first reads: %d over RDMA, %d over TCP; want all %d over RDMA", st.RDMARequests, st.TCPRequests, n)
 			}
-			for i := 0; i < n; i += 2 {
-				if err := remover.Remove(ctx, fmt.Sprintf("gone/%d", i), true); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if got := a.DramDirectoryLen(); got != n/2 {
-				t.Fatalf("box holds %d objects after the removals, want %d", got, n/2)
-			}
+			removeEvenKeys(t, remover, a, n)
 			before := reader.Engine().Stats()
-			for i := range n {
-				got, err := reader.Get(ctx, fmt.Sprintf("gone/%d", i))
-				switch {
-				case i%2 == 0 && !kverr.Is(err, kverr.ObjectNotFound):
-					t.Errorf("removed gone/%d read back: %d bytes, %v; want OBJECT_NOT_FOUND", i, len(got), err)
-				case i%2 == 1 && (err != nil || !bytes.Equal(got, val(i))):
-					t.Errorf("gone/%d: %v", i, err)
-				}
-			}
+			readsAfterRemoval(t, "rdma", reader, n, val)
 			after := reader.Engine().Stats()
 			if got := after.RDMARequests - before.RDMARequests; got != n/2 {
 				t.Errorf("%d RDMA requests for %d kept objects", got, n/2)

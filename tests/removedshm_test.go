@@ -53,32 +53,10 @@ func TestRemovedObjectNeverComesBackOverSharedMemory(t *testing.T) {
 			}
 		}
 	}
-	// Every other key removed by another client, force (they are leased).
-	for i := 0; i < n; i += 2 {
-		if err := remover.Remove(ctx, fmt.Sprintf("gone/%d", i), true); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// A removal returns once the box acknowledged the frees, so no wait
-	// here: its directory already holds only the kept half.
-	if got := a.DramDirectoryLen(); got != n/2 {
-		t.Fatalf("box holds %d objects after the removals, want %d", got, n/2)
-	}
+	removeEvenKeys(t, remover, a, n)
 	before := shm.Engine().Stats()
-	for _, tc := range []struct {
-		name string
-		c    *client.Client
-	}{{"shared memory", shm}, {"tcp", tcp}} {
-		for i := range n {
-			got, err := tc.c.Get(ctx, fmt.Sprintf("gone/%d", i))
-			switch {
-			case i%2 == 0 && !kverr.Is(err, kverr.ObjectNotFound):
-				t.Errorf("%s: removed gone/%d read back: %d bytes, %v; want OBJECT_NOT_FOUND", tc.name, i, len(got), err)
-			case i%2 == 1 && (err != nil || !bytes.Equal(got, val(i))):
-				t.Errorf("%s: gone/%d: %v", tc.name, i, err)
-			}
-		}
-	}
+	readsAfterRemoval(t, "shared memory", shm, n, val)
+	readsAfterRemoval(t, "tcp", tcp, n, val)
 	after := shm.Engine().Stats()
 	// The kept half still read over shared memory; the removed half went
 	// to TCP (refused there: revoked), then to the master.
@@ -221,6 +199,36 @@ func TestRemovedObjectNeverComesBackThroughRESP(t *testing.T) {
 		rm(k)
 		if got := rc.do("GET", k); got != "(nil)" {
 			t.Fatalf("GET %s after its removal: %d bytes, want (nil)", k, len(got))
+		}
+	}
+}
+
+// removeEvenKeys force-removes gone/0, gone/2 ... of gone/0..n-1 through
+// remover (they are leased), and checks box a holds only the rest: a
+// removal returns once the box acknowledged the frees, so no wait.
+func removeEvenKeys(t *testing.T, remover *client.Client, a *appliance.Appliance, n int) {
+	t.Helper()
+	for i := 0; i < n; i += 2 {
+		if err := remover.Remove(context.Background(), fmt.Sprintf("gone/%d", i), true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := a.DramDirectoryLen(); got != n/2 {
+		t.Fatalf("box holds %d objects after the removals, want %d", got, n/2)
+	}
+}
+
+// readsAfterRemoval gets gone/0..n-1 through c after removeEvenKeys: the
+// removed ones must be OBJECT_NOT_FOUND, never bytes; the others val(i).
+func readsAfterRemoval(t *testing.T, name string, c *client.Client, n int, val func(int) []byte) {
+	t.Helper()
+	for i := range n {
+		got, err := c.Get(context.Background(), fmt.Sprintf("gone/%d", i))
+		switch {
+		case i%2 == 0 && !kverr.Is(err, kverr.ObjectNotFound):
+			t.Errorf("%s: removed gone/%d read back: %d bytes, %v; want OBJECT_NOT_FOUND", name, i, len(got), err)
+		case i%2 == 1 && (err != nil || !bytes.Equal(got, val(i))):
+			t.Errorf("%s: gone/%d: %v", name, i, err)
 		}
 	}
 }

@@ -218,25 +218,9 @@ func checkRDMARevokedGrants(t *testing.T, cli, srv *Engine, mem []byte, ep strin
 	read := func(at uint64, tok []byte) error {
 		return do1(t, cli, Request{Op: Read, Endpoint: ep, Segment: "seg", Offset: at, Buf: buf, Grant: tok, Offer: off})
 	}
-	// viaRDMA runs f and reports whether it went over RDMA (true) or was
-	// not admitted there and went over TCP (false).
 	viaRDMA := func(what string, f func() error, wantErr string) bool {
 		t.Helper()
-		before := cli.Stats()
-		err := f()
-		switch {
-		case wantErr == "" && err != nil:
-			t.Fatalf("%s: %v", what, err)
-		case wantErr != "":
-			wantCode(t, err, kverr.PermissionDenied, wantErr)
-		}
-		after := cli.Stats()
-		rdma := after.RDMARequests - before.RDMARequests
-		refused := after.RDMANotAdmitted - before.RDMANotAdmitted
-		if rdma+refused != 1 {
-			t.Fatalf("%s: %d RDMA requests and %d not admitted, want one of them", what, rdma, refused)
-		}
-		return rdma == 1
+		return viaOrRefused(t, cli, "RDMA", what, f, wantErr, func(s Stats) (uint64, uint64) { return s.RDMARequests, s.RDMANotAdmitted })
 	}
 
 	rev := srv.Revocations()

@@ -48,25 +48,9 @@ func TestSharedMemoryRevokedGrants(t *testing.T) {
 		}
 		return nil
 	})
-	// viaShm runs f and reports whether it went through shared memory
-	// (true) or was not admitted there and went over TCP (false).
 	viaShm := func(what string, f func() error, wantErr string) bool {
 		t.Helper()
-		before := cli.Stats()
-		err := f()
-		switch {
-		case wantErr == "" && err != nil:
-			t.Fatalf("%s: %v", what, err)
-		case wantErr != "":
-			wantCode(t, err, kverr.PermissionDenied, wantErr)
-		}
-		after := cli.Stats()
-		shm := after.SharedRequests - before.SharedRequests
-		refused := after.SharedNotAdmitted - before.SharedNotAdmitted
-		if shm+refused != 1 {
-			t.Fatalf("%s: %d shared-memory requests and %d not admitted, want one of them", what, shm, refused)
-		}
-		return shm == 1
+		return viaOrRefused(t, cli, "shared-memory", what, f, wantErr, func(s Stats) (uint64, uint64) { return s.SharedRequests, s.SharedNotAdmitted })
 	}
 
 	rev := srv.Revocations()
@@ -259,4 +243,26 @@ func TestEngineAdmits(t *testing.T) {
 			t.Errorf("%s: admitted %v, want %v", c.what, got, c.want)
 		}
 	}
+}
+
+// viaOrRefused runs f, one request of cli, and reports whether it went
+// over the route whose requests count reads (true) or was not admitted
+// there and went over TCP (false); wantErr is the data port's refusal
+// ("" for none).
+func viaOrRefused(t *testing.T, cli *Engine, route, what string, f func() error, wantErr string, count func(Stats) (via, refused uint64)) bool {
+	t.Helper()
+	via0, refused0 := count(cli.Stats())
+	err := f()
+	switch {
+	case wantErr == "" && err != nil:
+		t.Fatalf("%s: %v", what, err)
+	case wantErr != "":
+		wantCode(t, err, kverr.PermissionDenied, wantErr)
+	}
+	via1, refused1 := count(cli.Stats())
+	via, refused := via1-via0, refused1-refused0
+	if via+refused != 1 {
+		t.Fatalf("%s: %d %s requests and %d not admitted, want one of them", what, via, route, refused)
+	}
+	return via == 1
 }
