@@ -2,9 +2,11 @@ package transfer
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/kvtier/kvtier/internal/grant"
 	"github.com/kvtier/kvtier/kverr"
@@ -265,4 +267,55 @@ func viaOrRefused(t *testing.T, cli *Engine, route, what string, f func() error,
 		t.Fatalf("%s: %d %s requests and %d not admitted, want one of them", what, via, route, refused)
 	}
 	return via == 1
+}
+
+// FuzzFreeHeader: a free table's header as bytes (what an RDMA READ of it
+// brings) decodes without panicking whatever they are, only with the
+// table's magic and granule; and over a live table, the RDMA reader's
+// verdict (decodeFreeHeader, then freeSnap.admits reading the slot) is the
+// mapping reader's (freeView.admits) for any token.
+func FuzzFreeHeader(f *testing.F) {
+	ft, err := newFreeTable("seg", 1<<20, []uint32{1})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer ft.retire()
+	ft.Followed(9)
+	ft.Revoked("seg", 64, 5)
+	ft.Revoked("seg", 8192, 2)
+	v := &freeView{}
+	v.hdr, v.slots = freeLayout(ft.mem, ft.hdr.nslots.Load())
+	live := bytes.Clone(ft.mem[:freeHeaderLen])
+	var ring grant.Keyring
+	ring.Set(grant.NewKey(1))
+	exp := time.Now().Add(time.Hour)
+	for _, off := range []uint64{0, 64, 8192, 1<<20 - 64} {
+		for _, seq := range []uint64{0, 4, 5, 9} {
+			f.Add(live, ring.Sign("seg", 0, off, 64, grant.Read, grant.Session{}, exp, grant.Mark{Outbox: 9, Seq: seq}))
+		}
+	}
+	f.Add(make([]byte, freeHeaderLen), []byte(nil))
+	at := time.Now().UnixNano()
+	f.Fuzz(func(t *testing.T, hdr, tok []byte) {
+		if snap, ok := decodeFreeHeader(hdr); ok {
+			var h freeHeader
+			if binary.NativeEndian.Uint64(hdr[unsafe.Offsetof(h.magic):]) != freeMagic || snap.gen != binary.NativeEndian.Uint64(hdr[freeGenOffset:]) {
+				t.Fatalf("decoded a header without the magic, or gen misread: %+v", snap)
+			}
+			snap.admits(tok, at, func(i uint64) (uint64, bool) {
+				if i >= snap.nslots {
+					t.Fatalf("slot %d asked of %d", i, snap.nslots)
+				}
+				return i, true
+			})
+		}
+		snap, ok := decodeFreeHeader(live)
+		if !ok {
+			t.Fatal("the live table's header did not decode")
+		}
+		remote, _ := snap.admits(tok, at, func(i uint64) (uint64, bool) { return ft.slots[i].Load(), true })
+		if local := v.admits(tok, at); remote != local {
+			t.Fatalf("token %x: RDMA reader admits %v, mapping reader %v", tok, remote, local)
+		}
+	})
 }
