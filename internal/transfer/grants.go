@@ -32,7 +32,7 @@ func (e *Engine) Revocations() *grant.Revocations {
 		return r
 	}
 	r := grant.NewRevocations(0)
-	// Shared segments' free tables mirror it (shmfrees.go): set before
+	// Segments' free tables mirror it (shmfrees.go): set before
 	// the table is reachable, so no change goes unpublished.
 	r.Publish(&e.shm.frees)
 	if e.grants.rev.CompareAndSwap(nil, r) {
