@@ -28,7 +28,7 @@ type SegmentOffer struct {
 	RDMAKey  uint32
 	// RDMAFreesBase and RDMAFreesKey are the memory region of the
 	// segment's free table (shmfrees.go), which a one-sided READ checks
-	// its grant against, as the data port would (rdmaTransport.admits);
+	// its grant against, as the data port would (rdmaTransport.admitted);
 	// 0 when none is offered.
 	RDMAFreesBase uint64
 	RDMAFreesKey  uint32

@@ -783,7 +783,7 @@ func sameHostAddr(ep string) bool {
 }
 
 // errNotAdmitted marks a shared-memory or RDMA request its segment's free
-// table did not admit (freeView.admits, rdmaTransport.admits); it goes
+// table did not admit (freeView.admits, rdmaTransport.admitted); it goes
 // over TCP instead.
 var errNotAdmitted = errors.New("not admitted by the segment's free table (its grant may be revoked)")
 

@@ -339,7 +339,7 @@ func (v *freeView) admits(tok []byte, now int64) bool {
 
 // freeSnap is a copy of a free table's header as a reader saw it: through
 // a mapping (freeView) or by an RDMA READ of the table's memory region
-// (rdmaTransport.admits).
+// (rdmaTransport.admitted).
 type freeSnap struct {
 	gen, outbox, nslots, nkeys uint64
 	keys                       [freeKeys]uint64
