@@ -78,11 +78,13 @@ type Config struct {
 	MaxSoftPinTTL     time.Duration // largest soft-pin TTL a put may ask for
 	ClientTTL         time.Duration // silent this long → GRACE (suspect); sooner (2.5 beat periods) for a client that reports its period
 	ClientGrace       time.Duration // silent TTL+grace → GONE (segments unmounted, puts revoked)
-	// RemoveSyncTimeout bounds how long a remove waits for the appliances
-	// holding SSD copies to confirm their deletion durably and those
-	// holding DRAM directory entries to drop them, one bound for both
-	// (doc.go, "Removals"); < 0: removals are queued but not waited for
-	// (tests whose appliances do not take removals).
+	// RemoveSyncTimeout bounds how long a remove waits on appliances: for
+	// an SSD copy being made to land (the copy is then removed too), for
+	// those holding SSD copies to confirm their deletion durably and those
+	// holding DRAM directory entries to drop them, one bound for all
+	// (doc.go, "Removals"); < 0: removals are queued but not waited for,
+	// nor are copies being made (tests whose appliances do not take
+	// removals).
 	RemoveSyncTimeout time.Duration
 	// RestartTakeover: a new incarnation of a known appliance name takes
 	// over once the old one has been silent this long (doc.go, "Appliance

@@ -111,8 +111,11 @@
 //     suspect node is OBJECT_NOT_FOUND naming the node, and Exist says no
 //     for it ("exists" implies "get succeeds"). Exist never touches a lease.
 //   - Remove refuses a leased object (OBJECT_HAS_LEASE) unless force, and
-//     always one in flight or whose offload task is dispatched
-//     (REPLICA_IS_NOT_READY). RemoveByRegex/RemoveAll skip instead of failing.
+//     always one in flight (REPLICA_IS_NOT_READY). One whose offload task
+//     is dispatched (with offload immediate, every fresh put) is removed
+//     once the task ends, its SSD copy with it, within RemoveSyncTimeout
+//     (then REPLICA_IS_NOT_READY, nothing removed). RemoveByRegex/RemoveAll
+//     skip both instead of failing or waiting.
 //     A removal that returned success is never undone by a restart (see
 //     "Removals").
 //   - Segments: MountSegment is idempotent for the same name, size, base,

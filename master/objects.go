@@ -669,11 +669,11 @@ func (m *Master) removable(o *object, key string, force bool, now int64) error {
 			return kverr.New(kverr.ReplicaIsNotReady, key, "a replica is %v", o.replicas[i].state)
 		}
 	}
-	if o.offload == offloadDispatched {
-		return kverr.New(kverr.ReplicaIsNotReady, key, "being replicated to SSD")
-	}
 	if !force && m.leased(o, now) {
 		return kverr.New(kverr.ObjectHasLease, key, "read lease until %v", m.leaseDeadline(o).UTC().Format(time.RFC3339Nano))
+	}
+	if o.offload == offloadDispatched {
+		return kverr.New(kverr.ReplicaIsNotReady, key, "being replicated to SSD")
 	}
 	return nil
 }
@@ -692,26 +692,50 @@ func (m *Master) removeLocked(sh *shard, k string, o *object) {
 }
 
 // Remove deletes an object. It refuses a leased object (OBJECT_HAS_LEASE)
-// unless force, and always one in flight or being replicated
-// (REPLICA_IS_NOT_READY). The object is gone from the master at once; when
-// appliances hold LOCAL_DISK copies, Remove returns once each has recorded
-// their deletion durably, or UNAVAILABLE_IN_CURRENT_STATUS after
-// RemoveSyncTimeout naming those that did not (doc.go, "Removals").
+// unless force, and always one in flight (REPLICA_IS_NOT_READY). One
+// being replicated to SSD (its offload task dispatched) is removed once
+// the copy lands or the task ends, with the copy: a removal right after a
+// put would otherwise fail whenever offload is immediate. The object is
+// gone from the master at once; when appliances hold LOCAL_DISK copies,
+// Remove returns once each has recorded their deletion durably, or
+// UNAVAILABLE_IN_CURRENT_STATUS naming those that did not. The wait for
+// the copy and the confirmations share one RemoveSyncTimeout (doc.go,
+// "Removals"); past it a copy still on its way is REPLICA_IS_NOT_READY
+// and nothing is removed.
 func (m *Master) Remove(ctx context.Context, tenant, key string, force bool) error {
 	t, k, err := m.checkKey(tenant, key)
 	if err != nil {
 		return err
 	}
-	sh := m.shardOf(k)
-	sh.mu.Lock()
-	o := sh.objs[k]
-	if o == nil {
-		sh.mu.Unlock()
-		return kverr.New(kverr.ObjectNotFound, key, "no such object")
+	if m.cfg.RemoveSyncTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, m.cfg.RemoveSyncTimeout)
+		defer cancel()
 	}
-	if err := m.removable(o, key, force, m.now().UnixNano()); err != nil {
+	start := time.Now()
+	sh := m.shardOf(k)
+	var o *object
+	for {
+		// Taken before the check: an offload ending after it wakes the
+		// wait below, one ending before it is seen by the check.
+		progress := m.offload.progress()
+		sh.mu.Lock()
+		if o = sh.objs[k]; o == nil {
+			sh.mu.Unlock()
+			return kverr.New(kverr.ObjectNotFound, key, "no such object")
+		}
+		err := m.removable(o, key, force, m.now().UnixNano())
+		if err == nil {
+			break
+		}
+		offloading := o.offload == offloadDispatched && kverr.Is(err, kverr.ReplicaIsNotReady)
 		sh.mu.Unlock()
-		return err
+		if !offloading || m.cfg.RemoveSyncTimeout < 0 {
+			return err
+		}
+		if !waitDone(ctx, progress) {
+			return kverr.New(kverr.ReplicaIsNotReady, key, "being replicated to SSD; the copy did not land within %v", time.Since(start).Round(time.Millisecond))
+		}
 	}
 	size := o.size
 	waits := m.queueDeleteLocked(t, key, o, nil)
@@ -720,6 +744,16 @@ func (m *Master) Remove(ctx context.Context, tenant, key string, force bool) err
 	sh.mu.Unlock()
 	m.publish(Event{Kind: "remove", Tenant: t, Key: key, Bytes: size})
 	return m.awaitRemoved(ctx, key, waits)
+}
+
+// waitDone waits until ch is closed (true) or ctx ends (false).
+func waitDone(ctx context.Context, ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // awaitRemoved waits for the appliances to confirm a removal: their SSD

@@ -391,6 +391,7 @@ func (m *Master) markOffloadFailed(k string) {
 // placeholder replica on c until c's re-registration says (diskindex.go,
 // "Restarts").
 func (m *Master) resetOffloadAfterRestart(k string, c *client, disk bool) {
+	defer m.offload.noteProgress() // after the shard lock: a waiting Remove or PutStart looks again
 	sh := m.shardOf(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -425,6 +426,7 @@ func (m *Master) reofferOffloads(keys []string) {
 }
 
 func (m *Master) resetOffload(k string) {
+	defer m.offload.noteProgress() // after the shard lock: a waiting Remove or PutStart looks again
 	sh := m.shardOf(k)
 	sh.mu.Lock()
 	if o := sh.objs[k]; o != nil {

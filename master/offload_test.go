@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,7 +48,14 @@ func TestOffloadImmediateThenEvict(t *testing.T) {
 		r.Offload[0].Source.Segment != "A/0" || r.Offload[0].Source.Type != Memory {
 		t.Fatalf("tasks %+v", r.Offload)
 	}
-	wantCode(t, m.Remove(ctx, "", "k00", true), kverr.ReplicaIsNotReady) // being replicated
+	// Being replicated: a removal waits for the copy, here past its deadline.
+	short, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+	err := m.Remove(short, "", "k00", true)
+	cancel()
+	wantCode(t, err, kverr.ReplicaIsNotReady)
+	if !strings.Contains(err.Error(), "did not land within") || !exists(t, m, "k00") {
+		t.Fatalf("a removal that timed out waiting for the SSD copy: %v (the object must stay)", err)
+	}
 	if err := m.OffloadDone(ctx, OffloadResult{Client: "A", Key: "k00", OK: true, Bucket: 1, Offset: 4096, Length: 64}); err != nil {
 		t.Fatal(err)
 	}
@@ -387,5 +395,80 @@ func TestPutWaitsForOffloadsInFlight(t *testing.T) {
 	wantCode(t, err, kverr.NoAvailableHandle)
 	if d := time.Since(start); d < 100*time.Millisecond || d > 2*time.Second {
 		t.Fatalf("refusal after %v, want after the 100ms wait", d)
+	}
+}
+
+// TestRemoveWaitsForOffload: a removal of an object whose SSD copy is being
+// made (offload immediate: every fresh put) waits for the copy and removes
+// it with the object, instead of failing REPLICA_IS_NOT_READY; a task that
+// ends without a copy (timed out, its node gone) lets it go on at once.
+func TestRemoveWaitsForOffload(t *testing.T) {
+	m, fc := newTest(t, Config{OffloadMode: OffloadImmediate})
+	appliance(t, m, 0)
+	fill(t, m, 3, nil)
+	if r := appliance(t, m, 3); len(r.Offload) != 3 {
+		t.Fatalf("tasks %+v", r.Offload)
+	}
+	removed := func(key string, force bool) <-chan error {
+		done := make(chan error, 1)
+		go func() { done <- m.Remove(ctx, "", key, force) }()
+		return done
+	}
+	quiet := func(done <-chan error, what string) {
+		t.Helper()
+		select {
+		case err := <-done:
+			t.Fatalf("%s: removal returned %v before its copy landed", what, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+
+	// The copy lands: the removal takes it along and waits for the
+	// appliance to delete it.
+	done := removed("k00", false)
+	quiet(done, "k00")
+	if err := m.OffloadDone(ctx, OffloadResult{Client: "A", Key: "k00", OK: true, Bucket: 1, Offset: 0, Length: 64}); err != nil {
+		t.Fatal(err)
+	}
+	var ob uint64
+	var rs []DiskRemoval
+	for len(rs) == 0 {
+		ob, rs = take(t, m, 0, 0)
+	}
+	if len(rs) != 1 || rs[0].Key != "k00" || rs[0].Cutoff {
+		t.Fatalf("removals sent to the appliance: %+v", rs)
+	}
+	take(t, m, ob, rs[len(rs)-1].Seq)
+	if err := <-done; err != nil {
+		t.Fatalf("Remove k00: %v", err)
+	}
+	if exists(t, m, "k00") {
+		t.Fatal("k00 still exists")
+	}
+
+	// A leased object is refused at once, offload or not.
+	if _, err := m.GetReplicaList(ctx, "reader", "", "k01"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	wantCode(t, m.Remove(ctx, "", "k01", false), kverr.ObjectHasLease)
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("OBJECT_HAS_LEASE took %v: it waited for the offload", d)
+	}
+
+	// Forced, and the task times out: the removal goes on without a copy.
+	done = removed("k01", true)
+	quiet(done, "k01")
+	fc.Advance(DefaultOffloadTimeout + time.Second)
+	appliance(t, m, 0)
+	m.Reap(ctx)
+	if err := <-done; err != nil {
+		t.Fatalf("Remove k01 after its task timed out: %v", err)
+	}
+	// The late report of a removed object's copy is refused: the appliance
+	// deletes what it wrote.
+	wantCode(t, m.OffloadDone(ctx, OffloadResult{Client: "A", Key: "k01", OK: true, Bucket: 1, Offset: 4096, Length: 64}), kverr.ObjectNotFound)
+	if exists(t, m, "k01") || !exists(t, m, "k02") {
+		t.Fatal("k01 must be gone, k02 untouched")
 	}
 }
