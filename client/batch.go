@@ -58,6 +58,9 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte, o
 	for _, f := range opts {
 		f(&o)
 	}
+	if err := o.check(""); err != nil {
+		return fill(errs, err)
+	}
 	rest := c.batchPutDirect(ctx, keys, values, o, errs)
 	if len(rest) == 0 {
 		return errs

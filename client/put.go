@@ -42,6 +42,21 @@ func WithHardPin() PutOption { return func(o *PutOptions) { o.HardPin = true } }
 // WithOptions applies a whole PutOptions value.
 func WithOptions(p PutOptions) PutOption { return func(o *PutOptions) { *o = p } }
 
+// check refuses options no put can honour (INVALID_PARAMS, naming key):
+// negative counts or a negative soft-pin TTL, which the wire's unsigned
+// fields would otherwise turn into other requests.
+func (o PutOptions) check(key string) error {
+	switch {
+	case o.Replicas < 0:
+		return kverr.New(kverr.InvalidParams, key, "replica count %d is negative", o.Replicas)
+	case o.NOFReplicas < 0:
+		return kverr.New(kverr.InvalidParams, key, "NVMe-oF replica count %d is negative", o.NOFReplicas)
+	case o.SoftPinTTL < 0:
+		return kverr.New(kverr.InvalidParams, key, "soft-pin TTL %v is negative", o.SoftPinTTL)
+	}
+	return nil
+}
+
 func (o PutOptions) proto() *kvtierpb.PutConfig {
 	return &kvtierpb.PutConfig{
 		ReplicaNum: uint32(max(o.Replicas, 0)), PreferredSegment: o.PreferredSegment,
@@ -70,6 +85,9 @@ func (c *Client) PutWithResult(ctx context.Context, key string, value []byte, op
 	var o PutOptions
 	for _, f := range opts {
 		f(&o)
+	}
+	if err := o.check(key); err != nil {
+		return PutResult{}, err
 	}
 	if r, err, done := c.putDirect(ctx, key, value, o); done {
 		return r, err
