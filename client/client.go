@@ -304,6 +304,10 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		hints:    leaseCache{max: cfg.ReplicaHints, margin: math.MinInt64, m: map[string]*ReplicaList{}},
 	}
 	c.nof.secret, c.nof.ctrlSecret = nvmeSecret, nvmeCtrlSecret
+	// Each client's round robin over the boxes starts at a place of its
+	// own: clients that put once or a few times (the CLI, short-lived
+	// workers) would otherwise all put on the same box.
+	c.direct.rr.Store(rand.Uint64())
 	if err := c.setup(ctx); err != nil {
 		if c.engine != nil {
 			c.release(c.servedSegments())

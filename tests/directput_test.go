@@ -14,10 +14,12 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/appliance"
 	"github.com/kvtier/kvtier/client"
 	"github.com/kvtier/kvtier/internal/grant"
 	"github.com/kvtier/kvtier/internal/transfer"
 	"github.com/kvtier/kvtier/kverr"
+	"github.com/kvtier/kvtier/master"
 )
 
 // tcpClient is an SDK client whose transfers all cross TCP (no shared
@@ -606,4 +608,44 @@ func TestDirectPutTicketExpiry(t *testing.T) {
 	if got := cl.Engine().Stats().DirectPuts - base; got != uint64(n) {
 		t.Fatalf("%d of %d puts went direct across three ticket lives", got, n)
 	}
+}
+
+// TestDirectPutsSpreadAcrossBoxes: clients that each put once (the CLI's
+// one-shot clients, a fleet of short-lived engine workers) spread their
+// direct puts over the appliances. Every client's round robin used to
+// start at the same place, so every first put went to the same box.
+func TestDirectPutsSpreadAcrossBoxes(t *testing.T) {
+	ip := startInproc(t, master.Config{})
+	ip.appliance(t, appliance.Config{Name: "box-a"})
+	ip.appliance(t, appliance.Config{Name: "box-b"})
+	warm := tcpClient(t, ip.addr, nil)
+	// Both boxes take direct puts (each has reported its DRAM directory):
+	// a long-lived client's round robin has put directly several times.
+	before := waitDirect(t, warm)
+	eventually(t, 10*time.Second, "direct puts on both boxes", func() bool {
+		waitDirect(t, warm)
+		return warm.Engine().Stats().DirectPuts >= before+4
+	})
+	const clients = 24
+	per := map[string]int{}
+	for i := range clients {
+		c := tcpClient(t, ip.addr, func(cfg *client.Config) { cfg.OneShot = true })
+		key := fmt.Sprintf("spread/%d", i)
+		if err := c.Put(context.Background(), key, bytes.Repeat([]byte{byte(i)}, 4096)); err != nil {
+			t.Fatal(err)
+		}
+		if n := c.Engine().Stats().DirectPuts; n != 1 {
+			t.Fatalf("client %d: %d direct puts, want its one put direct", i, n)
+		}
+		info, err := c.Stat(context.Background(), key)
+		if err != nil || len(info.Replicas) != 1 {
+			t.Fatalf("stat %s: %+v, %v", key, info, err)
+		}
+		per[info.Replicas[0].Node]++
+		c.Close()
+	}
+	if per["box-a"] == 0 || per["box-b"] == 0 {
+		t.Fatalf("first puts of %d clients by box: %v, want both boxes used", clients, per)
+	}
+	t.Logf("first puts of %d clients by box: %v", clients, per)
 }
