@@ -128,10 +128,10 @@ func (e *CleanupError) Unwrap() error { return e.Err }
 var cleanupTimeout = 30 * time.Second
 
 // Remainer is a Cleaner that can say whether any key under a prefix is
-// left (the client SDK's List). The master removes no object that is still
-// being written or copied to SSD (REPLICA_IS_NOT_READY; with offload
-// immediate, a run's last puts are), so with it Run repeats its removal
-// until nothing is left, instead of leaving those behind.
+// left (the client SDK's List). A bulk remove skips objects still being
+// written, and those whose copy to SSD outlasts its wait (with offload
+// immediate, a run's last puts are being copied), so with it Run repeats
+// its removal until nothing is left, instead of leaving those behind.
 type Remainer interface {
 	AnyUnder(ctx context.Context, prefix string) (bool, error)
 }

@@ -115,7 +115,9 @@
 //     is dispatched (with offload immediate, every fresh put) is removed
 //     once the task ends, its SSD copy with it, within RemoveSyncTimeout
 //     (then REPLICA_IS_NOT_READY, nothing removed). RemoveByRegex/RemoveAll
-//     skip both instead of failing or waiting.
+//     skip instead of failing: they first wait (within the same bound) for
+//     the offload tasks of matching objects dispatched when they were
+//     called, then skip what is still in flight or being copied.
 //     A removal that returned success is never undone by a restart (see
 //     "Removals").
 //   - Segments: MountSegment is idempotent for the same name, size, base,

@@ -194,6 +194,28 @@ func (q *offloadQueue) nodeOf(c string) string {
 	return q.outstanding[c].node
 }
 
+// outstandingOf returns the composite keys of the dispatched tasks that
+// match accepts; keep (nil: every task) narrows it to those among keep.
+func (q *offloadQueue) outstandingOf(match func(ck string) bool, keep []string) []string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var out []string
+	if keep != nil {
+		for _, c := range keep {
+			if _, ok := q.outstanding[c]; ok {
+				out = append(out, c)
+			}
+		}
+		return out
+	}
+	for c := range q.outstanding {
+		if match(c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 // depth returns queued and outstanding task counts.
 func (q *offloadQueue) depth() (queued, outstanding int) {
 	q.mu.Lock()

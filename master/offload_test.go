@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -470,5 +471,60 @@ func TestRemoveWaitsForOffload(t *testing.T) {
 	wantCode(t, m.OffloadDone(ctx, OffloadResult{Client: "A", Key: "k01", OK: true, Bucket: 1, Offset: 4096, Length: 64}), kverr.ObjectNotFound)
 	if exists(t, m, "k01") || !exists(t, m, "k02") {
 		t.Fatal("k01 must be gone, k02 untouched")
+	}
+}
+
+// TestRemoveAllWaitsForOffloads: a bulk remove right after puts whose SSD
+// copies are being made (offload immediate) waits for those tasks and
+// removes the objects with their copies, instead of skipping them; tasks
+// dispatched after it started are not waited for.
+func TestRemoveAllWaitsForOffloads(t *testing.T) {
+	m, _ := newTest(t, Config{OffloadMode: OffloadImmediate})
+	appliance(t, m, 0)
+	fill(t, m, 3, nil)
+	if r := appliance(t, m, 3); len(r.Offload) != 3 {
+		t.Fatalf("tasks %+v", r.Offload)
+	}
+	type res struct {
+		n   int
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		n, err := m.RemoveAll(ctx, "", false)
+		done <- res{n, err}
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("RemoveAll returned %+v while the copies were being made", r)
+	case <-time.After(50 * time.Millisecond):
+	}
+	for i, ok := range []bool{true, true, false} {
+		key := fmt.Sprintf("k%02d", i)
+		res := OffloadResult{Client: "A", Key: key, OK: ok, Bucket: 1, Offset: uint64(i) * 4096, Length: 64}
+		if !ok {
+			res.Error = "disk full"
+		}
+		if err := m.OffloadDone(ctx, res); err != nil {
+			t.Fatalf("OffloadDone %s: %v", key, err)
+		}
+	}
+	var ob uint64
+	var rs []DiskRemoval
+	for len(rs) == 0 {
+		ob, rs = take(t, m, 0, 0)
+	}
+	if len(rs) != 1 || !rs[0].Cutoff || len(rs[0].Keep) != 0 {
+		t.Fatalf("removals sent to the appliance: %+v (want one cutoff keeping nothing)", rs)
+	}
+	take(t, m, ob, rs[0].Seq)
+	r := <-done
+	if r.err != nil || r.n != 3 {
+		t.Fatalf("RemoveAll: %d, %v; want 3 removed", r.n, r.err)
+	}
+	for i := range 3 {
+		if key := fmt.Sprintf("k%02d", i); exists(t, m, key) {
+			t.Fatalf("%s survived RemoveAll", key)
+		}
 	}
 }

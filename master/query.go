@@ -6,6 +6,7 @@ import (
 	"runtime/metrics"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/kvtier/kvtier/kverr"
 )
@@ -49,6 +50,13 @@ const MaxRemovePattern = 4096
 // and handed out once the scan knows which copies to keep (objects it
 // skipped); the call then waits for their acknowledgement like Remove.
 func (m *Master) removeMatching(ctx context.Context, tenant, pattern string, match func(key string) bool, force bool) (int, error) {
+	// One bound for the wait for copies being made and the appliances'
+	// confirmations, as Remove (the scan itself is not bounded by it).
+	deadline := time.Now().Add(m.cfg.RemoveSyncTimeout)
+	m.awaitOffloadsOf(ctx, deadline, func(ck string) bool {
+		t, key := splitCK(ck)
+		return t == tenant && match(key)
+	})
 	type cut struct {
 		c       *client
 		r       *pendingRemoval
@@ -130,12 +138,45 @@ func (m *Master) removeMatching(ctx context.Context, tenant, pattern string, mat
 	if n > 0 {
 		m.publish(Event{Kind: "remove", Tenant: tenant, Message: "bulk remove"})
 	}
+	if m.cfg.RemoveSyncTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
 	return n, m.awaitRemoved(ctx, "", waits)
+}
+
+// awaitOffloadsOf waits until the offload tasks dispatched now for the
+// objects match accepts (composite keys) have ended, or deadline passes
+// or ctx ends: the scan of a bulk remove skips an object being copied to
+// SSD, so without the wait a RemoveAll right after puts (offload
+// immediate) left the newest objects behind. Tasks dispatched meanwhile
+// are not waited for. Nothing is waited for when RemoveSyncTimeout < 0.
+func (m *Master) awaitOffloadsOf(ctx context.Context, deadline time.Time, match func(ck string) bool) {
+	if m.cfg.RemoveSyncTimeout < 0 {
+		return
+	}
+	wctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	var cks []string
+	for first := true; first || len(cks) > 0; first = false {
+		// Taken before the look: a task ending after it wakes the wait.
+		progress := m.offload.progress()
+		if first {
+			cks = m.offload.outstandingOf(match, nil)
+		} else {
+			cks = m.offload.outstandingOf(nil, cks)
+		}
+		if len(cks) == 0 || !waitDone(wctx, progress) {
+			return
+		}
+	}
 }
 
 // RemoveByRegex removes the objects of tenant whose key matches expr (Go
 // RE2 syntax, at most MaxRemovePattern bytes), skipping leased ones unless
-// force and in-flight ones always. It returns how many it removed. It
+// force and in-flight ones always; objects being copied to SSD when it is
+// called are waited for first (awaitOffloadsOf). It returns how many it removed. It
 // stops between shards when ctx ends (see removeMatching).
 func (m *Master) RemoveByRegex(ctx context.Context, tenant, expr string, force bool) (int, error) {
 	t, err := normTenant(tenant)
