@@ -15,9 +15,15 @@ import (
 // mounts and unmounts at once (run it with -race). Every result must carry
 // an expected code, every successful read must be consistent, and the
 // invariants must hold at the end; after a forced RemoveAll no byte stays
-// allocated.
+// allocated. Twice: removals that wait for nothing, and removals that wait
+// (briefly) for copies being made and for confirmations nobody sends.
 func TestConcurrentOps(t *testing.T) {
-	m, fc := newTest(t, Config{ClientTTL: time.Hour, HighWatermark: 0.5, RemoveSyncTimeout: -1})
+	t.Run("no-waits", func(t *testing.T) { concurrentOps(t, -1) })
+	t.Run("waits", func(t *testing.T) { concurrentOps(t, 2*time.Millisecond) })
+}
+
+func concurrentOps(t *testing.T, removeWait time.Duration) {
+	m, fc := newTest(t, Config{ClientTTL: time.Hour, HighWatermark: 0.5, RemoveSyncTimeout: removeWait})
 	for n := 0; n < 4; n++ {
 		for s := 0; s < 2; s++ {
 			mountMem(t, m, fmt.Sprintf("n%d", n), fmt.Sprintf("n%d/%d", n, s), 64<<10)
@@ -51,6 +57,7 @@ func TestConcurrentOps(t *testing.T) {
 			defer wg.Done()
 			r := rand.New(rand.NewPCG(uint64(w), 7))
 			me := fmt.Sprintf("c%d", w)
+			var pending []OffloadTask // dispatched to this worker, not yet reported
 			for i := 0; i < iters; i++ {
 				key := fmt.Sprintf("k%d", r.IntN(64)) // shared keys: collisions on purpose
 				if r.IntN(4) == 0 {
@@ -85,7 +92,9 @@ func TestConcurrentOps(t *testing.T) {
 					_, err := m.Exist(ctx, "", key)
 					allowed("Exist", err)
 				case 6:
-					allowed("Remove", m.Remove(ctx, "", key, r.IntN(2) == 0), kverr.ObjectNotFound, kverr.ObjectHasLease, kverr.ReplicaIsNotReady)
+					// UNAVAILABLE: removed, its SSD copy's deletion unconfirmed
+					// (n0 takes no removals) when removals wait.
+					allowed("Remove", m.Remove(ctx, "", key, r.IntN(2) == 0), kverr.ObjectNotFound, kverr.ObjectHasLease, kverr.ReplicaIsNotReady, kverr.UnavailableInCurrentStatus)
 				case 7:
 					m.EvictNow(ctx)
 					fc.Advance(time.Duration(r.IntN(3000)) * time.Millisecond)
@@ -99,7 +108,18 @@ func TestConcurrentOps(t *testing.T) {
 				case 9:
 					res, err := m.Heartbeat(ctx, HeartbeatRequest{Client: "n0", OffloadSlots: 4, Disk: &DiskStats{Capacity: 1 << 30}})
 					allowed("Heartbeat", err)
+					// Half the tasks end at once, the others at this
+					// worker's next heartbeat: removals meet copies being made.
+					done := pending
+					pending = nil
 					for _, task := range res.Offload {
+						if r.IntN(2) == 0 {
+							pending = append(pending, task)
+						} else {
+							done = append(done, task)
+						}
+					}
+					for _, task := range done {
 						allowed("OffloadDone", m.OffloadDone(ctx, OffloadResult{Client: "n0", Tenant: task.Tenant, Key: task.Key, OK: r.IntN(4) != 0, Bucket: 1, Length: task.Size}),
 							kverr.ObjectNotFound, kverr.ReplicaIsNotReady)
 					}
