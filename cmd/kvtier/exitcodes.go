@@ -114,9 +114,20 @@ func exitCode(err error) int {
 }
 
 // markUsageErrors makes every argument-count and flag-parsing error of the
-// command tree a usageError, so they exit 2 whatever their text.
+// command tree a usageError, so they exit 2 whatever their text. A group
+// of verbs (tiers, config, nvme) given an unknown verb says so: cobra
+// prints such a group's help and exits 0, so a script's typo
+// (`kvtier tiers sett ...`) went unnoticed.
 func markUsageErrors(c *cobra.Command) {
 	c.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	if c.HasParent() && c.HasSubCommands() && !c.Runnable() {
+		c.RunE = func(cmd *cobra.Command, a []string) error {
+			if len(a) > 0 {
+				return usageError{fmt.Errorf("unknown command %q for %q (its commands: %s --help)", a[0], cmd.CommandPath(), cmd.CommandPath())}
+			}
+			return cmd.Help()
+		}
+	}
 	if args := c.Args; args != nil {
 		c.Args = func(cmd *cobra.Command, a []string) error {
 			if err := args(cmd, a); err != nil {

@@ -196,3 +196,35 @@ func FuzzConfigFile(f *testing.F) {
 		}
 	})
 }
+
+// TestUnknownVerbOfAGroup: a group of verbs given an unknown verb is a
+// usage error (exit 2) naming it, at any depth; the group alone prints its
+// help and succeeds; an unknown top-level command stays a usage error.
+func TestUnknownVerbOfAGroup(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		bad  string // "" = succeeds
+	}{
+		{[]string{"tiers", "sett"}, `"sett" for "kvtier tiers"`},
+		{[]string{"config", "standalone"}, `"standalone" for "kvtier config"`},
+		{[]string{"nvme", "discovr"}, `"discovr" for "kvtier nvme"`},
+		{[]string{"bogus"}, `"bogus" for "kvtier"`},
+		{[]string{"tiers"}, ""},
+		{[]string{"nvme"}, ""},
+	} {
+		root := newRoot()
+		root.SetArgs(tc.args)
+		var out strings.Builder
+		root.SetOut(&out)
+		root.SetErr(&out)
+		err := root.Execute()
+		switch {
+		case tc.bad == "" && err != nil:
+			t.Errorf("%v: %v, want its help", tc.args, err)
+		case tc.bad == "" && !strings.Contains(out.String(), "Available Commands"):
+			t.Errorf("%v printed %q, want its help", tc.args, out.String())
+		case tc.bad != "" && (err == nil || exitCode(err) != exitUsage || !strings.Contains(err.Error(), tc.bad)):
+			t.Errorf("%v: %v (exit %d), want a usage error naming %s", tc.args, err, exitCode(err), tc.bad)
+		}
+	}
+}
