@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvtier/kvtier/internal/clock"
 	"github.com/kvtier/kvtier/kverr"
 )
 
@@ -404,12 +405,7 @@ func TestPutWaitsForOffloadsInFlight(t *testing.T) {
 // it with the object, instead of failing REPLICA_IS_NOT_READY; a task that
 // ends without a copy (timed out, its node gone) lets it go on at once.
 func TestRemoveWaitsForOffload(t *testing.T) {
-	m, fc := newTest(t, Config{OffloadMode: OffloadImmediate})
-	appliance(t, m, 0)
-	fill(t, m, 3, nil)
-	if r := appliance(t, m, 3); len(r.Offload) != 3 {
-		t.Fatalf("tasks %+v", r.Offload)
-	}
+	m, fc := copiesBeingMade(t)
 	removed := func(key string, force bool) <-chan error {
 		done := make(chan error, 1)
 		go func() { done <- m.Remove(ctx, "", key, force) }()
@@ -431,11 +427,7 @@ func TestRemoveWaitsForOffload(t *testing.T) {
 	if err := m.OffloadDone(ctx, OffloadResult{Client: "A", Key: "k00", OK: true, Bucket: 1, Offset: 0, Length: 64}); err != nil {
 		t.Fatal(err)
 	}
-	var ob uint64
-	var rs []DiskRemoval
-	for len(rs) == 0 {
-		ob, rs = take(t, m, 0, 0)
-	}
+	ob, rs := takeSome(t, m)
 	if len(rs) != 1 || rs[0].Key != "k00" || rs[0].Cutoff {
 		t.Fatalf("removals sent to the appliance: %+v", rs)
 	}
@@ -479,12 +471,7 @@ func TestRemoveWaitsForOffload(t *testing.T) {
 // removes the objects with their copies, instead of skipping them; tasks
 // dispatched after it started are not waited for.
 func TestRemoveAllWaitsForOffloads(t *testing.T) {
-	m, _ := newTest(t, Config{OffloadMode: OffloadImmediate})
-	appliance(t, m, 0)
-	fill(t, m, 3, nil)
-	if r := appliance(t, m, 3); len(r.Offload) != 3 {
-		t.Fatalf("tasks %+v", r.Offload)
-	}
+	m, _ := copiesBeingMade(t)
 	type res struct {
 		n   int
 		err error
@@ -499,6 +486,11 @@ func TestRemoveAllWaitsForOffloads(t *testing.T) {
 		t.Fatalf("RemoveAll returned %+v while the copies were being made", r)
 	case <-time.After(50 * time.Millisecond):
 	}
+	// A put whose copy starts after the call: not waited for, skipped.
+	putCfg(t, m, "w", "late", 64, PutConfig{Replicas: 1})
+	if r := appliance(t, m, 1); len(r.Offload) != 1 || r.Offload[0].Key != "late" {
+		t.Fatalf("tasks %+v", r.Offload)
+	}
 	for i, ok := range []bool{true, true, false} {
 		key := fmt.Sprintf("k%02d", i)
 		res := OffloadResult{Client: "A", Key: key, OK: ok, Bucket: 1, Offset: uint64(i) * 4096, Length: 64}
@@ -509,11 +501,7 @@ func TestRemoveAllWaitsForOffloads(t *testing.T) {
 			t.Fatalf("OffloadDone %s: %v", key, err)
 		}
 	}
-	var ob uint64
-	var rs []DiskRemoval
-	for len(rs) == 0 {
-		ob, rs = take(t, m, 0, 0)
-	}
+	ob, rs := takeSome(t, m)
 	if len(rs) != 1 || !rs[0].Cutoff || len(rs[0].Keep) != 0 {
 		t.Fatalf("removals sent to the appliance: %+v (want one cutoff keeping nothing)", rs)
 	}
@@ -527,4 +515,20 @@ func TestRemoveAllWaitsForOffloads(t *testing.T) {
 			t.Fatalf("%s survived RemoveAll", key)
 		}
 	}
+	if !exists(t, m, "late") {
+		t.Fatal("late (its copy dispatched after RemoveAll began) was removed: it is being copied")
+	}
+}
+
+// copiesBeingMade is a master with offload immediate and appliance A whose
+// three objects k00-k02 have their SSD copies dispatched, not reported.
+func copiesBeingMade(t *testing.T) (*Master, *clock.Fake) {
+	t.Helper()
+	m, fc := newTest(t, Config{OffloadMode: OffloadImmediate})
+	appliance(t, m, 0)
+	fill(t, m, 3, nil)
+	if r := appliance(t, m, 3); len(r.Offload) != 3 {
+		t.Fatalf("tasks %+v", r.Offload)
+	}
+	return m, fc
 }

@@ -41,16 +41,23 @@ func take(t *testing.T, m *Master, outbox, ack uint64) (uint64, []DiskRemoval) {
 	return ob, rs
 }
 
+// takeSome takes A's removals until some arrive (a removal running in
+// another goroutine queues them).
+func takeSome(t *testing.T, m *Master) (uint64, []DiskRemoval) {
+	t.Helper()
+	for {
+		if ob, rs := take(t, m, 0, 0); len(rs) > 0 {
+			return ob, rs
+		}
+	}
+}
+
 func TestRemoveWaitsForDiskAck(t *testing.T) {
 	m, _ := newTest(t, Config{OffloadMode: OffloadOff})
 	diskAppliance(t, m, diskObj("k", 1, 0), diskObj("other", 1, 4096))
 	done := make(chan error, 1)
 	go func() { done <- m.Remove(ctx, "", "k", false) }()
-	var ob uint64
-	var rs []DiskRemoval
-	for len(rs) == 0 {
-		ob, rs = take(t, m, 0, 0)
-	}
+	ob, rs := takeSome(t, m)
 	if len(rs) != 1 || rs[0].Key != "k" || rs[0].Cutoff {
 		t.Fatalf("removals %+v", rs)
 	}
@@ -119,11 +126,7 @@ func TestRemoveAllSendsOneCutoff(t *testing.T) {
 		n, err := m.RemoveByRegex(ctx, "", "^x/", false)
 		done <- res{n, err}
 	}()
-	var ob uint64
-	var rs []DiskRemoval
-	for len(rs) == 0 {
-		ob, rs = take(t, m, 0, 0)
-	}
+	ob, rs := takeSome(t, m)
 	if len(rs) != 1 || !rs[0].Cutoff || rs[0].Pattern != "^x/" || len(rs[0].Keep) != 1 ||
 		rs[0].Keep[0] != (DiskLocation{1, 3 * 4096}) {
 		t.Fatalf("removals %+v", rs)
