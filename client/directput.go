@@ -20,7 +20,8 @@ import (
 // one MEMORY replica and no NVMe-oF replica, of at most DirectPutMax
 // bytes (a batch: every value), to an appliance whose
 // segments announce direct_put, when the transfer engine would reach it
-// over TCP (not the same process, not shared memory, not RDMA). A put the
+// over TCP (not the same process, not RDMA), or through shared memory for
+// a single put of at most directOverShmMax bytes. A put the
 // appliance answers "no room here" (NO_AVAILABLE_HANDLE), or that cannot
 // go direct for any reason but a definite answer about the key, takes
 // the classic path, unchanged.
@@ -28,6 +29,20 @@ import (
 // The client learns the appliances from ListSegments (cached, refreshed
 // every directRefresh in the background) and holds one put ticket per
 // appliance (PutTicket), renewed in the background at half its life.
+
+// directOverShmMax is the largest single put a client on an appliance's
+// host sends direct over TCP rather than through shared memory: the
+// shared-memory put is the classic one, two master calls around a copy,
+// and for small values the calls cost more than the bytes crossing
+// loopback. Measured against a standalone (kvtier bench --shm=true, the
+// classic path, against --shm=false, direct; 2 s, two rounds), one / four
+// callers: 16 KiB 7.4-8.2k / 15-17k puts/s classic against 10.4-11.1k /
+// 35-37k direct, 64 KiB 0.50-0.63 / 0.81-1.11 GB/s against 0.59-0.72 /
+// 1.48-1.54; at 256 KiB shared memory is ahead (1.71-2.14 / 3.39-3.92
+// against 1.63-1.89 / 3.25-3.33), at 1 MiB well ahead. Batches stay on
+// shared memory: their two calls are shared by every key (128 x 4 KiB
+// measured alike either way).
+const directOverShmMax = 128 << 10
 
 const (
 	directRefresh = 3 * time.Second  // segment list refresh
@@ -76,9 +91,9 @@ func (c *Client) directOK(o PutOptions) bool {
 }
 
 // directTarget picks the appliance for a put of size bytes: the owner of
-// o.PreferredSegment, else round robin over those with room. ok false:
-// use the classic path.
-func (c *Client) directTarget(ctx context.Context, o PutOptions, size uint64) (directTarget, bool) {
+// o.PreferredSegment, else round robin over those with room; one reached
+// through shared memory only when overShm. ok false: use the classic path.
+func (c *Client) directTarget(ctx context.Context, o PutOptions, size uint64, overShm bool) (directTarget, bool) {
 	d := &c.direct
 	nodes, _ := c.directNodes(ctx)
 	if len(nodes) == 0 {
@@ -109,8 +124,14 @@ func (c *Client) directTarget(ctx context.Context, o PutOptions, size uint64) (d
 			return directTarget{}, false
 		}
 	}
-	if c.engine.Route(n.endpoint, n.segs[0], n.offer) != "tcp" {
-		return directTarget{}, false // shared memory or RDMA: no socket round trip to save
+	switch c.engine.Route(n.endpoint, n.segs[0], n.offer) {
+	case "tcp":
+	case "shm":
+		if !overShm {
+			return directTarget{}, false // the bytes' copy costs more than the classic path's calls
+		}
+	default:
+		return directTarget{}, false // the same process, or RDMA: no socket round trip to save
 	}
 	tok, ok := c.directTicket(ctx, n.node)
 	if !ok {
@@ -289,7 +310,7 @@ func (c *Client) putDirect(ctx context.Context, key string, value []byte, o PutO
 	if !c.directOK(o) || len(value) > c.cfg.DirectPutMax {
 		return PutResult{}, nil, false
 	}
-	t, ok := c.directTarget(ctx, o, uint64(len(value)))
+	t, ok := c.directTarget(ctx, o, uint64(len(value)), len(value) <= directOverShmMax)
 	if !ok {
 		return PutResult{}, nil, false
 	}
@@ -328,7 +349,7 @@ func (c *Client) batchPutDirect(ctx context.Context, keys []string, values [][]b
 		}
 		total += uint64(len(v))
 	}
-	t, ok := c.directTarget(ctx, o, total)
+	t, ok := c.directTarget(ctx, o, total, false)
 	if !ok {
 		return all
 	}

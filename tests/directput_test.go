@@ -649,3 +649,56 @@ func TestDirectPutsSpreadAcrossBoxes(t *testing.T) {
 	}
 	t.Logf("first puts of %d clients by box: %v", clients, per)
 }
+
+// TestSmallPutsGoDirectOnTheBoxHost: a client on the appliance's host
+// (shared memory mapped) sends a single put of at most 128 KiB direct over
+// TCP (one round trip, against two master calls around a copy), a larger
+// one and a batch through shared memory; all read back.
+func TestSmallPutsGoDirectOnTheBoxHost(t *testing.T) {
+	ip := startInproc(t, master.Config{})
+	ip.appliance(t, appliance.Config{Name: "box"})
+	c := ip.client(t)
+	ctx := context.Background()
+	// Segments mapped (first contact maps them in the background) and the
+	// box taking direct puts (it reported its DRAM directory).
+	n := 0
+	eventually(t, 10*time.Second, "a large put through shared memory", func() bool {
+		n++
+		was := c.Engine().Stats().SharedRequests
+		if err := c.Put(ctx, fmt.Sprintf("warm/%d", n), make([]byte, 256<<10)); err != nil {
+			t.Fatal(err)
+		}
+		return c.Engine().Stats().SharedRequests > was
+	})
+	waitDirect(t, c)
+	for _, tc := range []struct {
+		size   int
+		batch  bool
+		direct bool
+	}{
+		{4 << 10, false, true},
+		{128 << 10, false, true},
+		{128<<10 + 1, false, false},
+		{1 << 20, false, false},
+		{4 << 10, true, false},
+	} {
+		st := c.Engine().Stats()
+		key := fmt.Sprintf("route/%d/%v", tc.size, tc.batch)
+		v := randomBytes(uint64(tc.size), tc.size)
+		if tc.batch {
+			if errs := c.BatchPut(ctx, []string{key, key + "/2"}, [][]byte{v, v}); errs[0] != nil || errs[1] != nil {
+				t.Fatalf("BatchPut %s: %v", key, errs)
+			}
+		} else if err := c.Put(ctx, key, v); err != nil {
+			t.Fatalf("Put %s: %v", key, err)
+		}
+		after := c.Engine().Stats()
+		direct, shm := after.DirectPuts-st.DirectPuts, after.SharedRequests-st.SharedRequests
+		if tc.direct && (direct != 1 || shm != 0) || !tc.direct && (direct != 0 || shm == 0) {
+			t.Fatalf("%s: %d direct puts, %d shared-memory requests; want direct %v", key, direct, shm, tc.direct)
+		}
+		if got, err := c.Get(ctx, key); err != nil || !bytes.Equal(got, v) {
+			t.Fatalf("Get %s: %d bytes, %v", key, len(got), err)
+		}
+	}
+}
