@@ -96,6 +96,11 @@ const (
 	tokDrained                 = ^uint64(0)
 )
 
+var _ transfer.LocalPlacer = (*putHandler)(nil)
+
+// PlacesLocally (transfer.LocalPlacer): the master is this process's.
+func (h *putHandler) PlacesLocally() bool { return h.inproc }
+
 func (h *putHandler) StartPuts(ctx context.Context, id transfer.PutIdentity, puts []transfer.DirectPut) []transfer.PutPlacement {
 	out := make([]transfer.PutPlacement, len(puts))
 	ctx, cancel := h.callCtx(ctx)

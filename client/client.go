@@ -511,7 +511,7 @@ func (c *Client) MemorySegment(name string) (*kvtierpb.Segment, error) {
 		Endpoint: c.endpoint, Size: uint64(len(mem)),
 		RdmaAddr: off.RDMAAddr, RdmaBase: off.RDMABase, RdmaRkey: off.RDMAKey,
 		RdmaFreesBase: off.RDMAFreesBase, RdmaFreesRkey: off.RDMAFreesKey,
-		DirectPut: c.engine.TakesDirectPuts(),
+		DirectPut: c.engine.TakesDirectPuts(), DirectPutLocal: c.engine.PlacesDirectPutsLocally(),
 	}, nil
 }
 

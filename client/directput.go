@@ -31,18 +31,29 @@ import (
 // appliance (PutTicket), renewed in the background at half its life.
 
 // directOverShmMax is the largest single put a client on an appliance's
-// host sends direct over TCP rather than through shared memory: the
-// shared-memory put is the classic one, two master calls around a copy,
-// and for small values the calls cost more than the bytes crossing
-// loopback. Measured against a standalone (kvtier bench --shm=true, the
-// classic path, against --shm=false, direct; 2 s, two rounds), one / four
-// callers: 16 KiB 7.4-8.2k / 15-17k puts/s classic against 10.4-11.1k /
-// 35-37k direct, 64 KiB 0.50-0.63 / 0.81-1.11 GB/s against 0.59-0.72 /
-// 1.48-1.54; at 256 KiB shared memory is ahead (1.71-2.14 / 3.39-3.92
-// against 1.63-1.89 / 3.25-3.33), at 1 MiB well ahead. Batches stay on
-// shared memory: their two calls are shared by every key (128 x 4 KiB
-// measured alike either way).
-const directOverShmMax = 128 << 10
+// host sends direct over TCP rather than through shared memory when the
+// appliance places puts with a master in its own process (a standalone:
+// Segment.direct_put_local), directOverShmRemote when its master is
+// elsewhere. The shared-memory put is the classic one, two master calls
+// around a copy, and for small values the calls cost more than the bytes
+// crossing loopback. Measured against a standalone (kvtier bench
+// --shm=true, old client and this one in turns, 2 s, two rounds), one /
+// four callers: 4 KiB 7.2-7.8k / 14.5-17.2k puts/s through shared memory
+// against 10.7-13.7k / 32.9-39.1k direct, 64 KiB 0.50-0.62 / 0.77-0.80
+// GB/s against 0.56-0.68 / 1.10-1.26, 128 KiB 0.84-0.87 / 1.67-1.69
+// against 1.12-1.20 / 2.20-2.24 (at the high watermark alike); at 256 KiB
+// shared memory is ahead, at 1 MiB well ahead. Against an appliance whose
+// master is another process the box stages the put and asks its master,
+// and with four callers on two vCPUs that costs more than the classic
+// path from 32 KiB on (32 KiB 7.1-7.6k against 8.8-9.5k puts/s, 128 KiB
+// 0.75-0.90 against 0.83-1.09 GB/s), while at 16 KiB four callers are
+// alike (7.9-9.7k against 8.2-9.6k) and one caller gains (5.3-6.2k
+// against 3.5-4.4k). Batches stay on shared memory: their two calls are
+// shared by every key (128 x 4 KiB measured alike either way).
+const (
+	directOverShmMax    = 128 << 10
+	directOverShmRemote = 16 << 10
+)
 
 const (
 	directRefresh = 3 * time.Second  // segment list refresh
@@ -69,6 +80,7 @@ type directNode struct {
 	segs           []string // its MEMORY segments
 	offer          transfer.SegmentOffer
 	free           uint64 // bytes free in its segments, as last listed
+	local          bool   // it places puts with a master in its own process (direct_put_local)
 }
 
 type directTicket struct {
@@ -92,8 +104,9 @@ func (c *Client) directOK(o PutOptions) bool {
 
 // directTarget picks the appliance for a put of size bytes: the owner of
 // o.PreferredSegment, else round robin over those with room; one reached
-// through shared memory only when overShm. ok false: use the classic path.
-func (c *Client) directTarget(ctx context.Context, o PutOptions, size uint64, overShm bool) (directTarget, bool) {
+// through shared memory only for a single put (single) small enough
+// (directOverShmMax). ok false: use the classic path.
+func (c *Client) directTarget(ctx context.Context, o PutOptions, size uint64, single bool) (directTarget, bool) {
 	d := &c.direct
 	nodes, _ := c.directNodes(ctx)
 	if len(nodes) == 0 {
@@ -127,8 +140,12 @@ func (c *Client) directTarget(ctx context.Context, o PutOptions, size uint64, ov
 	switch c.engine.Route(n.endpoint, n.segs[0], n.offer) {
 	case "tcp":
 	case "shm":
-		if !overShm {
-			return directTarget{}, false // the bytes' copy costs more than the classic path's calls
+		limit := uint64(directOverShmRemote)
+		if n.local {
+			limit = directOverShmMax
+		}
+		if !single || size > limit {
+			return directTarget{}, false // the classic path's calls cost less than the bytes' trip
 		}
 	default:
 		return directTarget{}, false // the same process, or RDMA: no socket round trip to save
@@ -201,7 +218,7 @@ func (c *Client) refreshDirect(ctx context.Context) {
 		if !ok {
 			i = len(nodes)
 			idx[s.GetNode()] = i
-			nodes = append(nodes, directNode{node: s.GetNode(), endpoint: s.GetEndpoint(), offer: offer})
+			nodes = append(nodes, directNode{node: s.GetNode(), endpoint: s.GetEndpoint(), offer: offer, local: s.GetDirectPutLocal()})
 		}
 		nodes[i].segs = append(nodes[i].segs, s.GetName())
 		if s.GetSize() > si.GetUsed() {
@@ -310,7 +327,7 @@ func (c *Client) putDirect(ctx context.Context, key string, value []byte, o PutO
 	if !c.directOK(o) || len(value) > c.cfg.DirectPutMax {
 		return PutResult{}, nil, false
 	}
-	t, ok := c.directTarget(ctx, o, uint64(len(value)), len(value) <= directOverShmMax)
+	t, ok := c.directTarget(ctx, o, uint64(len(value)), true)
 	if !ok {
 		return PutResult{}, nil, false
 	}

@@ -519,14 +519,15 @@ func segmentFromPB(p *kvtierpb.Segment) Segment {
 		BlockSize: p.GetBlockSize(),
 		Offer: TransportOffer{RDMAAddr: p.GetRdmaAddr(), RDMABase: p.GetRdmaBase(), RDMAKey: p.GetRdmaRkey(),
 			RDMAFreesBase: p.GetRdmaFreesBase(), RDMAFreesKey: p.GetRdmaFreesRkey()},
-		DirectPut: p.GetDirectPut()}
+		DirectPut: p.GetDirectPut(), DirectPutLocal: p.GetDirectPutLocal()}
 }
 
 func segmentToPB(s Segment) *kvtierpb.Segment {
 	return &kvtierpb.Segment{Name: s.Name, Type: kvtierpb.ReplicaType(s.Type), Node: s.Node, Endpoint: s.Endpoint,
 		Base: s.Base, Size: s.Size, Nqn: s.NQN, Nsid: s.NSID, TargetAddr: s.TargetAddr, BlockSize: s.BlockSize,
 		RdmaAddr: s.Offer.RDMAAddr, RdmaBase: s.Offer.RDMABase, RdmaRkey: s.Offer.RDMAKey,
-		RdmaFreesBase: s.Offer.RDMAFreesBase, RdmaFreesRkey: s.Offer.RDMAFreesKey, DirectPut: s.DirectPut}
+		RdmaFreesBase: s.Offer.RDMAFreesBase, RdmaFreesRkey: s.Offer.RDMAFreesKey, DirectPut: s.DirectPut,
+		DirectPutLocal: s.DirectPutLocal}
 }
 
 func (s *grpcServer) MountSegment(ctx context.Context, r *kvtierpb.MountSegmentRequest) (*kvtierpb.Empty, error) {

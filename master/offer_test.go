@@ -15,7 +15,8 @@ func TestTransportOfferPassedThrough(t *testing.T) {
 	m, _ := newTest(t, Config{RDMATrustedFabric: true})
 	c, _ := serve(t, m)
 	seg := &kvtierpb.Segment{Name: "A/0", Size: 1 << 20, Endpoint: "127.0.0.1:9", Node: "A",
-		RdmaAddr: ":4791", RdmaBase: 0x7f0000001000, RdmaRkey: 0x1234, RdmaFreesBase: 0x7f0000800000, RdmaFreesRkey: 0x99}
+		RdmaAddr: ":4791", RdmaBase: 0x7f0000001000, RdmaRkey: 0x1234, RdmaFreesBase: 0x7f0000800000, RdmaFreesRkey: 0x99,
+		DirectPut: true, DirectPutLocal: true}
 	if _, err := c.MountSegment(ctx, &kvtierpb.MountSegmentRequest{ClientId: "A", Segment: seg}); err != nil {
 		t.Fatal(err)
 	}
@@ -58,6 +59,18 @@ func TestTransportOfferPassedThrough(t *testing.T) {
 	}
 	if r := ps.Replicas[0]; r.Segment != "B/0" || r.RdmaAddr != "" || r.RdmaBase != 0 || r.RdmaRkey != 0 {
 		t.Fatalf("replica of a segment without an offer: %v", r)
+	}
+	// Segments are listed with what their nodes announced at mount.
+	ls, err := c.ListSegments(ctx, &kvtierpb.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, si := range ls.Segments {
+		s := si.GetSegment()
+		want := s.GetName() == "A/0"
+		if s.GetDirectPut() != want || s.GetDirectPutLocal() != want || s.GetRdmaFreesRkey() != map[bool]uint32{true: 0x99}[want] {
+			t.Fatalf("listed segment %v, mounted %v", s, map[bool]*kvtierpb.Segment{true: seg}[want])
+		}
 	}
 }
 

@@ -170,8 +170,9 @@ type Segment struct {
 	// announced it at mount; copied into every replica, never read.
 	Offer TransportOffer
 	// DirectPut: the node's data port takes direct puts (announced at
-	// mount; copied to ListSegments, never read).
-	DirectPut bool
+	// mount; copied to ListSegments, never read). DirectPutLocal: it
+	// places them with a master in its own process (the same).
+	DirectPut, DirectPutLocal bool
 }
 
 // TransportOffer is a node's offer of transports beyond TCP for one

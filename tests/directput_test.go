@@ -651,13 +651,44 @@ func TestDirectPutsSpreadAcrossBoxes(t *testing.T) {
 }
 
 // TestSmallPutsGoDirectOnTheBoxHost: a client on the appliance's host
-// (shared memory mapped) sends a single put of at most 128 KiB direct over
-// TCP (one round trip, against two master calls around a copy), a larger
-// one and a batch through shared memory; all read back.
+// (shared memory mapped) sends small single puts direct over TCP (one
+// round trip, against two master calls around a copy): up to 128 KiB to a
+// box whose master is in its own process (a standalone), up to 16 KiB to
+// one whose master is elsewhere; larger puts and batches go through
+// shared memory. Everything reads back.
 func TestSmallPutsGoDirectOnTheBoxHost(t *testing.T) {
-	ip := startInproc(t, master.Config{})
-	ip.appliance(t, appliance.Config{Name: "box"})
-	c := ip.client(t)
+	for _, tc := range []struct {
+		name  string
+		local bool
+		puts  []routedPut
+	}{
+		{"standalone", true, []routedPut{{4 << 10, false, true}, {128 << 10, false, true}, {128<<10 + 1, false, false}, {1 << 20, false, false}, {4 << 10, true, false}}},
+		{"remote-master", false, []routedPut{{4 << 10, false, true}, {16 << 10, false, true}, {16<<10 + 1, false, false}, {128 << 10, false, false}, {4 << 10, true, false}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ip := startInproc(t, master.Config{})
+			cfg := appliance.Config{Name: "box"}
+			if tc.local {
+				cfg.PutMaster = master.NewGRPCServer(ip.m)
+				cfg.DramRecords = func(ctx context.Context) (appliance.DramRecordsStream, error) { return ip.m.OpenDramRecords(ctx), nil }
+			}
+			ip.appliance(t, cfg)
+			c := ip.client(t)
+			checkSmallPutsDirect(t, c, tc.puts)
+		})
+	}
+}
+
+// routedPut is a put of size bytes (batch: two such values in one
+// BatchPut) and whether it should go direct.
+type routedPut struct {
+	size   int
+	batch  bool
+	direct bool
+}
+
+func checkSmallPutsDirect(t *testing.T, c *client.Client, puts []routedPut) {
+	t.Helper()
 	ctx := context.Background()
 	// Segments mapped (first contact maps them in the background) and the
 	// box taking direct puts (it reported its DRAM directory).
@@ -671,21 +702,11 @@ func TestSmallPutsGoDirectOnTheBoxHost(t *testing.T) {
 		return c.Engine().Stats().SharedRequests > was
 	})
 	waitDirect(t, c)
-	for _, tc := range []struct {
-		size   int
-		batch  bool
-		direct bool
-	}{
-		{4 << 10, false, true},
-		{128 << 10, false, true},
-		{128<<10 + 1, false, false},
-		{1 << 20, false, false},
-		{4 << 10, true, false},
-	} {
+	for _, p := range puts {
 		st := c.Engine().Stats()
-		key := fmt.Sprintf("route/%d/%v", tc.size, tc.batch)
-		v := randomBytes(uint64(tc.size), tc.size)
-		if tc.batch {
+		key := fmt.Sprintf("route/%d/%v", p.size, p.batch)
+		v := randomBytes(uint64(p.size), p.size)
+		if p.batch {
 			if errs := c.BatchPut(ctx, []string{key, key + "/2"}, [][]byte{v, v}); errs[0] != nil || errs[1] != nil {
 				t.Fatalf("BatchPut %s: %v", key, errs)
 			}
@@ -694,8 +715,8 @@ func TestSmallPutsGoDirectOnTheBoxHost(t *testing.T) {
 		}
 		after := c.Engine().Stats()
 		direct, shm := after.DirectPuts-st.DirectPuts, after.SharedRequests-st.SharedRequests
-		if tc.direct && (direct != 1 || shm != 0) || !tc.direct && (direct != 0 || shm == 0) {
-			t.Fatalf("%s: %d direct puts, %d shared-memory requests; want direct %v", key, direct, shm, tc.direct)
+		if p.direct && (direct != 1 || shm != 0) || !p.direct && (direct != 0 || shm == 0) {
+			t.Fatalf("%s: %d direct puts, %d shared-memory requests; want direct %v", key, direct, shm, p.direct)
 		}
 		if got, err := c.Get(ctx, key); err != nil || !bytes.Equal(got, v) {
 			t.Fatalf("Get %s: %d bytes, %v", key, len(got), err)

@@ -1947,9 +1947,14 @@ type Segment struct {
 	RdmaFreesRkey uint32 `protobuf:"varint,304,opt,name=rdma_frees_rkey,json=rdmaFreesRkey,proto3" json:"rdma_frees_rkey,omitempty"`
 	// MEMORY: the node's data port (endpoint) takes direct puts (one frame
 	// carrying key, checksum and bytes; internal/transfer doc.go).
-	DirectPut     bool `protobuf:"varint,390,opt,name=direct_put,json=directPut,proto3" json:"direct_put,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	DirectPut bool `protobuf:"varint,390,opt,name=direct_put,json=directPut,proto3" json:"direct_put,omitempty"`
+	// MEMORY, with direct_put: the node places direct puts with a master in
+	// its own process (a standalone), so a direct put costs its caller one
+	// round trip in all; a client on the node's host then sends small
+	// single puts direct rather than through shared memory.
+	DirectPutLocal bool `protobuf:"varint,391,opt,name=direct_put_local,json=directPutLocal,proto3" json:"direct_put_local,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Segment) Reset() {
@@ -2090,6 +2095,13 @@ func (x *Segment) GetRdmaFreesRkey() uint32 {
 func (x *Segment) GetDirectPut() bool {
 	if x != nil {
 		return x.DirectPut
+	}
+	return false
+}
+
+func (x *Segment) GetDirectPutLocal() bool {
+	if x != nil {
+		return x.DirectPutLocal
 	}
 	return false
 }
@@ -5698,7 +5710,7 @@ const file_master_proto_rawDesc = "" +
 	"\aresults\x18\x01 \x03(\v2\x1f.kvtier.v1.GetReplicaListResultR\aresults\"\\\n" +
 	"\x12BatchExistResponse\x12.\n" +
 	"\aresults\x18\x01 \x03(\v2\x14.kvtier.v1.KeyResultR\aresults\x12\x16\n" +
-	"\x06exists\x18\x02 \x03(\bR\x06exists\"\xd3\x03\n" +
+	"\x06exists\x18\x02 \x03(\bR\x06exists\"\xfe\x03\n" +
 	"\aSegment\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12*\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x16.kvtier.v1.ReplicaTypeR\x04type\x12\x12\n" +
@@ -5719,7 +5731,8 @@ const file_master_proto_rawDesc = "" +
 	"\x0frdma_frees_base\x18\xaf\x02 \x01(\x04R\rrdmaFreesBase\x12'\n" +
 	"\x0frdma_frees_rkey\x18\xb0\x02 \x01(\rR\rrdmaFreesRkey\x12\x1e\n" +
 	"\n" +
-	"direct_put\x18\x86\x03 \x01(\bR\tdirectPut\"\x9b\x01\n" +
+	"direct_put\x18\x86\x03 \x01(\bR\tdirectPut\x12)\n" +
+	"\x10direct_put_local\x18\x87\x03 \x01(\bR\x0edirectPutLocal\"\x9b\x01\n" +
 	"\x13MountSegmentRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12,\n" +
 	"\asegment\x18\x02 \x01(\v2\x12.kvtier.v1.SegmentR\asegment\x12 \n" +

@@ -85,6 +85,23 @@ func (e *Engine) SetPutHandler(node string, h PutHandler) {
 // TakesDirectPuts reports whether a PutHandler is installed.
 func (e *Engine) TakesDirectPuts() bool { return e.putH.Load() != nil }
 
+// LocalPlacer is a PutHandler that may say it places puts with a master in
+// its own process (no second hop behind the frame).
+type LocalPlacer interface {
+	PlacesLocally() bool
+}
+
+// PlacesDirectPutsLocally reports whether the installed PutHandler places
+// puts with a master in this process (LocalPlacer).
+func (e *Engine) PlacesDirectPutsLocally() bool {
+	ph := e.putH.Load()
+	if ph == nil {
+		return false
+	}
+	lp, ok := ph.h.(LocalPlacer)
+	return ok && lp.PlacesLocally()
+}
+
 // putState is a served connection's reused direct-put buffers.
 type putState struct {
 	buf  []byte
