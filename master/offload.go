@@ -194,26 +194,29 @@ func (q *offloadQueue) nodeOf(c string) string {
 	return q.outstanding[c].node
 }
 
-// outstandingOf returns the composite keys of the dispatched tasks that
-// match accepts; keep (nil: every task) narrows it to those among keep.
-func (q *offloadQueue) outstandingOf(match func(ck string) bool, keep []string) []string {
+// outstandingMatching returns the composite keys of the dispatched tasks
+// that match accepts.
+func (q *offloadQueue) outstandingMatching(match func(ck string) bool) []string {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	var out []string
-	if keep != nil {
-		for _, c := range keep {
-			if _, ok := q.outstanding[c]; ok {
-				out = append(out, c)
-			}
-		}
-		return out
-	}
 	for c := range q.outstanding {
 		if match(c) {
 			out = append(out, c)
 		}
 	}
 	return out
+}
+
+// stillOutstanding returns those of cs whose tasks are still dispatched
+// (in cs's storage).
+func (q *offloadQueue) stillOutstanding(cs []string) []string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return slices.DeleteFunc(cs, func(c string) bool {
+		_, ok := q.outstanding[c]
+		return !ok
+	})
 }
 
 // depth returns queued and outstanding task counts.

@@ -158,18 +158,12 @@ func (m *Master) awaitOffloadsOf(ctx context.Context, deadline time.Time, match 
 	}
 	wctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	var cks []string
-	for first := true; first || len(cks) > 0; first = false {
-		// Taken before the look: a task ending after it wakes the wait.
-		progress := m.offload.progress()
-		if first {
-			cks = m.offload.outstandingOf(match, nil)
-		} else {
-			cks = m.offload.outstandingOf(nil, cks)
-		}
-		if len(cks) == 0 || !waitDone(wctx, progress) {
-			return
-		}
+	// Taken before each look: a task ending after it wakes the wait.
+	progress := m.offload.progress()
+	cks := m.offload.outstandingMatching(match)
+	for len(cks) > 0 && waitDone(wctx, progress) {
+		progress = m.offload.progress()
+		cks = m.offload.stillOutstanding(cks)
 	}
 }
 
