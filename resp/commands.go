@@ -294,8 +294,20 @@ func cmdSet(c *conn, args [][]byte) bool {
 }
 
 // setAttempts bounds how often a SET retries while another writer's put of
-// the same key is in flight (the key cannot be replaced until it ends).
-const setAttempts = 40
+// the same key is in flight (the key cannot be replaced until it ends), and
+// setRetryBudget how long: a try itself may wait (the master holds a
+// removal up to 5 s for an SSD copy being made), and 40 such tries had
+// kept a client waiting minutes for a copy that never landed.
+const (
+	setAttempts    = 40
+	setRetryBudget = 2 * time.Second
+)
+
+// retriesLeft reports whether a loop that started at start may try again
+// after attempt tries.
+func retriesLeft(start time.Time, attempt int) bool {
+	return attempt < setAttempts && time.Since(start) < setRetryBudget
+}
 
 // set stores val under key with Redis's SET semantics on top of
 // write-once objects; see the package doc ("SET of an existing key").
@@ -322,6 +334,8 @@ func (c *conn) set(key string, val []byte, o setOptions) (bool, error) {
 		opts = append(opts, client.WithSoftPin(o.ttl))
 	}
 	backoff := 50 * time.Microsecond
+	start := time.Now()
+	var notReady error // why the old object could not be removed, last time
 	for attempt := 1; ; attempt++ {
 		res, err := s.store.PutWithResult(s.ctx, key, val, opts...)
 		switch {
@@ -349,14 +363,19 @@ func (c *conn) set(key string, val []byte, o setOptions) (bool, error) {
 			}
 			// Replace: remove the old object (force: a reader's lease
 			// must not make SET fail), then put again.
-			if rerr := c.forceRemove(key); rerr != nil &&
-				!kverr.Is(rerr, kverr.ObjectNotFound) && !kverr.Is(rerr, kverr.ReplicaIsNotReady) {
+			switch rerr := c.forceRemove(key); {
+			case kverr.Is(rerr, kverr.ReplicaIsNotReady):
+				notReady = rerr
+			case rerr != nil && !kverr.Is(rerr, kverr.ObjectNotFound):
 				return false, rerr
 			}
 		default:
 			return false, err
 		}
-		if attempt == setAttempts {
+		if !retriesLeft(start, attempt) {
+			if notReady != nil {
+				return false, notReady
+			}
 			return false, kverr.New(kverr.ReplicaIsNotReady, key, "another writer keeps storing this key; try again")
 		}
 		if err := sleep(s.ctx, backoff); err != nil {
@@ -372,9 +391,10 @@ func (c *conn) remove(key string) error {
 	s := c.s
 	s.recent.drop(key)
 	backoff := 50 * time.Microsecond
+	start := time.Now()
 	for attempt := 1; ; attempt++ {
 		err := c.forceRemove(key)
-		if !kverr.Is(err, kverr.ReplicaIsNotReady) || attempt == setAttempts {
+		if !kverr.Is(err, kverr.ReplicaIsNotReady) || !retriesLeft(start, attempt) {
 			return err
 		}
 		if err := sleep(s.ctx, backoff); err != nil {
