@@ -248,6 +248,11 @@ func TestAdminVerbs(t *testing.T) {
 			t.Errorf("status lacks %q:\n%s", want, o)
 		}
 	}
+	// The first look at a master nobody asked lately has rates too (status
+	// looks twice): no "last 0 s" window.
+	if !regexp.MustCompile(`# rates \(last [1-9][0-9]* s\)\nputs/s `).MatchString(o) {
+		t.Errorf("status has no measured rates:\n%s", o)
+	}
 	o, e, c = kv(t, []string{"KVTIER_HTTP=" + p.addrs["http"]}, "status", "--json")
 	wantExit(t, "status --json (KVTIER_HTTP)", c, 0, e)
 	var st struct {

@@ -151,6 +151,11 @@ func (f *adminFlags) run(verb func(ctx context.Context, c *adminClient, args []s
 	}
 }
 
+// statusRateSpan is how long status waits for a second sample of the
+// master's counters when the first look had no rates (rest's rateMinSpan,
+// 500 ms, and a margin).
+const statusRateSpan = 600 * time.Millisecond
+
 func newStatusCmd() *cobra.Command {
 	var f adminFlags
 	cmd := &cobra.Command{
@@ -183,6 +188,15 @@ func newStatusCmd() *cobra.Command {
 					return err
 				}
 			}
+			if !st.Cluster.Rates.Valid {
+				// The master derives rates from the samples its cluster
+				// route takes when asked: with nobody asking lately (no UI
+				// open), a second look after its shortest span has them.
+				time.Sleep(statusRateSpan)
+				if err := c.do(ctx, http.MethodGet, "/api/v1/cluster", nil, &st.Cluster); err != nil {
+					return err
+				}
+			}
 			if f.json {
 				return printJSON(st)
 			}
@@ -194,9 +208,12 @@ func newStatusCmd() *cobra.Command {
 			}
 			fmt.Printf("dram:    high watermark %.2f, eviction ratio %.2f, lease policy %s\n", st.Tiers.DRAM.HighWatermark, st.Tiers.DRAM.EvictionRatio, st.Tiers.DRAM.LeasePolicy)
 			fmt.Printf("ssd:     policy %s, offload %s\n", st.Tiers.SSD.Policy, st.Tiers.SSD.OffloadMode)
-			fmt.Printf("\n# rates (last %.0f s)\nputs/s %.1f  gets/s %.1f  hits/s %.1f  evictions/s %.1f  offloads/s %.1f  rejected/s %.1f\n",
-				st.Cluster.Rates.WindowSeconds, st.Cluster.Rates.PutsPerSec, st.Cluster.Rates.GetsPerSec, st.Cluster.Rates.HitsPerSec,
-				st.Cluster.Rates.EvictionsPerSec, st.Cluster.Rates.OffloadsPerSec, st.Cluster.Rates.RejectedPerSec)
+			if r := st.Cluster.Rates; r.Valid {
+				fmt.Printf("\n# rates (last %.0f s)\nputs/s %.1f  gets/s %.1f  hits/s %.1f  evictions/s %.1f  offloads/s %.1f  rejected/s %.1f\n",
+					r.WindowSeconds, r.PutsPerSec, r.GetsPerSec, r.HitsPerSec, r.EvictionsPerSec, r.OffloadsPerSec, r.RejectedPerSec)
+			} else {
+				fmt.Printf("\n# rates\nnot measured yet: the master has not taken two samples of its counters (ask again in a few seconds)\n")
+			}
 			fmt.Printf("\n# appliances and clients\n")
 			cls := st.Clients.Clients
 			sort.Slice(cls, func(i, j int) bool { return cls[i].ID < cls[j].ID })
