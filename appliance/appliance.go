@@ -157,6 +157,11 @@ type Appliance struct {
 	// heartbeat's reply arrives inside client.New, before that.
 	clientSet  chan struct{}
 	registered atomic.Bool // Start registered the SSD objects (before: beats' "unknown" is just the first contact)
+	// life ends when the appliance is torn down (endLife, first thing):
+	// work started from a heartbeat's reply, which can come before Start
+	// makes the run context, stops waiting then.
+	life    context.Context
+	endLife context.CancelFunc
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -171,6 +176,7 @@ func Start(ctx context.Context, cfg Config) (_ *Appliance, err error) {
 	cfg = cfg.withDefaults()
 	a := &Appliance{cfg: cfg, log: cfg.Logger, incarnation: randomHex(8), dir: newDramDir(),
 		offload: make(chan *kvtierpb.OffloadTask, cfg.OffloadQueue), slotFreed: make(chan struct{}, 1), clientSet: make(chan struct{})}
+	a.life, a.endLife = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
 			a.unmountAll(ctx)
@@ -485,6 +491,7 @@ func (a *Appliance) unmountAll(ctx context.Context) {
 }
 
 func (a *Appliance) teardown() error {
+	a.endLife()
 	if a.cancel != nil {
 		a.cancel()
 	}
@@ -514,10 +521,10 @@ func (a *Appliance) heartbeatReply(resp *kvtierpb.HeartbeatResponse) {
 	if !resp.Known && !a.cfg.NoDramDirectory && a.reportingDram.CompareAndSwap(false, true) {
 		// The master waits for this report before it allocates in the
 		// segments the beat re-announced (dramdir.go).
-		forget := resp.ForgetDram
+		forget, outbox := resp.ForgetDram, resp.GetDramOutbox()
 		a.wg.Go(func() {
 			defer a.reportingDram.Store(false)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			ctx, cancel := context.WithTimeout(a.life, time.Minute)
 			defer cancel()
 			select {
 			case <-a.clientSet:
@@ -527,7 +534,7 @@ func (a *Appliance) heartbeatReply(resp *kvtierpb.HeartbeatResponse) {
 			if a.client == nil {
 				return // Start failed
 			}
-			if err := a.reportDram(ctx, forget); err != nil {
+			if err := a.reportDram(ctx, forget, outbox); err != nil {
 				a.log.Warn("DRAM directory report failed; retrying on the next beat", "err", err)
 			}
 		})
@@ -536,7 +543,7 @@ func (a *Appliance) heartbeatReply(resp *kvtierpb.HeartbeatResponse) {
 		a.log.Warn("master does not know this appliance (restarted?): re-registering SSD objects")
 		a.wg.Go(func() {
 			defer a.reregistering.Store(false)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			ctx, cancel := context.WithTimeout(a.life, time.Minute)
 			defer cancel()
 			if err := a.registerDisk(ctx); err != nil {
 				a.log.Warn("re-registration failed; retrying on the next beat", "err", err)

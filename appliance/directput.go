@@ -372,6 +372,32 @@ func (d *dramSeen) follows(outbox uint64) bool {
 	return d.outbox == outbox
 }
 
+// awaitFollow waits until the records of outbox are the ones applied
+// (true), or max passes or ctx ends (false).
+func (d *dramSeen) awaitFollow(ctx context.Context, outbox uint64, max time.Duration) bool {
+	timer := time.NewTimer(max)
+	defer timer.Stop()
+	for {
+		d.mu.Lock()
+		if d.outbox == outbox {
+			d.mu.Unlock()
+			return true
+		}
+		if d.moved == nil {
+			d.moved = make(chan struct{})
+		}
+		ch := d.moved
+		d.mu.Unlock()
+		select {
+		case <-ch:
+		case <-timer.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
 // wait waits until the records of outbox up to seq are applied (true), or
 // another outbox is followed, max passes or ctx ends (false).
 func (d *dramSeen) wait(ctx context.Context, outbox, seq uint64, max time.Duration) bool {

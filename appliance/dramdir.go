@@ -2,6 +2,7 @@ package appliance
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -412,6 +413,10 @@ func (a *Appliance) segmentBytes(seg string, off, n uint64) []byte {
 	return mem[off : off+n]
 }
 
+// reportFollowWait bounds how long a directory report waits for the
+// records stream to follow the master (reportDram).
+const reportFollowWait = 5 * time.Second
+
 // reportDram sends the DRAM directory to a master that did not know this
 // appliance, so it rebuilds those objects (RegisterDramObjects). Each
 // entry's bytes are checked against its checksum first: an entry whose
@@ -421,8 +426,15 @@ func (a *Appliance) segmentBytes(seg string, off, n uint64) []byte {
 // before the client writes: master/doc.go, "When the commit record
 // travels"), is dropped, never reported.
 // Entries the master refuses are dropped too. The last chunk says the
-// report is complete, which lets the master allocate in these segments.
-func (a *Appliance) reportDram(ctx context.Context, forget bool) error {
+// report is complete, which lets the master allocate in these segments;
+// it waits (up to reportFollowWait) until the records stream follows the
+// master's outbox (from the heartbeat's answer; 0: an older master, no
+// wait): the grants of puts placed here are placed in that stream, and
+// the data port refuses a grant of a stream it does not follow once
+// transfer.RevocationWait passes. After a failover the heartbeat reached
+// the new leader seconds before the stream did (its gRPC connection's
+// reconnect backoff): puts placed at once failed PERMISSION_DENIED.
+func (a *Appliance) reportDram(ctx context.Context, forget bool, outbox uint64) error {
 	if forget {
 		a.log.Warn("master had declared this appliance gone: DRAM directory cleared")
 		a.dir.clear()
@@ -471,6 +483,10 @@ func (a *Appliance) reportDram(ctx context.Context, forget bool) error {
 	}
 	if req == nil {
 		req = &kvtierpb.RegisterDramObjectsRequest{ClientId: a.cfg.Name, Incarnation: a.incarnation}
+	}
+	if outbox != 0 && !a.dirSeen.awaitFollow(ctx, outbox, reportFollowWait) {
+		a.log.Warn("DRAM directory reported before this appliance follows the master's records: puts placed here at once may be refused until the records stream reaches the master",
+			"outbox", fmt.Sprintf("%x", outbox), "waited", reportFollowWait)
 	}
 	if err := send(true); err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -51,7 +52,7 @@ func startFake(t *testing.T) (*spdktest.FakeSPDK, string, *spdk.Client) {
 // spdkConfig: one aio file (created by the appliance at 16 MiB), a 64 MiB
 // malloc disk carrying an lvol store, and two lvols. Exports: the aio bdev
 // and the two lvols (the lvstore's base is not exported).
-func spdkConfig(t *testing.T, name, masterAddr, sock string, logs *bytes.Buffer) appliance.Config {
+func spdkConfig(t *testing.T, name, masterAddr, sock string, logs io.Writer) appliance.Config {
 	return appliance.Config{
 		Name: name, MasterAddr: masterAddr, DRAM: 8 << 20, Hugepages: dram.HugepageOff,
 		HeartbeatInterval: 100 * time.Millisecond,
@@ -110,7 +111,7 @@ func TestSPDKBackendExportsMountsAndIsIdempotent(t *testing.T) {
 	ctx := context.Background()
 	masterAddr, mc := startMaster(t)
 	fake, sock, sc := startFake(t)
-	var logs bytes.Buffer
+	var logs syncBuffer // read here while the appliance logs
 	cfg := spdkConfig(t, "box-1", masterAddr, sock, &logs)
 	nqn := appliance.SubsystemNQN("box-1")
 

@@ -635,7 +635,8 @@ func (s *grpcServer) Heartbeat(ctx context.Context, r *kvtierpb.HeartbeatRequest
 	if err != nil {
 		return nil, toGRPC(err)
 	}
-	out := &kvtierpb.HeartbeatResponse{Known: rep.Known, Settings: settingsToPB(rep.Settings), ForgetDram: rep.ForgetDram}
+	out := &kvtierpb.HeartbeatResponse{Known: rep.Known, Settings: settingsToPB(rep.Settings), ForgetDram: rep.ForgetDram,
+		DramOutbox: s.m.dram.id}
 	for _, t := range rep.Offload {
 		out.Offload = append(out.Offload, s.offloadTaskToPB(t))
 	}

@@ -3198,7 +3198,14 @@ type HeartbeatResponse struct {
 	// Every data-plane grant key the node must accept now (the master's
 	// current, next and previous secret for it); the node replaces its set
 	// with these. Empty: keep the set (an older master).
-	GrantKeys     []*GrantKey `protobuf:"bytes,250,rep,name=grant_keys,json=grantKeys,proto3" json:"grant_keys,omitempty"`
+	GrantKeys []*GrantKey `protobuf:"bytes,250,rep,name=grant_keys,json=grantKeys,proto3" json:"grant_keys,omitempty"`
+	// The master's DRAM record outbox (the stream TakeDramRecords carries,
+	// and the place of every grant it signs). A node about to report its
+	// directory to this master waits until its records stream follows this
+	// outbox (bounded): the report makes its segments take puts, and a
+	// grant placed there must not reach the node's data port before the
+	// node follows the stream it was placed in. 0: not said (older master).
+	DramOutbox    uint64 `protobuf:"varint,260,opt,name=dram_outbox,json=dramOutbox,proto3" json:"dram_outbox,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3266,6 +3273,13 @@ func (x *HeartbeatResponse) GetGrantKeys() []*GrantKey {
 		return x.GrantKeys
 	}
 	return nil
+}
+
+func (x *HeartbeatResponse) GetDramOutbox() uint64 {
+	if x != nil {
+		return x.DramOutbox
+	}
+	return 0
 }
 
 // GrantKey is one per-appliance data-plane grant secret (internal/grant).
@@ -5836,7 +5850,7 @@ const file_master_proto_rawDesc = "" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x14\n" +
 	"\x05slots\x18\x02 \x01(\rR\x05slots\x12\x17\n" +
 	"\await_ms\x18\x03 \x01(\rR\x06waitMs\x12\x19\n" +
-	"\abatched\x18\x90\x03 \x01(\bR\abatched\"\xe7\x01\n" +
+	"\abatched\x18\x90\x03 \x01(\bR\abatched\"\x89\x02\n" +
 	"\x11HeartbeatResponse\x12\x14\n" +
 	"\x05known\x18\x01 \x01(\bR\x05known\x120\n" +
 	"\aoffload\x18\x02 \x03(\v2\x16.kvtier.v1.OffloadTaskR\aoffload\x123\n" +
@@ -5844,7 +5858,9 @@ const file_master_proto_rawDesc = "" +
 	"\vforget_dram\x18\xc8\x01 \x01(\bR\n" +
 	"forgetDram\x123\n" +
 	"\n" +
-	"grant_keys\x18\xfa\x01 \x03(\v2\x13.kvtier.v1.GrantKeyR\tgrantKeys\"2\n" +
+	"grant_keys\x18\xfa\x01 \x03(\v2\x13.kvtier.v1.GrantKeyR\tgrantKeys\x12 \n" +
+	"\vdram_outbox\x18\x84\x02 \x01(\x04R\n" +
+	"dramOutbox\"2\n" +
 	"\bGrantKey\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x16\n" +
 	"\x06secret\x18\x02 \x01(\fR\x06secret\"\xdf\x01\n" +
