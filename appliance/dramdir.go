@@ -431,9 +431,10 @@ const reportFollowWait = 5 * time.Second
 // master's outbox (from the heartbeat's answer; 0: an older master, no
 // wait): the grants of puts placed here are placed in that stream, and
 // the data port refuses a grant of a stream it does not follow once
-// transfer.RevocationWait passes. After a failover the heartbeat reached
-// the new leader seconds before the stream did (its gRPC connection's
-// reconnect backoff): puts placed at once failed PERMISSION_DENIED.
+// transfer.RevocationWait passes. After a failover a heartbeat can reach
+// the new leader seconds before the stream does (the stream reconnects on
+// its own schedule: a 500 ms backoff, then its gRPC connection's): in
+// CI a put placed at once was refused PERMISSION_DENIED that way.
 func (a *Appliance) reportDram(ctx context.Context, forget bool, outbox uint64) error {
 	if forget {
 		a.log.Warn("master had declared this appliance gone: DRAM directory cleared")
