@@ -372,6 +372,14 @@ func (d *dramSeen) follows(outbox uint64) bool {
 	return d.outbox == outbox
 }
 
+// followsAnother reports whether the records applied are those of a
+// master other than outbox's (false while none are followed).
+func (d *dramSeen) followsAnother(outbox uint64) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.outbox != 0 && d.outbox != outbox
+}
+
 // awaitFollow waits until the records of outbox are the ones applied
 // (true), or max passes or ctx ends (false).
 func (d *dramSeen) awaitFollow(ctx context.Context, outbox uint64, max time.Duration) bool {

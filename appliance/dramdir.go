@@ -485,7 +485,10 @@ func (a *Appliance) reportDram(ctx context.Context, forget bool, outbox uint64) 
 	if req == nil {
 		req = &kvtierpb.RegisterDramObjectsRequest{ClientId: a.cfg.Name, Incarnation: a.incarnation}
 	}
-	if outbox != 0 && !a.dirSeen.awaitFollow(ctx, outbox, reportFollowWait) {
+	// A box that follows no master's records yet (its first start) admits
+	// every grant; one following another master's (a failover, a master
+	// restart) would refuse this one's until its stream gets there.
+	if outbox != 0 && a.dirSeen.followsAnother(outbox) && !a.dirSeen.awaitFollow(ctx, outbox, reportFollowWait) {
 		a.log.Warn("DRAM directory reported before this appliance follows the master's records: puts placed here at once may be refused until the records stream reaches the master",
 			"outbox", fmt.Sprintf("%x", outbox), "waited", reportFollowWait)
 	}

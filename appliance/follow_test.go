@@ -11,7 +11,13 @@ import (
 // its bound or the context's end otherwise.
 func TestAwaitFollow(t *testing.T) {
 	var d dramSeen
+	if d.followsAnother(0x22) {
+		t.Fatal("following nothing yet (a first start): no other master's records to wait past")
+	}
 	d.applied(0x11, 5) // following an old master
+	if !d.followsAnother(0x22) || d.followsAnother(0x11) {
+		t.Fatal("followsAnother: following 0x11, asked about 0x22 and 0x11")
+	}
 	done := make(chan bool, 1)
 	go func() { done <- d.awaitFollow(context.Background(), 0x22, 5*time.Second) }()
 	time.Sleep(20 * time.Millisecond)

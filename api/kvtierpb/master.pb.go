@@ -3201,8 +3201,9 @@ type HeartbeatResponse struct {
 	GrantKeys []*GrantKey `protobuf:"bytes,250,rep,name=grant_keys,json=grantKeys,proto3" json:"grant_keys,omitempty"`
 	// The master's DRAM record outbox (the stream TakeDramRecords carries,
 	// and the place of every grant it signs). A node about to report its
-	// directory to this master waits until its records stream follows this
-	// outbox (bounded): the report makes its segments take puts, and a
+	// directory to this master while it follows another master's records
+	// (a failover, a master restart) waits until its records stream follows
+	// this outbox (bounded): the report makes its segments take puts, and a
 	// grant placed there must not reach the node's data port before the
 	// node follows the stream it was placed in. 0: not said (older master).
 	DramOutbox    uint64 `protobuf:"varint,260,opt,name=dram_outbox,json=dramOutbox,proto3" json:"dram_outbox,omitempty"`
