@@ -383,42 +383,30 @@ func (d *dramSeen) followsAnother(outbox uint64) bool {
 // awaitFollow waits until the records of outbox are the ones applied
 // (true), or max passes or ctx ends (false).
 func (d *dramSeen) awaitFollow(ctx context.Context, outbox uint64, max time.Duration) bool {
-	timer := time.NewTimer(max)
-	defer timer.Stop()
-	for {
-		d.mu.Lock()
-		if d.outbox == outbox {
-			d.mu.Unlock()
-			return true
-		}
-		if d.moved == nil {
-			d.moved = make(chan struct{})
-		}
-		ch := d.moved
-		d.mu.Unlock()
-		select {
-		case <-ch:
-		case <-timer.C:
-			return false
-		case <-ctx.Done():
-			return false
-		}
-	}
+	return d.until(ctx, max, func(o, _ uint64) (done, ok bool) { return o == outbox, true })
 }
 
 // wait waits until the records of outbox up to seq are applied (true), or
 // another outbox is followed, max passes or ctx ends (false).
 func (d *dramSeen) wait(ctx context.Context, outbox, seq uint64, max time.Duration) bool {
+	return d.until(ctx, max, func(o, s uint64) (done, ok bool) {
+		if o != outbox {
+			return true, false
+		}
+		return s >= seq, true
+	})
+}
+
+// until waits until cond, called under mu with the outbox and seq
+// applied, says done (then it returns cond's ok), or max passes or ctx
+// ends (false).
+func (d *dramSeen) until(ctx context.Context, max time.Duration, cond func(outbox, seq uint64) (done, ok bool)) bool {
 	var timer *time.Timer
 	for {
 		d.mu.Lock()
-		if d.outbox != outbox {
+		if done, ok := cond(d.outbox, d.seq); done {
 			d.mu.Unlock()
-			return false
-		}
-		if d.seq >= seq {
-			d.mu.Unlock()
-			return true
+			return ok
 		}
 		if d.moved == nil {
 			d.moved = make(chan struct{})
