@@ -296,8 +296,9 @@ func cmdSet(c *conn, args [][]byte) bool {
 // setAttempts bounds how often a SET retries while another writer's put of
 // the same key is in flight (the key cannot be replaced until it ends), and
 // setRetryBudget how long: a try itself may wait (the master holds a
-// removal up to 5 s for an SSD copy being made), and 40 such tries had
-// kept a client waiting minutes for a copy that never landed.
+// removal up to 5 s for an SSD copy being made), and 40 such tries could
+// keep a client waiting minutes for a copy that never lands (reasoned, not
+// seen: TestRetriesLeft checks the bound).
 const (
 	setAttempts    = 40
 	setRetryBudget = 2 * time.Second
