@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -28,11 +29,16 @@ func aliasBytes(s string) []byte {
 	return unsafe.Slice(unsafe.StringData(s), len(s))
 }
 
+// resultErr is a per-key result as an error. The master's messages are
+// whole errors ("CODE key=...: reason"); their head is dropped so the
+// code and key are not said twice.
 func resultErr(key string, code kvtierpb.ErrorCode, msg string) error {
 	if code == kvtierpb.ErrorCode_OK {
 		return nil
 	}
-	return &kverr.Error{Code: kverr.Code(code), Key: key, Msg: msg}
+	e := &kverr.Error{Code: kverr.Code(code), Key: key}
+	e.Msg = strings.TrimPrefix(msg, e.Error()+": ")
+	return e
 }
 
 func fill(errs []error, err error) []error {
@@ -96,21 +102,16 @@ func (c *Client) batchPutClassic(ctx context.Context, keys []string, values [][]
 		it.Key, it.Size, it.Crc32C, it.HasChecksum, it.Config = aliasBytes(k), uint64(len(values[i])), Checksum(values[i]), true, cfg
 		req.Items[i] = it
 	}
-	rctx, cancel := c.rpcCtx(ctx)
-	resp, err := c.master.BatchPutStart(rctx, req)
-	cancel()
+	results, err := c.batchPutStart(ctx, req)
 	if err != nil {
-		return fill(errs, kverr.FromGRPC(err))
-	}
-	if len(resp.Results) != len(keys) {
-		return fill(errs, kverr.New(kverr.RPCFail, "", "master answered %d results for %d keys", len(resp.Results), len(keys)))
+		return fill(errs, err)
 	}
 	// Gather every MEMORY replica write into one batch; NOF replicas go
 	// through the initiator per key.
 	var reqs []transfer.Request
 	var owner []int
 	started := make([]bool, len(keys))
-	for i, r := range resp.Results {
+	for i, r := range results {
 		if r.Code != kvtierpb.ErrorCode_OK {
 			errs[i] = resultErr(keys[i], r.Code, r.Message)
 			if kverr.Is(errs[i], kverr.ObjectAlreadyExists) {
@@ -191,6 +192,71 @@ func (c *Client) batchPutClassic(ctx context.Context, keys []string, values [][]
 		cancel()
 	}
 	return errs
+}
+
+// batchPutStart is BatchPutStart, one result per item of req. The items a
+// rebuilding master answers UNAVAILABLE_IN_CURRENT_STATUS (every DRAM
+// segment still waits for its appliance's directory report: a restart, a
+// new HA leader, a box just started) are asked again, alone, as Put asks
+// again (whileRebuilding); the items it took keep their reservations
+// meanwhile. An error is returned only when the first call failed whole.
+func (c *Client) batchPutStart(ctx context.Context, req *kvtierpb.BatchPutStartRequest) ([]*kvtierpb.PutStartResult, error) {
+	out := make([]*kvtierpb.PutStartResult, len(req.Items))
+	ask, idx := req, []int(nil) // idx[j]: the item of req that ask's item j is; nil: the same
+	err := whileRebuilding(ctx, func() error {
+		rctx, cancel := c.rpcCtx(ctx)
+		resp, err := c.master.BatchPutStart(rctx, ask)
+		cancel()
+		switch {
+		case err != nil:
+			return kverr.FromGRPC(err)
+		case len(resp.Results) != len(ask.Items):
+			return kverr.New(kverr.RPCFail, "", "master answered %d results for %d keys", len(resp.Results), len(ask.Items))
+		}
+		var again []int
+		for j, r := range resp.Results {
+			i := j
+			if idx != nil {
+				i = idx[j]
+			}
+			out[i] = r
+			if r.GetCode() == kvtierpb.ErrorCode_UNAVAILABLE_IN_CURRENT_STATUS {
+				again = append(again, i)
+			}
+		}
+		if len(again) == 0 {
+			return nil
+		}
+		items := make([]*kvtierpb.PutStartRequest, len(again))
+		for j, i := range again {
+			items[j] = req.Items[i]
+		}
+		ask, idx = &kvtierpb.BatchPutStartRequest{ClientId: req.ClientId, Tenant: req.Tenant, Items: items}, again
+		return kverr.New(kverr.UnavailableInCurrentStatus, "", "master rebuilding")
+	})
+	switch {
+	case err == nil:
+	case out[0] == nil && idx == nil: // the first call failed whole
+		return nil, err
+	case !kverr.Is(err, kverr.UnavailableInCurrentStatus) || !unavailableAnswers(out, idx):
+		// A later call failed whole: its items answer its error; the
+		// others keep what the master said.
+		for _, i := range idx {
+			out[i] = &kvtierpb.PutStartResult{Code: kvtierpb.ErrorCode(kverr.CodeOf(err)), Message: err.Error()}
+		}
+	}
+	return out, nil
+}
+
+// unavailableAnswers reports whether the items idx of out hold the
+// master's own UNAVAILABLE_IN_CURRENT_STATUS answers (its reason kept).
+func unavailableAnswers(out []*kvtierpb.PutStartResult, idx []int) bool {
+	for _, i := range idx {
+		if out[i] == nil || out[i].GetCode() != kvtierpb.ErrorCode_UNAVAILABLE_IN_CURRENT_STATUS {
+			return false
+		}
+	}
+	return true
 }
 
 // BatchGet reads every key: one GetReplicaList for all, then the first-choice

@@ -13,3 +13,6 @@ const LateSumMin = lateSumMin
 func ReadReplicas(c *Client, ctx context.Context, key string, rl *ReplicaList, dst []byte) error {
 	return c.read(ctx, key, rl, dst)
 }
+
+// ResultErr exposes resultErr (a per-key result as an error).
+var ResultErr = resultErr

@@ -7,8 +7,9 @@ import (
 	"github.com/kvtier/kvtier/kverr"
 )
 
-// rebuildRetry bounds how long Put, Get and batch gets retry a master that answers
-// UNAVAILABLE_IN_CURRENT_STATUS to PutStart or GetReplicaList: it is
+// rebuildRetry bounds how long Put, Get and the batch calls retry a master
+// that answers UNAVAILABLE_IN_CURRENT_STATUS to PutStart or GetReplicaList
+// (a batch call asks again for just the keys so answered): it is
 // rebuilding its object table from the appliances' reports (a restart or
 // a new HA leader; package master, "Rebuild"), which takes about one
 // heartbeat interval. GetReplicaList also answers it for an object whose
