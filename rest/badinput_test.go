@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
 	"github.com/kvtier/kvtier/internal/clock"
+	"github.com/kvtier/kvtier/master"
 	"github.com/kvtier/kvtier/rest"
 	"github.com/kvtier/kvtier/rest/resttest"
 )
@@ -43,7 +45,7 @@ func snap(t *testing.T, c *resttest.Cluster) snapshot {
 
 func TestBadInput(t *testing.T) {
 	const token = "s3cret-token"
-	c := resttest.Start(t, resttest.Options{Token: token, MaxPutBytes: 1024})
+	c := resttest.Start(t, resttest.Options{Token: token, MaxPutBytes: 1024, Rest: rest.Config{MaxReplicas: master.DefaultMaxReplicas}})
 	auth := []string{"Authorization", "Bearer " + token}
 	mustStatus(t, do(t, c, "PUT", "/api/v1/objects/existing", []byte("v1"), auth...), 201)
 	seg := "/api/v1/segments/" + strings.ReplaceAll(c.Node+"/dram0", "/", "%2F")
@@ -89,6 +91,7 @@ func TestBadInput(t *testing.T) {
 		{"put existing", "PUT", "/api/v1/objects/existing", "v2", false, 409, "OBJECT_ALREADY_EXISTS"},
 		{"replicas 0", "PUT", "/api/v1/objects/new?replicas=0", "x", false, 400, "INVALID_PARAMS"},
 		{"replicas huge", "PUT", "/api/v1/objects/new?replicas=1000", "x", false, 400, "INVALID_PARAMS"},
+		{"replicas above the master's", "PUT", fmt.Sprintf("/api/v1/objects/new?replicas=%d", master.DefaultMaxReplicas+1), "x", false, 400, "INVALID_PARAMS"},
 		{"bad pin flag", "PUT", "/api/v1/objects/new?hard_pin=yes%20please", "x", false, 400, "INVALID_PARAMS"},
 		{"bad force flag", "DELETE", "/api/v1/objects/existing?force=2", "", false, 400, "INVALID_PARAMS"},
 		{"put without token", "PUT", "/api/v1/objects/new", "x", true, 401, "UNAUTHORIZED"},
@@ -126,6 +129,11 @@ func TestBadInput(t *testing.T) {
 				t.Fatalf("state changed:\nbefore %+v\nafter  %+v", before, after)
 			}
 		})
+	}
+	// A replica count above the master's maximum is refused naming it.
+	r := do(t, c, "PUT", fmt.Sprintf("/api/v1/objects/new?replicas=%d", master.DefaultMaxReplicas+1), []byte("x"), auth...)
+	if e := r.errBody(t); !strings.Contains(e.Message, fmt.Sprintf("from 1 to %d", master.DefaultMaxReplicas)) {
+		t.Fatalf("replicas above the master's maximum: %q, want the bound named", e.Message)
 	}
 	// A wrong token is refused too; the right one works; reads need none.
 	mustStatus(t, do(t, c, "PUT", "/api/v1/objects/new", []byte("x"), "Authorization", "Bearer wrong"), 401)

@@ -1,6 +1,7 @@
 package rest
 
 import (
+	"cmp"
 	"encoding/base64"
 	"io"
 	"net/http"
@@ -19,7 +20,7 @@ import (
 const (
 	DefaultListLimit = 100
 	MaxListLimit     = 1000
-	maxReplicas      = 16
+	maxReplicas      = 64 // when Config.MaxReplicas is 0
 )
 
 // ReplicaJSON is one replica of an object.
@@ -284,9 +285,10 @@ func (s *Server) putObject(c echo.Context) error {
 	}
 	opts := PutOptions{Tenant: tenant, Replicas: 1, PreferredSegment: c.QueryParam("preferred_segment")}
 	if v := c.QueryParam("replicas"); v != "" {
+		most := cmp.Or(s.cfg.MaxReplicas, maxReplicas)
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxReplicas {
-			return kverr.New(kverr.InvalidParams, "", "replicas=%q: want an integer from 1 to %d", printable(v), maxReplicas)
+		if err != nil || n < 1 || n > most {
+			return kverr.New(kverr.InvalidParams, "", "replicas=%q: want an integer from 1 to %d", printable(v), most)
 		}
 		opts.Replicas = n
 	}

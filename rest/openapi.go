@@ -75,7 +75,7 @@ var apiOps = []apiOp{
 	{method: "PUT", path: "/api/v1/objects/{key}", summary: "Store an object (body = value)",
 		description: "Objects are write-once: a second PUT of the key is OBJECT_ALREADY_EXISTS (409). The body must be 1 byte to the configured maximum.",
 		params: []apiParam{pKey, pTenant,
-			{"replicas", "query", "integer", "1 to 16; default 1."},
+			{"replicas", "query", "integer", "1 to the master's maximum (8 by default); default 1."},
 			{"soft_pin", "query", "boolean", "Evict only after unpinned objects."},
 			{"hard_pin", "query", "boolean", "Never evict."},
 			{"preferred_segment", "query", "string", "Place the first replica here if it fits."}},

@@ -79,6 +79,10 @@ type Config struct {
 	// (GET objects/{key}/data); a reader slower than that is cut off.
 	// 0 means DefaultDataWriteTimeout.
 	DataWriteTimeout time.Duration
+	// MaxReplicas is the most replicas a PUT may ask for: the master's
+	// (master.Config.MaxReplicas), so a bad count is refused here naming
+	// the same bound. 0 means 64, the most a master may be set to.
+	MaxReplicas int
 }
 
 // DefaultMaxPutBytes is the PUT body limit when Config.MaxPutBytes is 0.
@@ -95,6 +99,8 @@ func (c Config) Validate() error {
 		return kverr.New(kverr.InvalidParams, "", "rest: negative DataWriteTimeout %v", c.DataWriteTimeout)
 	case c.RequestTimeout < 0:
 		return kverr.New(kverr.InvalidParams, "", "rest: negative RequestTimeout %v", c.RequestTimeout)
+	case c.MaxReplicas < 0 || c.MaxReplicas > maxReplicas:
+		return kverr.New(kverr.InvalidParams, "", "rest: MaxReplicas %d outside 0..%d", c.MaxReplicas, maxReplicas)
 	case strings.ContainsAny(c.Token, " \t\r\n"):
 		return kverr.New(kverr.InvalidParams, "", "rest: token must not contain white space")
 	}

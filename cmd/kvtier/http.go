@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"github.com/kvtier/kvtier/client"
 	"github.com/kvtier/kvtier/internal/auth"
 	"github.com/kvtier/kvtier/internal/buildinfo"
+	"github.com/kvtier/kvtier/master"
 	"github.com/kvtier/kvtier/metrics"
 	"github.com/kvtier/kvtier/rest"
 )
@@ -170,7 +172,8 @@ func (fe *frontEnd) start(ms kvtierpb.MasterServer, grpcAddr string, f *masterFl
 		creds = f.sec.store
 	}
 	s, err := rest.New(rest.Config{Token: f.httpToken, Credentials: creds, Metrics: fe.metrics, Logger: log,
-		EffectiveConfig: func() any { return effective }, Doctor: doctorFor(f.doctor)}, ms, fe.dp)
+		EffectiveConfig: func() any { return effective }, Doctor: doctorFor(f.doctor),
+		MaxReplicas: cmp.Or(cfg.MaxReplicas, master.DefaultMaxReplicas)}, ms, fe.dp)
 	if err != nil {
 		return err
 	}
