@@ -328,6 +328,14 @@ func TestCLIVerbs(t *testing.T) {
 	if !strings.Contains(out, "dir/with/slashes") || strings.Contains(out, "from-stdin") {
 		t.Fatalf("ls --prefix: %s", out)
 	}
+	if pos, _, code := c.cli(t, nil, "ls", "dir/", "--json"); code != 0 || pos != out {
+		t.Fatalf("ls dir/ (exit %d) lists otherwise than ls --prefix dir/:\n%s\n%s", code, pos, out)
+	}
+	for _, args := range [][]string{{"ls", "dir/", "--prefix", "other/"}, {"ls", "--limit", "0"}} {
+		if _, errs, code := c.cli(t, nil, args...); code != 2 {
+			t.Fatalf("%v: exit %d, want 2 (usage): %s", args, code, errs)
+		}
+	}
 	_, errs, code := c.cli(t, nil, "get", "missing")
 	if code == 0 || !strings.Contains(errs, "OBJECT_NOT_FOUND") {
 		t.Fatalf("get missing: exit %d %q", code, errs)

@@ -282,9 +282,21 @@ func newLsCmd() *cobra.Command {
 	var prefix string
 	var limit int
 	cmd := &cobra.Command{
-		Use:   "ls [--prefix P]",
+		Use:   "ls [PREFIX | --prefix P]",
 		Short: "List objects by key prefix",
-		Args:  cobra.NoArgs,
+		Args:  cobra.MaximumNArgs(1),
+		PreRunE: func(cmd *cobra.Command, args []string) error {
+			if limit < 1 {
+				return usagef("--limit %d: want at least 1", limit)
+			}
+			if len(args) == 1 {
+				if cmd.Flags().Changed("prefix") && prefix != args[0] {
+					return usagef("two prefixes: %q and --prefix %q (give one)", args[0], prefix)
+				}
+				prefix = args[0]
+			}
+			return nil
+		},
 		RunE: f.run(func(ctx context.Context, c *client.Client, args []string) error {
 			cursor := ""
 			var all []objectJSON
