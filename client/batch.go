@@ -67,6 +67,32 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte, o
 	if err := o.check(""); err != nil {
 		return fill(errs, err)
 	}
+	// A bad key or value fails alone, as the master would fail it: the
+	// others are put (a direct put frame is refused whole).
+	var ok []int
+	for i := range keys {
+		if errs[i] = checkItem(keys[i], values[i]); errs[i] == nil {
+			ok = append(ok, i)
+		}
+	}
+	if len(ok) < len(keys) {
+		ks, vs := make([]string, len(ok)), make([][]byte, len(ok))
+		for j, i := range ok {
+			ks[j], vs[j] = keys[i], values[i]
+		}
+		if len(ok) > 0 {
+			for j, e := range c.batchPut(ctx, ks, vs, o) {
+				errs[ok[j]] = e
+			}
+		}
+		return errs
+	}
+	return c.batchPut(ctx, keys, values, o)
+}
+
+// batchPut is BatchPut of checked items.
+func (c *Client) batchPut(ctx context.Context, keys []string, values [][]byte, o PutOptions) []error {
+	errs := make([]error, len(keys))
 	rest := c.batchPutDirect(ctx, keys, values, o, errs)
 	if len(rest) == 0 {
 		return errs

@@ -324,7 +324,7 @@ func (c *Client) sendDirect(ctx context.Context, t directTarget, puts []transfer
 
 // putDirect tries key as a direct put. done false: take the classic path.
 func (c *Client) putDirect(ctx context.Context, key string, value []byte, o PutOptions) (_ PutResult, _ error, done bool) {
-	if !c.directOK(o) || len(value) > c.cfg.DirectPutMax {
+	if !c.directOK(o) || len(value) > c.cfg.DirectPutMax || len(key) > transfer.MaxDirectPutKey {
 		return PutResult{}, nil, false
 	}
 	t, ok := c.directTarget(ctx, o, uint64(len(value)), true)
@@ -360,9 +360,12 @@ func (c *Client) batchPutDirect(ctx context.Context, keys []string, values [][]b
 		return all
 	}
 	var total uint64
-	for _, v := range values {
+	for i, v := range values {
 		if len(v) > c.cfg.DirectPutMax {
 			return all // large values: the classic path's sliced writes
+		}
+		if len(keys[i]) > transfer.MaxDirectPutKey {
+			return all // a key longer than a frame takes: the master decides
 		}
 		total += uint64(len(v))
 	}

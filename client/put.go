@@ -57,6 +57,19 @@ func (o PutOptions) check(key string) error {
 	return nil
 }
 
+// checkItem refuses what no master stores, before anything is sent: an
+// empty key (INVALID_KEY, as the master says it) or an empty value. The
+// master checks the rest (the key's length against its maximum).
+func checkItem(key string, value []byte) error {
+	switch {
+	case key == "":
+		return kverr.New(kverr.InvalidKey, "", "empty key")
+	case len(value) == 0:
+		return kverr.New(kverr.InvalidParams, key, "empty value: an object holds at least one byte")
+	}
+	return nil
+}
+
 func (o PutOptions) proto() *kvtierpb.PutConfig {
 	return &kvtierpb.PutConfig{
 		ReplicaNum: uint32(max(o.Replicas, 0)), PreferredSegment: o.PreferredSegment,
@@ -87,6 +100,9 @@ func (c *Client) PutWithResult(ctx context.Context, key string, value []byte, op
 		f(&o)
 	}
 	if err := o.check(key); err != nil {
+		return PutResult{}, err
+	}
+	if err := checkItem(key, value); err != nil {
 		return PutResult{}, err
 	}
 	if r, err, done := c.putDirect(ctx, key, value, o); done {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -229,5 +230,48 @@ func TestBatchPutPartialTransferFailure(t *testing.T) {
 		if gerrs[j] != nil || !bytes.Equal(got[j], vals[i]) {
 			t.Fatalf("read back %s: %v", keys[i], gerrs[j])
 		}
+	}
+}
+
+// TestBatchPutBadItemFailsAlone: an empty value, an empty key and a key
+// above the master's maximum fail alone, each with its own code; the
+// other keys of the batch are stored (a direct put frame is refused
+// whole, so the SDK must not send them in one). Single puts say the same.
+func TestBatchPutBadItemFailsAlone(t *testing.T) {
+	ip := startInproc(t, master.Config{})
+	ip.appliance(t, appliance.Config{Name: "box"})
+	for _, tc := range []struct {
+		name string
+		c    *client.Client
+	}{{"tcp", ip.tcpClient(t)}, {"shm", ip.client(t)}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			long := strings.Repeat("k", master.DefaultMaxKeyLen+1)
+			keys := []string{tc.name + "/a", tc.name + "/empty", "", tc.name + "/c", long}
+			vals := [][]byte{[]byte("aaa"), nil, []byte("x"), []byte("ccc"), []byte("l")}
+			want := []kverr.Code{kverr.OK, kverr.InvalidParams, kverr.InvalidKey, kverr.OK, kverr.InvalidKey}
+			errs := tc.c.BatchPut(ctx, keys, vals)
+			for i, err := range errs {
+				if kverr.CodeOf(err) != want[i] {
+					t.Errorf("item %d (key of %d bytes): %v, want %s", i, len(keys[i]), err, want[i])
+				}
+				if err == nil {
+					if got, err := tc.c.Get(ctx, keys[i]); err != nil || !bytes.Equal(got, vals[i]) {
+						t.Errorf("%s: %q, %v", keys[i], got, err)
+					}
+				}
+			}
+			for i := range keys {
+				if keys[i] == "" {
+					continue // below
+				}
+				if err := tc.c.Put(ctx, keys[i]+"/single", vals[i]); kverr.CodeOf(err) != want[i] {
+					t.Errorf("single put of item %d: %v, want %s", i, err, want[i])
+				}
+			}
+			if err := tc.c.Put(ctx, "", []byte("x")); !kverr.Is(err, kverr.InvalidKey) {
+				t.Errorf("single put of an empty key: %v", err)
+			}
+		})
 	}
 }

@@ -287,6 +287,20 @@ func TestCLIVerbs(t *testing.T) {
 	if _, _, code := c.cli(t, []byte("stdin value"), "put", "from-stdin", "-", "--hard-pin"); code != 0 {
 		t.Fatal("put from stdin failed")
 	}
+	// No FILE: standard input when it is a pipe; on a character device
+	// (a terminal, or /dev/null here) a usage error, not a wait for typing.
+	if _, errs, code := c.cli(t, []byte("piped value"), "put", "piped"); code != 0 {
+		t.Fatalf("put KEY with a pipe on stdin: exit %d %s", code, errs)
+	}
+	if out, _, _ := c.cli(t, nil, "get", "piped"); out != "piped value" {
+		t.Fatalf("get piped: %q", out)
+	}
+	if _, errs, code := c.cli(t, nil, "put", "no-file"); code != 2 || !strings.Contains(errs, "give FILE") {
+		t.Fatalf("put KEY with stdin on a character device: exit %d %q, want 2 and the usage", code, errs)
+	}
+	if _, errs, code := c.cli(t, []byte{}, "put", "empty-pipe"); code != 2 || !strings.Contains(errs, "empty value") {
+		t.Fatalf("put KEY of an empty pipe: exit %d %q, want 2, empty value", code, errs)
+	}
 	outFile := filepath.Join(dir, "out")
 	if _, errs, code := c.cli(t, nil, "get", "dir/with/slashes", "-o", outFile); code != 0 {
 		t.Fatalf("get: %s", errs)

@@ -59,19 +59,34 @@ func (f *clientFlags) run(verb func(ctx context.Context, c *client.Client, args 
 	}
 }
 
+// stdinIsTerminal reports whether standard input is a terminal (a
+// character device), which a put reading it would wait on for typing.
+func stdinIsTerminal() bool {
+	st, err := os.Stdin.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
 func newPutCmd() *cobra.Command {
 	var f clientFlags
 	var replicas, nofReplicas int
 	var softPin, hardPin bool
 	var preferred string
 	cmd := &cobra.Command{
-		Use:   "put KEY FILE|-",
+		Use:   "put KEY [FILE|-]",
 		Short: "Store the contents of FILE (or standard input) under KEY",
-		Args:  cobra.ExactArgs(2),
+		Long: "Store the contents of FILE under KEY; with - or no FILE, standard input's " +
+			"(no FILE needs standard input to be a pipe or a file, not a terminal).",
+		Args: cobra.RangeArgs(1, 2),
+		PreRunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 && stdinIsTerminal() {
+				return usagef("put %q: give FILE, or - to read standard input", args[0])
+			}
+			return nil
+		},
 		RunE: f.run(func(ctx context.Context, c *client.Client, args []string) error {
 			var value []byte
 			var err error
-			if args[1] == "-" {
+			if len(args) == 1 || args[1] == "-" {
 				value, err = io.ReadAll(os.Stdin)
 			} else {
 				value, err = os.ReadFile(args[1])
