@@ -56,11 +56,11 @@ func kvtier_go_batch_is_exist(h C.uintptr_t, keys **C.char, count C.size_t, resu
 		return C.int(code)
 	}
 	defer release()
-	exists, err := c.BatchExist(context.Background(), names)
+	exists, errs := c.BatchExistEach(context.Background(), names)
 	for i := range out {
 		switch {
-		case err != nil:
-			out[i] = C.int(codeOf(err))
+		case errs[i] != nil:
+			out[i] = C.int(codeOf(errs[i]))
 		case exists[i]:
 			out[i] = 1
 		default:

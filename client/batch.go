@@ -524,26 +524,41 @@ func listsReplica(rl *ReplicaList, r *kvtierpb.Replica) bool {
 }
 
 // BatchExist reports for every key whether it is stored. It never extends a
-// lease. A key that is invalid makes the whole call fail.
+// lease. A key that is invalid makes the whole call fail (BatchExistEach
+// answers the others).
 func (c *Client) BatchExist(ctx context.Context, keys []string) ([]bool, error) {
+	exists, errs := c.BatchExistEach(ctx, keys)
+	for _, e := range errs {
+		if e != nil {
+			return nil, e
+		}
+	}
+	return exists, nil
+}
+
+// BatchExistEach is BatchExist with one result per key: a bad key (empty,
+// too long) fails alone, and the others are answered.
+func (c *Client) BatchExistEach(ctx context.Context, keys []string) ([]bool, []error) {
+	exists, errs := make([]bool, len(keys)), make([]error, len(keys))
 	if len(keys) == 0 {
-		return nil, nil
+		return exists, errs
 	}
 	rctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
 	resp, err := c.master.BatchExist(rctx, &kvtierpb.BatchKeysRequest{ClientId: c.cfg.ClientID, Tenant: c.cfg.Tenant, Keys: c.keyBytes(keys)})
 	if err != nil {
-		return nil, kverr.FromGRPC(err)
+		return exists, fill(errs, kverr.FromGRPC(err))
 	}
-	if len(resp.Exists) != len(keys) {
-		return nil, kverr.New(kverr.RPCFail, "", "master answered %d results for %d keys", len(resp.Exists), len(keys))
+	if len(resp.Exists) != len(keys) || (len(resp.Results) != 0 && len(resp.Results) != len(keys)) {
+		return exists, fill(errs, kverr.New(kverr.RPCFail, "", "master answered %d results for %d keys", len(resp.Exists), len(keys)))
 	}
 	for i, r := range resp.Results {
-		if e := resultErr(keys[i], r.Code, r.Message); e != nil {
-			return nil, e
-		}
+		errs[i] = resultErr(keys[i], r.Code, r.Message)
 	}
-	return resp.Exists, nil
+	for i, ok := range resp.Exists {
+		exists[i] = ok && errs[i] == nil
+	}
+	return exists, errs
 }
 
 // BatchRemove removes every key; one result per key.

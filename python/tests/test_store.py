@@ -29,6 +29,7 @@ NO_AVAILABLE_HANDLE = -200
 INVALID_PARAMS = -600
 OBJECT_NOT_FOUND = -704
 OBJECT_HAS_LEASE = -706
+INVALID_KEY = -400
 
 
 def vllm_key(model, rank, block_hash):
@@ -114,6 +115,16 @@ class StoreTest(unittest.TestCase):
         arr = np.arange(4096, dtype=np.int16)
         self.assertEqual(s.put("py/numpy", arr), 0)
         self.assertTrue(np.array_equal(np.frombuffer(s.get("py/numpy"), dtype=np.int16), arr))
+
+    def test_bad_item_fails_alone(self):
+        """An empty key or value in a batch fails that item; the others
+        are stored and answered."""
+        s = self.store
+        keys = ["py/bad/a", "py/bad/empty", "py/bad/c"]
+        self.assertEqual(s.put_batch(keys, [b"a" * 10, b"", b"c" * 10]), INVALID_PARAMS)
+        self.assertEqual(s.batch_is_exist(["py/bad/a", "", "py/bad/empty", "py/bad/c"]),
+                         [1, INVALID_KEY, 0, 1])
+        self.assertEqual(s.get_batch(["py/bad/a", "py/bad/c"]), [b"a" * 10, b"c" * 10])
 
     def test_vllm_style_flow_bit_exact(self):
         """batch_is_exist before batch_put_from, a registered host buffer
