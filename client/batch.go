@@ -76,18 +76,24 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte, o
 		}
 	}
 	if len(ok) < len(keys) {
-		ks, vs := make([]string, len(ok)), make([][]byte, len(ok))
-		for j, i := range ok {
-			ks[j], vs[j] = keys[i], values[i]
-		}
 		if len(ok) > 0 {
-			for j, e := range c.batchPut(ctx, ks, vs, o) {
-				errs[ok[j]] = e
-			}
+			onItems(keys, values, ok, errs, func(ks []string, vs [][]byte) []error { return c.batchPut(ctx, ks, vs, o) })
 		}
 		return errs
 	}
 	return c.batchPut(ctx, keys, values, o)
+}
+
+// onItems runs put on the items idx of keys and values and records its
+// results in errs at their places.
+func onItems(keys []string, values [][]byte, idx []int, errs []error, put func([]string, [][]byte) []error) {
+	ks, vs := make([]string, len(idx)), make([][]byte, len(idx))
+	for j, i := range idx {
+		ks[j], vs[j] = keys[i], values[i]
+	}
+	for j, e := range put(ks, vs) {
+		errs[idx[j]] = e
+	}
 }
 
 // batchPut is BatchPut of checked items.
@@ -98,13 +104,7 @@ func (c *Client) batchPut(ctx context.Context, keys []string, values [][]byte, o
 		return errs
 	}
 	if len(rest) < len(keys) { // the keys that did not go direct, the classic way
-		ks, vs := make([]string, len(rest)), make([][]byte, len(rest))
-		for j, i := range rest {
-			ks[j], vs[j] = keys[i], values[i]
-		}
-		for j, e := range c.batchPutClassic(ctx, ks, vs, o) {
-			errs[rest[j]] = e
-		}
+		onItems(keys, values, rest, errs, func(ks []string, vs [][]byte) []error { return c.batchPutClassic(ctx, ks, vs, o) })
 		return errs
 	}
 	return c.batchPutClassic(ctx, keys, values, o)

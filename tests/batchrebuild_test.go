@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,14 +24,8 @@ func TestBatchPutWhileMasterRebuilds(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := lis.Addr().String()
-	m1, err := master.New(master.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx1, cancel1 := context.WithCancel(context.Background())
-	done1 := make(chan struct{})
-	go func() { defer close(done1); m1.Run(ctx1) }()
-	stop1 := serveMaster(m1, lis)
+	m1, stop1 := runMaster(t, lis)
+	t.Cleanup(stop1)
 	ip := &inproc{m: m1, addr: addr}
 	ip.appliance(t, appliance.Config{Name: "rb-box"})
 	cl := ip.client(t)
@@ -42,22 +37,13 @@ func TestBatchPutWhileMasterRebuilds(t *testing.T) {
 		}
 	}
 	stop1()
-	cancel1()
-	<-done1
 
-	m2, err := master.New(master.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	lis2, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx2, cancel2 := context.WithCancel(context.Background())
-	done2 := make(chan struct{})
-	go func() { defer close(done2); m2.Run(ctx2) }()
-	stop2 := serveMaster(m2, lis2)
-	t.Cleanup(func() { stop2(); cancel2(); <-done2 })
+	m2, stop2 := runMaster(t, lis2)
+	t.Cleanup(stop2)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if ok, why := m2.Rebuilding(); ok {
@@ -90,6 +76,21 @@ func TestBatchPutWhileMasterRebuilds(t *testing.T) {
 	}
 }
 
+// runMaster runs a new master on lis until stop.
+func runMaster(t *testing.T, lis net.Listener) (*master.Master, func()) {
+	t.Helper()
+	m, err := master.New(master.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(ctx) }()
+	stopServing := serveMaster(m, lis)
+	return m, sync.OnceFunc(func() { stopServing(); cancel(); <-done })
+}
+
+// batchOf is n keys under prefix with random values of size bytes.
 func batchOf(prefix string, n, size int) ([]string, [][]byte) {
 	keys, vals := make([]string, n), make([][]byte, n)
 	for i := range n {
