@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,7 +23,7 @@ func TestBatchPutWhileMasterRebuilds(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := lis.Addr().String()
-	m1, stop1 := runMaster(t, lis)
+	m1, stop1 := runMaster(t, master.Config{}, lis)
 	t.Cleanup(stop1)
 	ip := &inproc{m: m1, addr: addr}
 	ip.appliance(t, appliance.Config{Name: "rb-box"})
@@ -42,7 +41,7 @@ func TestBatchPutWhileMasterRebuilds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m2, stop2 := runMaster(t, lis2)
+	m2, stop2 := runMaster(t, master.Config{}, lis2)
 	t.Cleanup(stop2)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -74,20 +73,6 @@ func TestBatchPutWhileMasterRebuilds(t *testing.T) {
 			t.Fatalf("%s: %d bytes, %v (want %d)", k, len(got), err, len(want))
 		}
 	}
-}
-
-// runMaster runs a new master on lis until stop.
-func runMaster(t *testing.T, lis net.Listener) (*master.Master, func()) {
-	t.Helper()
-	m, err := master.New(master.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); m.Run(ctx) }()
-	stopServing := serveMaster(m, lis)
-	return m, sync.OnceFunc(func() { stopServing(); cancel(); <-done })
 }
 
 // batchOf is n keys under prefix with random values of size bytes.

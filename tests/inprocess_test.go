@@ -31,20 +31,27 @@ type inproc struct {
 
 func startInproc(t testing.TB, cfg master.Config) *inproc {
 	t.Helper()
-	m, err := master.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := serveMaster(m, lis)
+	m, stop := runMaster(t, cfg, lis)
+	t.Cleanup(stop)
+	return &inproc{m: m, addr: lis.Addr().String()}
+}
+
+// runMaster runs a new master with cfg on lis until stop.
+func runMaster(t testing.TB, cfg master.Config, lis net.Listener) (*master.Master, func()) {
+	t.Helper()
+	m, err := master.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); m.Run(ctx) }()
-	t.Cleanup(func() { stop(); cancel(); <-done })
-	return &inproc{m: m, addr: lis.Addr().String()}
+	stopServing := serveMaster(m, lis)
+	return m, sync.OnceFunc(func() { stopServing(); cancel(); <-done })
 }
 
 // serveMaster serves m on lis as `kvtier master` does: gRPC, with the fast
