@@ -71,7 +71,7 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte, o
 	// others are put (a direct put frame is refused whole).
 	var ok []int
 	for i := range keys {
-		if errs[i] = checkItem(keys[i], values[i]); errs[i] == nil {
+		if errs[i] = CheckItem(keys[i], values[i]); errs[i] == nil {
 			ok = append(ok, i)
 		}
 	}

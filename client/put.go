@@ -57,10 +57,12 @@ func (o PutOptions) check(key string) error {
 	return nil
 }
 
-// checkItem refuses what no master stores, before anything is sent: an
+// CheckItem refuses what no master stores, before anything is sent: an
 // empty key (INVALID_KEY, as the master says it) or an empty value. The
-// master checks the rest (the key's length against its maximum).
-func checkItem(key string, value []byte) error {
+// master checks the rest (the key's length against its maximum). Put and
+// BatchPut call it; a front end that must refuse a group of puts whole
+// (Redis's MSET) calls it first.
+func CheckItem(key string, value []byte) error {
 	switch {
 	case key == "":
 		return kverr.New(kverr.InvalidKey, "", "empty key")
@@ -102,7 +104,7 @@ func (c *Client) PutWithResult(ctx context.Context, key string, value []byte, op
 	if err := o.check(key); err != nil {
 		return PutResult{}, err
 	}
-	if err := checkItem(key, value); err != nil {
+	if err := CheckItem(key, value); err != nil {
 		return PutResult{}, err
 	}
 	if r, err, done := c.putDirect(ctx, key, value, o); done {

@@ -547,6 +547,15 @@ func cmdMSet(c *conn, args [][]byte) bool {
 		c.w.error("ERR wrong number of arguments for 'mset' command")
 		return false
 	}
+	// Refuse what no pair can be stored as before storing any (Redis's
+	// MSET is all or nothing; a failure of the store midway still leaves
+	// the pairs before it stored, doc.go).
+	for i := 1; i < len(args); i += 2 {
+		if err := client.CheckItem(string(args[i]), args[i+1]); err != nil {
+			c.storeErr(err)
+			return false
+		}
+	}
 	for i := 1; i < len(args); i += 2 {
 		if _, err := c.set(string(args[i]), args[i+1], setOptions{}); err != nil {
 			c.storeErr(err)

@@ -64,7 +64,10 @@
 //     read the old value until its lease ends (a lease promises bytes;
 //     reads through this front end drop it at once).
 //   - NX sets only when the key is absent and no put of it is in flight;
-//     XX only when it exists. MSET is SET per pair, in order, not atomic.
+//     XX only when it exists. MSET is SET per pair, in order, not atomic:
+//     a pair that can never be stored (an empty key or value) refuses the
+//     whole MSET before any is stored, but a store failure midway leaves
+//     the pairs before it stored.
 //   - Empty values: kvtier stores no zero-size object; SET k "" is refused
 //     with INVALID_PARAMS.
 //   - EXISTS answers from the master's replica list, which grants the read

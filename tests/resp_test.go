@@ -184,8 +184,10 @@ func TestRESPRedisCLI(t *testing.T) {
 		{[]string{"SET", "ex", "changed", "EX", "-5"}, "ERR invalid expire time in 'set' command"},
 		{[]string{"SET", "ex", "changed", "BOGUS"}, "ERR syntax error"},
 		{[]string{"GET", "ex"}, "v"}, // bad input changed nothing
-		{[]string{"SET", "empty", ""}, `ERR INVALID_PARAMS key="empty": size 0`},
-		{[]string{"DBSIZE"}, "2"}, // ex and m2 (k1, k2, m1 deleted, empty refused)
+		{[]string{"SET", "empty", ""}, `ERR INVALID_PARAMS key="empty": empty value: an object holds at least one byte`},
+		{[]string{"MSET", "m3", "a", "m4", ""}, `ERR INVALID_PARAMS key="m4": empty value: an object holds at least one byte`},
+		{[]string{"EXISTS", "m3"}, "0"}, // MSET refused whole: nothing stored
+		{[]string{"DBSIZE"}, "2"},       // ex and m2 (k1, k2, m1 deleted, empty refused)
 	}
 	for _, s := range steps {
 		if got := cli(s.args...); got != s.want {
