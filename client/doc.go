@@ -61,16 +61,19 @@
 // is of no use to a replica in this process: the local copy runs before the
 // master call, not beside it.
 //
-// Batch calls (BatchPut, BatchGet, BatchGetInto, BatchExist, BatchRemove)
-// are batched end to end: one master call for all keys (BatchPut: one
+// Batch calls (BatchPut, BatchGet, BatchGetInto, BatchExist and
+// BatchExistEach, BatchRemove) are batched end to end: one master call for all keys (BatchPut: one
 // BatchPutStart, one BatchPutEnd for the keys whose replicas were all
 // written, one BatchPutRevoke for the rest), and every replica read or
 // write of the call in one transfer batch, which travels over TCP as a few
 // batch frames per appliance (internal/transfer "Batch frames") instead of
 // a request and a response per key. Batch gets keep the single-key Get's
 // lease cache and replica hints. Results are per key, in input order; a
-// key fails alone (its checksum, its replica, its revoke), never because a
-// neighbour in the batch did.
+// key fails alone (its checksum, its replica, its revoke, an empty key or
+// value), never because a neighbour in the batch did (BatchExist, which
+// answers one error for the call, is the exception; BatchExistEach is it
+// per key). Keys a rebuilding master answers UNAVAILABLE_IN_CURRENT_STATUS
+// are asked again for up to 5 s, as single calls are (rebuild.go).
 //
 // A client may also be a storage node: with GlobalSegmentSize > 0 it maps that
 // much memory and mounts it as MEMORY segments others may be allocated into;
