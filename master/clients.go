@@ -209,6 +209,9 @@ func (m *Master) Heartbeat(ctx context.Context, req HeartbeatRequest) (Heartbeat
 	if prev == ClientGone {
 		known = false
 	}
+	if req.DramDirectory || len(req.Segments) > 0 || (req.Disk != nil && req.Disk.Capacity > 0) {
+		m.holderSeen.Store(true) // see settling
+	}
 	if req.DramDirectory {
 		m.dram.ensure(c.id) // records are kept for it from now on
 	}

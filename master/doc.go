@@ -287,6 +287,15 @@
 // every 1,024 keys): what it removed before is then removed on SSD by one
 // delete per key, and it answers UNAVAILABLE_IN_CURRENT_STATUS.
 //
+// While the master rebuilds (see "Rebuild": appliances' DRAM reports due,
+// or the RebuildWindow after a restart), a key it does not know yet may
+// still be reported, so Remove of an unknown key waits for it (polling
+// every 5 ms) instead of answering OBJECT_NOT_FOUND, and RemoveAll and
+// RemoveByRegex wait for the rebuild to end before they scan: a removal
+// the caller took as done never sees the object come back with a late
+// report. The wait shares RemoveSyncTimeout; past it the answer is
+// UNAVAILABLE_IN_CURRENT_STATUS (retry) and nothing is removed.
+//
 // Cost, on the shared 2-core VM (load average about 10): kvtier rm of an
 // object with an SSD copy took 11 ms including the CLI process start
 // (tests/truth_remove_test.go, logged); the appliance's share is one
@@ -354,7 +363,8 @@
 // start once any appliance reported objects the master never knew (so
 // appliances not heard from yet get a heartbeat), reads that miss and puts
 // that find every DRAM segment awaiting answer UNAVAILABLE_IN_CURRENT_STATUS
-// (retry); Stats.Rebuilding and REST /api/v1/ready say so with the reason.
+// (retry), and removals wait (see "Removals"); Stats.Rebuilding and REST
+// /api/v1/ready say so with the reason.
 //
 // When the commit record travels. PutEnd used to queue the commit and
 // wait for it: a master-appliance round trip after the write, on every

@@ -742,6 +742,32 @@ func (m *Master) Rebuilding() (bool, string) {
 	return true, "waiting for the DRAM directory of " + strings.Join(who, ", ")
 }
 
+// settling reports whether a key this master does not know may still be
+// reported by an appliance, and why: it rebuilds (Rebuilding), or it
+// started less than RebuildWindow ago and no node holding objects has
+// been heard from yet (after a restart the appliances' first heartbeats
+// take up to an interval). Removals wait it out (Remove, removeMatching):
+// a removal answered "not found" must not see the object come back with
+// a late report.
+func (m *Master) settling() (bool, string) {
+	if ok, why := m.Rebuilding(); ok {
+		return true, why
+	}
+	if !m.holderSeen.Load() && m.now().UnixNano() < m.started+int64(m.cfg.RebuildWindow) {
+		return true, "no appliance heard from yet (the first " + m.cfg.RebuildWindow.String() + " after start)"
+	}
+	return false, ""
+}
+
+// errSettling is the answer to a removal that waited out its bound while
+// the master settles: the caller retries shortly.
+func (m *Master) errSettling(key string) error {
+	if ok, why := m.settling(); ok {
+		return kverr.New(kverr.UnavailableInCurrentStatus, key, "master rebuilding its object table (%s): retry", why)
+	}
+	return nil
+}
+
 // errAwaitingReports refuses a put while no MEMORY segment takes
 // allocations because their appliances' reports are still due (a put
 // elsewhere is fine: a key reported later that was put again meanwhile

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvtier/kvtier/api/kvtierpb"
+	"github.com/kvtier/kvtier/internal/clock"
 	"github.com/kvtier/kvtier/kverr"
 )
 
@@ -668,4 +669,108 @@ func TestDramChecksumAtPutEnd(t *testing.T) {
 	if l, err := m.GetReplicaList(ctx, "r", "", "none"); err != nil || l.HasChecksum {
 		t.Fatalf("none: %+v, %v: want no checksum", l, err)
 	}
+}
+
+// TestRemoveWaitsForRebuild: a removal that reaches a master before the
+// appliance has reported the key waits for the report and removes it (a
+// "not found" answer would let the report bring it back); a bulk removal
+// waits for the whole rebuild; without the report within RemoveSyncTimeout
+// the answer is UNAVAILABLE_IN_CURRENT_STATUS, never OBJECT_NOT_FOUND.
+func TestRemoveWaitsForRebuild(t *testing.T) {
+	m, _ := newTest(t, Config{})
+	seg := Segment{Name: "box/mem0", Endpoint: "box:1", Size: 1 << 20}
+	if _, err := m.Heartbeat(ctx, HeartbeatRequest{Client: "box", Endpoint: "box:1", DramDirectory: true}); err != nil {
+		t.Fatal(err)
+	}
+	mountMem(t, m, "box", seg.Name, seg.Size)
+	twin := startTwin(m, "box")
+	for _, k := range []string{"k1", "k2", "k3"} {
+		put(t, m, "writer", k, 1000)
+	}
+	dir := twin.objects()
+	twin.close()
+
+	rebuilding := func(cfg Config) (*Master, *clock.Fake) {
+		m2, fc := newTest(t, cfg)
+		if _, err := m2.Heartbeat(ctx, HeartbeatRequest{Client: "box", Endpoint: "box:1", DramDirectory: true,
+			DramObjects: uint64(len(dir)), Segments: []Segment{seg}}); err != nil {
+			t.Fatal(err)
+		}
+		if ok, _ := m2.Rebuilding(); !ok {
+			t.Fatal("not rebuilding while the report is due")
+		}
+		return m2, fc
+	}
+	m2, fc := rebuilding(Config{})
+	twin2 := startTwin(m2, "box")
+	defer twin2.close()
+	one, bulk := make(chan error, 1), make(chan error, 1)
+	go func() { one <- m2.Remove(ctx, "", "k1", true) }()
+	go func() {
+		n, err := m2.RemoveByRegex(ctx, "", "^k2$", true)
+		if err == nil && n != 1 {
+			err = fmt.Errorf("removed %d objects, want 1", n)
+		}
+		bulk <- err
+	}()
+	select {
+	case err := <-one:
+		t.Fatalf("Remove answered before the report: %v", err)
+	case err := <-bulk:
+		t.Fatalf("RemoveByRegex answered before the report: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if _, err := m2.RegisterDramObjects(ctx, "box", "", dir, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-one; err != nil {
+		t.Fatalf("Remove of a reported key: %v", err)
+	}
+	fc.Advance(m2.cfg.RebuildWindow + time.Second) // the rebuild window ends
+	if err := <-bulk; err != nil {
+		t.Fatalf("RemoveByRegex after the rebuild: %v", err)
+	}
+	for _, k := range []string{"k1", "k2"} {
+		_, err := m2.GetReplicaList(ctx, "c", "", k)
+		wantCode(t, err, kverr.ObjectNotFound)
+	}
+	if _, err := m2.GetReplicaList(ctx, "c", "", "k3"); err != nil {
+		t.Fatalf("k3 (kept): %v", err)
+	}
+
+	// Before any appliance was heard from (a restarted master, the
+	// appliances' first heartbeats still to come): the same wait.
+	m4, fc4 := newTest(t, Config{})
+	early := make(chan error, 1)
+	go func() { early <- m4.Remove(ctx, "", "k3", true) }()
+	select {
+	case err := <-early:
+		t.Fatalf("Remove answered before any appliance was heard from: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if _, err := m4.Heartbeat(ctx, HeartbeatRequest{Client: "box", Endpoint: "box:1", DramDirectory: true,
+		DramObjects: uint64(len(dir)), Segments: []Segment{seg}}); err != nil {
+		t.Fatal(err)
+	}
+	twin4 := startTwin(m4, "box")
+	defer twin4.close()
+	if _, err := m4.RegisterDramObjects(ctx, "box", "", dir, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-early; err != nil {
+		t.Fatalf("Remove of a key reported after it was asked: %v", err)
+	}
+	fc4.Advance(m4.cfg.RebuildWindow + time.Second)
+	_, err := m4.GetReplicaList(ctx, "c", "", "k3")
+	wantCode(t, err, kverr.ObjectNotFound)
+	// Past the window with no appliance heard from, a miss is a miss.
+	m5, fc5 := newTest(t, Config{})
+	fc5.Advance(m5.cfg.RebuildWindow + time.Second)
+	wantCode(t, m5.Remove(ctx, "", "k3", true), kverr.ObjectNotFound)
+
+	// No report within the bound: "retry", never "not found".
+	m3, _ := rebuilding(Config{RemoveSyncTimeout: 30 * time.Millisecond})
+	wantCode(t, m3.Remove(ctx, "", "k1", true), kverr.UnavailableInCurrentStatus)
+	_, err = m3.RemoveAll(ctx, "", true)
+	wantCode(t, err, kverr.UnavailableInCurrentStatus)
 }

@@ -177,6 +177,9 @@ type Master struct {
 	// objects this master never knew) time the rebuild window (dramdir.go).
 	started   int64
 	restarted atomic.Bool
+	// holderSeen: a node that holds objects (segments, an SSD tier, a
+	// DRAM directory) has heartbeated or mounted (settling).
+	holderSeen atomic.Bool
 	// stopped is closed when Run returns: long-lived streams
 	// (TakeDramRecords) end, so a graceful stop does not wait for them.
 	stopped  chan struct{}

@@ -722,7 +722,18 @@ func (m *Master) Remove(ctx context.Context, tenant, key string, force bool) err
 		sh.mu.Lock()
 		if o = sh.objs[k]; o == nil {
 			sh.mu.Unlock()
-			return kverr.New(kverr.ObjectNotFound, key, "no such object")
+			// An appliance's report may still bring the key back: "not
+			// found" now would let it return after a removal the caller
+			// took as done. Wait for the report, or say "retry".
+			if settling, _ := m.settling(); !settling {
+				return kverr.New(kverr.ObjectNotFound, key, "no such object")
+			}
+			if m.cfg.RemoveSyncTimeout < 0 || !rebuildPause(ctx) {
+				if err := m.errSettling(key); err != nil {
+					return err
+				}
+			}
+			continue
 		}
 		err := m.removable(o, key, force, m.now().UnixNano())
 		if err == nil {
@@ -744,6 +755,20 @@ func (m *Master) Remove(ctx context.Context, tenant, key string, force bool) err
 	sh.mu.Unlock()
 	m.publish(Event{Kind: "remove", Tenant: t, Key: key, Bytes: size})
 	return m.awaitRemoved(ctx, key, waits)
+}
+
+// rebuildPause is a removal's wait for the rebuild to go on (appliances'
+// reports arrive in milliseconds; the rebuild holds at most RebuildWindow
+// or RebuildWait): false when ctx ended first.
+func rebuildPause(ctx context.Context) bool {
+	t := time.NewTimer(5 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // waitDone waits until ch is closed (true) or ctx ends (false).

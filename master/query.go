@@ -53,6 +53,11 @@ func (m *Master) removeMatching(ctx context.Context, tenant, pattern string, mat
 	// One bound for the wait for copies being made and the appliances'
 	// confirmations, as Remove (the scan itself is not bounded by it).
 	deadline := time.Now().Add(m.cfg.RemoveSyncTimeout)
+	// Objects appliances have not reported yet would escape the scan and
+	// come back with their reports: wait for the rebuild to end first.
+	if err := m.awaitRebuilt(ctx, deadline); err != nil {
+		return 0, err
+	}
 	m.awaitOffloadsOf(ctx, deadline, func(ck string) bool {
 		t, key := splitCK(ck)
 		return t == tenant && match(key)
@@ -144,6 +149,22 @@ func (m *Master) removeMatching(ctx context.Context, tenant, pattern string, mat
 		defer cancel()
 	}
 	return n, m.awaitRemoved(ctx, "", waits)
+}
+
+// awaitRebuilt waits while the master settles (settling), until
+// deadline or ctx's end: then UNAVAILABLE_IN_CURRENT_STATUS saying why.
+// Nothing is waited for when RemoveSyncTimeout < 0.
+func (m *Master) awaitRebuilt(ctx context.Context, deadline time.Time) error {
+	wctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	for {
+		if settling, _ := m.settling(); !settling {
+			return nil
+		}
+		if m.cfg.RemoveSyncTimeout < 0 || !rebuildPause(wctx) {
+			return m.errSettling("")
+		}
+	}
 }
 
 // awaitOffloadsOf waits until the offload tasks dispatched now for the

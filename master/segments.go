@@ -143,6 +143,7 @@ func (m *Master) mount(clientID string, seg Segment, explicit bool) error {
 	case seg.Base+seg.Size < seg.Base:
 		return kverr.New(kverr.InvalidParams, "", "mount %s: base+size overflows", seg.Name)
 	}
+	m.holderSeen.Store(true) // see settling
 	if seg.Offer.RDMAAddr != "" && !m.cfg.DisableGrants && !m.cfg.RDMATrustedFabric {
 		seg.Offer = TransportOffer{}
 		m.publish(Event{Kind: "client", Node: clientID, Message: "RDMA offer for " + seg.Name +
