@@ -287,14 +287,19 @@
 // every 1,024 keys): what it removed before is then removed on SSD by one
 // delete per key, and it answers UNAVAILABLE_IN_CURRENT_STATUS.
 //
-// While the master rebuilds (see "Rebuild": appliances' DRAM reports due,
-// or the RebuildWindow after a restart), a key it does not know yet may
-// still be reported, so Remove of an unknown key waits for it (polling
-// every 5 ms) instead of answering OBJECT_NOT_FOUND, and RemoveAll and
-// RemoveByRegex wait for the rebuild to end before they scan: a removal
-// the caller took as done never sees the object come back with a late
-// report. The wait shares RemoveSyncTimeout; past it the answer is
-// UNAVAILABLE_IN_CURRENT_STATUS (retry) and nothing is removed.
+// While the master settles (dramdir.go settling: it rebuilds, see
+// "Rebuild", or it is in the first RebuildWindow after its start and has
+// heard from no node holding objects yet, as right after a restart), a
+// key it does not know may still be reported, so Remove of an unknown key
+// waits for it (polling every 5 ms) instead of answering
+// OBJECT_NOT_FOUND, and RemoveAll and RemoveByRegex wait for it to settle
+// before they scan: a removal the caller took as done never sees the
+// object come back with a late report. The wait shares RemoveSyncTimeout;
+// past it the answer is UNAVAILABLE_IN_CURRENT_STATUS (retry) and nothing
+// is removed. An appliance that comes back later than that (after the
+// window, having missed the removal) can still report a key removed
+// meanwhile as "not found": the master keeps no record of removals of
+// keys it did not know.
 //
 // Cost, on the shared 2-core VM (load average about 10): kvtier rm of an
 // object with an SSD copy took 11 ms including the CLI process start
