@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -166,5 +167,46 @@ func TestClosedController(t *testing.T) {
 	defer c.Close()
 	if err := c.ReadAt(context.Background(), 1, make([]byte, 4096), 0); err != nil {
 		t.Fatalf("read after reconnect: %v", err)
+	}
+}
+
+// TestRangeRefusals: a range off the block grid and one past the
+// namespace's end are refused before anything is sent, each saying which.
+func TestRangeRefusals(t *testing.T) {
+	addr := startTarget(t)
+	ctx := context.Background()
+	c, err := initiator.Dial(ctx, addr, initiator.Config{SubNQN: sub, HostNQN: host})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	nss := c.Namespaces()
+	if len(nss) != 1 || nss[0].NSID != 1 {
+		t.Fatalf("namespaces %+v, want one, id 1", nss)
+	}
+	ns := nss[0]
+	p := make([]byte, 8192)
+	for _, tc := range []struct {
+		off  int64
+		n    int
+		want string
+	}{
+		{100, 8192, "multiples of"},
+		{0, 100, "multiples of"},
+		{-4096, 4096, "multiples of"},
+		{ns.Size(), 4096, "ends past"},
+		{ns.Size() - 4096, 8192, "ends past"},
+	} {
+		for name, io := range map[string]func() error{
+			"read":  func() error { return c.ReadAt(ctx, 1, p[:tc.n], tc.off) },
+			"write": func() error { return c.WriteAt(ctx, 1, p[:tc.n], tc.off) },
+		} {
+			if err := io(); !kverr.Is(err, kverr.InvalidParams) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s [%d,+%d): %v, want INVALID_PARAMS %q", name, tc.off, tc.n, err, tc.want)
+			}
+		}
+	}
+	if err := c.ReadAt(ctx, 1, p[:4096], ns.Size()-4096); err != nil {
+		t.Fatalf("the last block: %v", err)
 	}
 }

@@ -22,8 +22,11 @@ func (c *Controller) ioTarget(nsid uint32, n int, off int64) (*queue, Namespace,
 		return nil, Namespace{}, 0, 0, kverr.New(kverr.ObjectNotFound, "", "no active namespace %d", nsid)
 	}
 	bs := int64(ns.BlockSize)
-	if off < 0 || off%bs != 0 || int64(n)%bs != 0 || off+int64(n) > ns.Size() {
-		return nil, Namespace{}, 0, 0, kverr.New(kverr.InvalidParams, "", "range [%d,+%d) not block aligned (%d) inside namespace %d of %d bytes", off, n, bs, nsid, ns.Size())
+	switch {
+	case off < 0 || off%bs != 0 || int64(n)%bs != 0:
+		return nil, Namespace{}, 0, 0, kverr.New(kverr.InvalidParams, "", "range [%d,+%d): offset and length must be multiples of namespace %d's block size %d", off, n, nsid, bs)
+	case off > ns.Size()-int64(n):
+		return nil, Namespace{}, 0, 0, kverr.New(kverr.InvalidParams, "", "range [%d,+%d) ends past namespace %d's %d bytes", off, n, nsid, ns.Size())
 	}
 	if len(c.io) == 0 {
 		return nil, Namespace{}, 0, 0, kverr.New(kverr.UnavailableInCurrentStatus, c.addr, "no I/O queues")
