@@ -74,6 +74,9 @@ func (m *Master) evictorNeeded() {
 const (
 	evictCacheMult = 8           // a scan selects the candidates of this many passes
 	evictCacheTTL  = time.Second // kept candidates are used this long at most
+	// evictCacheLifetimeDiv: and at most this part of the tier's lifetime
+	// (evictCacheLifeLocked).
+	evictCacheLifetimeDiv = 64
 )
 
 // evictCache holds the candidates a scan selected beyond its own pass.
@@ -155,7 +158,23 @@ func (m *Master) fillCacheLocked(rest []Candidate, refs []candRef, pol LeasePoli
 		cd.Ref = int32(i)
 		c.cands = append(c.cands, cd)
 	}
-	c.st, c.pol, c.until = st, pol, now+int64(evictCacheTTL)
+	c.st, c.pol, c.until = st, pol, now+int64(m.evictCacheLifeLocked(now))
+}
+
+// evictCacheLifeLocked is how long kept candidates may be used from now:
+// evictCacheTTL, and at most 1/evictCacheLifetimeDiv of the DRAM tier's
+// measured lifetime. A kept candidate's order is a scan's; in a tier that
+// turns over within a second (a trace replayed 100 times faster than it
+// was recorded: the conversation trace at 5,000 blocks turns its DRAM
+// over in ~0.7 s), a second-old scan is older than the objects it
+// orders, and the frequency policy's prefix-hit rate fell from 0.162 to
+// 0.140 (kvtier replay, README). evictMu must be held.
+func (m *Master) evictCacheLifeLocked(now int64) time.Duration {
+	ttl := evictCacheTTL
+	if l, ok := m.turnover.Lifetime(now, m.turnoverCap); ok {
+		ttl = min(ttl, l/evictCacheLifetimeDiv)
+	}
+	return ttl
 }
 
 // dropEvictCacheLocked forgets the kept candidates (and the objects they

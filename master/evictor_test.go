@@ -213,23 +213,37 @@ func TestEvictCacheKeptAcrossLifetimeDrift(t *testing.T) {
 		}
 	}
 	m.evictMu.Lock()
-	_, known := m.turnover.Lifetime(m.now().UnixNano(), m.turnoverCap)
+	life, known := m.turnover.Lifetime(m.now().UnixNano(), m.turnoverCap)
 	m.evictMu.Unlock()
 	if !known {
 		t.Fatal("test premise: no lifetime after turning the tier over")
 	}
-	scans := m.ctr.get(cEvictionScans)
-	for i := 0; i < 4; i++ {
+	pass := func(i int, after time.Duration) {
+		t.Helper()
 		for j := 0; j < 10; j++ {
 			put(t, m, "w", fmt.Sprintf("p%d-%d", i, j), 64)
 		}
-		fc.Advance(time.Duration(50+3*i) * time.Millisecond) // passes a little irregular, as they are
+		fc.Advance(after)
 		if rep := m.EvictNow(ctx); rep.FreedObjects == 0 {
 			t.Fatalf("pass %d freed nothing: %+v", i, rep)
 		}
 	}
+	// Passes a little irregular, as they are, all within the kept
+	// candidates' life (1/evictCacheLifetimeDiv of the tier's lifetime).
+	step := life / evictCacheLifetimeDiv / 8
+	scans := m.ctr.get(cEvictionScans)
+	for i := 0; i < 4; i++ {
+		pass(i, step+time.Duration(i)*step/4)
+	}
 	if n := m.ctr.get(cEvictionScans) - scans; n > 1 {
 		t.Fatalf("4 passes scanned %d times: want at most 1 (the others from the kept candidates)", n)
+	}
+	// Kept candidates older than that part of the lifetime are a scan
+	// older than the objects they order: the next pass scans.
+	scans = m.ctr.get(cEvictionScans)
+	pass(4, life/evictCacheLifetimeDiv+time.Millisecond)
+	if n := m.ctr.get(cEvictionScans) - scans; n != 1 {
+		t.Fatalf("a pass after the kept candidates' life scanned %d times, want 1 (lifetime %v)", n, life)
 	}
 }
 

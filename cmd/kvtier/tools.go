@@ -339,6 +339,8 @@ value gets a fresh store started in this process with DRAM for that many blocks.
 			}
 			if master != "" {
 				caps = caps[:1]
+			} else {
+				speed = localReplayTime(cmd, speed, &mf)
 			}
 			var reports []*replay.Report
 			for _, capBlocks := range caps {
@@ -371,7 +373,7 @@ value gets a fresh store started in this process with DRAM for that many blocks.
 	fs.StringVar(&capacities, "capacity-blocks", "5000", "DRAM capacities in blocks (comma-separated) to sweep")
 	fs.StringVar(&policies, "policy", "frequency", "lease policies to compare (comma-separated: plain, frequency; --simulate also lru)")
 	fs.IntVar(&blockBytes, "block-bytes", 4096, "payload bytes per 512-token block")
-	fs.Float64Var(&speed, "speed", 0, "trace time / wall time (0: as fast as possible)")
+	fs.Float64Var(&speed, "speed", 0, "trace time / wall time (0: as fast as possible; a store started here replays at 100 unless this is given)")
 	fs.BoolVar(&jsonOut, "json", false, "JSON output")
 	fs.StringVar(&chart, "chart", "", "with --simulate: write an SVG chart of hit rate against capacity to this file")
 	fs.DurationVar(&mf.leaseTTL, "lease-ttl", mf.leaseTTL, "read lease of the store started here (scale with --speed)")
@@ -379,6 +381,39 @@ value gets a fresh store started in this process with DRAM for that many blocks.
 	fs.IntVar(&mf.evictionHistory, "eviction-history", 0, "frequency policy: evicted keys remembered by the store started here (0: 4x its DRAM objects)")
 	fs.DurationVar(&mf.frequencyMaxBonus, "frequency-max-bonus", mf.frequencyMaxBonus, "frequency policy bonus cap (scale with --speed)")
 	return cmd
+}
+
+// localReplaySpeed is the speed of a replay through a store started here
+// when --speed is not given: fast enough (the conversation trace's hour in
+// 36 s) and slow enough for the store to keep up, so the store's own
+// durations, scaled by it, follow the trace's time.
+const localReplaySpeed = 100
+
+// localReplayTime returns the speed of a replay through a store started
+// here and scales that store's durations (lease TTL, frequency bonuses)
+// to it where they were not given: they run on wall time, and at speed S
+// the trace's time passes S times faster. As fast as possible (--speed 0)
+// nothing can be scaled, and the hit rates then are not the trace's (the
+// lease alone outlives most of it): said on standard error.
+func localReplayTime(cmd *cobra.Command, speed float64, mf *masterFlags) float64 {
+	if !cmd.Flags().Changed("speed") {
+		speed = localReplaySpeed
+	}
+	if speed == 0 {
+		fmt.Fprintln(os.Stderr, "kvtier replay: --speed 0: the store's lease and frequency bonuses run on wall time while the trace's time races ahead, so its hit rates are not the trace's (give a speed, e.g. 100, to scale them)")
+		return speed
+	}
+	for _, d := range []struct {
+		flag string
+		v    *time.Duration
+	}{{"lease-ttl", &mf.leaseTTL}, {"frequency-bonus", &mf.frequencyBonus}, {"frequency-max-bonus", &mf.frequencyMaxBonus}} {
+		if !cmd.Flags().Changed(d.flag) {
+			*d.v = time.Duration(float64(*d.v) / speed)
+		}
+	}
+	fmt.Fprintf(os.Stderr, "kvtier replay: speed %g (trace time / wall time); the store's lease TTL %v, frequency bonus %v, cap %v\n",
+		speed, mf.leaseTTL, mf.frequencyBonus, mf.frequencyMaxBonus)
+	return speed
 }
 
 // replayOnce replays the trace against master, or against a fresh local
