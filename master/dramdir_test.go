@@ -66,18 +66,25 @@ func (d *dirTwin) objects() []DramObject {
 	return out
 }
 
+// boxWithDirectory makes node "box" keep a DRAM directory on m (a
+// heartbeat saying so, one 1 MiB segment mounted) and starts its twin.
+func boxWithDirectory(t *testing.T, m *Master) (Segment, *dirTwin) {
+	t.Helper()
+	seg := Segment{Name: "box/mem0", Endpoint: "box:1", Size: 1 << 20}
+	if _, err := m.Heartbeat(ctx, HeartbeatRequest{Client: "box", Endpoint: "box:1", DramDirectory: true}); err != nil {
+		t.Fatal(err)
+	}
+	mountMem(t, m, "box", seg.Name, seg.Size)
+	return seg, startTwin(m, "box")
+}
+
 // TestDramRebuild: a master's committed DRAM objects reach the holder's
 // directory before PutEnd answers and leave it before Remove answers; a
 // new master rebuilt from the directory serves the same extents, refuses
 // overlaps and puts while the report is due, and allocates around them.
 func TestDramRebuild(t *testing.T) {
 	m, _ := newTest(t, Config{})
-	seg := Segment{Name: "box/mem0", Endpoint: "box:1", Size: 1 << 20}
-	if _, err := m.Heartbeat(ctx, HeartbeatRequest{Client: "box", Endpoint: "box:1", DramDirectory: true}); err != nil {
-		t.Fatal(err)
-	}
-	mountMem(t, m, "box", seg.Name, seg.Size)
-	twin := startTwin(m, "box")
+	seg, twin := boxWithDirectory(t, m)
 	defer twin.close()
 	placed := map[string]uint64{}
 	for i := range 40 {
@@ -678,12 +685,7 @@ func TestDramChecksumAtPutEnd(t *testing.T) {
 // the answer is UNAVAILABLE_IN_CURRENT_STATUS, never OBJECT_NOT_FOUND.
 func TestRemoveWaitsForRebuild(t *testing.T) {
 	m, _ := newTest(t, Config{})
-	seg := Segment{Name: "box/mem0", Endpoint: "box:1", Size: 1 << 20}
-	if _, err := m.Heartbeat(ctx, HeartbeatRequest{Client: "box", Endpoint: "box:1", DramDirectory: true}); err != nil {
-		t.Fatal(err)
-	}
-	mountMem(t, m, "box", seg.Name, seg.Size)
-	twin := startTwin(m, "box")
+	seg, twin := boxWithDirectory(t, m)
 	for _, k := range []string{"k1", "k2", "k3"} {
 		put(t, m, "writer", k, 1000)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvtier/kvtier/appliance"
+	"github.com/kvtier/kvtier/client"
 	"github.com/kvtier/kvtier/kverr"
 	"github.com/kvtier/kvtier/master"
 )
@@ -19,34 +20,10 @@ import (
 // it out as a single Put does (client rebuildRetry) instead of failing
 // every key.
 func TestBatchPutWhileMasterRebuilds(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	m1, stop1 := runMaster(t, master.Config{}, lis)
-	t.Cleanup(stop1)
-	ip := &inproc{m: m1, addr: addr}
-	ip.appliance(t, appliance.Config{Name: "rb-box"})
-	cl := ip.client(t)
+	cl, before, bvals := restartWithObjects(t, "rb-box", "before", 32)
 	ctx := context.Background()
-	keys, vals := batchOf("before", 32, 4<<10)
-	for i, err := range cl.BatchPut(ctx, keys, vals) {
-		if err != nil {
-			t.Fatalf("%s: %v", keys[i], err)
-		}
-	}
-	stop1()
-
-	lis2, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m2, stop2 := runMaster(t, master.Config{}, lis2)
-	t.Cleanup(stop2)
-	awaitRebuilding(t, m2)
 	t0 := time.Now()
-	keys, vals = batchOf("after", 32, 4<<10)
+	keys, vals := batchOf("after", 32, 4<<10)
 	errs := cl.BatchPut(ctx, keys, vals)
 	t.Logf("batch put took %v", time.Since(t0))
 	for i, err := range errs {
@@ -57,7 +34,6 @@ func TestBatchPutWhileMasterRebuilds(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	before, bvals := batchOf("before", 32, 4<<10)
 	for i, k := range append(keys, before...) {
 		want := append(vals, bvals...)[i]
 		if got, err := getRetrying(ctx, cl, k, 10*time.Second); err != nil || !bytes.Equal(got, want) {
@@ -69,36 +45,11 @@ func TestBatchPutWhileMasterRebuilds(t *testing.T) {
 // TestRemoveWhileMasterRebuilds: a removal that reaches a restarted
 // master before the appliance has reported the key's DRAM copy must not
 // answer OBJECT_NOT_FOUND and let the report bring the object back: the
-// master answers UNAVAILABLE_IN_CURRENT_STATUS (retry) for a key it does
-// not know while it rebuilds, the SDK asks again, and the object is
-// removed for good. Single removes, batch removes and bulk removes alike.
+// master waits for the report (master Remove, "settling") and removes the
+// object for good. Single removes, batch removes and bulk removes alike.
 func TestRemoveWhileMasterRebuilds(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	m1, stop1 := runMaster(t, master.Config{}, lis)
-	t.Cleanup(stop1)
-	ip := &inproc{m: m1, addr: addr}
-	ip.appliance(t, appliance.Config{Name: "rm-box"})
-	cl := ip.client(t)
+	cl, keys, vals := restartWithObjects(t, "rm-box", "rm", 8)
 	ctx := context.Background()
-	keys, vals := batchOf("rm", 8, 4<<10)
-	for i, err := range cl.BatchPut(ctx, keys, vals) {
-		if err != nil {
-			t.Fatalf("%s: %v", keys[i], err)
-		}
-	}
-	stop1()
-
-	lis2, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m2, stop2 := runMaster(t, master.Config{}, lis2)
-	t.Cleanup(stop2)
-	awaitRebuilding(t, m2)
 	if err := cl.Remove(ctx, keys[0], true); err != nil {
 		t.Errorf("remove %s while the master rebuilds: %v", keys[0], err)
 	}
@@ -119,6 +70,39 @@ func TestRemoveWhileMasterRebuilds(t *testing.T) {
 			t.Errorf("%s (kept): %d bytes, %v", k, len(got), err)
 		}
 	}
+}
+
+// restartWithObjects runs a master and an appliance named box in this
+// process, puts n keys under prefix through a client, then replaces the
+// master with a new one on the same address and returns once it waits
+// for the box's report: the client, and the keys and values put.
+func restartWithObjects(t *testing.T, box, prefix string, n int) (*client.Client, []string, [][]byte) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	m1, stop1 := runMaster(t, master.Config{}, lis)
+	t.Cleanup(stop1)
+	ip := &inproc{m: m1, addr: addr}
+	ip.appliance(t, appliance.Config{Name: box})
+	cl := ip.client(t)
+	keys, vals := batchOf(prefix, n, 4<<10)
+	for i, err := range cl.BatchPut(context.Background(), keys, vals) {
+		if err != nil {
+			t.Fatalf("%s: %v", keys[i], err)
+		}
+	}
+	stop1()
+	lis2, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2, stop2 := runMaster(t, master.Config{}, lis2)
+	t.Cleanup(stop2)
+	awaitRebuilding(t, m2)
+	return cl, keys, vals
 }
 
 // awaitRebuilding waits until m waits for an appliance's report.
