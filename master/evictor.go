@@ -23,7 +23,8 @@ import "time"
 // candidate is evicted only if it still would be by a fresh scan: evictOne
 // rechecks lease, pins, in-flight state and pending offloads under the
 // object's lock, and skips an object whose order key moved (it was read).
-// The cache is dropped after evictCacheTTL, when the settings change, when
+// The cache is dropped after evictCacheTTL or 1/evictCacheLifetimeDiv of
+// the tier's measured lifetime, whichever is shorter, when the settings change, when
 // the pass policy moved by more than nearPolicy allows, and when it cannot
 // meet a pass's target (that pass then scans, with the soft pin second
 // pass and the shortfall report as before). Counter eviction_scans counts
