@@ -754,7 +754,7 @@ func (m *Master) settling() (bool, string) {
 		return true, why
 	}
 	if !m.holderSeen.Load() && m.now().UnixNano() < m.started+int64(m.cfg.RebuildWindow) {
-		return true, "no appliance heard from yet (the first " + m.cfg.RebuildWindow.String() + " after start)"
+		return true, "no appliance heard from yet, in the first " + m.cfg.RebuildWindow.String() + " after start"
 	}
 	return false, ""
 }
