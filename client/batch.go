@@ -262,27 +262,16 @@ func (c *Client) batchPutStart(ctx context.Context, req *kvtierpb.BatchPutStartR
 	})
 	switch {
 	case err == nil:
-	case out[0] == nil && idx == nil: // the first call failed whole
+	case idx == nil: // the first call failed whole
 		return nil, err
-	case !kverr.Is(err, kverr.UnavailableInCurrentStatus) || !unavailableAnswers(out, idx):
-		// A later call failed whole: its items answer its error; the
-		// others keep what the master said.
+	case !kverr.Is(err, kverr.UnavailableInCurrentStatus):
+		// A later call failed whole: its items answer its error. (Still
+		// rebuilding: they keep the master's own answer and reason.)
 		for _, i := range idx {
 			out[i] = &kvtierpb.PutStartResult{Code: kvtierpb.ErrorCode(kverr.CodeOf(err)), Message: err.Error()}
 		}
 	}
 	return out, nil
-}
-
-// unavailableAnswers reports whether the items idx of out hold the
-// master's own UNAVAILABLE_IN_CURRENT_STATUS answers (its reason kept).
-func unavailableAnswers(out []*kvtierpb.PutStartResult, idx []int) bool {
-	for _, i := range idx {
-		if out[i] == nil || out[i].GetCode() != kvtierpb.ErrorCode_UNAVAILABLE_IN_CURRENT_STATUS {
-			return false
-		}
-	}
-	return true
 }
 
 // BatchGet reads every key: one GetReplicaList for all, then the first-choice

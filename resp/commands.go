@@ -547,9 +547,9 @@ func cmdMSet(c *conn, args [][]byte) bool {
 		c.w.error("ERR wrong number of arguments for 'mset' command")
 		return false
 	}
-	// Refuse what no pair can be stored as before storing any (Redis's
-	// MSET is all or nothing; a failure of the store midway still leaves
-	// the pairs before it stored, doc.go).
+	// A pair that can never be stored refuses the command before any pair
+	// is stored (Redis's MSET is all or nothing; a failure of the store
+	// midway still leaves the pairs before it stored, doc.go).
 	for i := 1; i < len(args); i += 2 {
 		if err := client.CheckItem(string(args[i]), args[i+1]); err != nil {
 			c.storeErr(err)

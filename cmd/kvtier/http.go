@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"crypto/tls"
 	"log/slog"
@@ -140,7 +139,7 @@ func (fe *frontEnd) grpcOptions() []grpc.ServerOption {
 }
 
 // start builds the REST server once the gRPC address is known.
-func (fe *frontEnd) start(ms kvtierpb.MasterServer, grpcAddr string, f *masterFlags, log *slog.Logger) error {
+func (fe *frontEnd) start(ms kvtierpb.MasterServer, mcfg master.Config, grpcAddr string, f *masterFlags, log *slog.Logger) error {
 	fe.dp = &dataPlane{masterAddr: grpcAddr, metrics: fe.metrics, clients: map[string]*client.Client{},
 		token: f.sec.internalToken(), tls: f.sec.selfTLS()}
 	if f.dataTLSCA != "" {
@@ -173,7 +172,7 @@ func (fe *frontEnd) start(ms kvtierpb.MasterServer, grpcAddr string, f *masterFl
 	}
 	s, err := rest.New(rest.Config{Token: f.httpToken, Credentials: creds, Metrics: fe.metrics, Logger: log,
 		EffectiveConfig: func() any { return effective }, Doctor: doctorFor(f.doctor),
-		MaxReplicas: cmp.Or(cfg.MaxReplicas, master.DefaultMaxReplicas)}, ms, fe.dp)
+		MaxReplicas: mcfg.MaxReplicas}, ms, fe.dp) // the master's, defaults applied
 	if err != nil {
 		return err
 	}

@@ -262,7 +262,7 @@ func startMaster(f *masterFlags, log *slog.Logger) (*runningMaster, error) {
 		lis.Close()
 		return nil, fmt.Errorf("--http-addr %s: %w", f.httpAddr, err)
 	}
-	if err := fe.start(ms, lis.Addr().String(), f, log); err != nil {
+	if err := fe.start(ms, m.Config(), lis.Addr().String(), f, log); err != nil {
 		lis.Close()
 		hl.Close()
 		return nil, err
